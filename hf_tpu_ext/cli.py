@@ -1,0 +1,51 @@
+"""The ``hf-tpu`` console script: one sub-command per job.
+
+Each sub-command lives in ``hf_tpu_ext/commands/<name>.py`` and exposes ``main(argv) -> int``;
+it is imported only when called, so ``hf-tpu --help`` does not import TensorFlow.
+"""
+
+import importlib
+import sys
+
+from hf_tpu_ext.errors import HfTpuExtError
+
+# name -> (module, one-line help)
+COMMANDS = {
+    "train": ("hf_tpu_ext.commands.train", "Train a fill-mask model (TensorFlow + XLA, or --backend torch_xla)."),
+    "prepare-data": ("hf_tpu_ext.commands.prepare_data", "Tokenize a corpus into TFRecord shards (local or gs://)."),
+    "push": ("hf_tpu_ext.commands.push", "Push an existing output folder and its model card to the Hub."),
+    "callbacks": ("hf_tpu_ext.commands.callbacks", "List the registered callbacks."),
+    "demo": ("hf_tpu_ext.commands.demo", "Launch the Gradio fill-mask demo for a model folder or repo id."),
+    "deploy-space": ("hf_tpu_ext.commands.deploy_space", "Create a Hub Space running the fill-mask demo for a model."),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: hf-tpu <command> [<args>]", "", "commands:"]
+    width = max(len(n) for n in COMMANDS)
+    for name, (_, help_text) in COMMANDS.items():
+        lines.append(f"  {name.ljust(width)}  {help_text}")
+    lines.append("")
+    lines.append("Run `hf-tpu <command> --help` for the arguments of a command.")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"hf-tpu: unknown command {name!r}.\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    try:
+        return int(module.main(rest) or 0)
+    except HfTpuExtError as err:
+        print(f"hf-tpu {name}: error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
