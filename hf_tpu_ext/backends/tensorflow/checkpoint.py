@@ -1,0 +1,367 @@
+"""Training checkpoints: model + optimizer state with ``tf.train.Checkpoint`` / ``tf.train.CheckpointManager``.
+
+A checkpoint lives in ``output_dir/checkpoints/`` as ``ckpt-<global_step>.index`` + ``ckpt-<global_step>.data-*``
+(written by ``tf.train.CheckpointManager``, which also keeps the ``checkpoint`` state file and deletes all but
+the newest ``save_total_limit``) and a JSON sidecar ``ckpt-<global_step>.json``::
+
+    {"global_step": 100, "epoch": 1.5,
+     "model_config": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                      "intermediate_size": 128, "vocab_size": 300, "max_position_embeddings": 34}}
+
+The sidecar lets a resume check the model's shape before anything is restored, with a message naming the
+fields that differ. The optimizer's slots (Adam ``m``/``v``) and ``iterations`` are restored even though
+tf_keras legacy optimizers create them lazily: ``tf.train.Checkpoint`` keeps the values and assigns them when
+the variables are created (deferred restoration), i.e. in the first ``apply_gradients`` after the restore.
+
+Paths go through ``tf.io.gfile``, so ``output_dir`` may be a ``gs://`` bucket (TPU VMs).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from typing import Dict, List, Optional, Union
+
+import tensorflow as tf
+
+from hf_tpu_ext.errors import CheckpointError
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS_DIRNAME = "checkpoints"
+LAST_CHECKPOINT_DIRNAME = "last-checkpoint"
+CHECKPOINT_NAME = "ckpt"
+STATE_FILE = "checkpoint"
+MODEL_CONFIG_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+)
+_CKPT_INDEX_RE = re.compile(r"^" + CHECKPOINT_NAME + r"-(\d+)\.index$")
+
+
+def _join(*parts: str) -> str:
+    return "/".join([parts[0].rstrip("/")] + [p.strip("/") for p in parts[1:]]) if "://" in parts[0] else os.path.join(*parts)
+
+
+def checkpoint_dir(output_dir: str) -> str:
+    """The folder checkpoints of ``output_dir`` are written to: ``output_dir/checkpoints``."""
+    return _join(output_dir, CHECKPOINTS_DIRNAME)
+
+
+def sidecar_path(checkpoint_path: str) -> str:
+    """``ckpt-N.json`` next to the checkpoint prefix ``ckpt-N``."""
+    return checkpoint_path + ".json"
+
+
+def model_config_summary(model_config) -> Dict[str, Optional[int]]:
+    """The shape fields of a config (``PretrainedConfig`` or dict) that must match for a restore.
+
+    Returns:
+        ``{field: int or None}`` for :data:`MODEL_CONFIG_FIELDS`.
+    """
+    get = model_config.get if isinstance(model_config, dict) else (lambda k: getattr(model_config, k, None))
+    out = {}
+    for name in MODEL_CONFIG_FIELDS:
+        value = get(name)
+        out[name] = int(value) if value is not None else None
+    return out
+
+
+def _checkpoint_number(path: str) -> Optional[int]:
+    m = re.search(r"-(\d+)$", path)
+    return int(m.group(1)) if m else None
+
+
+def _latest_in_dir(folder: str) -> Optional[str]:
+    """Newest checkpoint prefix in ``folder``: from its ``checkpoint`` state file, else the highest ``ckpt-N.index``."""
+    if not tf.io.gfile.isdir(folder):
+        return None
+    latest = tf.train.latest_checkpoint(folder)
+    if latest and tf.io.gfile.exists(latest + ".index"):
+        return latest
+    numbers = []
+    for name in tf.io.gfile.listdir(folder):
+        m = _CKPT_INDEX_RE.match(name.rstrip("/"))
+        if m:
+            numbers.append(int(m.group(1)))
+    if not numbers:
+        return None
+    return _join(folder, f"{CHECKPOINT_NAME}-{max(numbers)}")
+
+
+def resolve_checkpoint(path_or_dir: str) -> str:
+    """The checkpoint prefix (``.../ckpt-N``) meant by a prefix, an ``.index`` file or a folder holding checkpoints.
+
+    Raises:
+        CheckpointError: nothing restorable is there.
+    """
+    path = str(path_or_dir)
+    if path.endswith(".index"):
+        path = path[: -len(".index")]
+    if tf.io.gfile.exists(path + ".index"):
+        return path
+    for folder in (path, _join(path, CHECKPOINTS_DIRNAME), _join(path, LAST_CHECKPOINT_DIRNAME)):
+        found = _latest_in_dir(folder)
+        if found:
+            return found
+    raise CheckpointError(
+        f"No checkpoint found at {path_or_dir} (looked for {CHECKPOINT_NAME}-<step>.index there, in its "
+        f"{CHECKPOINTS_DIRNAME}/ and {LAST_CHECKPOINT_DIRNAME}/). Give a checkpoint folder written by hf-tpu train."
+    )
+
+
+def find_latest(output_dir: str, required: bool = True) -> Optional[str]:
+    """The newest checkpoint of a run, for ``--resume_from_checkpoint true``.
+
+    Looks in ``output_dir/checkpoints/``, then ``output_dir/last-checkpoint/`` (an exported folder), then
+    ``output_dir`` itself.
+
+    Args:
+        output_dir: the run's output folder (local or ``gs://``).
+        required: raise when nothing is found (default); with ``False`` return ``None`` instead.
+
+    Returns:
+        The checkpoint prefix, e.g. ``output_dir/checkpoints/ckpt-200`` (no file extension), or ``None``.
+
+    Raises:
+        CheckpointError: ``required`` and no checkpoint exists; the message lists the folders searched.
+    """
+    places = [checkpoint_dir(output_dir), _join(output_dir, LAST_CHECKPOINT_DIRNAME), output_dir]
+    for folder in places:
+        found = _latest_in_dir(folder)
+        if found:
+            return found
+    if required:
+        raise CheckpointError(
+            f"--resume_from_checkpoint true found no checkpoint: looked for {CHECKPOINT_NAME}-<step>.index in "
+            f"{', '.join(places)}. Train without --resume_from_checkpoint, or give a checkpoint folder."
+        )
+    return None
+
+
+def read_sidecar(checkpoint_path: str) -> Optional[dict]:
+    """The JSON sidecar of a checkpoint prefix, or ``None`` when it has none.
+
+    Raises:
+        CheckpointError: the sidecar exists but is not valid JSON.
+    """
+    path = sidecar_path(checkpoint_path)
+    if not tf.io.gfile.exists(path):
+        return None
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            return json.loads(f.read())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"Checkpoint sidecar {path} is not valid JSON ({e}); delete the checkpoint or fix the file.") from None
+
+
+def validate_compatible(checkpoint_path: str, model_config) -> None:
+    """Check, before restoring, that a checkpoint was written for a model of the same shape.
+
+    Args:
+        checkpoint_path: a checkpoint prefix, ``.index`` file or folder (see :func:`resolve_checkpoint`).
+        model_config: the config (``PretrainedConfig`` or dict) of the model about to be restored into.
+
+    Raises:
+        CheckpointError: a shape field differs; the message names each one, e.g.
+            ``checkpoint has hidden_size=128, model has hidden_size=64``. A checkpoint without sidecar is not
+            checked here (a wrong shape then fails in :meth:`TrainingCheckpointer.restore`).
+    """
+    path = resolve_checkpoint(checkpoint_path)
+    sidecar = read_sidecar(path)
+    if sidecar is None:
+        logger.warning("Checkpoint %s has no %s sidecar; its model shape is not checked before restoring.", path, os.path.basename(sidecar_path(path)))
+        return
+    saved = sidecar.get("model_config") or {}
+    current = model_config_summary(model_config)
+    diffs = [
+        f"checkpoint has {name}={saved[name]}, model has {name}={current[name]}"
+        for name in MODEL_CONFIG_FIELDS
+        if saved.get(name) is not None and current.get(name) is not None and int(saved[name]) != current[name]
+    ]
+    if diffs:
+        raise CheckpointError(
+            f"Checkpoint {path} was written for another model shape: {'; '.join(diffs)}. Resume with the same model "
+            "configuration, or start a new run in another output_dir."
+        )
+
+
+class TrainingCheckpointer:
+    """Save and restore model, optimizer, global step and epoch of a training run.
+
+    Wraps ``tf.train.Checkpoint(model=..., optimizer=..., global_step=..., epoch=...)`` and a
+    ``tf.train.CheckpointManager(directory, max_to_keep=save_total_limit, checkpoint_name="ckpt")``.
+    Both ``TrainingCheckpointer(model, optimizer, "out/checkpoints", max_to_keep=2)`` and
+    ``TrainingCheckpointer(model, optimizer, output_dir="out", save_total_limit=2)`` work.
+
+    Under ``MultiWorkerMirroredStrategy`` every worker must call :meth:`save` (the write is collective); give
+    non-chief workers their own throw-away ``directory``.
+
+    Args:
+        model: the TF transformers model (its ``config`` goes into the sidecar).
+        optimizer: the optimizer whose state (``iterations``, slots) is saved with the model; may be ``None``
+            (e.g. to restore the weights only).
+        directory: the checkpoint folder (default: ``output_dir/checkpoints``).
+        max_to_keep: checkpoints kept (oldest deleted first); ``None`` keeps all. Alias: ``save_total_limit``.
+        output_dir: the run's output folder, used when ``directory`` is not given.
+        save_total_limit: same as ``max_to_keep`` (the name of the ``hf-tpu train`` argument).
+
+    Attributes:
+        global_step: int64 ``tf.Variable``, the optimizer step the checkpoint was written at.
+        epoch: int64 ``tf.Variable``, completed epochs (``floor`` of the float epoch passed to :meth:`save`).
+        directory: the checkpoint folder.
+        manager: the ``tf.train.CheckpointManager``.
+        restored_epoch: float epoch of the last :meth:`restore` (from the sidecar), else ``None``.
+
+    Raises:
+        ArgumentError: neither ``directory`` nor ``output_dir`` is given.
+    """
+
+    def __init__(
+        self,
+        model,
+        optimizer=None,
+        directory: Optional[str] = None,
+        max_to_keep: Optional[int] = None,
+        *,
+        output_dir: Optional[str] = None,
+        save_total_limit: Optional[int] = None,
+    ):
+        from hf_tpu_ext.errors import ArgumentError
+
+        if directory is None and output_dir is None:
+            raise ArgumentError("TrainingCheckpointer needs a checkpoint directory or an output_dir.")
+        self.model = model
+        self.optimizer = optimizer
+        self.directory = str(directory) if directory is not None else checkpoint_dir(str(output_dir))
+        keep = save_total_limit if save_total_limit is not None else max_to_keep
+        self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        objects = dict(model=model, global_step=self.global_step, epoch=self.epoch)
+        if optimizer is not None:
+            objects["optimizer"] = optimizer
+        self.checkpoint = tf.train.Checkpoint(**objects)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=keep, checkpoint_name=CHECKPOINT_NAME)
+        self.restored_epoch: Optional[float] = None
+
+    def validate_compatible(self, path_or_dir: str, model_config=None) -> None:
+        """:func:`validate_compatible` against ``model_config`` (default: this checkpointer's model's config)."""
+        validate_compatible(path_or_dir, self.model.config if model_config is None else model_config)
+
+    @property
+    def latest(self) -> Optional[str]:
+        """Prefix of the newest checkpoint in :attr:`directory` (``.../ckpt-N``), or ``None``."""
+        return self.manager.latest_checkpoint
+
+    def save(self, global_step: int, epoch: Optional[float] = None) -> str:
+        """Write ``ckpt-<global_step>`` and its sidecar; delete checkpoints beyond ``save_total_limit``.
+
+        Args:
+            global_step: optimizer steps done (the checkpoint number).
+            epoch: float epochs done (e.g. ``1.5``); default: the :attr:`epoch` variable.
+
+        Returns:
+            The checkpoint prefix, e.g. ``output_dir/checkpoints/ckpt-100``.
+        """
+        self.global_step.assign(int(global_step))
+        if epoch is not None:
+            self.epoch.assign(int(epoch))
+        before = set(self.manager.checkpoints)
+        path = self.manager.save(checkpoint_number=int(global_step))
+        sidecar = {
+            "global_step": int(global_step),
+            "epoch": float(epoch) if epoch is not None else int(self.epoch.numpy()),
+            "model_config": model_config_summary(self.model.config),
+        }
+        with tf.io.gfile.GFile(sidecar_path(path), "w") as f:
+            f.write(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
+        # CheckpointManager deleted the old .index/.data files; drop their sidecars too.
+        for old in before - set(self.manager.checkpoints):
+            if tf.io.gfile.exists(sidecar_path(old)):
+                tf.io.gfile.remove(sidecar_path(old))
+        return path
+
+    def restore(self, path_or_dir: Optional[str] = None) -> int:
+        """Restore model, optimizer state, global step and epoch.
+
+        Call it after the model is built and before training; the optimizer's slots and ``iterations`` are
+        assigned when they are created (the first ``apply_gradients``), if they do not exist yet.
+
+        Args:
+            path_or_dir: a checkpoint prefix, ``.index`` file or folder; ``None``: the newest in :attr:`directory`.
+
+        Returns:
+            The restored global step (int). The float epoch of the sidecar is kept in :attr:`restored_epoch`.
+
+        Raises:
+            CheckpointError: nothing to restore, the checkpoint was written for another model shape, or its
+                variables do not match the model/optimizer.
+        """
+        if path_or_dir is None:
+            path = self.latest
+            if path is None:
+                raise CheckpointError(f"No checkpoint to restore in {self.directory}; train first or give a checkpoint path.")
+        else:
+            path = resolve_checkpoint(path_or_dir)
+        validate_compatible(path, self.model.config)
+        try:
+            status = self.checkpoint.restore(path)
+            status.assert_existing_objects_matched()
+        except (ValueError, AssertionError, tf.errors.OpError) as e:
+            raise CheckpointError(
+                f"Checkpoint {path} does not match this model/optimizer ({type(e).__name__}: {str(e).splitlines()[0][:300]}). "
+                "Resume with the configuration it was written with."
+            ) from None
+        status.expect_partial()  # e.g. optimizer state when restoring weights only
+        sidecar = read_sidecar(path) or {}
+        self.restored_epoch = float(sidecar.get("epoch", self.epoch.numpy()))
+        return int(self.global_step.numpy())
+
+
+def _write_state_file(folder: str, name: str) -> None:
+    # The CheckpointState text proto, relative path, as tf.train.CheckpointManager writes it.
+    with tf.io.gfile.GFile(_join(folder, STATE_FILE), "w") as f:
+        f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+
+
+def export_checkpoint_folder(checkpoint_path: str, dest_dir: str) -> List[str]:
+    """Copy one checkpoint into a folder that can be restored on its own (e.g. ``last-checkpoint/`` on the Hub).
+
+    Copies ``ckpt-N.index``, ``ckpt-N.data-*`` and the sidecar ``ckpt-N.json``, writes a ``checkpoint`` state
+    file naming ``ckpt-N`` (relative, so the folder can be moved/downloaded anywhere), and removes other
+    ``ckpt-*`` files already in ``dest_dir``. ``TrainingCheckpointer.restore(dest_dir)`` then works.
+
+    Args:
+        checkpoint_path: a checkpoint prefix, ``.index`` file or folder (newest checkpoint in it).
+        dest_dir: target folder (created if missing).
+
+    Returns:
+        The file names written in ``dest_dir`` (``ckpt-N.index``, ``ckpt-N.data-00000-of-00001``, ``ckpt-N.json``,
+        ``checkpoint``).
+
+    Raises:
+        CheckpointError: the checkpoint does not exist.
+    """
+    src = resolve_checkpoint(checkpoint_path)
+    src_dir, name = os.path.split(src) if "://" not in src else src.rsplit("/", 1)
+    tf.io.gfile.makedirs(dest_dir)
+    wanted = [n for n in tf.io.gfile.listdir(src_dir) if n == name + ".index" or n == name + ".json" or n.startswith(name + ".data-")]
+    same = os.path.abspath(src_dir) == os.path.abspath(dest_dir) if "://" not in src_dir else src_dir.rstrip("/") == dest_dir.rstrip("/")
+    if not same:  # never delete the other checkpoints of the source folder
+        for old in tf.io.gfile.listdir(dest_dir):
+            if old.startswith(CHECKPOINT_NAME + "-") and old not in wanted:
+                tf.io.gfile.remove(_join(dest_dir, old))
+    written = []
+    for n in sorted(wanted):
+        if not same:
+            tf.io.gfile.copy(_join(src_dir, n), _join(dest_dir, n), overwrite=True)
+        written.append(n)
+    _write_state_file(dest_dir, name)
+    written.append(STATE_FILE)
+    return written

@@ -1,0 +1,176 @@
+"""Masked-LM evaluation on device: per-replica sums, one cross-replica SUM, three scalars to the host.
+
+Logits never leave the device: each replica computes ``(loss_sum, num_correct, num_tokens)`` of its
+share of the batch, ``strategy.reduce(SUM)`` combines them, and only those three scalars per batch reach
+the host, where the package's ``masked_lm`` ``evaluate`` metric turns them into ``eval_loss``,
+``perplexity`` and ``eval_accuracy``. Sums (not per-replica means) make the result independent of how
+the data is split over replicas.
+
+Two batch formats are understood (decided from the batch's keys at trace time):
+
+- hf-tpu-ext's format (ARCHITECTURE.md): ``masked_lm_positions``/``masked_lm_ids``/``masked_lm_weights``;
+  the LM head runs only at the masked positions (:func:`hf_tpu_ext.backends.tensorflow.model.masked_lm_sums`).
+- transformers' stock format: ``labels`` int [B, L] with -100 where no prediction is made (as
+  ``DataCollatorForLanguageModeling`` writes it), inside the feature dict or as the ``y`` of an
+  ``(x, y)`` element; the model's full logits [B, L, V] are computed on device.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Dict, Optional, Tuple
+
+import tensorflow as tf
+
+from hf_tpu_ext.backends.tensorflow.model import masked_lm_sums
+
+IGNORE_INDEX = -100
+
+# model -> {(id(strategy), jit_compile): tf.function}; a cached function is traced once per input shape
+_STEP_CACHE: "weakref.WeakKeyDictionary[Any, Dict[Tuple[int, Optional[bool]], Any]]" = weakref.WeakKeyDictionary()
+
+
+def _split_element(element) -> Tuple[Dict[str, tf.Tensor], Optional[tf.Tensor]]:
+    """``(features, labels)`` from a dict element or an ``(x, y[, sample_weight])`` tuple."""
+    if isinstance(element, (tuple, list)):
+        features = element[0]
+        labels = element[1] if len(element) > 1 else None
+    else:
+        features, labels = element, None
+    if not isinstance(features, dict):
+        from hf_tpu_ext.errors import DataError
+
+        raise DataError(
+            f"Evaluation batches must be dicts of tensors (input_ids, attention_mask, ...), got {type(features).__name__}."
+        )
+    if labels is None and "labels" in features:
+        labels = features["labels"]
+        features = {k: v for k, v in features.items() if k != "labels"}
+    return features, labels
+
+
+def stock_labels_sums(model, features: Dict[str, tf.Tensor], labels: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Sums for transformers' stock MLM batch (full logits, ``labels == -100`` ignored).
+
+    Args:
+        model: a transformers TF masked LM.
+        features: model inputs (``input_ids`` int [B, L], ``attention_mask`` int [B, L], ...).
+        labels: int [B, L], the original id at predicted positions and -100 elsewhere.
+
+    Returns:
+        ``(loss_sum, num_correct, num_tokens)`` float32 scalars (see ``masked_lm_sums``).
+    """
+    logits = tf.cast(model(features, training=False).logits, tf.float32)  # [B, L, V], stays on device
+    labels = tf.cast(labels, tf.int32)
+    weights = tf.cast(tf.not_equal(labels, IGNORE_INDEX), tf.float32)
+    safe_labels = tf.where(labels == IGNORE_INDEX, tf.zeros_like(labels), labels)
+    token_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=safe_labels, logits=logits)
+    correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), safe_labels), tf.float32)
+    return tf.reduce_sum(token_loss * weights), tf.reduce_sum(correct * weights), tf.reduce_sum(weights)
+
+
+def batch_sums(model, element) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """``(loss_sum, num_correct, num_tokens)`` of one (per-replica) batch in either format.
+
+    Raises:
+        DataError: the batch has neither ``masked_lm_positions`` nor ``labels``.
+    """
+    features, labels = _split_element(element)
+    if "masked_lm_positions" in features:
+        return masked_lm_sums(model, features, training=False)
+    if labels is None:
+        from hf_tpu_ext.errors import DataError
+
+        raise DataError(
+            "Evaluation batches need masked_lm_positions/masked_lm_ids/masked_lm_weights (hf-tpu-ext format) "
+            f"or labels with -100 for unmasked tokens (transformers format); got keys {sorted(features)}."
+        )
+    return stock_labels_sums(model, features, labels)
+
+
+def make_eval_step(model, strategy: tf.distribute.Strategy, jit_compile: Optional[bool] = None):
+    """A ``tf.function(distributed_batch) -> (loss_sum, num_correct, num_tokens)`` reduced over replicas.
+
+    Args:
+        model: the masked LM (variables created under ``strategy.scope()``).
+        strategy: the strategy the batches are distributed with.
+        jit_compile: XLA-compile the per-replica computation (None: leave it to the strategy; TPUs always
+            compile). Only the per-replica part is compiled, which also works under ``MirroredStrategy``.
+
+    Returns:
+        The step function, cached per (model, strategy, jit_compile) so repeated evaluations do not retrace.
+    """
+    per_model = _STEP_CACHE.setdefault(model, {})
+    key = (id(strategy), jit_compile)
+    if key in per_model:
+        return per_model[key][1]
+
+    def replica_fn(element):
+        return batch_sums(model, element)
+
+    if jit_compile:
+        replica_fn = tf.function(replica_fn, jit_compile=True)
+
+    @tf.function
+    def step(element):
+        sums = strategy.run(replica_fn, args=(element,))
+        return tuple(strategy.reduce(tf.distribute.ReduceOp.SUM, s, axis=None) for s in sums)
+
+    per_model[key] = (strategy, step)  # keep the strategy alive so its id is not reused
+    return step
+
+
+def _is_distributed(dataset) -> bool:
+    return not isinstance(dataset, tf.data.Dataset) and hasattr(dataset, "element_spec") and hasattr(dataset, "__iter__")
+
+
+def evaluate_masked_lm(model, dataset, steps: Optional[int] = None, strategy: Optional[tf.distribute.Strategy] = None,
+                       jit_compile: Optional[bool] = None) -> Dict[str, float]:
+    """Masked-LM loss, perplexity and accuracy over a dataset, computed on device.
+
+    Args:
+        model: a transformers TF masked LM (e.g. ``TFRobertaForMaskedLM``).
+        dataset: a ``tf.data.Dataset`` of GLOBAL batches (distributed here with
+            ``strategy.experimental_distribute_dataset``) or an already distributed dataset. Elements are
+            dicts in hf-tpu-ext's or transformers' format (see the module docstring), or ``(x, y)`` tuples.
+        steps: batches to evaluate (None: until the dataset ends; give it for a repeated dataset).
+        strategy: the distribution strategy (default: ``model.distribute_strategy``, i.e. the one the model
+            was built under, else the default strategy).
+        jit_compile: XLA-compile the per-replica computation (see :func:`make_eval_step`).
+
+    Returns:
+        ``{"eval_loss": float (nats per masked token), "perplexity": float (exp of it),
+        "eval_accuracy": float in [0, 1], "eval_tokens": int (masked tokens evaluated)}``.
+
+    Raises:
+        DataError: the dataset yielded no batch or no masked token, or its batches have neither format.
+    """
+    from hf_tpu_ext.errors import DataError
+    from hf_tpu_ext.metrics.masked_lm import load_masked_lm_metric
+
+    if strategy is None:
+        strategy = getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
+    if not _is_distributed(dataset):
+        dataset = strategy.experimental_distribute_dataset(dataset)
+    step = make_eval_step(model, strategy, jit_compile)
+
+    rows = []  # device scalars; converted together at the end (one wait instead of one per batch)
+    iterator = iter(dataset)
+    while steps is None or len(rows) < steps:
+        try:
+            element = next(iterator)
+        except StopIteration:
+            break
+        rows.append(step(element))
+    if not rows:
+        raise DataError("The evaluation dataset yielded no batch; give validation data with at least one global batch.")
+    values = tf.stack([tf.stack(r) for r in rows]).numpy().astype("float64")  # [batches, 3]
+    if values[:, 2].sum() <= 0:
+        raise DataError("The evaluation data has no masked tokens (all masked_lm_weights are 0 / all labels -100).")
+    metric = load_masked_lm_metric()
+    metric.add_batch(
+        loss_sum=values[:, 0].tolist(),
+        num_correct=[int(round(v)) for v in values[:, 1]],
+        num_tokens=[int(round(v)) for v in values[:, 2]],
+    )
+    return metric.compute()

@@ -1,0 +1,322 @@
+"""The TensorFlow backend of ``hf-tpu train``: wires data, strategy, model, trainer, outputs and the Hub."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from typing import Any, Dict, List
+
+from hf_tpu_ext.errors import CheckpointError, DataError
+
+logger = logging.getLogger("hf_tpu_ext")
+
+
+def _resolve_resume(training_args, token):
+    """Checkpoint path to resume from (None: start fresh).
+
+    Raises:
+        CheckpointError: nothing to resume where ``resume_from_checkpoint`` points.
+    """
+    from hf_tpu_ext.backends.tensorflow.checkpoint import find_latest
+
+    spec = training_args.resume_from_checkpoint
+    if not spec:
+        return None
+    if training_args.resume_latest:
+        return find_latest(training_args.output_dir)
+    if os.path.exists(spec):
+        return find_latest(spec) if os.path.isdir(spec) else spec
+    from hf_tpu_ext.hub.resume import download_last_checkpoint, looks_like_repo_spec
+
+    if looks_like_repo_spec(spec):
+        local = os.path.join(training_args.output_dir, "hub-last-checkpoint")
+        return download_last_checkpoint(spec, token, local)
+    raise CheckpointError(
+        f"--resume_from_checkpoint {spec!r} is neither a local checkpoint/folder, 'true', nor a Hub repo id "
+        "'user/name[@revision]'."
+    )
+
+
+def _load_blocks(model_args, data_args, training_args, info, resuming):
+    """Tokenizer + int32 blocks [N, L] per split (or TFRecord sources)."""
+    from hf_tpu_ext.data.blocks import group_into_blocks
+    from hf_tpu_ext.data.loading import is_tfrecord_source, load_text_datasets
+    from hf_tpu_ext.run import load_or_train_tokenizer
+
+    if data_args.train_file and is_tfrecord_source(data_args.train_file):
+        from hf_tpu_ext.data.tfrecord import check_tfrecord_location, read_tfrecord_blocks
+        from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer
+
+        check_tfrecord_location(data_args.train_file, info.is_tpu_node)
+        name = model_args.tokenizer_name or model_args.model_name_or_path or os.path.join(data_args.train_file, "tokenizer")
+        tok = load_tokenizer(name)
+        check_mlm_tokenizer(tok)
+        train = read_tfrecord_blocks(data_args.train_file, "train")
+        try:
+            validation = read_tfrecord_blocks(data_args.validation_file or data_args.train_file, "validation")
+        except DataError:
+            validation = None
+        if train[2] != data_args.max_seq_length:
+            raise DataError(
+                f"The TFRecord shards in {data_args.train_file} hold blocks of {train[2]} tokens but "
+                f"--max_seq_length is {data_args.max_seq_length}; pass --max_seq_length {train[2]}."
+            )
+        return tok, {"train": train, "validation": validation}, None
+    if info.is_tpu_node:
+        from hf_tpu_ext.errors import DataError as _DE
+
+        raise _DE("A TPU Node reads data from Cloud Storage: run `hf-tpu prepare-data --output_path gs://...` "
+                  "and pass that gs:// path as --train_file.")
+    raw = load_text_datasets(data_args, seed=training_args.seed)
+    tok = load_or_train_tokenizer(model_args, data_args, training_args, raw, resuming)
+    blocks = group_into_blocks(raw, tok, data_args.max_seq_length, num_proc=data_args.preprocessing_num_workers)
+    if data_args.max_train_samples:
+        blocks["train"] = blocks["train"][: data_args.max_train_samples]
+    if data_args.max_eval_samples and "validation" in blocks:
+        blocks["validation"] = blocks["validation"][: data_args.max_eval_samples]
+    description = None
+    if data_args.uses_default_corpus:
+        from hf_tpu_ext.data.corpus import DEFAULT_CORPUS_DESCRIPTION
+
+        description = DEFAULT_CORPUS_DESCRIPTION
+    return tok, blocks, description
+
+
+def train_tensorflow(model_args, data_args, training_args, callback_classes) -> Dict[str, Any]:
+    """See :func:`hf_tpu_ext.run.train`."""
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras
+
+    from hf_tpu_ext.backends.tensorflow.checkpoint import TrainingCheckpointer
+    from hf_tpu_ext.backends.tensorflow.model import build_model, check_positions
+    from hf_tpu_ext.backends.tensorflow.strategy import resolve_strategy
+    from hf_tpu_ext.backends.tensorflow.trainer import RunContext, TFTrainer, make_optimizer, model_summary_fields
+    from hf_tpu_ext.callbacks import build_callbacks
+    from hf_tpu_ext.data.blocks import check_blocks
+    from hf_tpu_ext.data.masking import make_mask_fn
+    from hf_tpu_ext.data.pipeline import make_eval_dataset, make_train_dataset, steps_per_epoch as count_steps
+
+    args = training_args
+    t_total = time.perf_counter()
+    info = resolve_strategy(args.tpu_name, args.tpu_zone, args.gcp_project)
+    strategy = info.strategy
+    replicas = strategy.num_replicas_in_sync
+    global_batch = args.per_device_train_batch_size * replicas
+    global_eval_batch = args.per_device_eval_batch_size * replicas
+    logger.info("strategy %s: %d replica(s) on %d %s device(s); global batch %d",
+                info.strategy_name, replicas, info.num_devices, info.accelerator, global_batch)
+
+    # Hub access is checked before any data or compute work.
+    push_callback = None
+    token = None
+    if args.push_to_hub or (args.resume_from_checkpoint and "/" in str(args.resume_from_checkpoint)):
+        from hf_tpu_ext.hub.preflight import resolve_token
+
+        token = resolve_token(args.hub_token)
+    if args.push_to_hub:
+        from hf_tpu_ext.callbacks.push_to_hub import PushToHubCallback
+
+        push_callback = PushToHubCallback(
+            output_dir=args.output_dir, save_strategy=args.save_strategy, save_steps=args.save_steps,
+            hub_model_id=args.hub_model_id or os.path.basename(os.path.abspath(args.output_dir)),
+            hub_token=token, hub_strategy=args.hub_strategy, hub_private_repo=args.hub_private_repo,
+            hub_revision=args.hub_revision, license=args.license, language=args.language,
+            dataset_name=data_args.dataset_name,
+        )
+        if info.is_chief:
+            push_callback.preflight()
+
+    resume_path = _resolve_resume(args, token)
+    tok, blocks, corpus_description = _load_blocks(model_args, data_args, args, info, resume_path is not None)
+    L = data_args.max_seq_length
+
+    # sizes: fail before building the model
+    if isinstance(blocks["train"], np.ndarray):
+        check_blocks(blocks["train"], global_batch, "train")
+        num_train_blocks = len(blocks["train"])
+    else:
+        num_train_blocks = blocks["train"][1]
+        if num_train_blocks < global_batch:
+            from hf_tpu_ext.errors import CorpusTooSmallError
+
+            raise CorpusTooSmallError(f"The TFRecord shards hold {num_train_blocks} blocks, fewer than one global "
+                                      f"batch of {global_batch}; lower --per_device_train_batch_size.")
+    has_eval = args.eval_strategy != "no" and blocks.get("validation") is not None
+    if has_eval and isinstance(blocks["validation"], np.ndarray):
+        check_blocks(blocks["validation"], global_eval_batch, "validation")
+
+    spe = count_steps(num_train_blocks, global_batch)
+    total = args.total_steps(spe)
+
+    if args.bf16:
+        tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    with strategy.scope():
+        model = build_model(model_args, tok, L, seed=args.seed)
+        check_positions(model.config, L)
+        optimizer, schedule = make_optimizer(args, total)
+        ckpt_dir = os.path.join(args.output_dir if info.is_chief else tempfile.mkdtemp(prefix="hf-tpu-worker-"),
+                                "checkpoints")
+        checkpointer = TrainingCheckpointer(model, optimizer, ckpt_dir,
+                                            max_to_keep=args.save_total_limit) if args.save_strategy != "no" or resume_path else None
+    start_step = 0
+    log_history: List[Dict[str, Any]] = []
+    if resume_path:
+        if checkpointer is None:
+            checkpointer = TrainingCheckpointer(model, optimizer, ckpt_dir, max_to_keep=args.save_total_limit)
+        checkpointer.validate_compatible(resume_path, model.config)
+        start_step = checkpointer.restore(resume_path)
+        from hf_tpu_ext.outputs import TrainerState
+
+        state_path = os.path.join(args.output_dir, "trainer_state.json")
+        if os.path.isfile(state_path):
+            log_history = [e for e in TrainerState.load(state_path).log_history if e.get("step", 0) <= start_step]
+        logger.info("resumed from %s at global step %d", resume_path, start_step)
+        if start_step >= total:
+            logger.warning("checkpoint is at step %d, which is >= the %d steps asked for: nothing to train",
+                           start_step, total)
+
+    if info.is_chief:
+        os.makedirs(args.output_dir, exist_ok=True)
+        tok.save_pretrained(args.output_dir)
+
+    mask_fn = make_mask_fn(tok, data_args.max_predictions_per_seq, data_args.mlm_probability)
+
+    def make_train(start):
+        source = blocks["train"] if isinstance(blocks["train"], np.ndarray) else blocks["train"][0]
+        kwargs = {} if isinstance(blocks["train"], np.ndarray) else {"num_blocks": num_train_blocks}
+        return make_train_dataset(source, global_batch_size=global_batch, seed=args.seed, start_step=start,
+                                  mask_fn=mask_fn, **kwargs)
+
+    eval_ds, eval_steps = None, None
+    if has_eval:
+        val = blocks["validation"]
+        source, kwargs = (val, {}) if isinstance(val, np.ndarray) else (val[0], {"num_blocks": val[1]})
+        eval_ds, eval_steps = make_eval_dataset(source, global_batch_size=global_eval_batch, seed=args.seed,
+                                                mask_fn=mask_fn, **kwargs)
+
+    summary_writer = tf.summary.create_file_writer(args.logging_dir) if info.is_chief else None
+    run = RunContext(model_args, data_args, args, strategy, info, replicas, global_batch, L, spe, total,
+                     eval_ds, eval_steps, tok, checkpointer, model.config, model, args.output_dir)
+    callbacks = build_callbacks([c for c in args.callback_names if c != "push_to_hub"], run)
+    if push_callback is not None:
+        push_callback.tokenizer = tok
+        push_callback.checkpointer = checkpointer
+        callbacks.append(push_callback)
+
+    trainer = TFTrainer(model, optimizer, schedule, args, info, make_train, eval_ds, eval_steps, spe, total, L,
+                        checkpointer=checkpointer, callbacks=callbacks, start_step=start_step,
+                        log_history=log_history, summary_writer=summary_writer)
+
+    def summary_fn():
+        return _summary(model_args, data_args, args, info, model, trainer, train_metrics_holder, corpus_description,
+                        tok)
+
+    train_metrics_holder: Dict[str, Any] = {}
+    if push_callback is not None:
+        push_callback.summary_fn = summary_fn
+
+    train_metrics = trainer.train()
+    train_metrics_holder.update(train_metrics)
+    eval_metrics = trainer.evaluate() if has_eval else {}
+    if eval_metrics and not (trainer.log_history and trainer.log_history[-1].get("step") == train_metrics["global_step"]
+                             and "eval_loss" in trainer.log_history[-1]):
+        trainer._log(dict(eval_metrics, epoch=round(train_metrics["epoch"], 4), step=train_metrics["global_step"]))
+    results = {**train_metrics, **eval_metrics}
+    if info.is_chief:
+        _write_outputs(model_args, data_args, args, model, tok, trainer, results, summary_fn())
+    trainer.end_training({**trainer.final_logs, **eval_metrics})
+    if info.is_chief and args.hub_space_id and push_callback is not None:
+        from hf_tpu_ext.hub.space import deploy_space
+
+        url = deploy_space(push_callback.repo_id, args.hub_space_id, token=token, private=args.hub_private_repo)
+        logger.info("deployed the fill-mask demo to %s", url)
+    logger.info("done in %.1fs: %s", time.perf_counter() - t_total,
+                ", ".join(f"{k}={v:.4g}" for k, v in results.items() if isinstance(v, float)))
+    results["train_function_traces"] = trainer.train_function.experimental_get_tracing_count()
+    results["xla_step_traces"] = trainer.forward_backward.experimental_get_tracing_count()
+    return results
+
+
+def _summary(model_args, data_args, args, info, model, trainer, train_metrics, corpus_description, tok):
+    """The ``training_summary.json`` content (what the model card shows)."""
+    from hf_tpu_ext.outputs import framework_versions
+
+    step = int(model.optimizer.iterations.numpy())
+    eval_results = {}
+    for entry in reversed(trainer.log_history):
+        if "eval_loss" in entry:
+            eval_results = {k: entry[k] for k in ("eval_loss", "perplexity", "eval_accuracy") if k in entry}
+            break
+    description = corpus_description
+    if description is None and data_args.train_file:
+        description = f"text files ({os.path.basename(data_args.train_file)}"
+        description += f", {os.path.basename(data_args.validation_file)})" if data_args.validation_file else ")"
+    from hf_tpu_ext.backends.tensorflow.trainer import model_summary_fields
+
+    return {
+        "backend": "tensorflow",
+        "accelerator": info.accelerator,
+        "num_devices": info.num_devices,
+        "strategy": info.strategy_name,
+        "num_replicas": info.num_replicas,
+        "num_workers": info.num_workers,
+        "global_batch_size": trainer.global_batch_size,
+        "per_device_train_batch_size": args.per_device_train_batch_size,
+        "max_seq_length": data_args.max_seq_length,
+        "precision": "bf16 mixed" if args.bf16 else "float32",
+        "jit_compile": args.jit_compile,
+        "steps_per_execution": args.steps_per_execution,
+        "global_step": step,
+        "epoch": step / trainer.steps_per_epoch,
+        "tokens_seen": step * trainer.global_batch_size * data_args.max_seq_length,
+        "train_runtime": train_metrics.get("train_runtime"),
+        "train_tokens_per_second": train_metrics.get("train_tokens_per_second"),
+        "base_model": model_args.model_name_or_path,
+        "dataset_name": data_args.dataset_name,
+        "dataset_config_name": data_args.dataset_config_name,
+        "dataset_description": description or data_args.dataset_name,
+        **model_summary_fields(model),
+        "hyperparameters": {
+            "learning_rate": args.learning_rate,
+            "lr_scheduler": "linear warmup, then linear decay to 0",
+            "warmup_steps": args.num_warmup_steps(trainer.total_steps),
+            "optimizer": f"AdamW (beta1={args.adam_beta1}, beta2={args.adam_beta2}, epsilon={args.adam_epsilon})",
+            "weight_decay": args.weight_decay,
+            "max_grad_norm": args.max_grad_norm,
+            "per_device_train_batch_size": args.per_device_train_batch_size,
+            "global_batch_size": trainer.global_batch_size,
+            "max_seq_length": data_args.max_seq_length,
+            "mlm_probability": data_args.mlm_probability,
+            "max_predictions_per_seq": data_args.max_predictions_per_seq,
+            "total_steps": trainer.total_steps,
+            "seed": args.seed,
+        },
+        "eval_results": eval_results,
+        "framework_versions": framework_versions(),
+        "mask_token": tok.mask_token,
+    }
+
+
+def _write_outputs(model_args, data_args, args, model, tok, trainer, results, summary):
+    from hf_tpu_ext.backends.tensorflow.export import save_model_folder
+    from hf_tpu_ext.hub.model_card import save_model_card
+    from hf_tpu_ext.outputs import (TrainerState, plot_loss_curve, write_all_results, write_training_args,
+                                    write_training_summary)
+
+    out = args.output_dir
+    save_model_folder(model, out, tokenizer=tok)
+    write_training_args(out, model_args, data_args, args)
+    state = TrainerState(
+        global_step=results["global_step"], epoch=results["epoch"], max_steps=trainer.total_steps,
+        num_train_epochs=int(-(-trainer.total_steps // trainer.steps_per_epoch)), logging_steps=args.logging_steps,
+        eval_steps=args.eval_steps, save_steps=args.save_steps, train_batch_size=trainer.global_batch_size,
+        log_history=trainer.log_history, best_metric=trainer.best_metric,
+    )
+    state.save(os.path.join(out, "trainer_state.json"))
+    write_all_results(out, {k: v for k, v in results.items() if isinstance(v, (int, float))})
+    write_training_summary(out, summary)
+    plot_loss_curve(trainer.log_history, os.path.join(out, "loss_curve.png"))
+    save_model_card(out, repo_id=args.hub_model_id, summary=summary, license=args.license, language=args.language)

@@ -1,0 +1,102 @@
+"""Pick the ``tf.distribute`` strategy for the machine the run is on.
+
+Order (first that applies): ``tpu_name`` given -> ``TPUStrategy`` via ``TPUClusterResolver``;
+``TF_CONFIG`` set -> ``MultiWorkerMirroredStrategy``; more than one GPU -> ``MirroredStrategy``;
+more than one logical CPU device configured (tests) -> ``MirroredStrategy`` over them; otherwise the
+default one-device strategy. Global batch = per-device batch x ``num_replicas_in_sync``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Optional
+
+import tensorflow as tf
+
+from hf_tpu_ext.distributed import DistributedType, is_main_process, tf_config
+from hf_tpu_ext.errors import ArgumentError
+
+logger = logging.getLogger("hf_tpu_ext")
+
+
+@dataclasses.dataclass
+class StrategyInfo:
+    """What the run is distributed over (also written into the model card)."""
+
+    strategy: tf.distribute.Strategy
+    distributed_type: DistributedType
+    accelerator: str  # "TPU", "GPU" or "CPU"
+    num_devices: int  # devices of that kind in the whole run
+    num_replicas: int
+    num_workers: int
+    is_tpu_node: bool  # TPU reached over the network (not a TPU VM): data must be on gs://
+    is_chief: bool
+
+    @property
+    def strategy_name(self) -> str:
+        return type(self.strategy).__name__
+
+
+def resolve_strategy(tpu_name: Optional[str] = None, tpu_zone: Optional[str] = None,
+                     gcp_project: Optional[str] = None) -> StrategyInfo:
+    """Create the strategy (see module docstring for the order).
+
+    Args:
+        tpu_name: a TPU name or ``grpc://`` address, or ``"local"`` on a TPU VM.
+        tpu_zone, gcp_project: where a named TPU Node lives.
+
+    Raises:
+        ArgumentError: ``tpu_name`` was given but no TPU could be reached (the message says what was tried).
+    """
+    if tpu_name:
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+                tpu=tpu_name, zone=tpu_zone, project=gcp_project
+            )
+            tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+        except (ValueError, tf.errors.OpError, RuntimeError) as e:
+            raise ArgumentError(
+                f"Could not reach TPU {tpu_name!r} ({type(e).__name__}: {e}). On a TPU VM use --tpu_name local; "
+                "for a TPU Node give its name with --tpu_zone and --gcp_project."
+            ) from None
+        strategy = tf.distribute.TPUStrategy(resolver)
+        n = strategy.num_replicas_in_sync
+        return StrategyInfo(strategy, DistributedType.TPU, "TPU", n, n,
+                            max(1, len(resolver.cluster_spec().as_dict().get("worker", [])) or 1),
+                            is_tpu_node=tpu_name != "local" and not tpu_name.startswith("local"),
+                            is_chief=True)
+
+    if tf_config().get("cluster"):
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        cluster = tf_config()["cluster"]
+        workers = len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+        gpus = tf.config.list_logical_devices("GPU")
+        return StrategyInfo(strategy, DistributedType.MULTI_WORKER, "GPU" if gpus else "CPU",
+                            strategy.num_replicas_in_sync, strategy.num_replicas_in_sync, workers,
+                            is_tpu_node=False, is_chief=is_main_process())
+
+    gpus = tf.config.list_logical_devices("GPU")
+    if len(gpus) > 1:
+        strategy = tf.distribute.MirroredStrategy([d.name for d in gpus])
+        return StrategyInfo(strategy, DistributedType.MULTI_DEVICE, "GPU", len(gpus), len(gpus), 1, False, True)
+    cpus = tf.config.list_logical_devices("CPU")
+    if not gpus and len(cpus) > 1:
+        strategy = tf.distribute.MirroredStrategy([d.name for d in cpus])
+        return StrategyInfo(strategy, DistributedType.MULTI_DEVICE, "CPU", len(cpus), len(cpus), 1, False, True)
+    device = gpus[0].name if gpus else cpus[0].name
+    strategy = tf.distribute.OneDeviceStrategy(device)
+    return StrategyInfo(strategy, DistributedType.NO, "GPU" if gpus else "CPU", 1, 1, 1, False, True)
+
+
+def split_cpu(num_devices: int) -> None:
+    """Split the physical CPU into ``num_devices`` logical devices (multi-replica tests on a CPU).
+
+    Must run before TensorFlow initializes its devices (before any op).
+
+    Raises:
+        RuntimeError: TensorFlow's devices are already initialized.
+    """
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * num_devices)

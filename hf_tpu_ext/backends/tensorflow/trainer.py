@@ -1,0 +1,317 @@
+"""The TensorFlow training loop: XLA per-replica step, cross-replica update, Keras callbacks.
+
+Why not ``model.fit(jit_compile=True)``: under ``MirroredStrategy`` XLA cannot compile the cross-replica
+update (variables live on other devices). Here only the per-replica forward/backward is XLA-compiled
+(``jit_compile=True``); the all-reduce, clipping and optimizer update run outside it. The loop still
+drives standard ``tf_keras`` callbacks (``CallbackList``), so every Keras callback works unchanged and
+reads the global step from ``model.optimizer.iterations``.
+
+Loss normalization: each replica returns the summed masked-token loss and the gradient of
+``loss_sum / global_num_masked`` (the count all-reduced first), so N replicas x B and 1 device x N*B give
+the same update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from hf_tpu_ext.backends.tensorflow.model import count_parameters, masked_lm_sums
+
+logger = logging.getLogger("hf_tpu_ext")
+
+
+@dataclasses.dataclass
+class RunContext:
+    """Everything a callback's ``from_run(run)`` may need to configure itself."""
+
+    model_args: Any
+    data_args: Any
+    training_args: Any
+    strategy: tf.distribute.Strategy
+    strategy_info: Any
+    num_replicas: int
+    global_batch_size: int
+    seq_length: int
+    steps_per_epoch: int
+    total_steps: int
+    eval_dataset: Optional[tf.data.Dataset]
+    eval_steps: Optional[int]
+    tokenizer: Any
+    checkpointer: Any
+    model_config: Any
+    model: Any = None
+    output_dir: str = ""
+
+
+def _crossed(prev_step: int, step: int, every: int) -> bool:
+    """True when a multiple of ``every`` lies in ``(prev_step, step]`` (steps_per_execution may jump over it)."""
+    return every > 0 and step // every > prev_step // every
+
+
+class TFTrainer:
+    """Trains a masked LM built under ``strategy_info.strategy`` on global batches from ``make_dataset``.
+
+    Args:
+        model: a TF masked LM created under the strategy's scope.
+        optimizer: a ``tf_keras`` optimizer created under the strategy's scope.
+        lr_schedule: callable step -> learning rate (for logging).
+        training_args: :class:`hf_tpu_ext.args.TrainingArguments`.
+        strategy_info: :class:`hf_tpu_ext.backends.tensorflow.strategy.StrategyInfo`.
+        make_train_dataset: ``start_step -> tf.data.Dataset`` of global batches (infinite).
+        eval_dataset: finite dataset of global eval batches, or None.
+        eval_steps: number of batches in ``eval_dataset``.
+        steps_per_epoch, total_steps: in global optimizer steps.
+        seq_length: tokens per sequence.
+        checkpointer: a ``TrainingCheckpointer`` (None: no checkpoints).
+        callbacks: ``tf_keras`` callbacks driven by the loop.
+    """
+
+    def __init__(self, model, optimizer, lr_schedule, training_args, strategy_info, make_train_dataset,
+                 eval_dataset, eval_steps, steps_per_epoch, total_steps, seq_length, checkpointer=None,
+                 callbacks=(), start_step: int = 0, log_history=None, summary_writer=None):
+        self.model = model
+        self.optimizer = optimizer
+        self.lr_schedule = lr_schedule
+        self.args = training_args
+        self.info = strategy_info
+        self.strategy = strategy_info.strategy
+        self.make_train_dataset = make_train_dataset
+        self.eval_dataset = eval_dataset
+        self.eval_steps = eval_steps
+        self.steps_per_epoch = steps_per_epoch
+        self.total_steps = total_steps
+        self.seq_length = seq_length
+        self.global_batch_size = training_args.per_device_train_batch_size * self.strategy.num_replicas_in_sync
+        self.checkpointer = checkpointer
+        self.start_step = start_step
+        self.log_history: List[Dict[str, Any]] = list(log_history or [])
+        self.summary_writer = summary_writer
+        self.best_metric: Optional[float] = None
+        # Keras callbacks read model.optimizer (global step) and model.train_function (recompile guard)
+        model.optimizer = optimizer
+        # slots exist before the first trace, so the train function is traced (and compiled) exactly once
+        with self.strategy.scope():
+            optimizer._create_all_weights(model.trainable_variables)
+        self.callbacks = tf_keras.callbacks.CallbackList(
+            list(callbacks), add_history=True, add_progbar=False, model=model,
+            epochs=max(1, math.ceil(total_steps / steps_per_epoch)), steps=steps_per_epoch, verbose=0,
+        )
+        self._build_functions()
+
+    # ------------------------------------------------------------------ compiled functions
+    def _build_functions(self):
+        model, optimizer, strategy, args = self.model, self.optimizer, self.strategy, self.args
+        variables = None
+
+        @tf.function(jit_compile=args.jit_compile, reduce_retracing=False)
+        def forward_backward(batch, global_count):
+            with tf.GradientTape() as tape:
+                loss_sum, _, count = masked_lm_sums(model, batch, training=True)
+                loss = loss_sum / global_count
+            grads = tape.gradient(loss, model.trainable_variables)
+            # dense gradients: one all-reduce shape per variable, XLA/TPU friendly
+            grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
+                     for g, v in zip(grads, model.trainable_variables)]
+            return loss_sum, count, grads
+
+        def replica_step(batch):
+            ctx = tf.distribute.get_replica_context()
+            local_count = tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32))
+            global_count = tf.maximum(ctx.all_reduce(tf.distribute.ReduceOp.SUM, local_count), 1.0)
+            loss_sum, count, grads = forward_backward(batch, global_count)
+            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+            if args.max_grad_norm and args.max_grad_norm > 0:
+                grads, _ = tf.clip_by_global_norm(grads, args.max_grad_norm)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables), experimental_aggregate_gradients=False)
+            return loss_sum, count
+
+        @tf.function
+        def train_function(iterator, num_steps):
+            total_loss = tf.constant(0.0, tf.float32)
+            total_count = tf.constant(0.0, tf.float32)
+            for _ in tf.range(num_steps):
+                loss_sum, count = strategy.run(replica_step, args=(next(iterator),))
+                total_loss += strategy.reduce(tf.distribute.ReduceOp.SUM, loss_sum, axis=None)
+                total_count += strategy.reduce(tf.distribute.ReduceOp.SUM, count, axis=None)
+            return total_loss / tf.maximum(total_count, 1.0)
+
+        self.forward_backward = forward_backward
+        self.train_function = train_function
+        self.model.train_function = train_function
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> Dict[str, float]:
+        """Masked-LM metrics on the whole validation set: ``eval_loss``, ``perplexity``, ``eval_accuracy``."""
+        if self.eval_dataset is None or not self.eval_steps:
+            return {}
+        from hf_tpu_ext.backends.tensorflow.evaluation import evaluate_masked_lm
+
+        metrics = evaluate_masked_lm(self.model, self.eval_dataset, steps=self.eval_steps, strategy=self.strategy)
+        return {k: float(v) for k, v in metrics.items() if k in ("eval_loss", "perplexity", "eval_accuracy")}
+
+    # ------------------------------------------------------------------ loop
+    def train(self) -> Dict[str, Any]:
+        """Run from ``start_step`` to ``total_steps``. Returns the train metrics (loss, runtime, tokens/s)."""
+        args = self.args
+        spe, total = self.steps_per_epoch, self.total_steps
+        step = self.start_step
+        dist_ds = self.strategy.experimental_distribute_dataset(self.make_train_dataset(step))
+        iterator = iter(dist_ds)
+        tokens_per_step = self.global_batch_size * self.seq_length
+        progress = None
+        if self.info.is_chief and not args.disable_tqdm:
+            from tqdm.auto import tqdm
+
+            progress = tqdm(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True)
+
+        logs: Dict[str, Any] = {}
+        train_loss_sum, train_loss_n = 0.0, 0
+        window_loss, window_n = 0.0, 0
+        t_start = time.perf_counter()
+        t_window = t_start
+        steps_run = 0
+        self.callbacks.on_train_begin()
+        try:
+            epoch = step // spe
+            epoch_started = False
+            while step < total:
+                if not epoch_started:
+                    self.callbacks.on_epoch_begin(epoch)
+                    epoch_started = True
+                epoch_end_step = (epoch + 1) * spe
+                n = min(args.steps_per_execution, total - step, epoch_end_step - step)
+                batch_index = step - epoch * spe
+                self.callbacks.on_train_batch_begin(batch_index)
+                loss = float(self.train_function(iterator, tf.constant(n, tf.int32)))
+                if not math.isfinite(loss):
+                    raise FloatingPointError(
+                        f"Training loss became {loss} at global step {step + n}; lower --learning_rate or use "
+                        "--warmup_ratio. The last checkpoint in output_dir is intact."
+                    )
+                prev, step = step, step + n
+                steps_run += n
+                train_loss_sum += loss * n
+                train_loss_n += n
+                window_loss += loss * n
+                window_n += n
+                logs = {"loss": loss, "learning_rate": float(self.lr_schedule(step)), "global_step": step,
+                        "epoch": step / spe}
+                if _crossed(prev, step, args.logging_steps) or step == total:
+                    now = time.perf_counter()
+                    entry = {"loss": round(window_loss / window_n, 6), "learning_rate": logs["learning_rate"],
+                             "epoch": round(step / spe, 4), "step": step,
+                             "tokens_per_second": round(window_n * tokens_per_step / max(now - t_window, 1e-9), 2)}
+                    self._log(entry)
+                    window_loss, window_n, t_window = 0.0, 0, now
+                if progress is not None:
+                    progress.update(n)
+                    progress.set_postfix(loss=f"{loss:.4f}",
+                                         tok_s=f"{steps_run * tokens_per_step / (time.perf_counter() - t_start):.0f}")
+                at_epoch_end = step == epoch_end_step or step == total
+                if args.eval_strategy == "steps" and _crossed(prev, step, args.eval_steps):
+                    logs.update(self._evaluate_and_log(step))
+                if args.save_strategy == "steps" and _crossed(prev, step, args.save_steps):
+                    self._save(step)
+                self.callbacks.on_train_batch_end(batch_index + n - 1, logs)
+                if at_epoch_end:
+                    if args.eval_strategy == "epoch" and "eval_loss" not in logs:
+                        logs.update(self._evaluate_and_log(step))
+                    if args.save_strategy == "epoch":
+                        self._save(step)
+                    self.callbacks.on_epoch_end(epoch, dict(logs))
+                    epoch += 1
+                    epoch_started = False
+                if getattr(self.model, "stop_training", False):
+                    break
+        finally:
+            if progress is not None:
+                progress.close()
+        runtime = time.perf_counter() - t_start
+        # the final checkpoint, so a finished run can be resumed/extended and pushed as last-checkpoint
+        if self.checkpointer is not None and (self.checkpointer.latest is None
+                                              or not self.checkpointer.latest.endswith(f"-{step}")):
+            self._save(step)
+        results = {
+            "train_loss": train_loss_sum / max(train_loss_n, 1),
+            "train_runtime": runtime,
+            "train_steps_per_second": steps_run / max(runtime, 1e-9),
+            "train_samples_per_second": steps_run * self.global_batch_size / max(runtime, 1e-9),
+            "train_tokens_per_second": steps_run * tokens_per_step / max(runtime, 1e-9),
+            "global_step": step,
+            "epoch": step / spe,
+            "tokens_seen": step * tokens_per_step,
+        }
+        self.final_logs = logs
+        return results
+
+    def end_training(self, logs: Optional[Dict[str, Any]] = None):
+        """Fire ``on_train_end`` (the Hub callback pushes the final weights here); call after outputs are written."""
+        self.callbacks.on_train_end(logs or {})
+
+    def _evaluate_and_log(self, step: int) -> Dict[str, float]:
+        metrics = self.evaluate()
+        if metrics:
+            entry = dict(metrics, epoch=round(step / self.steps_per_epoch, 4), step=step)
+            self._log(entry)
+            if self.best_metric is None or metrics["eval_loss"] < self.best_metric:
+                self.best_metric = metrics["eval_loss"]
+        return metrics
+
+    def _log(self, entry: Dict[str, Any]):
+        self.log_history.append(entry)
+        if self.info.is_chief:
+            logger.info(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry.items()))
+        if self.summary_writer is not None:
+            with self.summary_writer.as_default():
+                for k, v in entry.items():
+                    if k not in ("step", "epoch") and isinstance(v, (int, float)):
+                        tf.summary.scalar(("train/" if not k.startswith("eval") and k != "perplexity" else "eval/") + k,
+                                          v, step=entry["step"])
+            self.summary_writer.flush()
+
+    def _save(self, step: int):
+        if self.checkpointer is None:
+            return
+        # every worker saves (MultiWorkerMirroredStrategy needs all of them); non-chiefs write to a temp dir
+        path = self.checkpointer.save(step, epoch=step / self.steps_per_epoch)
+        if self.info.is_chief:
+            logger.info("saved checkpoint %s", path)
+
+
+def make_optimizer(training_args, total_steps: int):
+    """AdamW with linear warmup then linear decay to 0 (transformers' ``create_optimizer``).
+
+    Returns:
+        ``(optimizer, schedule)``; create it under the strategy's scope.
+    """
+    from transformers import create_optimizer
+
+    return create_optimizer(
+        init_lr=training_args.learning_rate,
+        num_train_steps=max(total_steps, 1),
+        num_warmup_steps=training_args.num_warmup_steps(total_steps),
+        weight_decay_rate=training_args.weight_decay,
+        adam_beta1=training_args.adam_beta1,
+        adam_beta2=training_args.adam_beta2,
+        adam_epsilon=training_args.adam_epsilon,
+    )
+
+
+def model_summary_fields(model) -> Dict[str, Any]:
+    cfg = model.config
+    return {
+        "num_parameters": count_parameters(model),
+        "model_type": cfg.model_type,
+        "model_config": {k: getattr(cfg, k, None) for k in (
+            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "max_position_embeddings", "hidden_dropout_prob", "attention_probs_dropout_prob")},
+    }

@@ -1,0 +1,270 @@
+"""Registry of the ``tf_keras`` callbacks that ``--callbacks`` and ``hf-tpu callbacks`` know by name.
+
+Built-in callbacks are registered as ``"module:Class"`` strings with a one-line description, so importing
+this package (``hf-tpu callbacks``, argument checks) does not import TensorFlow; a callback's module is
+imported only when the callback is asked for, so a broken module breaks only its own name.
+
+Third-party packages add callbacks through the entry-point group ``hf_tpu_ext.callbacks``; the entry
+point's object must be a ``tf_keras.callbacks.Callback`` subclass::
+
+    # pyproject.toml of a plug-in package
+    [project.entry-points."hf_tpu_ext.callbacks"]
+    my_callback = "my_package.callbacks:MyCallback"
+
+Building a callback for a training run: a class may define ``classmethod from_run(run)`` taking the
+trainer's ``RunContext`` (``model_args, data_args, training_args, strategy, num_replicas,
+global_batch_size, seq_length, steps_per_epoch, total_steps, eval_dataset, eval_steps, tokenizer,
+checkpointer, model_config``); :func:`build_callbacks` uses it when present, else calls ``cls()``.
+
+Example:
+    >>> from hf_tpu_ext.callbacks import available_callbacks
+    >>> sorted(available_callbacks())[:2]
+    ['masked_lm_metrics', 'push_to_hub']
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+
+from hf_tpu_ext.errors import ArgumentError, HfTpuExtError, UnknownCallbackError
+
+logger = logging.getLogger("hf_tpu_ext")
+
+ENTRY_POINT_GROUP = "hf_tpu_ext.callbacks"
+
+# name -> class, or "module:Class" not imported yet
+_REGISTRY: Dict[str, Union[type, str]] = {}
+_DESCRIPTIONS: Dict[str, str] = {}
+
+_BUILTINS = {
+    "masked_lm_metrics": (
+        "hf_tpu_ext.callbacks.masked_lm_metrics:MaskedLMMetrics",
+        "Evaluate masked-LM loss, perplexity and accuracy on device (per epoch or every N steps).",
+    ),
+    "push_to_hub": (
+        "hf_tpu_ext.callbacks.push_to_hub:PushToHubCallback",
+        "Push checkpoints, the model and its card to the Hub in the background while training runs.",
+    ),
+    "throughput": (
+        "hf_tpu_ext.callbacks.throughput:ThroughputCallback",
+        "Log samples/s, tokens/s (per replica), median step time and MFU.",
+    ),
+    "xla_recompile_guard": (
+        "hf_tpu_ext.callbacks.xla_recompile_guard:XLARecompileGuard",
+        "Warn or fail when the train function is traced/compiled again after warm-up.",
+    ),
+}
+
+
+class CallbackImportError(HfTpuExtError, ImportError):
+    """A registered callback's module or class cannot be imported (a missing optional package, a bug)."""
+
+
+def _first_line(text: Optional[str]) -> str:
+    for line in (text or "").strip().splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _target(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def register_callback(name: str, description: Optional[str] = None) -> Callable[[type], type]:
+    """Class decorator registering a ``tf_keras.callbacks.Callback`` subclass under ``name``.
+
+    Args:
+        name: the name used in ``--callbacks`` (lowercase, no commas or spaces).
+        description: one line for ``hf-tpu callbacks`` (default: the first line of the class docstring).
+
+    Returns:
+        The decorator; it returns the class unchanged.
+
+    Raises:
+        ArgumentError: ``name`` is malformed, the class is not a Keras callback, or ``name`` is already
+            registered to another class.
+    """
+    if not name or any(c in name for c in ", \t\n") or name != name.strip():
+        raise ArgumentError(f"Callback name {name!r} is invalid: use a non-empty name without spaces or commas.")
+
+    def decorator(cls: type) -> type:
+        import tf_keras
+
+        if not (isinstance(cls, type) and issubclass(cls, tf_keras.callbacks.Callback)):
+            raise ArgumentError(
+                f"@register_callback({name!r}) must decorate a tf_keras.callbacks.Callback subclass, got {cls!r}."
+            )
+        existing = _REGISTRY.get(name)
+        if existing is not None:
+            existing_target = existing if isinstance(existing, str) else _target(existing)
+            if existing_target != _target(cls):  # re-import of the same class (lazy load, reload) is fine
+                raise ArgumentError(
+                    f"Callback name {name!r} is already registered to {existing_target}; choose another name."
+                )
+        _REGISTRY[name] = cls
+        _DESCRIPTIONS[name] = description or _DESCRIPTIONS.get(name) or _first_line(cls.__doc__)
+        return cls
+
+    return decorator
+
+
+for _name, (_where, _text) in _BUILTINS.items():
+    _REGISTRY[_name] = _where
+    _DESCRIPTIONS[_name] = _text
+
+
+def _entry_points() -> Dict[str, Any]:
+    """Entry points of the group ``hf_tpu_ext.callbacks`` (scanned on every call: cheap, sees new installs)."""
+    from importlib.metadata import entry_points
+
+    found = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _REGISTRY:
+            if not isinstance(_REGISTRY[ep.name], str) or _REGISTRY[ep.name] != ep.value:
+                logger.warning("Entry point %s = %s ignored: the name is taken by %s.", ep.name, ep.value, _REGISTRY[ep.name])
+            continue
+        found[ep.name] = ep
+    return found
+
+
+def available_callbacks() -> Dict[str, str]:
+    """All callback names with their one-line descriptions, sorted by name.
+
+    Returns:
+        ``{name: description}``: built-in, registered with :func:`register_callback`, and entry points of
+        the group ``hf_tpu_ext.callbacks`` (described by their target; they are not imported here).
+    """
+    names = dict(_DESCRIPTIONS)
+    for name, ep in _entry_points().items():
+        names[name] = f"Third-party callback ({ep.value})."
+    return dict(sorted(names.items()))
+
+
+def _load(name: str, where: str) -> type:
+    module_name, _, qualname = where.partition(":")
+    try:
+        obj = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise CallbackImportError(
+            f"Callback {name!r} ({where}) could not be imported: {e}. Install what it needs or drop it from --callbacks."
+        ) from e
+    return obj
+
+
+def _check_class(name: str, cls: Any) -> type:
+    import tf_keras
+
+    if not (isinstance(cls, type) and issubclass(cls, tf_keras.callbacks.Callback)):
+        raise ArgumentError(f"Callback {name!r} resolves to {cls!r}, which is not a tf_keras.callbacks.Callback subclass.")
+    return cls
+
+
+def get_callback_class(name: str) -> type:
+    """The class registered under ``name`` (imports its module on first use).
+
+    Raises:
+        UnknownCallbackError: ``name`` is not registered; the message lists the known names.
+        CallbackImportError: the callback's module cannot be imported.
+        ArgumentError: an entry point does not point at a Keras callback class.
+    """
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        eps = _entry_points()
+        if name not in eps:
+            known = ", ".join(available_callbacks())
+            raise UnknownCallbackError(
+                f"Unknown callback {name!r}. Known callbacks: {known}. Run `hf-tpu callbacks` for their descriptions."
+            )
+        try:
+            cls = eps[name].load()
+        except Exception as e:  # a broken plug-in must say which one it is
+            raise CallbackImportError(
+                f"Callback {name!r} (entry point {eps[name].value}) could not be loaded: {e}."
+            ) from e
+        return _check_class(name, cls)
+    if isinstance(entry, str):
+        cls = _load(name, entry)
+        # importing the module ran @register_callback; keep the class even if it did not
+        if isinstance(_REGISTRY.get(name), str):
+            _REGISTRY[name] = cls
+        return _check_class(name, cls)
+    return entry
+
+
+def resolve_callbacks(names: Iterable[str]) -> List[type]:
+    """Classes for a list of callback names, in order (checks every name before any import).
+
+    Args:
+        names: registered names, e.g. ``TrainingArguments.callback_names``.
+
+    Returns:
+        The callback classes.
+
+    Raises:
+        UnknownCallbackError: a name is not registered; the message lists the known names.
+        CallbackImportError: a callback's module cannot be imported.
+    """
+    names = list(names)
+    eps = None
+    for name in names:
+        if name not in _REGISTRY:
+            eps = _entry_points() if eps is None else eps
+            if name not in eps:
+                known = ", ".join(available_callbacks())
+                raise UnknownCallbackError(
+                    f"Unknown callback {name!r}. Known callbacks: {known}. Run `hf-tpu callbacks` for their descriptions."
+                )
+    return [get_callback_class(name) for name in names]
+
+
+def get_callback(name: str, **kwargs):
+    """Instantiate the callback registered under ``name``.
+
+    Args:
+        name: a registered name (see :func:`available_callbacks`).
+        **kwargs: the class's constructor arguments.
+
+    Returns:
+        A ``tf_keras.callbacks.Callback`` instance.
+
+    Raises:
+        UnknownCallbackError, CallbackImportError: see :func:`get_callback_class`.
+    """
+    return get_callback_class(name)(**kwargs)
+
+
+def build_callbacks(names: Iterable[str], run) -> list:
+    """Instantiate callbacks for a training run.
+
+    Args:
+        names: registered names, in the order the callbacks should run.
+        run: the trainer's ``RunContext``; passed to ``cls.from_run(run)`` where a class defines it.
+
+    Returns:
+        ``tf_keras.callbacks.Callback`` instances.
+
+    Raises:
+        UnknownCallbackError, CallbackImportError: see :func:`resolve_callbacks`.
+    """
+    built = []
+    for cls in resolve_callbacks(names):
+        from_run = getattr(cls, "from_run", None)
+        built.append(from_run(run) if callable(from_run) else cls())
+    return built
+
+
+__all__ = [
+    "CallbackImportError",
+    "ENTRY_POINT_GROUP",
+    "available_callbacks",
+    "build_callbacks",
+    "get_callback",
+    "get_callback_class",
+    "register_callback",
+    "resolve_callbacks",
+]

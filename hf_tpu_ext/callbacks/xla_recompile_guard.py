@@ -1,0 +1,197 @@
+"""Catch recompilations of the train function: on a TPU each one stalls training for seconds to minutes."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any, Dict, List, Optional, Tuple
+
+import tf_keras
+
+from hf_tpu_ext.callbacks import register_callback
+
+logger = logging.getLogger("hf_tpu_ext")
+
+Signature = Tuple[Tuple[str, str], ...]  # ((input path, "shape dtype" or repr), ...)
+
+
+def _spec_entries(obj: Any, path: str, out: List[Tuple[str, str]]) -> None:
+    """Flatten a traced input signature into ``(path, description)`` pairs (shape and dtype per tensor)."""
+    import tensorflow as tf
+
+    if isinstance(obj, tf.TensorSpec):
+        shape = tuple(obj.shape.as_list()) if obj.shape.rank is not None else None
+        out.append((path, f"shape {shape} {obj.dtype.name}"))
+        return
+    if isinstance(obj, dict):
+        for key in sorted(obj, key=str):
+            _spec_entries(obj[key], f"{path}[{key!r}]", out)
+        return
+    if isinstance(obj, (list, tuple)):
+        for i, item in enumerate(obj):
+            _spec_entries(item, f"{path}[{i}]", out)
+        return
+    # iterators (IteratorSpec, DistributedIteratorSpec) carry the element structure
+    element = getattr(obj, "_element_spec", None)
+    if element is not None:
+        _spec_entries(element, path, out)
+        return
+    values = getattr(obj, "_value_specs", None)  # PerReplicaSpec: one spec per replica
+    if values:
+        _spec_entries(values[0], path, out)
+        return
+    out.append((path, repr(obj)))
+
+
+def signature_of(concrete_function) -> Signature:
+    """``((path, "shape (8, 128) int32"), ...)`` for the inputs of a concrete function, iterators unpacked.
+
+    Args:
+        concrete_function: a ``tf.types.experimental.ConcreteFunction`` (one trace of a ``tf.function``).
+
+    Returns:
+        A hashable tuple describing every input tensor (shape with None for unknown dims, dtype) or
+        Python value, by its path (``args[0][0]['input_ids']``: first argument, element 0, key).
+    """
+    args, kwargs = concrete_function.structured_input_signature
+    out: List[Tuple[str, str]] = []
+    _spec_entries(tuple(args), "args", out)
+    _spec_entries(dict(kwargs), "kwargs", out)
+    return tuple(out)
+
+
+def describe_change(old: Signature, new: Signature) -> str:
+    """Human-readable differences between two input signatures (which input changed and how)."""
+    old_d, new_d = dict(old), dict(new)
+    changes = []
+    for path in new_d:
+        if path not in old_d:
+            changes.append(f"new input {path} ({new_d[path]})")
+        elif old_d[path] != new_d[path]:
+            changes.append(f"input {path} changed {old_d[path]} -> {new_d[path]}")
+    changes.extend(f"input {path} ({old_d[path]}) is gone" for path in old_d if path not in new_d)
+    return "; ".join(changes) or "the input signature is unchanged (a Python argument or captured value changed)"
+
+
+class _Tracked:
+    """Traces seen of one train function object."""
+
+    def __init__(self, fn):
+        self.fn = fn  # keep it alive so its id stays unique
+        self.tracing_count = 0
+        self.signatures: List[Signature] = []
+
+
+@register_callback("xla_recompile_guard")
+class XLARecompileGuard(tf_keras.callbacks.Callback):
+    """Warn or fail when the train function is traced/compiled again after warm-up.
+
+    A ``tf.function`` is traced (and, with XLA, compiled) once per distinct input signature. A second
+    signature mid-run -- a batch of another shape (a partial last batch, a different sequence length), or
+    another dtype -- means a recompilation: seconds on a GPU, minutes on a TPU pod, every time it happens.
+
+    After each train call the guard reads ``experimental_get_tracing_count()`` of
+    ``model.<function_attr>`` (``model.fit`` and hf-tpu-ext's trainer both set ``model.train_function``)
+    and, when it grew, lists the function's concrete functions: the number of distinct input signatures is
+    the number of compilations (a function that creates variables is traced twice for one signature; that
+    counts once). Functions are tracked per object, so a ``fit`` that builds a new train function (after
+    ``compile``) starts its own warm-up.
+
+    Writes ``xla_compilations`` (distinct signatures of the current train function, int) into batch and
+    epoch logs.
+
+    Limitation: with ``reduce_retracing=True`` (tf_keras' default) the second trace relaxes the changed
+    dimension to None; later shapes reuse that trace, while XLA (``jit_compile=True``) still compiles each
+    new concrete shape. Only the first change is seen here -- which is when it should be fixed.
+
+    Args:
+        warmup_compilations: compilations allowed per train function before the guard acts (>= 1).
+        action: ``"warn"`` (``logging`` + ``warnings.warn(RuntimeWarning)``) or ``"raise"``
+            (:class:`hf_tpu_ext.errors.RecompilationError`, which stops ``fit``).
+        function_attr: the model attribute holding the train ``tf.function``.
+
+    Raises:
+        ArgumentError: an unknown ``action`` or ``warmup_compilations < 1``.
+    """
+
+    def __init__(self, warmup_compilations: int = 1, action: str = "warn", function_attr: str = "train_function"):
+        super().__init__()
+        from hf_tpu_ext.errors import ArgumentError
+
+        if action not in ("warn", "raise"):
+            raise ArgumentError(f"XLARecompileGuard: action must be 'warn' or 'raise', got {action!r}.")
+        if int(warmup_compilations) < 1:
+            raise ArgumentError(f"XLARecompileGuard: warmup_compilations must be >= 1, got {warmup_compilations}.")
+        self.warmup_compilations = int(warmup_compilations)
+        self.action = action
+        self.function_attr = function_attr
+        self._tracked: Dict[int, _Tracked] = {}
+        self._current: Optional[_Tracked] = None
+        self._warned_untraceable = False
+        self.events: List[str] = []  # messages of the recompilations seen
+        self._supports_tf_logs = True
+
+    @classmethod
+    def from_run(cls, run) -> "XLARecompileGuard":
+        """Configure for hf-tpu-ext's trainer: warn (the trainer's own function has one static signature)."""
+        return cls()
+
+    @property
+    def compilations(self) -> int:
+        """Distinct input signatures traced by the current train function (0 before the first call)."""
+        return len(self._current.signatures) if self._current else 0
+
+    def _check(self) -> None:
+        fn = getattr(self.model, self.function_attr, None) if self.model is not None else None
+        get_count = getattr(fn, "experimental_get_tracing_count", None)
+        if get_count is None:
+            if fn is not None and not self._warned_untraceable:
+                self._warned_untraceable = True
+                logger.warning("XLARecompileGuard: model.%s is not a tf.function (run_eagerly?); nothing to guard.",
+                               self.function_attr)
+            return
+        tracked = self._tracked.get(id(fn))
+        if tracked is None or tracked.fn is not fn:
+            tracked = self._tracked[id(fn)] = _Tracked(fn)
+        self._current = tracked
+        count = get_count()
+        if count == tracked.tracing_count:
+            return
+        tracked.tracing_count = count
+        try:
+            concrete = fn._list_all_concrete_functions()  # private, but the only way to see the traces' inputs
+            signatures = [signature_of(cf) for cf in concrete]
+        except Exception:  # pragma: no cover - TF internals moved: fall back to counting traces
+            signatures = [(("trace", str(i)),) for i in range(count)]
+        new = [s for s in dict.fromkeys(signatures) if s not in tracked.signatures]
+        for signature in new:
+            previous = tracked.signatures[-1] if tracked.signatures else None
+            tracked.signatures.append(signature)
+            n = len(tracked.signatures)
+            if n <= self.warmup_compilations:
+                continue
+            step = getattr(getattr(self.model, "optimizer", None), "iterations", None)
+            where = f" at global step {int(step)}" if step is not None else ""
+            message = (
+                f"model.{self.function_attr} was compiled again{where} (compilation {n}, "
+                f"{self.warmup_compilations} expected): {describe_change(previous, signature)}. Each new input "
+                "shape or dtype costs a full XLA compilation; keep batches static (drop_remainder=True, one "
+                "max_seq_length, fixed dtypes)."
+            )
+            self.events.append(message)
+            if self.action == "raise":
+                from hf_tpu_ext.errors import RecompilationError
+
+                raise RecompilationError(message)
+            logger.warning(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._check()
+        if logs is not None and self._current is not None:
+            logs["xla_compilations"] = self.compilations
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._check()
+        if logs is not None and self._current is not None:
+            logs["xla_compilations"] = self.compilations

@@ -1,0 +1,88 @@
+"""``hf-tpu demo``: launch the Gradio fill-mask demo (``spaces_demo/app.py``) for a model folder or repo id.
+
+Example:
+    hf-tpu demo output/ --port 7860
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import List, Optional
+
+from hf_tpu_ext.errors import ArgumentError
+
+_YES = ("yes", "true", "1", "y")
+_NO = ("no", "false", "0", "n")
+
+
+def _yes_no(value: str) -> bool:
+    v = str(value).strip().lower()
+    if v in _YES:
+        return True
+    if v in _NO:
+        return False
+    raise argparse.ArgumentTypeError(f"expected yes or no, got {value!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``hf-tpu demo``."""
+    parser = argparse.ArgumentParser(prog="hf-tpu demo", description="Launch the Gradio fill-mask demo locally.")
+    parser.add_argument("model", nargs="?", default=None,
+                        help="Model folder (what `hf-tpu train` writes) or Hub repo id (default: $MODEL_ID).")
+    parser.add_argument("--host", default="127.0.0.1", help="Address to listen on; 0.0.0.0 serves other machines too.")
+    parser.add_argument("--port", type=int, default=7860, help="Port to listen on.")
+    parser.add_argument("--share", type=_yes_no, default=False, metavar="{yes,no}",
+                        help="Create a public gradio.live link (needs internet).")
+    parser.add_argument("--backend", default=None, choices=("auto", "torch", "tensorflow"),
+                        help="Forward pass: torch when installed (auto), else TensorFlow.")
+    parser.add_argument("--revision", default=None, help="Branch, tag or commit of a Hub repo.")
+    parser.add_argument("--concurrency_limit", type=int, default=4, help="Requests served at the same time.")
+    return parser
+
+
+def load_demo(model: Optional[str], backend: Optional[str] = None, revision: Optional[str] = None,
+              concurrency_limit: int = 4):
+    """Build the demo app for ``model``, turning loading problems into :class:`ArgumentError`.
+
+    Args:
+        model: model folder or Hub repo id; ``None`` uses ``$MODEL_ID``.
+        backend: ``"torch"``, ``"tensorflow"``, ``"auto"`` or ``None``.
+        revision: branch, tag or commit of a Hub repo.
+        concurrency_limit: requests served at the same time (>= 1).
+
+    Returns:
+        The ``gr.Blocks`` app (not launched).
+
+    Raises:
+        ArgumentError: no model, a folder that is not a model, or a model that cannot be loaded.
+    """
+    from spaces_demo.app import MODEL_ENV, build_demo
+
+    model = model or os.environ.get(MODEL_ENV) or None
+    if not model:
+        raise ArgumentError(f"Give the model to show: `hf-tpu demo OUTPUT_DIR` or a repo id, or set ${MODEL_ENV}.")
+    if concurrency_limit < 1:
+        raise ArgumentError(f"--concurrency_limit must be >= 1, got {concurrency_limit}.")
+    if os.path.isdir(model) and not os.path.isfile(os.path.join(model, "config.json")):
+        raise ArgumentError(f"{model} has no config.json: pass the output_dir of `hf-tpu train` (the folder with "
+                            "config.json, tokenizer files and model.safetensors).")
+    try:
+        return build_demo(model, backend=backend, revision=revision, concurrency_limit=concurrency_limit)
+    except (OSError, ValueError, ImportError) as err:
+        raise ArgumentError(f"Cannot load {model} for the demo: {err}") from err
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run ``hf-tpu demo``; blocks until the server is stopped (Ctrl-C).
+
+    Returns:
+        0.
+
+    Raises:
+        ArgumentError: see :func:`load_demo`.
+    """
+    args = build_parser().parse_args(argv)
+    demo = load_demo(args.model, backend=args.backend, revision=args.revision, concurrency_limit=args.concurrency_limit)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share)
+    return 0

@@ -1,0 +1,168 @@
+"""``hf-tpu prepare-data``: tokenize a corpus once into TFRecord shards (a local folder or ``gs://``).
+
+Takes the data and tokenizer arguments of ``hf-tpu train`` (``--train_file``, ``--dataset_name``,
+``--tokenizer_name``, ``--vocab_size``, ``--max_seq_length``, ...) plus ``--output_path``. Writes::
+
+    {output_path}/manifest.json, train-*.tfrecord, validation-*.tfrecord, tokenizer/
+
+The training blocks are written in a seeded random order, so the pipeline's windowed shuffle draws
+from the whole corpus. Train on them with ``hf-tpu train --train_file {output_path}``.
+
+Example:
+    hf-tpu prepare-data --train_file corpus.txt --max_seq_length 128 --output_path gs://bucket/corpus-128
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from hf_tpu_ext.errors import DataError, OutputDirError
+
+
+@dataclass
+class PrepareDataArguments:
+    """Where and how ``hf-tpu prepare-data`` writes the shards."""
+
+    output_path: str = field(metadata={"help": "Folder or gs:// URL for the shards, manifest.json and tokenizer/."})
+    num_shards: int = field(default=8, metadata={"help": "TFRecord files per split (fewer when a split has fewer blocks)."})
+    tokenizer_output_dir: Optional[str] = field(
+        default=None, metadata={"help": "Where to save the tokenizer (default: {output_path}/tokenizer)."}
+    )
+    seed: int = field(default=42, metadata={"help": "Seed of the validation hold-out and of the training blocks' order."})
+    overwrite_output_path: bool = field(default=False, metadata={"help": "Replace shards already in --output_path."})
+
+    def __post_init__(self):
+        from hf_tpu_ext.errors import ArgumentError
+
+        if self.num_shards < 1:
+            raise ArgumentError(f"--num_shards must be >= 1, got {self.num_shards}.")
+
+
+def _save_tokenizer(tokenizer, destination: str) -> None:
+    """``save_pretrained`` to a local folder, or to a temp folder copied to ``gs://`` with tf.io.gfile."""
+    if not destination.startswith("gs://"):
+        tokenizer.save_pretrained(destination)
+        return
+    import tensorflow as tf
+
+    local = tempfile.mkdtemp(prefix="hf-tpu-tokenizer-")
+    try:
+        tokenizer.save_pretrained(local)
+        tf.io.gfile.makedirs(destination)
+        for name in os.listdir(local):
+            tf.io.gfile.copy(os.path.join(local, name), destination.rstrip("/") + "/" + name, overwrite=True)
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def _tokenizer_record(output_path: str, tokenizer_dir: str) -> str:
+    """The manifest's tokenizer entry: relative to ``output_path`` when inside it."""
+    base = output_path.rstrip("/") + "/"
+    if tokenizer_dir.startswith(base):
+        return tokenizer_dir[len(base):]
+    if not output_path.startswith("gs://") and not tokenizer_dir.startswith("gs://"):
+        rel = os.path.relpath(os.path.abspath(tokenizer_dir), os.path.abspath(output_path))
+        return rel.replace(os.sep, "/")
+    return tokenizer_dir
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run ``hf-tpu prepare-data``.
+
+    Args:
+        argv: command-line arguments without the program and command names (default ``sys.argv[2:]``
+            style: whatever :mod:`hf_tpu_ext.cli` passes).
+
+    Returns:
+        int: 0 on success.
+
+    Raises:
+        DataError, TokenizerError, CorpusTooSmallError: bad data or tokenizer (the CLI prints them).
+        OutputDirError: ``--output_path`` already holds shards and ``--overwrite_output_path`` is not set.
+        SystemExit: unknown flags or ``--help`` (argparse).
+    """
+    from transformers import HfArgumentParser
+
+    from hf_tpu_ext.args import DataTrainingArguments, ModelArguments
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, PrepareDataArguments))
+    parser.prog = "hf-tpu prepare-data"
+    model_args, data_args, prep_args = parser.parse_args_into_dataclasses(args=argv)
+
+    import numpy as np
+
+    from hf_tpu_ext.data.blocks import group_into_blocks
+    from hf_tpu_ext.data.loading import describe_data_source, is_tfrecord_source, load_text_datasets
+    from hf_tpu_ext.data.tfrecord import write_tfrecord_shards
+    from hf_tpu_ext.data.tokenizer import prepare_tokenizer
+
+    output_path = prep_args.output_path
+    if not output_path.startswith("gs://"):
+        output_path = os.path.abspath(output_path)
+    if data_args.train_file and is_tfrecord_source(data_args.train_file):
+        raise DataError(f"--train_file {data_args.train_file} already holds TFRecord shards; give text data to prepare.")
+    if is_tfrecord_source(output_path) and not prep_args.overwrite_output_path:
+        raise OutputDirError(
+            f"--output_path {prep_args.output_path} already holds shards (manifest.json); pass --overwrite_output_path "
+            "to replace them or choose another path."
+        )
+
+    if is_tfrecord_source(output_path):  # overwriting: start from a fresh manifest (old shards go per split)
+        import tensorflow as tf
+
+        tf.io.gfile.remove(output_path.rstrip("/") + "/manifest.json")
+
+    start = time.perf_counter()
+    raw = load_text_datasets(data_args, seed=prep_args.seed, cache_dir=model_args.cache_dir)
+    print(f"Loaded {describe_data_source(data_args)}: " + ", ".join(f"{k} {len(v)} texts" for k, v in raw.items()))
+
+    tokenizer = prepare_tokenizer(model_args, list(raw["train"]["text"]), data_args.max_seq_length)
+    tokenizer_dir = prep_args.tokenizer_output_dir or (output_path.rstrip("/") + "/tokenizer")
+    _save_tokenizer(tokenizer, tokenizer_dir)
+    print(f"Tokenizer ({len(tokenizer)} tokens) saved to {tokenizer_dir}")
+
+    tok_start = time.perf_counter()
+    blocks = group_into_blocks(
+        raw,
+        tokenizer,
+        data_args.max_seq_length,
+        num_proc=data_args.preprocessing_num_workers,
+        load_from_cache_file=not data_args.overwrite_cache,
+    )
+    tok_seconds = time.perf_counter() - tok_start
+    total_tokens = sum(blocks.num_tokens.values())
+
+    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
+    record = _tokenizer_record(output_path, tokenizer_dir)
+    metadata = {"source": describe_data_source(data_args), "seed": prep_args.seed, "vocab_size": len(tokenizer)}
+    for split in ("train", "validation"):
+        array = blocks[split]
+        if split == "train" and len(array):
+            # shuffled on disk, so the training pipeline's windowed shuffle sees the whole corpus
+            array = array[np.random.default_rng(prep_args.seed).permutation(len(array))]
+        if limits[split] is not None:
+            array = array[: limits[split]]
+        num_tokens = blocks.num_tokens[split] if len(array) == len(blocks[split]) else None
+        entry = write_tfrecord_shards(
+            array, output_path, split, prep_args.num_shards, tokenizer=record, num_tokens=num_tokens, metadata=metadata
+        )
+        print(
+            f"{split}: {entry['num_blocks']} blocks of {data_args.max_seq_length} tokens "
+            f"({entry['num_tokens']} tokens) in {len(entry['files'])} file(s)"
+        )
+    print(
+        f"Tokenized {total_tokens} tokens in {tok_seconds:.2f} s ({total_tokens / max(tok_seconds, 1e-9):,.0f} tokens/s); "
+        f"total {time.perf_counter() - start:.2f} s. Train with: hf-tpu train --train_file {output_path}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

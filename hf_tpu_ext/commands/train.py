@@ -1,0 +1,18 @@
+"""``hf-tpu train``: see :func:`hf_tpu_ext.run.train` and the README's argument reference."""
+
+import json
+import sys
+
+
+def main(argv=None) -> int:
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run import train
+
+    model_args, data_args, training_args = parse_args(argv)
+    results = train(model_args, data_args, training_args)
+    print(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Tokenize text and cut it into fixed-length blocks (the static shapes XLA/TPUs want).
+
+Each document is tokenized with the tokenizer's special tokens (``<s> ... </s>`` for RoBERTa), all
+documents of a split are concatenated in order and cut into blocks of ``max_seq_length`` tokens; the
+last partial block is dropped (as in transformers' ``run_mlm`` ``group_texts``, but over the whole split,
+so at most ``max_seq_length - 1`` tokens per split are lost). Blocks are full, so they need no padding.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional, Union
+
+import numpy as np
+
+from hf_tpu_ext.errors import CorpusTooSmallError, DataError
+
+
+class Blocks(dict):
+    """``dict[str, np.ndarray]`` of int32 blocks ``[N, L]`` per split, plus token counts.
+
+    Attributes:
+        num_tokens: ``dict[str, int]``: tokens per split before the last partial block was dropped.
+        max_seq_length: ``L``.
+    """
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], num_tokens: Mapping[str, int], max_seq_length: int):
+        super().__init__(arrays)
+        self.num_tokens = dict(num_tokens)
+        self.max_seq_length = int(max_seq_length)
+
+
+def _tokenize_fn(tokenizer, text_column: str):
+    def tokenize(batch):
+        return {"input_ids": tokenizer(batch[text_column], add_special_tokens=True, return_attention_mask=False)["input_ids"]}
+
+    return tokenize
+
+
+def _flat_ids(dataset) -> np.ndarray:
+    """All ``input_ids`` of a tokenized dataset, concatenated in row order (int64 [T])."""
+    column = dataset.with_format("arrow")[:]["input_ids"]  # pyarrow (Chunked)Array of lists, respects selections
+    if hasattr(column, "combine_chunks"):
+        column = column.combine_chunks()
+    if len(column) == 0:
+        return np.zeros([0], dtype=np.int64)
+    return column.flatten().to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def group_into_blocks(
+    raw,
+    tokenizer,
+    max_seq_length: int,
+    num_proc: Optional[int] = None,
+    text_column: str = "text",
+    load_from_cache_file: bool = True,
+) -> Blocks:
+    """Tokenize every split of ``raw`` and cut each into blocks of ``max_seq_length`` tokens.
+
+    Args:
+        raw: ``datasets.DatasetDict`` (e.g. from :func:`hf_tpu_ext.data.loading.load_text_datasets`).
+        tokenizer: a transformers tokenizer; its special tokens wrap each document.
+        max_seq_length: ``L``, tokens per block.
+        num_proc: processes for ``datasets.map`` (``None``: this process).
+        text_column: the column holding the text.
+        load_from_cache_file: ``False`` recomputes cached tokenization (``--overwrite_cache``).
+
+    Returns:
+        Blocks: a ``dict`` split -> ``np.ndarray`` int32 ``[N, L]`` with ``N = tokens // L``, also carrying
+        ``num_tokens`` per split. A split with fewer than ``L`` tokens gives a ``[0, L]`` array.
+
+    Raises:
+        DataError: ``text_column`` is missing, or a token id does not fit int32.
+
+    Datasets held in memory (the default corpus, splits made by ``train_test_split``) are tokenized in
+    memory, so no cache files are written; file-backed datasets cache their tokenization next to the
+    ``datasets`` cache of the source file.
+    """
+    arrays: Dict[str, np.ndarray] = {}
+    counts: Dict[str, int] = {}
+    L = int(max_seq_length)
+    # Warn-once flag transformers checks before logging "sequence length is longer than the maximum":
+    # whole documents are longer than L on purpose, they are cut into blocks below.
+    warned = getattr(tokenizer, "deprecation_warnings", None)
+    if isinstance(warned, dict):
+        warned["sequence-length-is-longer-than-the-specified-maximum"] = True
+    for split, ds in raw.items():
+        if text_column not in ds.column_names:
+            raise DataError(f"Split {split!r} has no column {text_column!r} (columns: {', '.join(ds.column_names)}).")
+        in_memory = not ds.cache_files
+        tokenized = ds.map(
+            _tokenize_fn(tokenizer, text_column),
+            batched=True,
+            num_proc=num_proc if num_proc and num_proc > 1 and len(ds) >= num_proc else None,
+            remove_columns=ds.column_names,
+            keep_in_memory=in_memory,
+            load_from_cache_file=load_from_cache_file and not in_memory,
+            desc=f"Tokenizing {split}",
+        )
+        ids = _flat_ids(tokenized)
+        if ids.size and (ids.max() > np.iinfo(np.int32).max or ids.min() < 0):
+            raise DataError(f"Token ids of split {split!r} do not fit int32; use a tokenizer with < 2**31 tokens.")
+        n = ids.size // L
+        arrays[split] = np.ascontiguousarray(ids[: n * L].reshape(n, L).astype(np.int32))
+        counts[split] = int(ids.size)
+    return Blocks(arrays, counts, L)
+
+
+def check_blocks(
+    blocks: Union[np.ndarray, Mapping[str, np.ndarray]],
+    global_batch_size: int,
+    split: str,
+    num_tokens: Optional[int] = None,
+) -> None:
+    """Raise when a split has fewer blocks than one global batch.
+
+    Args:
+        blocks: the split's int32 ``[N, L]`` array, or the :class:`Blocks` dict (then ``blocks[split]`` is
+            checked and its token count used).
+        global_batch_size: blocks per step over all replicas (per-device batch x replicas).
+        split: the split's name, e.g. ``"train"`` (used in the message).
+        num_tokens: tokens of the split before dropping the last partial block (default: from
+            :class:`Blocks`, else ``N * L``).
+
+    Raises:
+        CorpusTooSmallError: ``N < global_batch_size``; the message gives tokens, blocks, block size and
+            global batch size and what to change.
+    """
+    if isinstance(blocks, Mapping):
+        if split not in blocks:
+            raise DataError(f"There is no {split!r} split (splits: {', '.join(blocks)}).")
+        if num_tokens is None and isinstance(blocks, Blocks):
+            num_tokens = blocks.num_tokens.get(split)
+        blocks = blocks[split]
+    n, L = int(blocks.shape[0]), int(blocks.shape[1])
+    if num_tokens is None:
+        num_tokens = n * L
+    if n >= global_batch_size:
+        return
+    batch_flag = "--per_device_eval_batch_size" if split != "train" else "--per_device_train_batch_size"
+    hint = (
+        "Add more text"
+        + (" (or a larger --validation_split_percentage / a --validation_file)" if split != "train" else "")
+        + f", use a smaller --max_seq_length, or a smaller {batch_flag} (global batch = per-device batch x replicas)."
+    )
+    raise CorpusTooSmallError(
+        f"The {split} split is too small: {num_tokens} tokens make {n} blocks of {L} tokens, fewer than one "
+        f"global batch of {global_batch_size} blocks ({global_batch_size * L} tokens). {hint}"
+    )

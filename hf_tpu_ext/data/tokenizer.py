@@ -1,0 +1,165 @@
+"""Tokenizers for masked language modeling: train a RoBERTa byte-level BPE, or load an existing one.
+
+The trained tokenizer matches ``roberta-base``'s conventions: special tokens ``<s>``=0, ``<pad>``=1,
+``</s>``=2, ``<unk>``=3, ``<mask>``=4, each text wrapped as ``<s> ... </s>``, and ``<mask>`` strips the
+space before it (``lstrip=True``), so ``"Hello <mask>!"`` works in the fill-mask widget.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Iterable, Optional
+
+from hf_tpu_ext.errors import TokenizerError
+
+SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")  # ids 0..4, as in RoBERTa
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+)
+
+
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int):
+    """Train a RoBERTa byte-level BPE tokenizer on ``texts``.
+
+    Args:
+        texts: the training texts (any iterable of str; a ``datasets`` column works).
+        vocab_size: the wanted vocabulary size including the 5 special tokens and the 256 byte symbols
+            (>= 300); a small corpus may give fewer tokens.
+        model_max_length: tokens a model input may hold (the ``max_seq_length`` of the run).
+
+    Returns:
+        transformers.RobertaTokenizerFast: special ids ``<s>``=0, ``<pad>``=1, ``</s>``=2, ``<unk>``=3,
+        ``<mask>``=4; saved with ``save_pretrained`` it loads back with ``AutoTokenizer.from_pretrained``.
+
+    Raises:
+        TokenizerError: ``vocab_size`` is too small for the byte alphabet and special tokens.
+    """
+    from tokenizers import AddedToken, ByteLevelBPETokenizer, processors
+    from transformers import RobertaTokenizerFast
+
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise TokenizerError(f"vocab_size {vocab_size} cannot hold the 256 byte symbols and 5 special tokens; use >= 300.")
+    bpe = ByteLevelBPETokenizer(add_prefix_space=False, trim_offsets=True)
+    bpe.train_from_iterator(
+        (t for t in texts if t),
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        show_progress=False,
+    )
+    backend = bpe._tokenizer  # the underlying tokenizers.Tokenizer
+    backend.post_processor = processors.RobertaProcessing(
+        sep=("</s>", backend.token_to_id("</s>")),
+        cls=("<s>", backend.token_to_id("<s>")),
+        trim_offsets=True,
+        add_prefix_space=False,
+    )
+    return RobertaTokenizerFast(
+        tokenizer_object=backend,
+        model_max_length=int(model_max_length),
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token=AddedToken("<mask>", lstrip=True, rstrip=False, special=True, normalized=False),
+        add_prefix_space=False,
+        trim_offsets=True,
+    )
+
+
+def _copy_remote_folder(url: str) -> str:
+    """Copy the tokenizer files of a ``gs://`` folder into a fresh local temp folder and return it."""
+    import tensorflow as tf
+
+    local = tempfile.mkdtemp(prefix="hf-tpu-tokenizer-")
+    found = False
+    for name in TOKENIZER_FILES:
+        src = url.rstrip("/") + "/" + name
+        if tf.io.gfile.exists(src):
+            tf.io.gfile.copy(src, os.path.join(local, name), overwrite=True)
+            found = True
+    if not found:
+        raise TokenizerError(f"{url} holds no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...).")
+    return local
+
+
+def load_tokenizer(name_or_path: str, revision: Optional[str] = None, cache_dir: Optional[str] = None):
+    """Load a (fast) tokenizer with ``AutoTokenizer.from_pretrained``.
+
+    Args:
+        name_or_path: a local folder, a ``gs://`` folder (copied to a temp folder first) or a Hub repo id.
+        revision: branch, tag or commit of a Hub repo.
+        cache_dir: where Hub downloads are cached.
+
+    Returns:
+        transformers.PreTrainedTokenizerBase: the tokenizer (not yet checked for MLM; see
+        :func:`check_mlm_tokenizer`).
+
+    Raises:
+        TokenizerError: it cannot be loaded (not found, no tokenizer files, Hub unreachable); the message
+            says what to check.
+    """
+    from transformers import AutoTokenizer
+
+    path = str(name_or_path)
+    if path.startswith("gs://"):
+        path = _copy_remote_folder(path)
+    try:
+        return AutoTokenizer.from_pretrained(path, revision=revision, cache_dir=cache_dir, use_fast=True)
+    except Exception as e:  # OSError, ValueError, HTTP errors, ... from transformers/huggingface_hub
+        raise TokenizerError(
+            f"Could not load a tokenizer from {name_or_path!r} ({type(e).__name__}: {e}). Give a folder holding "
+            "tokenizer files or a Hub repo id (reachable, or already in the cache), or omit --tokenizer_name to "
+            "train a byte-level BPE tokenizer on the training text."
+        ) from e
+
+
+def check_mlm_tokenizer(tokenizer) -> None:
+    """Check that ``tokenizer`` can be used for masked language modeling.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+
+    Raises:
+        TokenizerError: it has no mask token.
+    """
+    if getattr(tokenizer, "mask_token", None) is None or getattr(tokenizer, "mask_token_id", None) is None:
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        raise TokenizerError(
+            f"The tokenizer {name!r} has no mask token, so it cannot be used for masked language modeling. "
+            "Pick a tokenizer with one (e.g. a RoBERTa or BERT tokenizer) or omit --tokenizer_name to train a "
+            "byte-level BPE tokenizer with <mask> on the training text."
+        )
+
+
+def prepare_tokenizer(model_args, train_texts: Iterable[str], max_seq_length: int):
+    """The tokenizer of a run: ``--tokenizer_name``, else the model's, else one trained on ``train_texts``.
+
+    Args:
+        model_args: :class:`hf_tpu_ext.args.ModelArguments` (``tokenizer_name``, ``model_name_or_path``,
+            ``model_revision``, ``cache_dir``, ``vocab_size``).
+        train_texts: texts to train a new tokenizer on (only read when one is trained).
+        max_seq_length: ``model_max_length`` of a trained tokenizer.
+
+    Returns:
+        transformers.PreTrainedTokenizerBase: a tokenizer with a mask token.
+
+    Raises:
+        TokenizerError: loading fails or the tokenizer has no mask token.
+    """
+    name = model_args.tokenizer_name or model_args.model_name_or_path
+    if name:
+        revision = model_args.model_revision if name == model_args.model_name_or_path else None
+        tokenizer = load_tokenizer(name, revision=revision, cache_dir=model_args.cache_dir)
+    else:
+        tokenizer = train_bpe_tokenizer(train_texts, model_args.vocab_size, max_seq_length)
+    check_mlm_tokenizer(tokenizer)
+    return tokenizer

@@ -1,0 +1,373 @@
+"""Model cards (``README.md``) for trained fill-mask models, and their validation.
+
+The card is rendered from the package template ``hf_tpu_ext/templates/model_card.md`` with
+:meth:`huggingface_hub.ModelCard.from_template`. Metadata comes from ``training_summary.json``
+(:func:`hf_tpu_ext.outputs.read_training_summary`); when it is missing, from what the folder shows
+(``config.json``, the tokenizer's mask token, ``trainer_state.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+from importlib import resources
+from typing import Any, Dict, List, Optional, Tuple
+
+from hf_tpu_ext.errors import ModelCardError
+
+logger = logging.getLogger("hf_tpu_ext.hub")
+
+KNOWN_LICENSES = {
+    "apache-2.0", "mit", "bsd", "bsd-2-clause", "bsd-3-clause", "cc0-1.0", "cc-by-4.0", "cc-by-sa-4.0",
+    "cc-by-nc-4.0", "cc-by-nc-sa-4.0", "gpl-2.0", "gpl-3.0", "lgpl-3.0", "agpl-3.0", "mpl-2.0", "unlicense",
+    "openrail", "openrail++", "llama2", "llama3", "gemma", "odc-by", "pddl", "other", "unknown",
+}
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$|^[A-Za-z0-9][\w.\-]*$")
+
+
+def default_template_path() -> str:
+    """Filesystem path of the packaged card template (``hf_tpu_ext/templates/model_card.md``)."""
+    return str(resources.files("hf_tpu_ext").joinpath("templates", "model_card.md"))
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def load_summary(output_dir: str) -> Dict[str, Any]:
+    """The training summary of ``output_dir``, completed from the folder's files where it is missing.
+
+    Args:
+        output_dir: a folder written by ``hf-tpu train`` / ``save_model_folder``.
+
+    Returns:
+        A dict with (some of) the keys of ``training_summary.json``; always ``model_config`` (possibly
+        empty) and ``mask_token``.
+    """
+    summary: Dict[str, Any] = {}
+    try:
+        from hf_tpu_ext.outputs import read_training_summary
+
+        summary = dict(read_training_summary(output_dir) or {})
+    except ImportError:
+        summary = _read_json(os.path.join(output_dir, "training_summary.json"))
+    except (OSError, ValueError, KeyError) as err:
+        logger.info("No training summary in the output folder (%s); the card uses what the folder shows.", type(err).__name__)
+    if not summary.get("model_config"):
+        summary["model_config"] = _read_json(os.path.join(output_dir, "config.json"))
+    if not summary.get("mask_token"):
+        tok = _read_json(os.path.join(output_dir, "tokenizer_config.json")).get("mask_token")
+        if tok is None:
+            tok = _read_json(os.path.join(output_dir, "special_tokens_map.json")).get("mask_token")
+        if isinstance(tok, dict):
+            tok = tok.get("content")
+        summary["mask_token"] = tok or "<mask>"
+    if summary.get("global_step") is None:
+        state = _read_json(os.path.join(output_dir, "trainer_state.json"))
+        for key in ("global_step", "epoch"):
+            if state.get(key) is not None:
+                summary.setdefault(key, state[key])
+    return summary
+
+
+def _finite(value) -> Optional[float]:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _fmt(value) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}" if (abs(value) < 1e-3 or abs(value) >= 1e5) and value != 0 else f"{value:.4f}".rstrip("0").rstrip(".")
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return str(value).replace("|", "\\|")
+
+
+def _duration(seconds) -> str:
+    seconds = _finite(seconds)
+    if seconds is None:
+        return "n/a"
+    h, rem = divmod(int(round(seconds)), 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h {m:02d}m {s:02d}s" if h else (f"{m}m {s:02d}s" if m else f"{seconds:.1f} s")
+
+
+def _is_hub_id(value) -> bool:
+    return isinstance(value, str) and bool(_REPO_ID.match(value)) and not os.path.isabs(value) and not value.startswith(".")
+
+
+def _framework_versions(summary: dict) -> List[Tuple[str, str]]:
+    versions = dict(summary.get("framework_versions") or {})
+    if not versions:
+        from importlib.metadata import PackageNotFoundError, version
+
+        for dist in ("transformers", "tensorflow", "tf-keras", "torch", "tokenizers", "huggingface_hub", "hf-tpu-ext"):
+            try:
+                versions[dist] = version(dist)
+            except PackageNotFoundError:
+                pass
+    return [(k, str(v)) for k, v in versions.items() if v]
+
+
+def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: Optional[dict] = None,
+                      template_path: Optional[str] = None, **card_fields):
+    """Render the model card of a trained model folder.
+
+    Args:
+        output_dir: the output folder (read for the summary, ``config.json``, tokenizer files, ``loss_curve.png``).
+        repo_id: the Hub repo id, used in the usage snippet and as the model name.
+        summary: the training summary dict (default: :func:`load_summary` of ``output_dir``).
+        template_path: another Jinja2 card template (default: the packaged one).
+        **card_fields: overrides of the summary and card: ``license``, ``language``, ``dataset_name`` (a Hub
+            dataset id), ``dataset_description``, ``base_model``, ``model_name``, ``tags`` (extra tags),
+            ``backend``, ``accelerator``, ...
+
+    Returns:
+        A :class:`huggingface_hub.ModelCard` (``card.data`` holds the metadata, ``str(card)`` the text).
+    """
+    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+    info = dict(summary if summary is not None else load_summary(output_dir))
+    extra_tags = list(card_fields.pop("tags", None) or [])
+    info.update({k: v for k, v in card_fields.items() if v is not None})
+    if not info.get("mask_token"):
+        info["mask_token"] = load_summary(output_dir).get("mask_token", "<mask>")
+    config = info.get("model_config") or _read_json(os.path.join(output_dir, "config.json"))
+
+    backend = info.get("backend") or "tensorflow"
+    accelerator = str(info.get("accelerator") or "").upper() or None
+    name = info.get("model_name") or (repo_id.split("/")[-1] if repo_id else os.path.basename(os.path.abspath(output_dir)))
+    base_model = info.get("base_model") or None
+    dataset_name = info.get("dataset_name") or None
+    description = info.get("dataset_description") or ("the Hub dataset " + dataset_name if dataset_name else "a custom text corpus")
+
+    tags = ["hf-tpu-ext", "fill-mask", "tensorflow" if backend == "tensorflow" else "pytorch"]
+    if backend == "torch_xla":
+        tags.append("torch_xla")
+    if info.get("jit_compile"):
+        tags.append("xla")
+    if accelerator == "TPU":
+        tags.append("tpu")
+    if config.get("model_type"):
+        tags.append(str(config["model_type"]))
+    tags += [t for t in extra_tags if t not in tags]
+
+    eval_results = []
+    evals = info.get("eval_results") or {}
+    ds_kwargs = dict(dataset_name=dataset_name, dataset_type=dataset_name) if dataset_name else dict(
+        dataset_name=description, dataset_type="text")
+    if info.get("dataset_config_name"):
+        ds_kwargs["dataset_config"] = str(info["dataset_config_name"])
+    for key, mtype, mname in (("perplexity", "perplexity", "Perplexity"), ("eval_accuracy", "accuracy", "Masked-token accuracy"),
+                              ("eval_loss", "loss", "Eval loss (nats)")):
+        value = _finite(evals.get(key))
+        if value is not None:
+            eval_results.append(EvalResult(task_type="fill-mask", task_name="Masked Language Modeling", metric_type=mtype,
+                                           metric_value=round(value, 6), metric_name=mname, **ds_kwargs))
+
+    data = ModelCardData(
+        language=info.get("language") or None,
+        license=info.get("license") or None,
+        library_name="transformers",
+        pipeline_tag="fill-mask",
+        tags=tags,
+        datasets=[dataset_name] if dataset_name else None,
+        base_model=base_model if _is_hub_id(base_model) else None,
+        model_name=name,
+        eval_results=eval_results or None,
+    )
+
+    arch = config.get("architectures", ["RobertaForMaskedLM"])[0] if config.get("architectures") else "RoBERTa-style masked LM"
+    size = []
+    for key, label in (("num_hidden_layers", "layers"), ("hidden_size", "hidden size"), ("num_attention_heads", "heads"),
+                       ("vocab_size", "vocabulary")):
+        if config.get(key):
+            size.append(f"{config[key]} {label}" if key != "vocab_size" else f"a {config[key]:,}-token vocabulary")
+    if info.get("num_parameters"):
+        size.append(f"{int(info['num_parameters']):,} parameters")
+    shape = f" ({', '.join(size)})" if size else ""
+    if base_model:
+        what = (f"This model continues the masked-language-model pre-training of [{base_model}]"
+                f"({'https://huggingface.co/' + base_model if _is_hub_id(base_model) else base_model}) on {description}.")
+    else:
+        what = f"This model was pre-trained from scratch (randomly initialized weights) on {description} with masked language modeling."
+    model_description = (f"A {arch}{shape} for the fill-mask task. {what} It was trained with "
+                         f"hf-tpu-ext using {'TensorFlow + XLA' if backend == 'tensorflow' else 'PyTorch/XLA'}.")
+
+    acc_text = accelerator or "n/a"
+    if info.get("num_devices"):
+        acc_text = f"{info['num_devices']} x {accelerator or 'device'}"
+    procedure_rows = [
+        ("Backend", backend),
+        ("Accelerator", acc_text),
+        ("Distribution strategy", info.get("strategy") or "n/a"),
+        ("Replicas", _fmt(info.get("num_replicas")) if info.get("num_replicas") else "n/a"),
+        ("Global batch size (sequences)", _fmt(info.get("global_batch_size")) if info.get("global_batch_size") else "n/a"),
+        ("Precision", info.get("precision") or "n/a"),
+        ("XLA compilation", _fmt(bool(info.get("jit_compile"))) if info.get("jit_compile") is not None else "n/a"),
+        ("Optimizer steps", _fmt(int(info["global_step"])) if info.get("global_step") is not None else "n/a"),
+        ("Epochs", _fmt(float(info["epoch"])) if _finite(info.get("epoch")) is not None else "n/a"),
+        ("Tokens seen", _fmt(int(info["tokens_seen"])) if info.get("tokens_seen") else "n/a"),
+        ("Training wall time", _duration(info.get("train_runtime"))),
+        ("Throughput (tokens/s)", _fmt(round(float(info["train_tokens_per_second"]), 1)) if _finite(info.get("train_tokens_per_second")) else "n/a"),
+    ]
+    hyper = info.get("hyperparameters") or {}
+    hyperparameter_rows = [(k, _fmt(v)) for k, v in hyper.items() if "token" not in k.lower() and v is not None]
+    result_rows = []
+    for key, label in (("eval_loss", "Eval loss (mean cross-entropy over masked tokens, nats)"), ("perplexity", "Perplexity"),
+                       ("eval_accuracy", "Masked-token accuracy")):
+        value = _finite(evals.get(key))
+        if value is not None:
+            result_rows.append((label, _fmt(round(value, 4))))
+
+    model_ref = repo_id or name
+    limitations = (
+        "This is a masked language model: it predicts tokens hidden behind the mask token and is meant as a "
+        "starting point for fine-tuning (classification, token classification), not for open-ended generation. "
+        f"It reflects the content and biases of its training data ({description}); a small model trained briefly "
+        "gives low-quality predictions. Evaluate it on your task before use."
+    )
+    card = ModelCard.from_template(
+        data,
+        template_path=template_path or default_template_path(),
+        model_name=name,
+        model_description=model_description,
+        model_ref=model_ref,
+        mask_token=info.get("mask_token") or "<mask>",
+        data_description=(f"[{dataset_name}](https://huggingface.co/datasets/{dataset_name})" if dataset_name else
+                          f"{description[0].upper() + description[1:]} (not a Hub dataset)."),
+        procedure_intro=(f"Masked language modeling ({_finite(hyper.get('mlm_probability')) or 0.15:.0%} of the tokens "
+                         "chosen per sequence, 80% masked / 10% random / 10% kept; the loss is computed at the chosen "
+                         "positions only)."),
+        procedure_rows=procedure_rows,
+        hyperparameter_rows=hyperparameter_rows,
+        result_rows=result_rows,
+        results_dataset=description,
+        loss_curve=os.path.isfile(os.path.join(output_dir, "loss_curve.png")),
+        framework_rows=_framework_versions(info),
+        limitations=limitations,
+    )
+    return card
+
+
+def check_card_metadata(metadata) -> List[str]:
+    """Offline structural checks of card metadata (what the Hub rejects for cards we write).
+
+    Returns:
+        A list of problems (empty when none).
+    """
+    errors: List[str] = []
+    if not isinstance(metadata, dict):
+        return ["the metadata is not a YAML dictionary"]
+    for key in ("datasets", "base_model", "language", "tags", "license"):
+        if key in metadata:
+            v = metadata[key]
+            if not ((isinstance(v, str) and v) or (isinstance(v, list) and v and all(isinstance(x, str) and x for x in v))):
+                errors.append(f"'{key}' must be a string or a list of strings, got {v!r}")
+    if isinstance(metadata.get("license"), str) and metadata["license"] not in KNOWN_LICENSES:
+        errors.append(f"'license' {metadata['license']!r} is not a known license identifier (e.g. apache-2.0, mit, other)")
+    for i, model in enumerate(metadata.get("model-index") or []):
+        if not isinstance(model, dict) or not isinstance(model.get("name"), str):
+            errors.append(f"model-index[{i}].name must be a string")
+            continue
+        for j, result in enumerate(model.get("results") or []):
+            where = f"model-index[{i}].results[{j}]"
+            task, ds = result.get("task") or {}, result.get("dataset") or {}
+            if not isinstance(task.get("type"), str):
+                errors.append(f"{where}.task.type must be a string")
+            for key in ("name", "type"):
+                if not isinstance(ds.get(key), str) or not ds.get(key):
+                    errors.append(f"{where}.dataset.{key} must be a non-empty string")
+            errors += [f"{where}.dataset.{k} must be a string" for k, v in ds.items() if k != "args" and not isinstance(v, str)]
+            for k, metric in enumerate(result.get("metrics") or []):
+                value = metric.get("value") if isinstance(metric, dict) else None
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    errors.append(f"{where}.metrics[{k}].value must be a finite number, got {value!r}")
+    return errors
+
+
+def validate_model_card(card, token: Optional[str] = None, *, offline_ok: bool = True) -> None:
+    """Check the card's metadata locally, then with the Hub's ``/api/validate-yaml`` at the configured endpoint.
+
+    The endpoint is ``huggingface_hub.constants.ENDPOINT`` read at call time (``HF_ENDPOINT``), not the
+    hard-coded huggingface.co URL ``RepoCard.validate`` uses.
+
+    Args:
+        card: a :class:`huggingface_hub.ModelCard` (or the card text).
+        token: sent as authorization when given (the Hub does not need one).
+        offline_ok: when the endpoint cannot be reached, log a warning and accept the card after the local
+            checks (True), or raise (False).
+
+    Raises:
+        ModelCardError: the local checks or the Hub rejected the metadata; the message is the Hub's.
+    """
+    import requests
+    import yaml
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    text = str(card)
+    match = re.match(r"^---\s*\n(.*?)\n---\s*\n?", text, flags=re.S)
+    try:
+        metadata = yaml.safe_load(match.group(1)) if match else {}
+    except yaml.YAMLError as err:
+        raise ModelCardError(f"The model card's YAML metadata does not parse: {err}") from None
+    problems = check_card_metadata(metadata or {})
+    if problems:
+        raise ModelCardError("Model card metadata is invalid: " + "; ".join(problems))
+
+    url = f"{constants.ENDPOINT}/api/validate-yaml"
+    headers = build_hf_headers(token=token or False)
+    try:
+        response = get_session().post(url, json={"repoType": "model", "content": text}, headers=headers, timeout=30)
+    except (requests.ConnectionError, requests.Timeout) as err:
+        if offline_ok:
+            logger.warning("Could not reach %s to validate the model card (%s); local checks passed.", url, type(err).__name__)
+            return
+        raise ModelCardError(f"Could not reach {url} to validate the model card; check the network or HF_ENDPOINT.") from None
+    if response.status_code >= 400:
+        try:
+            message = response.json().get("error") or response.text
+        except ValueError:
+            message = response.text
+        if token:
+            message = str(message).replace(token, "<redacted>")
+        raise ModelCardError(f"The Hub rejected the model card metadata (HTTP {response.status_code}): {message}")
+
+
+def save_model_card(output_dir: str, repo_id: Optional[str] = None, summary: Optional[dict] = None, *,
+                    validate: bool = False, token: Optional[str] = None, **card_fields) -> str:
+    """Render the card of ``output_dir`` and write it to ``output_dir/README.md``.
+
+    Args:
+        output_dir, repo_id, summary, **card_fields: see :func:`render_model_card`.
+        validate: also run :func:`validate_model_card` before writing.
+        token: passed to :func:`validate_model_card`.
+
+    Returns:
+        The path of the written README.md.
+
+    Raises:
+        ModelCardError: ``validate`` is set and the card does not validate (nothing is written).
+    """
+    card = render_model_card(output_dir, repo_id=repo_id, summary=summary, **card_fields)
+    if validate:
+        validate_model_card(card, token=token)
+    path = os.path.join(output_dir, "README.md")
+    card.save(path)
+    return path

@@ -1,0 +1,199 @@
+"""Check, before any training step, that a run will be able to push to the Hub.
+
+:func:`preflight` validates the repo id locally, asks the Hub who the token belongs to, checks that the
+token may write to the target namespace, creates the repo (and branch) if needed, and returns the full
+repo id. Every error is a typed :class:`~hf_tpu_ext.errors.HubError` whose message never contains the token.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+from hf_tpu_ext.errors import HubAuthError, HubError, HubRepoError
+
+logger = logging.getLogger("hf_tpu_ext.hub")
+
+WRITE_ROLES = ("admin", "write", "contributor")
+
+
+def resolve_token(token: Optional[str] = None) -> Optional[str]:
+    """The Hub token to use: ``token`` if given, else ``HF_TOKEN``, else the cached ``huggingface-cli login``.
+
+    Args:
+        token: an explicit token (``--hub_token``); empty strings count as unset.
+
+    Returns:
+        The token string, or ``None`` when there is none.
+    """
+    if token:
+        return token
+    env = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if env:
+        return env
+    from huggingface_hub import get_token
+
+    return get_token() or None
+
+
+def scrub(text: str, token: Optional[str]) -> str:
+    """``text`` with every occurrence of ``token`` replaced by ``<redacted>`` (no-op without a token)."""
+    text = str(text)
+    if token:
+        text = text.replace(token, "<redacted>")
+    return text
+
+
+def _api(token: Optional[str]):
+    from huggingface_hub import HfApi, constants
+
+    # constants.ENDPOINT is read at call time so a changed HF_ENDPOINT/test server is honoured
+    return HfApi(endpoint=constants.ENDPOINT, token=token)
+
+
+def endpoint() -> str:
+    """The Hub endpoint huggingface_hub talks to now (``HF_ENDPOINT``, default https://huggingface.co)."""
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def hub_call(what: str, fn, token: Optional[str], /, *args, **kwargs):
+    """Run one huggingface_hub call, turning transport failures into :class:`HubError` without the token.
+
+    Args:
+        what: a short description for the message, e.g. ``"create repo alice/m"``.
+        fn: the callable (a bound :class:`huggingface_hub.HfApi` method).
+        token: the token in use, scrubbed from any message.
+
+    Returns:
+        What ``fn`` returns.
+
+    Raises:
+        HubError: the endpoint could not be reached (connection error, timeout).
+        HubRepoError: the repo or revision does not exist (404).
+        HubAuthError: 401/403 from the Hub.
+        HubError: any other HTTP error, with the Hub's status and message.
+    """
+    import requests
+    from huggingface_hub.utils import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        return fn(*args, **kwargs)
+    except (requests.ConnectionError, requests.Timeout) as err:
+        raise HubError(
+            f"Could not reach the Hub at {endpoint()} to {what} ({type(err).__name__}). Check the network "
+            "connection or HF_ENDPOINT, then retry."
+        ) from None
+    except (RepositoryNotFoundError, RevisionNotFoundError) as err:
+        raise HubRepoError(f"Could not {what}: {scrub(_first_line(err), token)}") from None
+    except HfHubHTTPError as err:
+        status = getattr(getattr(err, "response", None), "status_code", None)
+        cls = HubAuthError if status in (401, 403) else HubError
+        raise cls(f"Could not {what} (HTTP {status}): {scrub(_server_message(err), token)}") from None
+
+
+def _first_line(err) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def _server_message(err) -> str:
+    return getattr(err, "server_message", None) or _first_line(err)
+
+
+def whoami(token: Optional[str]) -> dict:
+    """``HfApi.whoami`` against the configured endpoint.
+
+    Raises:
+        HubAuthError: no token, or the Hub rejects it.
+        HubError: the endpoint could not be reached or answered another error.
+    """
+    import requests
+
+    if not token:
+        raise HubAuthError("No Hub token found: run `huggingface-cli login`, set HF_TOKEN, or pass --hub_token.")
+    api = _api(token)
+    try:
+        return api.whoami(token=token)
+    except (requests.ConnectionError, requests.Timeout) as err:
+        raise HubError(
+            f"Could not reach the Hub at {endpoint()}/api/whoami-v2 ({type(err).__name__}). Check the network "
+            "connection or HF_ENDPOINT, then retry."
+        ) from None
+    except requests.HTTPError as err:
+        status = getattr(getattr(err, "response", None), "status_code", None)
+        if status == 401:
+            raise HubAuthError("Hub token invalid: run `huggingface-cli login` or pass --hub_token.") from None
+        raise HubError(f"The Hub at {endpoint()} answered HTTP {status} to whoami: {scrub(_first_line(err), token)}") from None
+
+
+def writable_namespaces(user: dict) -> list:
+    """The user name and the orgs where the whoami answer grants a write role."""
+    names = [user.get("name")]
+    for org in user.get("orgs") or []:
+        role = org.get("roleInOrg") or org.get("role")
+        if role in WRITE_ROLES:
+            names.append(org.get("name"))
+    return [n for n in names if n]
+
+
+def preflight(
+    repo_id: Optional[str],
+    token: Optional[str],
+    *,
+    private: Optional[bool] = None,
+    revision: Optional[str] = None,
+    repo_type: str = "model",
+    default_name: Optional[str] = None,
+) -> str:
+    """Make sure ``repo_id`` exists and ``token`` can write to it; return the full ``namespace/name``.
+
+    Args:
+        repo_id: ``"namespace/name"`` or ``"name"`` (the namespace is then the token's user); ``None`` uses
+            ``default_name``.
+        token: the Hub token (see :func:`resolve_token`).
+        private: create the repo private (``None``: the Hub's default). An existing repo is left as it is.
+        revision: a branch to push to; created from ``main`` when missing.
+        repo_type: ``"model"`` or ``"space"`` (a Space is created with the gradio SDK).
+        default_name: the repo name when ``repo_id`` is ``None`` (e.g. the output folder's name).
+
+    Returns:
+        The full repo id, e.g. ``"alice/my-model"``.
+
+    Raises:
+        HubRepoError: the repo id is malformed or missing.
+        HubAuthError: the token is missing/invalid or cannot write to the namespace.
+        HubError: the Hub could not be reached.
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    name = repo_id or default_name
+    if not name:
+        raise HubRepoError("No Hub repo id: pass --hub_model_id user/name.")
+    try:
+        validate_repo_id(name)
+    except HFValidationError as err:
+        raise HubRepoError(f"Invalid Hub repo id {name!r}: {err} Use the form 'user/name'.") from None
+
+    user = whoami(token)
+    user_name = user.get("name", "?")
+    namespace, _, short = name.rpartition("/")
+    if not namespace:
+        namespace, name = user_name, f"{user_name}/{name}"
+    allowed = writable_namespaces(user)
+    if namespace not in allowed:
+        raise HubAuthError(
+            f"User {user_name!r} cannot write to namespace {namespace!r} (writable: {', '.join(allowed)}). "
+            f"Push to one of those, or use a token of an account with write access to {namespace!r}."
+        )
+
+    api = _api(token)
+    kwargs = {"space_sdk": "gradio"} if repo_type == "space" else {}
+    hub_call(f"create repo {name}", api.create_repo, token, name, private=private, repo_type=repo_type,
+             exist_ok=True, **kwargs)
+    if revision and revision != "main":
+        hub_call(f"create branch {revision!r} of {name}", api.create_branch, token, name, branch=revision,
+                 repo_type=repo_type, exist_ok=True)
+    logger.info("Hub repo %s is ready (user %s%s).", name, user_name, f", branch {revision}" if revision else "")
+    return name

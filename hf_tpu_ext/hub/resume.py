@@ -1,0 +1,79 @@
+"""Resume training from the ``last-checkpoint/`` folder a run pushed with ``hub_strategy="checkpoint"``.
+
+Example:
+    >>> path = download_last_checkpoint("alice/my-model@main", token, "output/hub-last-checkpoint")
+    >>> TrainingCheckpointer(...).restore(path)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional, Tuple
+
+from hf_tpu_ext.errors import CheckpointError, HubRepoError
+
+LAST_CHECKPOINT = "last-checkpoint"
+_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*)(?:@(?P<rev>[\w.\-/]+))?$")
+
+
+def parse_repo_spec(spec: str) -> Tuple[str, Optional[str]]:
+    """Split ``"user/name[@revision]"`` into ``(repo_id, revision or None)``.
+
+    Raises:
+        HubRepoError: ``spec`` is not of that form.
+    """
+    match = _SPEC.match(spec or "")
+    if not match:
+        raise HubRepoError(f"{spec!r} is not a Hub repo spec; use 'user/name' or 'user/name@revision'.")
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(match.group("repo"))
+    except HFValidationError as err:
+        raise HubRepoError(f"{spec!r} is not a valid Hub repo id: {err}") from None
+    return match.group("repo"), match.group("rev")
+
+
+def looks_like_repo_spec(value) -> bool:
+    """True when ``value`` is not an existing local path and has the form ``user/name[@revision]``."""
+    if not isinstance(value, str) or not value or os.path.exists(value):
+        return False
+    try:
+        parse_repo_spec(value)
+    except HubRepoError:
+        return False
+    return True
+
+
+def download_last_checkpoint(spec: str, token: Optional[str], local_dir: str) -> str:
+    """Download ``last-checkpoint/`` of a Hub repo and return the folder to restore from.
+
+    Args:
+        spec: ``"user/name"`` or ``"user/name@revision"``.
+        token: Hub token (private repos).
+        local_dir: where to put the files (``local_dir/last-checkpoint/...``).
+
+    Returns:
+        The local ``last-checkpoint`` folder (holds ``ckpt-N.index``, ``ckpt-N.data-*``, ``checkpoint``), which
+        ``TrainingCheckpointer.restore`` accepts.
+
+    Raises:
+        HubRepoError: the repo or revision does not exist.
+        HubError: the Hub could not be reached.
+        CheckpointError: the repo has no ``last-checkpoint/`` folder.
+    """
+    from huggingface_hub import constants, snapshot_download
+
+    from hf_tpu_ext.hub.preflight import hub_call
+
+    repo_id, revision = parse_repo_spec(spec)
+    hub_call(f"download {LAST_CHECKPOINT}/ of {spec}", snapshot_download, token, repo_id, revision=revision,
+             allow_patterns=[f"{LAST_CHECKPOINT}/*"], local_dir=local_dir, token=token, endpoint=constants.ENDPOINT)
+    folder = os.path.join(local_dir, LAST_CHECKPOINT)
+    if not os.path.isdir(folder) or not any(n.endswith(".index") for n in os.listdir(folder)):
+        raise CheckpointError(
+            f"{spec} has no {LAST_CHECKPOINT}/ folder with a checkpoint; it is written by runs with "
+            "--push_to_hub --hub_strategy checkpoint."
+        )
+    return folder

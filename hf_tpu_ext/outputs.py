@@ -1,0 +1,337 @@
+"""The run files of an output folder besides the model: arguments, trainer state, results, summary, loss plot.
+
+Backend-neutral and light: nothing here imports TensorFlow or torch (matplotlib only inside
+:func:`plot_loss_curve`). JSON files are written to a temporary name and moved into place, so a background
+Hub upload never sends a half-written file.
+
+Files (in ``output_dir``):
+
+* ``training_args.json`` -- :func:`write_training_args`
+* ``trainer_state.json`` -- :class:`TrainerState` (same field names as transformers' ``trainer_state.json``)
+* ``all_results.json`` -- :func:`write_all_results` (merged like transformers' ``save_metrics("all", ...)``)
+* ``training_summary.json`` -- :func:`write_training_summary` (what the model card needs)
+* ``loss_curve.png`` -- :func:`plot_loss_curve`
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import tempfile
+from typing import Any, Dict, List, Optional
+
+TRAINING_ARGS_NAME = "training_args.json"
+TRAINER_STATE_NAME = "trainer_state.json"
+ALL_RESULTS_NAME = "all_results.json"
+TRAINING_SUMMARY_NAME = "training_summary.json"
+LOSS_CURVE_NAME = "loss_curve.png"
+REDACTED = "<redacted>"
+
+#: Keys of ``training_summary.json`` (see :func:`write_training_summary`); missing ones are written as null.
+SUMMARY_KEYS = (
+    "backend",
+    "accelerator",
+    "num_devices",
+    "strategy",
+    "num_replicas",
+    "num_workers",
+    "global_batch_size",
+    "per_device_train_batch_size",
+    "max_seq_length",
+    "precision",
+    "jit_compile",
+    "steps_per_execution",
+    "global_step",
+    "epoch",
+    "tokens_seen",
+    "train_runtime",
+    "train_tokens_per_second",
+    "base_model",
+    "dataset_name",
+    "dataset_config_name",
+    "dataset_description",
+    "num_parameters",
+    "model_config",
+    "hyperparameters",
+    "eval_results",
+    "framework_versions",
+    "mask_token",
+)
+
+#: Distributions reported by :func:`framework_versions` (those installed).
+FRAMEWORK_DISTRIBUTIONS = (
+    "hf-tpu-ext",
+    "transformers",
+    "tensorflow",
+    "tf-keras",
+    "torch",
+    "torch-xla",
+    "datasets",
+    "tokenizers",
+    "huggingface-hub",
+    "evaluate",
+    "safetensors",
+)
+
+
+def _json_default(obj):
+    """JSON for numpy scalars/arrays, enums and other odd values (``str`` as the last resort)."""
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 0) == 0:
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "value") and type(obj).__module__ != "builtins":  # enums
+        return obj.value
+    return str(obj)
+
+
+def _write_json(path: str, data, indent: int = 2) -> str:
+    """Write ``data`` as JSON (sorted keys) atomically; returns ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    text = json.dumps(data, indent=indent, sort_keys=True, default=_json_default) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return path
+
+
+def _as_dict(obj) -> Dict[str, Any]:
+    if obj is None:
+        return {}
+    if hasattr(obj, "to_sanitized_dict"):
+        return dict(obj.to_sanitized_dict())
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    return dict(obj)
+
+
+def write_training_args(output_dir: str, model_args, data_args, training_args) -> str:
+    """Write ``training_args.json``: the three argument dataclasses merged into one flat dict.
+
+    The training arguments go through ``to_sanitized_dict()``, so ``hub_token`` is written as
+    ``"<redacted>"``; any other non-empty field whose name ends in ``token`` is redacted as well.
+
+    Args:
+        output_dir: folder to write into (created if missing).
+        model_args, data_args: :class:`hf_tpu_ext.args.ModelArguments` / ``DataTrainingArguments`` (or dicts).
+        training_args: :class:`hf_tpu_ext.args.TrainingArguments` (or anything with ``to_sanitized_dict``).
+
+    Returns:
+        The path of the written file.
+    """
+    merged: Dict[str, Any] = {}
+    for part in (_as_dict(model_args), _as_dict(data_args), _as_dict(training_args)):
+        merged.update(part)
+    for key, value in list(merged.items()):
+        if key.endswith("token") and isinstance(value, str) and value:
+            merged[key] = REDACTED
+    return _write_json(os.path.join(output_dir, TRAINING_ARGS_NAME), merged)
+
+
+@dataclasses.dataclass
+class TrainerState:
+    """Progress of a run, saved as ``trainer_state.json`` with transformers' ``TrainerState`` field names.
+
+    Attributes:
+        global_step: optimizer steps done.
+        epoch: epochs done (float, e.g. ``1.5``).
+        max_steps: total optimizer steps of the run.
+        num_train_epochs: epochs of the run (float).
+        logging_steps, eval_steps, save_steps: intervals in global steps.
+        train_batch_size: global training batch size (sequences per optimizer step).
+        num_input_tokens_seen: tokens consumed by training so far.
+        log_history: one dict per log event, e.g. ``{"step": 10, "epoch": 0.1, "loss": 5.2, "learning_rate": 1e-4}``
+            or ``{"step": 100, "eval_loss": 4.1, "perplexity": 60.3}``.
+        best_metric: best ``eval_loss`` so far (None before the first evaluation).
+        best_global_step: global step of ``best_metric``.
+        best_model_checkpoint: checkpoint path of ``best_metric``.
+        is_local_process_zero, is_world_process_zero: whether this process writes files.
+        total_flos: floating point operations of the training so far.
+    """
+
+    global_step: int = 0
+    epoch: float = 0.0
+    max_steps: int = 0
+    num_train_epochs: float = 0.0
+    logging_steps: int = 500
+    eval_steps: int = 500
+    save_steps: int = 500
+    train_batch_size: Optional[int] = None
+    num_input_tokens_seen: int = 0
+    log_history: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+    best_metric: Optional[float] = None
+    best_global_step: Optional[int] = None
+    best_model_checkpoint: Optional[str] = None
+    is_local_process_zero: bool = True
+    is_world_process_zero: bool = True
+    total_flos: float = 0.0
+
+    def save(self, path: str) -> str:
+        """Write the state as JSON to ``path`` (atomically). Returns ``path``."""
+        return _write_json(path, dataclasses.asdict(self))
+
+    @classmethod
+    def load(cls, path: str) -> "TrainerState":
+        """Read a state written by :meth:`save` (or by transformers' Trainer; unknown fields are ignored).
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist.
+            ValueError: the file is not JSON.
+        """
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def write_all_results(output_dir: str, metrics: Dict[str, Any]) -> str:
+    """Merge ``metrics`` into ``all_results.json`` (new values win), as transformers' ``save_metrics("all")``.
+
+    Args:
+        output_dir: folder holding ``all_results.json`` (created if missing).
+        metrics: e.g. ``{"train_loss": 3.2, "train_runtime": 12.5, "eval_loss": 3.0, "perplexity": 20.1}``.
+
+    Returns:
+        The path of the written file.
+    """
+    path = os.path.join(output_dir, ALL_RESULTS_NAME)
+    merged: Dict[str, Any] = {}
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                merged = json.load(f)
+        except (json.JSONDecodeError, OSError):
+            merged = {}
+    merged.update(metrics)
+    return _write_json(path, merged, indent=4)
+
+
+def write_training_summary(output_dir: str, summary: Dict[str, Any]) -> str:
+    """Write ``training_summary.json``, the facts of the run the model card is rendered from.
+
+    Every key of :data:`SUMMARY_KEYS` is present in the file (``null`` when not given); extra keys are kept.
+
+    Keys:
+        backend: ``"tensorflow"`` or ``"torch_xla"``.
+        accelerator: ``"CPU"``, ``"GPU"`` or ``"TPU"``.
+        num_devices: accelerator devices used (all workers).
+        strategy: distribution strategy class name, e.g. ``"TPUStrategy"``, ``"MirroredStrategy"``.
+        num_replicas: replicas in sync. num_workers: hosts.
+        global_batch_size: sequences per optimizer step. per_device_train_batch_size: per replica.
+        max_seq_length: tokens per sequence.
+        precision: ``"float32"`` or ``"mixed_bfloat16"``.
+        jit_compile: whether the step was XLA-compiled. steps_per_execution: steps per device call.
+        global_step: optimizer steps done. epoch: epochs done (float).
+        tokens_seen: training tokens consumed. train_runtime: training wall time in seconds.
+        train_tokens_per_second: ``tokens_seen / train_runtime``.
+        base_model: repo id/folder continued from, ``None`` when trained from scratch.
+        dataset_name, dataset_config_name: Hub dataset (``None`` for local files/default corpus).
+        dataset_description: one line describing the training text.
+        num_parameters: trainable parameters.
+        model_config: sizes, e.g. ``{"hidden_size", "num_hidden_layers", "num_attention_heads",
+            "intermediate_size", "vocab_size", "max_position_embeddings"}``.
+        hyperparameters: readable values, e.g. ``{"learning_rate": 5e-4, "optimizer": "AdamW ...", ...}``.
+        eval_results: ``{"eval_loss", "perplexity", "eval_accuracy"}`` (floats or ``None``).
+        framework_versions: :func:`framework_versions`.
+        mask_token: the tokenizer's mask token, e.g. ``"<mask>"``.
+
+    Args:
+        output_dir: folder to write into.
+        summary: the values (missing keys become ``None``).
+
+    Returns:
+        The path of the written file.
+    """
+    data = {key: None for key in SUMMARY_KEYS}
+    data.update(summary)
+    return _write_json(os.path.join(output_dir, TRAINING_SUMMARY_NAME), data)
+
+
+def read_training_summary(output_dir: str) -> Optional[Dict[str, Any]]:
+    """The ``training_summary.json`` of ``output_dir`` as a dict, or ``None`` when the folder has none.
+
+    Raises:
+        ValueError: the file exists but is not JSON.
+    """
+    path = os.path.join(output_dir, TRAINING_SUMMARY_NAME)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def plot_loss_curve(log_history: List[Dict[str, Any]], path: str) -> Optional[str]:
+    """Plot the training loss (line) and eval loss (points) against the global step into a PNG.
+
+    Args:
+        log_history: ``TrainerState.log_history`` entries; entries with ``"step"`` and a finite ``"loss"``
+            form the training curve, those with ``"step"`` and ``"eval_loss"`` the eval points.
+        path: PNG file to write (folder created if missing).
+
+    Returns:
+        ``path``, or ``None`` (nothing written) when the history holds no finite loss.
+    """
+    train = [(e["step"], e["loss"]) for e in log_history if _finite(e.get("step")) and _finite(e.get("loss"))]
+    evals = [(e["step"], e["eval_loss"]) for e in log_history if _finite(e.get("step")) and _finite(e.get("eval_loss"))]
+    if not train and not evals:
+        return None
+    # Figure + Agg canvas directly: no pyplot global state, no GUI backend, safe in a background thread.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.0), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    if train:
+        ax.plot([s for s, _ in train], [v for _, v in train], label="training loss", color="tab:blue")
+    if evals:
+        ax.plot([s for s, _ in evals], [v for _, v in evals], "o", label="eval loss", color="tab:orange")
+    ax.set_xlabel("global step")
+    ax.set_ylabel("masked-LM loss (nats)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return path
+
+
+def framework_versions() -> Dict[str, str]:
+    """Versions of Python and the installed frameworks, read from package metadata (nothing is imported).
+
+    Returns:
+        ``{"python": "3.x.y", "transformers": "4.57.6", "tensorflow": "2.21.0", ...}`` -- keys are the
+        distribution names of :data:`FRAMEWORK_DISTRIBUTIONS` that are installed.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for dist in FRAMEWORK_DISTRIBUTIONS:
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            continue
+    return out

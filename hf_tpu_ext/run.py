@@ -1,0 +1,109 @@
+"""``hf-tpu train``: validate everything up front, then data -> tokenizer -> backend -> outputs -> Hub.
+
+Order matters: every check that can fail cheaply (arguments, output folder, callback names, Hub access,
+data files, tokenizer, corpus size, checkpoint shape) runs before the first training step, and nothing in
+an existing ``output_dir`` is touched before those checks pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any, Dict, Optional
+
+from hf_tpu_ext.errors import ArgumentError, BackendError, OutputDirError
+
+logger = logging.getLogger("hf_tpu_ext")
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def setup_logging(level=logging.INFO):
+    if not logging.getLogger("hf_tpu_ext").handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        root = logging.getLogger("hf_tpu_ext")
+        root.addHandler(handler)
+        root.setLevel(level)
+        root.propagate = False
+
+
+def check_output_dir(training_args) -> None:
+    """Refuse a non-empty ``output_dir`` unless overwriting or resuming was asked for.
+
+    Raises:
+        OutputDirError: the folder holds files; nothing in it is touched.
+    """
+    out = training_args.output_dir
+    if os.path.isdir(out) and os.listdir(out):
+        if training_args.overwrite_output_dir or training_args.resume_from_checkpoint:
+            return
+        raise OutputDirError(
+            f"Output directory {out!r} already exists and is not empty ({len(os.listdir(out))} entries). "
+            "Pass --overwrite_output_dir to train into it anyway, --resume_from_checkpoint true to continue the "
+            "run saved there, or choose another --output_dir. Nothing in it was changed."
+        )
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise OutputDirError(f"--output_dir {out!r} exists and is a file; choose a folder path.")
+
+
+def check_backend(training_args) -> None:
+    """Raise ``BackendError`` for a backend whose packages are missing (with the install command)."""
+    if training_args.backend == "torch_xla":
+        import importlib.util
+
+        if importlib.util.find_spec("torch_xla") is None:
+            raise BackendError(
+                "--backend torch_xla needs PyTorch/XLA, which is not installed. Install it with "
+                "`pip install torch==2.9.1 torch_xla==2.9.0` (torch_xla needs exactly torch 2.9.x), "
+                "or use the default --backend tensorflow."
+            )
+
+
+def train(model_args, data_args, training_args) -> Dict[str, Any]:
+    """Run ``hf-tpu train`` end to end and return the final metrics (also in ``all_results.json``).
+
+    Raises:
+        HfTpuExtError subclasses for every bad input, before training starts.
+    """
+    setup_logging()
+    check_output_dir(training_args)
+    check_backend(training_args)
+
+    from hf_tpu_ext.callbacks import resolve_callbacks
+
+    callback_classes = resolve_callbacks(training_args.callback_names)  # unknown name -> error now
+
+    if training_args.backend == "torch_xla":
+        from hf_tpu_ext.backends.torch_xla.trainer import train as train_torch_xla
+
+        return train_torch_xla(model_args, data_args, training_args, callback_classes)
+
+    from hf_tpu_ext.backends.tensorflow.run import train_tensorflow
+
+    return train_tensorflow(model_args, data_args, training_args, callback_classes)
+
+
+def load_or_train_tokenizer(model_args, data_args, training_args, raw_datasets, resuming: bool):
+    """The run's tokenizer: ``tokenizer_name``, the model's, the one saved in ``output_dir`` by the run being
+    resumed, or a byte-level BPE trained on the training split.
+
+    Raises:
+        TokenizerError: it has no mask token.
+    """
+    from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer, train_bpe_tokenizer
+
+    out = training_args.output_dir
+    if model_args.tokenizer_name or model_args.model_name_or_path:
+        tok = load_tokenizer(model_args.tokenizer_name or model_args.model_name_or_path,
+                             cache_dir=model_args.cache_dir)
+    elif resuming and all(os.path.isfile(os.path.join(out, f)) for f in TOKENIZER_FILES):
+        tok = load_tokenizer(out)
+    else:
+        t0 = time.perf_counter()
+        tok = train_bpe_tokenizer(raw_datasets["train"]["text"], vocab_size=model_args.vocab_size,
+                                  model_max_length=data_args.max_seq_length)
+        logger.info("trained a byte-level BPE tokenizer of %d tokens in %.1fs", len(tok), time.perf_counter() - t0)
+    check_mlm_tokenizer(tok)
+    return tok

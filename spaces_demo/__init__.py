@@ -1,0 +1,1 @@
+"""The Gradio fill-mask demo; ``app.py`` is also the ``app.py`` of Spaces created by ``hf-tpu deploy-space``."""

@@ -1,0 +1,74 @@
+"""Pytest fixtures around the loopback Hub (``tests/loopback_hub.py``); imported by ``tests/conftest.py``.
+
+``loopback_hub`` points huggingface_hub at a fresh in-memory Hub for one test: the server is started once
+per session and reset per test; ``HF_ENDPOINT`` and the module-level copies huggingface_hub made of it at
+import time are patched, the Hub cache and token file are redirected into the test's tmp dir.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from loopback_hub import LoopbackHubServer
+
+__all__ = ["ALICE_TOKEN", "BOB_TOKEN", "LoopbackHub", "loopback_hub_server", "loopback_hub"]
+
+ALICE_TOKEN = "hf_aliceLoopbackSecretToken0123456789"
+BOB_TOKEN = "hf_bobLoopbackSecretToken9876543210"
+USERS = {
+    ALICE_TOKEN: {"name": "alice", "orgs": [{"name": "alice-org", "role": "write"}, {"name": "readers", "role": "read"}]},
+    BOB_TOKEN: {"name": "bob", "orgs": []},
+}
+
+
+@dataclass
+class LoopbackHub:
+    """What the ``loopback_hub`` fixture yields.
+
+    Attributes:
+        endpoint: the server's base URL (``http://127.0.0.1:<port>``).
+        token: a valid token of user ``alice`` (member of ``alice-org`` with write, ``readers`` with read).
+        other_token: a valid token of user ``bob`` (no orgs).
+        server: the :class:`loopback_hub.LoopbackHubServer` (inspection and fault injection).
+    """
+
+    endpoint: str
+    token: str
+    other_token: str
+    server: LoopbackHubServer
+
+
+@pytest.fixture(scope="session")
+def loopback_hub_server():
+    server = LoopbackHubServer(USERS)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def loopback_hub(loopback_hub_server, monkeypatch, tmp_path_factory):
+    """A reset loopback Hub that huggingface_hub (and everything built on it) talks to during one test."""
+    from huggingface_hub import constants, file_download, hf_api
+
+    server = loopback_hub_server
+    server.reset()
+    endpoint = server.endpoint
+    home = tmp_path_factory.mktemp("hf_home")
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)
+    template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+    monkeypatch.setattr(file_download, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
+    monkeypatch.setattr(hf_api.api, "endpoint", endpoint)  # module-level HfApi() behind the function API
+    yield LoopbackHub(endpoint=endpoint, token=ALICE_TOKEN, other_token=BOB_TOKEN, server=server)
+    server.reset()

@@ -1,0 +1,318 @@
+"""The Gradio fill-mask demo: the predictor's input rules, the /fill_mask API over gradio_client, the Space files,
+and the ``hf-tpu demo`` command's argument errors."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from test_demo_support import MAX_SEQ_LENGTH, build_tiny_fill_mask_model, launched_demo
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO_DIR = os.path.join(REPO_ROOT, "spaces_demo")
+SPECIAL_STRINGS = ("<s>", "</s>", "<pad>", "<unk>", "<mask>")
+
+
+@pytest.fixture(scope="session")
+def trained_model_dir(tmp_path_factory):
+    """A tiny RoBERTa fill-mask folder (stand-in for the conftest fixture of the same name)."""
+    return build_tiny_fill_mask_model(str(tmp_path_factory.mktemp("tiny_fill_mask")))
+
+
+@pytest.fixture(scope="session")
+def predictor(trained_model_dir):
+    from spaces_demo.app import FillMaskPredictor
+
+    return FillMaskPredictor(trained_model_dir, backend="torch")
+
+
+@pytest.fixture(scope="module")
+def client(predictor):
+    from gradio_client import Client
+
+    with launched_demo(None, predictor=predictor) as (_, url):
+        yield Client(url, verbose=False)
+
+
+def _call(client, text, top_k=5, targets=""):
+    return client.predict(text, top_k, targets, api_name="/fill_mask")
+
+
+def _check_ranked(ranked, k):
+    scores = [c["score"] for c in ranked]
+    assert len(ranked) == k
+    assert all(0.0 < s <= 1.0 for s in scores)
+    assert scores == sorted(scores, reverse=True)
+    assert [c["rank"] for c in ranked] == list(range(1, k + 1))
+    for c in ranked:
+        assert c["token_str"].strip() not in SPECIAL_STRINGS and c["raw_token"] not in SPECIAL_STRINGS
+        assert c["token"] > 4  # ids 0-4 are the special tokens of the tiny tokenizer
+
+
+# --- gradio_client against the launched app ---------------------------------------------------------------
+
+
+def test_api_one_mask(client, predictor):
+    r = _call(client, "paris is the <mask> of france .", top_k=4)
+    assert r["ok"] is True and r["top_k"] == 4 and r["mask_token"] == "<mask>"
+    assert len(r["masks"]) == 1
+    _check_ranked(r["masks"][0], 4)
+    # the tiny model memorized this sentence
+    assert r["masks"][0][0]["token_str"] == " capital"
+    assert r["filled"] == "paris is the capital of france ."
+    # same numbers as calling the predictor directly (JSON round trip loses nothing)
+    direct = predictor.predict("paris is the <mask> of france .", 4)
+    assert [c["token"] for c in direct["masks"][0]] == [c["token"] for c in r["masks"][0]]
+    assert r["masks"][0][0]["score"] == pytest.approx(direct["masks"][0][0]["score"], rel=1e-12)
+
+
+def test_api_two_masks(client):
+    r = _call(client, "the <mask> sat on the <mask> .", top_k=3)
+    assert r["ok"] is True and len(r["masks"]) == 2
+    for ranked in r["masks"]:
+        _check_ranked(ranked, 3)
+    assert "<mask>" not in r["filled"]
+    best = [m[0]["token_str"] for m in r["masks"]]
+    assert r["filled"] == f"the{best[0]} sat on the{best[1]} ."
+    assert "independently" in r["message"]
+
+
+def test_api_bracket_mask_is_mapped(client):
+    a = _call(client, "the cat sat on the [MASK] .", top_k=3)
+    b = _call(client, "the cat sat on the [mask] .", top_k=3)
+    c = _call(client, "the cat sat on the <mask> .", top_k=3)
+    assert a["ok"] and b["ok"]
+    assert a["text"] == "the cat sat on the <mask> ."
+    assert [x["token"] for x in a["masks"][0]] == [x["token"] for x in c["masks"][0]] == [x["token"] for x in b["masks"][0]]
+    assert "[MASK]" not in a["filled"] and "<mask>" not in a["filled"]
+
+
+def test_api_no_mask(client):
+    r = _call(client, "the cat sat on the mat .")
+    assert r["ok"] is False and r["masks"] == [] and r["filled"] is None
+    assert "No mask" in r["message"] and "<mask>" in r["message"]
+
+
+@pytest.mark.parametrize("text", ["", "   \n "])
+def test_api_empty_input(client, text):
+    r = _call(client, text)
+    assert r["ok"] is False and r["masks"] == []
+    assert r["message"].startswith("Empty input") and "<mask>" in r["message"]
+
+
+def test_api_too_long(client):
+    text = "the cat sat on the mat and " * 10 + "<mask> ."
+    r = _call(client, text)
+    assert r["ok"] is False and r["masks"] == []
+    assert r["max_length"] == MAX_SEQ_LENGTH and r["num_tokens"] > MAX_SEQ_LENGTH
+    assert f"{r['num_tokens']} tokens" in r["message"] and f"at most {MAX_SEQ_LENGTH}" in r["message"]
+    assert f"by {r['num_tokens'] - MAX_SEQ_LENGTH} tokens" in r["message"]
+
+
+def test_api_targets_with_out_of_vocabulary_word(client, predictor):
+    # "water" is not in the tiny vocabulary (several BPE pieces); coffee and tea are single tokens
+    r = _call(client, "i like to drink <mask> in the morning .", top_k=5, targets="coffee, water, tea")
+    assert r["ok"] is True
+    assert r["rejected_targets"] == ["water"]
+    assert "'water'" in r["message"] and "Not scored" in r["message"]
+    ranked = r["masks"][0]
+    assert {c["token_str"] for c in ranked} == {" coffee", " tea"}
+    _check_ranked(ranked, 2)
+    assert r["top_k"] == 2 and "2 accepted targets" in r["message"]
+    # target scores are the unrestricted probabilities, not renormalized
+    full = predictor.predict("i like to drink <mask> in the morning .", predictor.num_candidates)
+    by_id = {c["token"]: c["score"] for c in full["masks"][0]}
+    for c in ranked:
+        assert c["score"] == pytest.approx(by_id[c["token"]], rel=1e-9)
+
+
+def test_api_only_unknown_targets(client):
+    r = _call(client, "the cat sat on the <mask> .", targets="water, zzqq")
+    assert r["ok"] is False and r["masks"] == [] and r["rejected_targets"] == ["water", "zzqq"]
+    assert "None of the targets" in r["message"]
+
+
+def test_api_top_k_larger_than_vocab(client, predictor):
+    r = _call(client, "the cat sat on the <mask> .", top_k=100000)
+    n = predictor.num_candidates
+    assert n == len(predictor.tokenizer) - 5
+    assert r["ok"] is True and r["top_k"] == n
+    assert f"top_k 100000 is more than the {n}" in r["message"]
+    _check_ranked(r["masks"][0], n)
+    assert sum(c["score"] for c in r["masks"][0]) == pytest.approx(1.0, abs=1e-9)
+    assert len({c["token"] for c in r["masks"][0]}) == n
+
+
+def test_api_top_k_invalid(client):
+    r = _call(client, "the cat sat on the <mask> .", top_k=0)
+    assert r["ok"] is False and "top_k must be >= 1" in r["message"]
+
+
+def test_api_lists_one_named_endpoint(client):
+    info = client.view_api(return_format="dict", print_info=False)
+    assert list(info["named_endpoints"]) == ["/fill_mask"]
+    params = [p["parameter_name"] for p in info["named_endpoints"]["/fill_mask"]["parameters"]]
+    assert params == ["text", "top_k", "targets"]
+
+
+# --- predictor rules without the server --------------------------------------------------------------------
+
+
+def test_normalize_mask_variants(predictor):
+    assert predictor.normalize("a [MASK] b <MASK> c [Mask] d < mask > e <mask>") == \
+        "a <mask> b <mask> c <mask> d <mask> e <mask>"
+
+
+def test_targets_with_and_without_leading_space(predictor):
+    tok = predictor.tokenizer
+    vocab = tok.get_vocab()
+    ids, rejected = predictor.resolve_targets("cat, Ġdog, water")
+    assert rejected == ["water"]
+    assert vocab["Ġcat"] in ids and vocab["Ġdog"] in ids
+    if "cat" in vocab:  # bare form is scored too when it is one token
+        assert vocab["cat"] in ids
+    assert predictor.resolve_targets(["", " "]) == ([], [])
+
+
+def test_duplicate_display_strings_are_not_merged(predictor):
+    # two ids whose decoded text is identical must both be listed
+    full = predictor.predict("the cat sat on the <mask> .", predictor.num_candidates)
+    strings = [c["token_str"] for c in full["masks"][0]]
+    ids = [c["token"] for c in full["masks"][0]]
+    assert len(ids) == len(set(ids)) == predictor.num_candidates
+    decoded = {}
+    for i in range(len(predictor.tokenizer)):
+        decoded.setdefault(predictor.tokenizer.decode([i]), []).append(i)
+    dupes = {s: v for s, v in decoded.items() if len(v) > 1 and not set(v) & set(predictor.special_ids)}
+    # byte-level BPE: the 128 lone bytes >= 0x80 all decode to U+FFFD
+    assert len(dupes.get("\ufffd", [])) == 128
+    for s, v in dupes.items():
+        assert strings.count(s) == len(v)
+
+
+def test_special_tokens_never_candidates(predictor):
+    full = predictor.predict("<mask> <mask>", predictor.num_candidates)
+    assert full["ok"]
+    for ranked in full["masks"]:
+        assert not {c["token"] for c in ranked} & set(predictor.special_ids)
+
+
+def test_result_rows_for_the_table(predictor):
+    from spaces_demo.app import RESULT_HEADERS, result_rows
+
+    r = predictor.predict("the <mask> sat on the <mask> .", 2)
+    rows = result_rows(r)
+    assert len(rows) == 4 and len(rows[0]) == len(RESULT_HEADERS)
+    assert [(row[0], row[1]) for row in rows] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert rows[0][4] == r["masks"][0][0]["token"] and rows[0][5] == round(r["masks"][0][0]["score"], 4)
+
+
+def test_tensorflow_backend_matches_torch(trained_model_dir, predictor):
+    pytest.importorskip("tensorflow")
+    from spaces_demo.app import FillMaskPredictor
+
+    tf_pred = FillMaskPredictor(trained_model_dir, backend="tensorflow")
+    assert tf_pred.backend == "tensorflow"
+    text = "the <mask> sat on the <mask> ."
+    a, b = predictor.predict(text, 5), tf_pred.predict(text, 5)
+    assert a["filled"] == b["filled"]
+    for ra, rb in zip(a["masks"], b["masks"]):
+        assert [c["token"] for c in ra] == [c["token"] for c in rb]
+        assert [c["score"] for c in ra] == pytest.approx([c["score"] for c in rb], abs=1e-4)
+
+
+def test_select_backend(monkeypatch):
+    from spaces_demo.app import select_backend
+
+    monkeypatch.delenv("FILL_MASK_BACKEND", raising=False)
+    assert select_backend() == "torch"  # torch is installed in the test environment
+    monkeypatch.setenv("FILL_MASK_BACKEND", "tf")
+    assert select_backend() == "tensorflow"
+    assert select_backend("pytorch") == "torch"
+    with pytest.raises(ValueError, match="Unknown fill-mask backend 'jax'"):
+        select_backend("jax")
+
+
+def test_default_model_id(monkeypatch, tmp_path):
+    import spaces_demo.app as app
+
+    monkeypatch.setenv("MODEL_ID", "alice/m1")
+    assert app.default_model_id() == "alice/m1"
+    monkeypatch.delenv("MODEL_ID")
+    monkeypatch.setattr(app, "__file__", str(tmp_path / "app.py"))
+    assert app.default_model_id() is None
+    (tmp_path / "model_id.txt").write_text("alice/m2\n")
+    assert app.default_model_id() == "alice/m2"
+
+
+# --- Space files ---------------------------------------------------------------------------------------------
+
+
+def _space_metadata():
+    from huggingface_hub import SpaceCard
+
+    with open(os.path.join(DEMO_DIR, "README.md"), encoding="utf-8") as f:
+        return SpaceCard(f.read()).data
+
+
+def test_space_readme_metadata_matches_gradio():
+    import gradio
+
+    data = _space_metadata()
+    assert data.sdk == "gradio"
+    assert data.sdk_version == gradio.__version__
+    assert data.app_file == "app.py"
+    assert data.title and data.emoji and data.colorFrom and data.colorTo
+    assert data.license == "apache-2.0"
+    assert isinstance(data.models, list) and data.models
+    assert 0 < len(data.short_description) <= 60
+
+
+def test_space_requirements():
+    import gradio
+
+    with open(os.path.join(DEMO_DIR, "requirements.txt"), encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip() and not line.startswith(("#", "-"))]
+    names = {line.split("=")[0].split(">")[0].split("<")[0].strip().lower() for line in lines}
+    assert {"torch", "transformers", "gradio", "safetensors"} <= names
+    assert f"gradio=={gradio.__version__}" in lines
+    assert "transformers>=4.57,<5" in lines
+    assert not any(n.startswith(("tensorflow", "tf-keras", "hf-tpu-ext", "hf_tpu_ext")) for n in names)
+
+
+def test_app_does_not_import_hf_tpu_ext_at_module_level():
+    import ast
+
+    with open(os.path.join(DEMO_DIR, "app.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    names = [a.name for n in top for a in n.names] + [n.module for n in top if isinstance(n, ast.ImportFrom)]
+    assert not any(str(n).startswith(("hf_tpu_ext", "tensorflow", "torch")) for n in names)
+
+
+# --- hf-tpu demo ----------------------------------------------------------------------------------------------
+
+
+def test_demo_command_argument_errors(tmp_path, monkeypatch, capsys):
+    from hf_tpu_ext import cli
+
+    monkeypatch.delenv("MODEL_ID", raising=False)
+    assert cli.main(["demo"]) == 1
+    assert "hf-tpu demo OUTPUT_DIR" in capsys.readouterr().err
+    assert cli.main(["demo", str(tmp_path)]) == 1
+    assert "has no config.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["demo", str(tmp_path), "--share", "maybe"])
+
+
+def test_demo_command_builds_app(trained_model_dir):
+    from hf_tpu_ext.commands.demo import build_parser, load_demo
+
+    args = build_parser().parse_args([trained_model_dir, "--port", "7861", "--share", "no"])
+    assert (args.host, args.port, args.share) == ("127.0.0.1", 7861, False)
+    demo = load_demo(args.model, backend="torch", concurrency_limit=2)
+    assert demo.predictor.max_length == MAX_SEQ_LENGTH
+    assert any(fn.api_name == "fill_mask" for fn in demo.fns.values())
