@@ -236,7 +236,8 @@ class FillMaskPredictor:
         """Map candidate words to vocabulary ids.
 
         A word is accepted when it is one non-special token either with a leading space (``Ġword``,
-        as mid-sentence) or without (``word``, as at the start); when both exist, both are scored.
+        as mid-sentence) or without (``word``, as at the start); when both exist, both are scored
+        (spaced form first).
         A raw vocabulary entry (e.g. ``Ġword``) is accepted as is.
 
         Args:
@@ -256,12 +257,12 @@ class FillMaskPredictor:
             if not word:
                 continue
             found = []
-            if word in vocab:
-                found.append(vocab[word])
             for variant in (" " + word, word):
                 enc = self.tokenizer(variant, add_special_tokens=False)["input_ids"]
                 if len(enc) == 1:
                     found.append(enc[0])
+            if word in vocab:
+                found.append(vocab[word])
             found = [i for i in dict.fromkeys(found) if 0 <= i < self.vocab_size and not self._blocked[i]]
             if not found:
                 rejected.append(word)

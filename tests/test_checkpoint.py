@@ -62,7 +62,7 @@ def _slots(opt, model):
 
 
 @pytest.fixture(scope="module")
-def trained_run(tmp_path_factory):
+def ckpt_run(tmp_path_factory):
     """A run of 3 steps with a checkpoint after steps 1, 2 and 3 (save_total_limit=2), then one more step."""
     out = str(tmp_path_factory.mktemp("run"))
     model, opt = _model(), _optimizer()
@@ -80,8 +80,8 @@ def trained_run(tmp_path_factory):
     return dict(out=out, paths=paths, saved_weights=saved_weights, saved_slots=saved_slots, after=after, ckpt=ckpt)
 
 
-def test_save_writes_numbered_files_sidecar_and_prunes(trained_run):
-    out, paths, ckpt = trained_run["out"], trained_run["paths"], trained_run["ckpt"]
+def test_save_writes_numbered_files_sidecar_and_prunes(ckpt_run):
+    out, paths, ckpt = ckpt_run["out"], ckpt_run["paths"], ckpt_run["ckpt"]
     folder = os.path.join(out, "checkpoints")
     assert paths == [os.path.join(folder, f"ckpt-{n}") for n in (1, 2, 3)]
     assert ckpt.latest == paths[-1]
@@ -103,19 +103,19 @@ def test_save_writes_numbered_files_sidecar_and_prunes(trained_run):
     assert find_latest(out) == paths[-1]
 
 
-def test_restore_brings_back_weights_step_and_optimizer_slots(trained_run):
+def test_restore_brings_back_weights_step_and_optimizer_slots(ckpt_run):
     model, opt = _model(seed=123), _optimizer()  # different init: restore must overwrite it
-    ckpt = TrainingCheckpointer(model, opt, os.path.join(trained_run["out"], "checkpoints"), max_to_keep=2)
+    ckpt = TrainingCheckpointer(model, opt, os.path.join(ckpt_run["out"], "checkpoints"), max_to_keep=2)
     step = ckpt.restore()
     assert step == 3 and int(ckpt.epoch.numpy()) == 1 and ckpt.restored_epoch == 1.5
-    for w, saved in zip(model.trainable_variables, trained_run["saved_weights"]):
+    for w, saved in zip(model.trainable_variables, ckpt_run["saved_weights"]):
         np.testing.assert_array_equal(w.numpy(), saved)
     # Deferred restoration: iterations exists on first access with the saved value.
     assert int(opt.iterations.numpy()) == 3
     # Adam slots are created in the first apply_gradients and get the saved values before the update, so the
     # resumed step equals the uninterrupted one exactly.
     _train_step(model, opt, 4)
-    after = trained_run["after"]
+    after = ckpt_run["after"]
     assert int(opt.iterations.numpy()) == after["iterations"] == 4
     slots = _slots(opt, model)
     assert slots.keys() == after["slots"].keys() and len(slots) == 2 * len(model.trainable_variables)
@@ -125,11 +125,11 @@ def test_restore_brings_back_weights_step_and_optimizer_slots(trained_run):
         np.testing.assert_allclose(w.numpy(), expected, rtol=0, atol=1e-6)
     # Without the restore the slots would be different (fresh zeros before the update).
     key = next(iter(after["slots"]))
-    assert not np.allclose(trained_run["saved_slots"][key], 0)
+    assert not np.allclose(ckpt_run["saved_slots"][key], 0)
 
 
-def test_validate_compatible_names_mismatching_fields(trained_run):
-    path = trained_run["paths"][-1]
+def test_validate_compatible_names_mismatching_fields(ckpt_run):
+    path = ckpt_run["paths"][-1]
     small = _model(hidden=32)
     with pytest.raises(CheckpointError) as err:
         validate_compatible(path, small.config)
@@ -163,11 +163,11 @@ def test_find_latest_and_missing_checkpoints(tmp_path):
         ckpt.restore(str(tmp_path / "elsewhere"))
 
 
-def test_exported_folder_restores_on_its_own(trained_run, tmp_path):
+def test_exported_folder_restores_on_its_own(ckpt_run, tmp_path):
     dest = tmp_path / "last-checkpoint"
     dest.mkdir()
     (dest / "ckpt-1.index").write_bytes(b"stale")  # left from an earlier export
-    files = export_checkpoint_folder(trained_run["paths"][-1], str(dest))
+    files = export_checkpoint_folder(ckpt_run["paths"][-1], str(dest))
     assert files[-1] == "checkpoint" and "ckpt-3.index" in files and "ckpt-3.json" in files
     assert any(f.startswith("ckpt-3.data-") for f in files)
     assert sorted(os.listdir(dest)) == sorted(files)
@@ -178,9 +178,10 @@ def test_exported_folder_restores_on_its_own(trained_run, tmp_path):
     moved.parent.mkdir()
     os.rename(dest, moved)
     model, opt = _model(seed=7), _optimizer()
-    ckpt = TrainingCheckpointer(model, opt, output_dir=str(tmp_path / "new_run"))
+    ckpt = TrainingCheckpointer(str(tmp_path / "new_run"), model, opt, 1)  # output-dir-first form
+    assert ckpt.directory == os.path.join(str(tmp_path / "new_run"), "checkpoints")
     assert ckpt.restore(str(moved)) == 3
-    for w, saved in zip(model.trainable_variables, trained_run["saved_weights"]):
+    for w, saved in zip(model.trainable_variables, ckpt_run["saved_weights"]):
         np.testing.assert_array_equal(w.numpy(), saved)
     assert int(opt.iterations.numpy()) == 3
     # find_latest also accepts a run folder holding only last-checkpoint/.

@@ -185,23 +185,10 @@ def test_save_replaces_stale_tf_weights(tiny_tf_model, tmp_path):
     assert not os.path.exists(os.path.join(folder, "tf_model.h5"))
 
 
-def test_repo_id_is_downloaded_from_hf_endpoint(exported, monkeypatch):
-    import huggingface_hub
-
-    folder, _, _ = exported
-    calls = {}
-
-    def fake_snapshot_download(repo_id, **kwargs):
-        calls.update(kwargs, repo_id=repo_id)
-        return folder
-
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9/")
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot_download)
-    model = load_tf_model("someone/tiny-roberta", revision="v1")
-    assert model.config.hidden_size == 64
-    assert calls["repo_id"] == "someone/tiny-roberta" and calls["revision"] == "v1"
-    assert calls["endpoint"] == "http://127.0.0.1:9"
-    assert "*.safetensors" in calls["allow_patterns"] and "*.json" in calls["allow_patterns"]
+def test_only_one_weight_format_is_downloaded():
+    assert export._weight_patterns(["config.json", "model.safetensors", "tf_model.h5", "pytorch_model.bin"]) == ["model*.safetensors"]
+    assert export._weight_patterns(["config.json", "tf_model.h5", "pytorch_model.bin"]) == ["tf_model*.h5"]
+    assert export._weight_patterns(["config.json", "pytorch_model.bin"]) == ["pytorch_model*.bin"]
 
 
 def test_invalid_repo_id_is_a_hub_repo_error():
@@ -254,7 +241,13 @@ def test_load_from_hub_repo_id(exported, input_ids, tf_logits, loopback_hub):
     api = HfApi(endpoint=loopback_hub.endpoint, token=loopback_hub.token)
     api.create_repo("alice/tiny-roberta", private=True)
     api.upload_folder(repo_id="alice/tiny-roberta", folder_path=folder, commit_message="tiny model")
+    api.upload_file(repo_id="alice/tiny-roberta", path_or_fileobj=b"not needed", path_in_repo="tf_model.h5")
     model = load_tf_model("alice/tiny-roberta", token=loopback_hub.token)
+    # Downloaded from the loopback Hub (HF_ENDPOINT) into the Hub cache, with one weight format only.
+    snapshot = export._resolve_folder("alice/tiny-roberta", None, None, loopback_hub.token)
+    assert snapshot.startswith(os.environ["HF_HOME"])
+    assert "model.safetensors" in os.listdir(snapshot) and "tf_model.h5" not in os.listdir(snapshot)
+    assert "tokenizer.json" in os.listdir(snapshot)
     logits = model(input_ids=input_ids, training=False).logits.numpy()
     assert np.max(np.abs(logits - tf_logits)) <= 1e-5
     with pytest.raises(HubRepoError, match="alice/no-such-model was not found") as err:

@@ -238,6 +238,18 @@ def get_callback(name: str, **kwargs):
     return get_callback_class(name)(**kwargs)
 
 
+def read_global_step(model) -> Optional[int]:
+    """``model.optimizer.iterations`` as an int (None without an optimizer); works for distributed variables.
+
+    One scalar read from the device: it waits until the steps already dispatched have finished.
+    """
+    iterations = getattr(getattr(model, "optimizer", None), "iterations", None) if model is not None else None
+    if iterations is None:
+        return None
+    value = iterations.numpy() if hasattr(iterations, "numpy") else iterations
+    return int(value)
+
+
 def build_callbacks(names: Iterable[str], run) -> list:
     """Instantiate callbacks for a training run.
 
@@ -265,6 +277,7 @@ __all__ = [
     "build_callbacks",
     "get_callback",
     "get_callback_class",
+    "read_global_step",
     "register_callback",
     "resolve_callbacks",
 ]

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 
 import tf_keras
 
-from hf_tpu_ext.callbacks import register_callback
+from hf_tpu_ext.callbacks import read_global_step, register_callback
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -94,8 +94,7 @@ class MaskedLMMetrics(tf_keras.callbacks.Callback):
         )
 
     def _global_step(self) -> Optional[int]:
-        iterations = getattr(getattr(self.model, "optimizer", None), "iterations", None)
-        return int(iterations) if iterations is not None else None
+        return read_global_step(self.model)
 
     def evaluate(self) -> Dict[str, Any]:
         """Run one evaluation now; returns (and stores in ``self.results``) the prefixed results."""

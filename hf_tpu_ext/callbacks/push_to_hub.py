@@ -181,13 +181,13 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self.preflight()
         self._last_save_step = self._global_step()
-        steps = (self.params or {}).get("steps")
+        steps = (getattr(self, "params", None) or {}).get("steps")
         if steps:
             self._epoch = self._last_save_step / steps
 
     def on_train_batch_end(self, batch, logs=None):
         step = self._global_step()
-        steps = (self.params or {}).get("steps")
+        steps = (getattr(self, "params", None) or {}).get("steps")
         if steps:
             self._epoch = step / steps
         if self.save_strategy != "steps":

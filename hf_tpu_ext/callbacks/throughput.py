@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import tf_keras
 
-from hf_tpu_ext.callbacks import register_callback
+from hf_tpu_ext.callbacks import read_global_step, register_callback
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -139,11 +139,7 @@ class ThroughputCallback(tf_keras.callbacks.Callback):
         self._epoch_calls: List[Tuple[float, int]] = []
 
     def _iterations(self) -> Optional[int]:
-        optimizer = getattr(self.model, "optimizer", None) if self.model is not None else None
-        iterations = getattr(optimizer, "iterations", None)
-        if iterations is None:
-            return None
-        return int(iterations)  # one scalar read; waits for the call's steps to finish
+        return read_global_step(self.model)  # one scalar read; waits for the call's steps to finish
 
     def _rates(self, steps: int, seconds: float) -> Dict[str, float]:
         samples = steps * self.global_batch_size / max(seconds, 1e-12)

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import tf_keras
 
-from hf_tpu_ext.callbacks import register_callback
+from hf_tpu_ext.callbacks import read_global_step, register_callback
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -170,8 +170,8 @@ class XLARecompileGuard(tf_keras.callbacks.Callback):
             n = len(tracked.signatures)
             if n <= self.warmup_compilations:
                 continue
-            step = getattr(getattr(self.model, "optimizer", None), "iterations", None)
-            where = f" at global step {int(step)}" if step is not None else ""
+            step = read_global_step(self.model)
+            where = f" at global step {step}" if step is not None else ""
             message = (
                 f"model.{self.function_attr} was compiled again{where} (compilation {n}, "
                 f"{self.warmup_compilations} expected): {describe_change(previous, signature)}. Each new input "

@@ -16,6 +16,7 @@ A folder of TFRecord shards written by ``hf-tpu prepare-data`` is not text: dete
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Optional
 
@@ -270,10 +271,13 @@ def load_text_datasets(data_args, seed: int, cache_dir: Optional[str] = None):
                 f"{source} has a single text example; holding out {data_args.validation_split_percentage}% for "
                 "validation needs at least 2. Give more text, a --validation_file, or --validation_split_percentage 0."
             )
-        parts = train.train_test_split(
-            test_size=data_args.validation_split_percentage / 100.0, seed=seed, shuffle=True, keep_in_memory=True
-        )
-        train, validation = parts["train"], parts["test"]
+        # own seeded split (Dataset.train_test_split refuses keep_in_memory on file-backed data)
+        import numpy as np
+
+        n_val = int(math.ceil(len(train) * data_args.validation_split_percentage / 100.0))
+        order = np.random.default_rng(seed).permutation(len(train))
+        validation = train.select(order[:n_val], keep_in_memory=True)
+        train = train.select(order[n_val:], keep_in_memory=True)
     else:
         validation = train.select([], keep_in_memory=True)
     return DatasetDict({"train": train, "validation": validation})

@@ -22,7 +22,7 @@ import json
 import logging
 import os
 import re
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional
 
 import tensorflow as tf
 
@@ -71,11 +71,6 @@ def model_config_summary(model_config) -> Dict[str, Optional[int]]:
         value = get(name)
         out[name] = int(value) if value is not None else None
     return out
-
-
-def _checkpoint_number(path: str) -> Optional[int]:
-    m = re.search(r"-(\d+)$", path)
-    return int(m.group(1)) if m else None
 
 
 def _latest_in_dir(folder: str) -> Optional[str]:
@@ -197,8 +192,10 @@ class TrainingCheckpointer:
 
     Wraps ``tf.train.Checkpoint(model=..., optimizer=..., global_step=..., epoch=...)`` and a
     ``tf.train.CheckpointManager(directory, max_to_keep=save_total_limit, checkpoint_name="ckpt")``.
-    Both ``TrainingCheckpointer(model, optimizer, "out/checkpoints", max_to_keep=2)`` and
-    ``TrainingCheckpointer(model, optimizer, output_dir="out", save_total_limit=2)`` work.
+    ``TrainingCheckpointer(model, optimizer, "out/checkpoints", max_to_keep=2)``,
+    ``TrainingCheckpointer(model, optimizer, output_dir="out", save_total_limit=2)`` and the output-dir-first
+    form ``TrainingCheckpointer("out", model, optimizer, 2)`` (positional: output_dir, model, optimizer,
+    save_total_limit) all work.
 
     Under ``MultiWorkerMirroredStrategy`` every worker must call :meth:`save` (the write is collective); give
     non-chief workers their own throw-away ``directory``.
@@ -235,6 +232,11 @@ class TrainingCheckpointer:
     ):
         from hf_tpu_ext.errors import ArgumentError
 
+        if isinstance(model, (str, os.PathLike)):
+            # Output-dir-first form: the positionals are (output_dir, model, optimizer, save_total_limit).
+            output_dir, model, optimizer, limit = model, optimizer, directory, max_to_keep
+            directory, max_to_keep = None, None
+            save_total_limit = limit if save_total_limit is None else save_total_limit
         if directory is None and output_dir is None:
             raise ArgumentError("TrainingCheckpointer needs a checkpoint directory or an output_dir.")
         self.model = model

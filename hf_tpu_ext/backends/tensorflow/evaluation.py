@@ -25,6 +25,10 @@ import tensorflow as tf
 from hf_tpu_ext.backends.tensorflow.model import masked_lm_sums
 
 IGNORE_INDEX = -100
+_FORMAT_HELP = (
+    "Evaluation batches need masked_lm_positions/masked_lm_ids/masked_lm_weights (hf-tpu-ext format) "
+    "or labels with -100 for unmasked tokens (transformers format)"
+)
 
 # model -> {(id(strategy), jit_compile): tf.function}; a cached function is traced once per input shape
 _STEP_CACHE: "weakref.WeakKeyDictionary[Any, Dict[Tuple[int, Optional[bool]], Any]]" = weakref.WeakKeyDictionary()
@@ -81,10 +85,7 @@ def batch_sums(model, element) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     if labels is None:
         from hf_tpu_ext.errors import DataError
 
-        raise DataError(
-            "Evaluation batches need masked_lm_positions/masked_lm_ids/masked_lm_weights (hf-tpu-ext format) "
-            f"or labels with -100 for unmasked tokens (transformers format); got keys {sorted(features)}."
-        )
+        raise DataError(_FORMAT_HELP + f"; got keys {sorted(features)}.")
     return stock_labels_sums(model, features, labels)
 
 
@@ -111,7 +112,7 @@ def make_eval_step(model, strategy: tf.distribute.Strategy, jit_compile: Optiona
     if jit_compile:
         replica_fn = tf.function(replica_fn, jit_compile=True)
 
-    @tf.function
+    @tf.function(reduce_retracing=True)  # a partial last batch should not trace once per shape
     def step(element):
         sums = strategy.run(replica_fn, args=(element,))
         return tuple(strategy.reduce(tf.distribute.ReduceOp.SUM, s, axis=None) for s in sums)
@@ -150,6 +151,11 @@ def evaluate_masked_lm(model, dataset, steps: Optional[int] = None, strategy: Op
 
     if strategy is None:
         strategy = getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
+    spec = getattr(dataset, "element_spec", None)
+    if spec is not None:  # fail here with a clear message rather than inside a trace
+        features, labels = _split_element(spec)
+        if "masked_lm_positions" not in features and labels is None:
+            raise DataError(_FORMAT_HELP + f"; got keys {sorted(features)}.")
     if not _is_distributed(dataset):
         dataset = strategy.experimental_distribute_dataset(dataset)
     step = make_eval_step(model, strategy, jit_compile)

@@ -35,8 +35,18 @@ TF2_WEIGHTS_NAME = "tf_model.h5"
 TF2_WEIGHTS_INDEX_NAME = "tf_model.h5.index.json"
 PT_WEIGHTS_NAME = "pytorch_model.bin"
 
-# What a snapshot of a model repo needs for loading (checkpoints, logs and images are skipped).
-_DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.h5", "*.bin", "*.txt", "*.model", "merges.txt", "vocab.*"]
+# Config and tokenizer files of a model repo; one weight format is added (see _weight_patterns).
+_BASE_PATTERNS = ["*.json", "*.txt", "*.model"]
+
+
+def _weight_patterns(repo_files: List[str]) -> List[str]:
+    """The one weight format to download, in load_tf_model's order: safetensors, tf_model.h5, pytorch_model.bin."""
+    top = set(repo_files)
+    if SAFE_WEIGHTS_NAME in top or SAFE_WEIGHTS_INDEX_NAME in top:
+        return ["model*.safetensors"]
+    if TF2_WEIGHTS_NAME in top or TF2_WEIGHTS_INDEX_NAME in top:
+        return ["tf_model*.h5"]
+    return ["pytorch_model*.bin"]
 
 
 def _atomic_write(path: str, write_fn) -> None:
@@ -208,7 +218,7 @@ def _resolve_folder(path_or_repo_id: str, revision: Optional[str], cache_dir: Op
     if looks_local:
         raise ArgumentError(f"Model folder {path_or_repo_id!r} does not exist; give an existing folder or a Hub repo id 'user/name'.")
 
-    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub import HfApi, constants, snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
         HFValidationError,
@@ -219,14 +229,17 @@ def _resolve_folder(path_or_repo_id: str, revision: Optional[str], cache_dir: Op
 
     # The endpoint is read at call time so HF_ENDPOINT set after import (a private or test Hub) is honoured.
     endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+    endpoint = endpoint.rstrip("/")
     try:
+        # List first so only one weight format is fetched (repos often hold .bin, .h5 and .safetensors copies).
+        repo_files = HfApi(endpoint=endpoint).list_repo_files(path_or_repo_id, revision=revision, token=token)
         return snapshot_download(
             path_or_repo_id,
             revision=revision,
             cache_dir=cache_dir,
             token=token,
-            endpoint=endpoint.rstrip("/"),
-            allow_patterns=_DOWNLOAD_PATTERNS,
+            endpoint=endpoint,
+            allow_patterns=_BASE_PATTERNS + _weight_patterns(repo_files),
         )
     except HFValidationError:
         raise HubRepoError(

@@ -72,7 +72,10 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
     config.eos_token_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else config.eos_token_id
     if config.model_type == "roberta":
         # RoBERTa positions start at padding_idx + 1
-        config.max_position_embeddings = max(getattr(config, "max_position_embeddings", 0) or 0, max_seq_length + 2)
+        if model_args.config_name:
+            config.max_position_embeddings = max(config.max_position_embeddings or 0, max_seq_length + 2)
+        else:  # the default config gets exactly the positions it is trained on
+            config.max_position_embeddings = max_seq_length + 2
         config.type_vocab_size = 1
     check_positions(config, max_seq_length)
     if seed is not None:

@@ -42,11 +42,11 @@ def _resolve_resume(training_args, token):
 def _load_blocks(model_args, data_args, training_args, info, resuming):
     """Tokenizer + int32 blocks [N, L] per split (or TFRecord sources)."""
     from hf_tpu_ext.data.blocks import group_into_blocks
-    from hf_tpu_ext.data.loading import is_tfrecord_source, load_text_datasets
+    from hf_tpu_ext.data.loading import describe_data_source, is_tfrecord_source, load_text_datasets
     from hf_tpu_ext.run import load_or_train_tokenizer
 
     if data_args.train_file and is_tfrecord_source(data_args.train_file):
-        from hf_tpu_ext.data.tfrecord import check_tfrecord_location, read_tfrecord_blocks
+        from hf_tpu_ext.data.tfrecord import check_tfrecord_location, read_manifest, read_tfrecord_blocks
         from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer
 
         check_tfrecord_location(data_args.train_file, info.is_tpu_node)
@@ -63,24 +63,22 @@ def _load_blocks(model_args, data_args, training_args, info, resuming):
                 f"The TFRecord shards in {data_args.train_file} hold blocks of {train[2]} tokens but "
                 f"--max_seq_length is {data_args.max_seq_length}; pass --max_seq_length {train[2]}."
             )
-        return tok, {"train": train, "validation": validation}, None
+        if validation is not None and validation[1] == 0:
+            validation = None
+        return tok, {"train": train, "validation": validation}, read_manifest(data_args.train_file).get("source")
     if info.is_tpu_node:
         from hf_tpu_ext.errors import DataError as _DE
 
         raise _DE("A TPU Node reads data from Cloud Storage: run `hf-tpu prepare-data --output_path gs://...` "
                   "and pass that gs:// path as --train_file.")
-    raw = load_text_datasets(data_args, seed=training_args.seed)
+    raw = load_text_datasets(data_args, seed=training_args.seed, cache_dir=model_args.cache_dir)
     tok = load_or_train_tokenizer(model_args, data_args, training_args, raw, resuming)
     blocks = group_into_blocks(raw, tok, data_args.max_seq_length, num_proc=data_args.preprocessing_num_workers)
     if data_args.max_train_samples:
         blocks["train"] = blocks["train"][: data_args.max_train_samples]
     if data_args.max_eval_samples and "validation" in blocks:
         blocks["validation"] = blocks["validation"][: data_args.max_eval_samples]
-    description = None
-    if data_args.uses_default_corpus:
-        from hf_tpu_ext.data.corpus import DEFAULT_CORPUS_DESCRIPTION
-
-        description = DEFAULT_CORPUS_DESCRIPTION
+    description = describe_data_source(data_args)
     return tok, blocks, description
 
 
@@ -135,18 +133,15 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
 
     # sizes: fail before building the model
     if isinstance(blocks["train"], np.ndarray):
-        check_blocks(blocks["train"], global_batch, "train")
+        check_blocks(blocks, global_batch, "train")
         num_train_blocks = len(blocks["train"])
     else:
         num_train_blocks = blocks["train"][1]
-        if num_train_blocks < global_batch:
-            from hf_tpu_ext.errors import CorpusTooSmallError
-
-            raise CorpusTooSmallError(f"The TFRecord shards hold {num_train_blocks} blocks, fewer than one global "
-                                      f"batch of {global_batch}; lower --per_device_train_batch_size.")
+        make_train_dataset(blocks["train"][0], global_batch_size=global_batch, seed=0, mask_fn=None,
+                           num_blocks=num_train_blocks)  # raises CorpusTooSmallError with the sizes
     has_eval = args.eval_strategy != "no" and blocks.get("validation") is not None
     if has_eval and isinstance(blocks["validation"], np.ndarray):
-        check_blocks(blocks["validation"], global_eval_batch, "validation")
+        check_blocks(blocks, global_eval_batch, "validation")
 
     spe = count_steps(num_train_blocks, global_batch)
     total = args.total_steps(spe)
@@ -251,9 +246,6 @@ def _summary(model_args, data_args, args, info, model, trainer, train_metrics, c
             eval_results = {k: entry[k] for k in ("eval_loss", "perplexity", "eval_accuracy") if k in entry}
             break
     description = corpus_description
-    if description is None and data_args.train_file:
-        description = f"text files ({os.path.basename(data_args.train_file)}"
-        description += f", {os.path.basename(data_args.validation_file)})" if data_args.validation_file else ")"
     from hf_tpu_ext.backends.tensorflow.trainer import model_summary_fields
 
     return {

@@ -1,0 +1,338 @@
+"""Callback registry, FLOP counting, throughput, recompile guard and the masked-LM metric module."""
+
+import math
+import subprocess
+import sys
+import textwrap
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+import hf_tpu_ext.callbacks as registry
+from hf_tpu_ext.errors import ArgumentError, RecompilationError, UnknownCallbackError
+
+BUILTIN = ["masked_lm_metrics", "push_to_hub", "throughput", "xla_recompile_guard"]
+
+
+@pytest.fixture
+def clean_registry():
+    """Undo registrations a test makes."""
+    saved = (dict(registry._REGISTRY), dict(registry._DESCRIPTIONS))
+    yield registry
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved[0])
+    registry._DESCRIPTIONS.clear()
+    registry._DESCRIPTIONS.update(saved[1])
+
+
+# ---------------------------------------------------------------------------------------------- registry
+def test_cli_lists_callbacks_without_importing_tensorflow():
+    code = (
+        "import sys\n"
+        "from hf_tpu_ext.cli import main\n"
+        "rc = main(['callbacks'])\n"
+        "print('RC', rc, 'TF', 'tensorflow' in sys.modules, 'KERAS', 'tf_keras' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "RC 0 TF False KERAS False"
+    listed = [line.split()[0] for line in lines[:-1]]
+    assert listed == BUILTIN
+    assert "Log samples/s, tokens/s (per replica), median step time and MFU." in lines[2]
+
+
+def test_unknown_callback_lists_known_names():
+    with pytest.raises(UnknownCallbackError) as err:
+        registry.resolve_callbacks(["throughput", "foo"])
+    assert str(err.value).startswith(
+        "Unknown callback 'foo'. Known callbacks: masked_lm_metrics, push_to_hub, throughput, xla_recompile_guard."
+    )
+    assert isinstance(err.value, KeyError)
+    with pytest.raises(UnknownCallbackError, match="Unknown callback 'bar'"):
+        registry.get_callback("bar")
+
+
+def test_builtin_classes_resolve_lazily_and_are_keras_callbacks():
+    import tf_keras
+
+    classes = registry.resolve_callbacks(["throughput", "xla_recompile_guard", "masked_lm_metrics"])
+    assert [c.__name__ for c in classes] == ["ThroughputCallback", "XLARecompileGuard", "MaskedLMMetrics"]
+    assert all(issubclass(c, tf_keras.callbacks.Callback) for c in classes)
+    assert registry._REGISTRY["throughput"] is classes[0]  # the string entry was replaced by the class
+    cb = registry.get_callback("throughput", global_batch_size=8, seq_length=16)
+    assert (cb.global_batch_size, cb.seq_length, cb.num_replicas) == (8, 16, 1)
+
+
+def test_register_callback_and_build_callbacks(clean_registry):
+    import tf_keras
+
+    @registry.register_callback("my_plain")
+    class MyPlain(tf_keras.callbacks.Callback):
+        """Does nothing, politely.
+
+        More text.
+        """
+
+    @registry.register_callback("my_from_run", description="Built from the run.")
+    class MyFromRun(tf_keras.callbacks.Callback):
+        def __init__(self, size=0):
+            super().__init__()
+            self.size = size
+
+        @classmethod
+        def from_run(cls, run):
+            return cls(size=run.global_batch_size)
+
+    names = registry.available_callbacks()
+    assert names["my_plain"] == "Does nothing, politely."
+    assert names["my_from_run"] == "Built from the run."
+    run = SimpleNamespace(global_batch_size=24)
+    built = registry.build_callbacks(["my_plain", "my_from_run"], run)
+    assert isinstance(built[0], MyPlain) and isinstance(built[1], MyFromRun)
+    assert built[1].size == 24
+
+    with pytest.raises(ArgumentError, match="already registered"):
+        @registry.register_callback("my_plain")
+        class Other(tf_keras.callbacks.Callback):
+            pass
+
+    with pytest.raises(ArgumentError, match="tf_keras.callbacks.Callback subclass"):
+        registry.register_callback("not_a_callback")(dict)
+    with pytest.raises(ArgumentError, match="invalid"):
+        registry.register_callback("a,b")
+
+
+def test_entry_point_callbacks(tmp_path, monkeypatch, clean_registry):
+    (tmp_path / "hftpu_plugin_mod.py").write_text(textwrap.dedent('''
+        import tf_keras
+
+        class PluginCallback(tf_keras.callbacks.Callback):
+            """A plug-in."""
+
+        NotACallback = object
+    '''))
+    dist = tmp_path / "hftpu_test_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: hftpu-test-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(
+        "[hf_tpu_ext.callbacks]\n"
+        "plugin_cb = hftpu_plugin_mod:PluginCallback\n"
+        "broken_cb = hftpu_plugin_mod:NotACallback\n"
+        "throughput = hftpu_plugin_mod:PluginCallback\n"  # a built-in name: ignored
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    names = registry.available_callbacks()
+    assert names["plugin_cb"] == "Third-party callback (hftpu_plugin_mod:PluginCallback)."
+    assert names["throughput"].startswith("Log samples/s")
+    (cls,) = registry.resolve_callbacks(["plugin_cb"])
+    assert cls.__name__ == "PluginCallback" and cls.__module__ == "hftpu_plugin_mod"
+    assert registry.resolve_callbacks(["throughput"])[0].__name__ == "ThroughputCallback"
+    with pytest.raises(ArgumentError, match="not a tf_keras.callbacks.Callback subclass"):
+        registry.get_callback("broken_cb")
+    with pytest.raises(UnknownCallbackError, match="broken_cb, masked_lm_metrics, plugin_cb, push_to_hub"):
+        registry.resolve_callbacks(["nope"])
+
+
+def test_import_failure_breaks_only_that_callback(clean_registry):
+    registry._REGISTRY["ghost"] = "hf_tpu_ext.callbacks.no_such_module:Ghost"
+    registry._DESCRIPTIONS["ghost"] = "Missing on purpose."
+    with pytest.raises(registry.CallbackImportError, match="Callback 'ghost' .* could not be imported"):
+        registry.get_callback_class("ghost")
+    assert registry.get_callback_class("xla_recompile_guard").__name__ == "XLARecompileGuard"
+
+
+# ---------------------------------------------------------------------------------------------- FLOPs
+def test_flops_per_token_formula():
+    from hf_tpu_ext.flops import flops_per_token
+
+    cfg = SimpleNamespace(hidden_size=64, num_hidden_layers=2, intermediate_size=128, vocab_size=300)
+    # 6 * 2*(4*64^2 + 2*64*128) + 12*2*64*32 + 6*(64^2 + 64*300)
+    assert flops_per_token(cfg, 32) == 393216 + 49152 + 139776
+    assert flops_per_token(cfg, 32, masked_fraction=0.15) == pytest.approx(393216 + 49152 + 139776 * 0.15)
+    assert flops_per_token(cfg, 32, masked_fraction=0.0) == 393216 + 49152
+    with pytest.raises(ArgumentError, match="masked_fraction"):
+        flops_per_token(cfg, 32, masked_fraction=1.5)
+    with pytest.raises(ArgumentError, match="seq_length"):
+        flops_per_token(cfg, 0)
+
+
+def test_known_peak_flops():
+    from hf_tpu_ext.flops import known_peak_flops
+
+    assert known_peak_flops("TPU v4") == 275e12
+    assert known_peak_flops("TPU v5 lite") == 197e12
+    assert known_peak_flops("TPU v5p") == 459e12
+    assert known_peak_flops("NVIDIA H100 80GB HBM3") == 989e12
+    assert known_peak_flops("NVIDIA H100 80GB HBM3", dtype="float32") == 495e12
+    assert known_peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert known_peak_flops("NVIDIA A100-SXM4-40GB") == 312e12
+    assert known_peak_flops("NVIDIA A100-SXM4-40GB", "float32") == 156e12
+    assert known_peak_flops("CPU") is None
+    assert known_peak_flops(None) is None
+
+
+def test_measure_peak_flops_small_probe():
+    import time
+
+    from hf_tpu_ext.flops import measure_peak_flops
+
+    start = time.perf_counter()
+    flops = measure_peak_flops(size=256, iterations=8)
+    assert time.perf_counter() - start < 30
+    assert 1e8 < flops < 1e14  # a CPU core does 1e9..1e11 FLOP/s
+
+
+# ---------------------------------------------------------------------------------------------- keras helpers
+def _tiny_model(steps_per_execution=1):
+    import tf_keras as keras
+
+    inp = keras.Input((None,), dtype="int32", name="input_ids")
+    x = keras.layers.Embedding(50, 8)(inp)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    out = keras.layers.Dense(2)(x)
+    model = keras.Model({"input_ids": inp}, out)
+    model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  steps_per_execution=steps_per_execution)
+    return model
+
+
+def _dataset(seq_len, batches=4, batch=4):
+    import numpy as np
+    import tensorflow as tf
+
+    n = batches * batch
+    x = {"input_ids": np.arange(n * seq_len, dtype="int32").reshape(n, seq_len) % 50}
+    return tf.data.Dataset.from_tensor_slices((x, np.arange(n, dtype="int32") % 2)).batch(batch, drop_remainder=True)
+
+
+# ---------------------------------------------------------------------------------------------- throughput
+def test_weighted_median():
+    from hf_tpu_ext.callbacks.throughput import _weighted_median
+
+    assert _weighted_median([]) is None
+    assert _weighted_median([(3.0, 1), (1.0, 1), (2.0, 1)]) == 2.0
+    assert _weighted_median([(1.0, 1), (2.0, 1)]) == 1.5
+    assert _weighted_median([(1.0, 1), (5.0, 3)]) == 5.0  # one call of 3 steps outweighs one step
+
+
+def test_throughput_counts_steps_per_execution(monkeypatch):
+    from hf_tpu_ext.callbacks import throughput as module
+
+    clock = iter(0.5 * i for i in range(10_000))  # every clock read advances 0.5 s
+    monkeypatch.setattr(module.time, "perf_counter", lambda: next(clock))
+    cb = module.ThroughputCallback(global_batch_size=4, seq_length=8, num_replicas=2, flops_per_token=1000.0,
+                                   peak_flops=1e6, warmup_steps=2, log_every=2)
+    model = _tiny_model(steps_per_execution=2)
+    history = model.fit(_dataset(8, batches=8), epochs=2, callbacks=[cb], verbose=0)
+    h = history.history
+    # each call: 2 steps of 4 sequences in 0.5 s
+    assert h["samples_per_second"] == [16.0, 16.0]
+    assert h["tokens_per_second"] == [128.0, 128.0]
+    assert h["tokens_per_second_per_replica"] == [64.0, 64.0]
+    assert h["step_time_ms_median"] == [250.0, 250.0]
+    assert h["mfu"] == [pytest.approx(64.0 * 1000.0 / 1e6)] * 2
+    s = cb.summary
+    assert s["steps_measured"] == 14  # 16 steps, the first call (2 steps) is warm-up
+    assert s["seconds_measured"] == pytest.approx(3.5)
+    assert s["step_time_ms_median"] == 250.0 and s["step_time_ms_mean"] == 250.0
+    assert s["tokens_per_second"] == 128.0 and s["mfu"] == pytest.approx(0.064)
+
+
+def test_throughput_from_run_and_validation():
+    from hf_tpu_ext.callbacks.throughput import ThroughputCallback
+    from hf_tpu_ext.flops import flops_per_token
+
+    cfg = SimpleNamespace(hidden_size=64, num_hidden_layers=2, intermediate_size=128, vocab_size=300)
+    run = SimpleNamespace(global_batch_size=32, seq_length=64, num_replicas=4, model_config=cfg,
+                          data_args=SimpleNamespace(max_predictions_per_seq=10),
+                          training_args=SimpleNamespace(bf16=True, logging_steps=7),
+                          strategy_info=SimpleNamespace(device_kind="TPU v4"))
+    cb = ThroughputCallback.from_run(run)
+    assert (cb.global_batch_size, cb.seq_length, cb.num_replicas, cb.log_every) == (32, 64, 4, 7)
+    assert cb.flops_per_token == flops_per_token(cfg, 64, masked_fraction=10 / 64)
+    assert cb.peak_flops == 275e12
+    with pytest.raises(ArgumentError, match="global_batch_size must be >= 1"):
+        ThroughputCallback(global_batch_size=0, seq_length=8)
+
+
+# ---------------------------------------------------------------------------------------------- recompile guard
+def test_guard_same_shapes_no_warning():
+    from hf_tpu_ext.callbacks.xla_recompile_guard import XLARecompileGuard
+
+    guard = XLARecompileGuard(action="raise")
+    model = _tiny_model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        model.fit(_dataset(8), epochs=2, callbacks=[guard], verbose=0)
+        history = model.fit(_dataset(8, batches=3), epochs=1, callbacks=[guard], verbose=0)
+    assert history.history["xla_compilations"] == [1]
+    # tf.function traces twice for one signature when it creates variables: still one compilation
+    assert model.train_function.experimental_get_tracing_count() >= 1
+    assert guard.compilations == 1 and guard.events == []
+
+
+def test_guard_warns_on_new_sequence_length():
+    from hf_tpu_ext.callbacks.xla_recompile_guard import XLARecompileGuard
+
+    guard = XLARecompileGuard(action="warn")
+    model = _tiny_model()
+    model.fit(_dataset(8), epochs=1, callbacks=[guard], verbose=0)
+    with pytest.warns(RuntimeWarning) as record:
+        history = model.fit(_dataset(6), epochs=1, callbacks=[guard], verbose=0)
+    message = str(record[0].message)
+    assert "model.train_function was compiled again at global step 5 (compilation 2, 1 expected)" in message
+    assert "['input_ids'] changed shape (4, 8) int32 -> shape (4, None) int32" in message
+    assert history.history["xla_compilations"] == [2]
+    assert guard.events == [message]
+
+
+def test_guard_raises_and_tracks_new_train_functions():
+    import tf_keras as keras
+
+    from hf_tpu_ext.callbacks.xla_recompile_guard import XLARecompileGuard
+
+    guard = XLARecompileGuard(action="raise")
+    model = _tiny_model()
+    model.fit(_dataset(8), epochs=1, callbacks=[guard], verbose=0)
+    with pytest.raises(RecompilationError, match=r"input args\[0\]\[0\]\['input_ids'\] changed shape \(4, 8\)"):
+        model.fit(_dataset(5), epochs=1, callbacks=[guard], verbose=0)
+    # compile() makes fit build a new train function: its first trace is its own warm-up
+    model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(_dataset(5), epochs=1, callbacks=[guard], verbose=0)
+    assert history.history["xla_compilations"] == [1]
+    with pytest.raises(ArgumentError, match="action must be 'warn' or 'raise'"):
+        XLARecompileGuard(action="ignore")
+
+
+# ---------------------------------------------------------------------------------------------- metric module
+def test_masked_lm_metric_module():
+    from hf_tpu_ext.metrics.masked_lm import load_masked_lm_metric
+
+    metric = load_masked_lm_metric()
+    assert set(metric.features) == {"loss_sum", "num_correct", "num_tokens"}
+    assert str(metric.features["loss_sum"].dtype) == "float64"
+    out = metric.compute(loss_sum=[2.0, 4.0, 0.5], num_correct=[1, 2, 0], num_tokens=[2, 4, 2])
+    assert out == {"eval_loss": 6.5 / 8, "perplexity": math.exp(6.5 / 8), "eval_accuracy": 3 / 8, "eval_tokens": 8}
+    assert load_masked_lm_metric() is metric  # cached per process
+    with pytest.raises(ValueError, match="No masked tokens"):
+        metric.compute(loss_sum=[0.0], num_correct=[0], num_tokens=[0])
+    assert metric.compute(loss_sum=[800.0], num_correct=[0], num_tokens=[1])["perplexity"] == float("inf")
+
+
+def test_masked_lm_metrics_arguments():
+    from hf_tpu_ext.callbacks.masked_lm_metrics import MaskedLMMetrics, metric_keys
+
+    assert metric_keys() == {"eval_loss": "eval_loss", "perplexity": "perplexity",
+                             "eval_accuracy": "eval_accuracy", "eval_tokens": "eval_tokens"}
+    assert metric_keys("val_")["perplexity"] == "val_perplexity"
+    with pytest.raises(ArgumentError, match="needs an eval_dataset"):
+        MaskedLMMetrics(None)
+    with pytest.raises(ArgumentError, match="every_n_steps must be >= 1"):
+        MaskedLMMetrics([1], every_n_steps=0)
+    run = SimpleNamespace(eval_dataset=[1], eval_steps=3, strategy=None,
+                          training_args=SimpleNamespace(eval_strategy="steps", eval_steps=50, jit_compile=True))
+    cb = MaskedLMMetrics.from_run(run)
+    assert (cb.eval_steps, cb.every_n_steps, cb.jit_compile) == (3, 50, True)

@@ -1,0 +1,203 @@
+"""PushToHubCallback with a tiny TF model in `model.fit`, against the loopback Hub."""
+
+import logging
+import os
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+import tf_keras  # noqa: E402
+
+from hf_tpu_ext.callbacks.push_to_hub import PushToHubCallback  # noqa: E402
+from hf_tpu_ext.errors import HubAuthError  # noqa: E402
+
+STEPS_PER_EPOCH = 4
+OPTIMIZER_FILE = (".index", ".data-")
+
+
+def tiny_model(steps_per_execution=1):
+    from transformers import RobertaConfig, TFRobertaForMaskedLM
+
+    tf_keras.utils.set_random_seed(0)
+    config = RobertaConfig(vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=128, max_position_embeddings=34, type_vocab_size=1, pad_token_id=1)
+    model = TFRobertaForMaskedLM(config)
+    model(model.dummy_inputs, training=False)
+    model.compile(optimizer=tf_keras.optimizers.Adam(1e-3), steps_per_execution=steps_per_execution)
+    return model
+
+
+@pytest.fixture(scope="module")
+def _compiled_model():
+    model = tiny_model()
+    initial = [w.numpy() for w in model.weights]
+    model.fit(tiny_data(), epochs=1, verbose=0)  # trace the train function once per module (the slow part)
+    return model, initial
+
+
+@pytest.fixture
+def model(_compiled_model):
+    """The module's compiled tiny model, reset to its initial weights and a fresh optimizer state (step 0)."""
+    model, initial = _compiled_model
+    for w, value in zip(model.weights, initial):
+        w.assign(value)
+    variables = model.optimizer.variables
+    for v in (variables() if callable(variables) else variables):
+        v.assign(tf.zeros_like(v))
+    assert int(model.optimizer.iterations.numpy()) == 0
+    return model
+
+
+def tiny_data():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 300, size=(4 * STEPS_PER_EPOCH, 32)).astype(np.int32)
+    labels = np.where(rng.random(ids.shape) < 0.15, ids, -100).astype(np.int32)
+    labels[:, 3] = ids[:, 3]  # at least one prediction per row
+    return tf.data.Dataset.from_tensor_slices(
+        {"input_ids": ids, "attention_mask": np.ones_like(ids), "labels": labels}).batch(4)
+
+
+def hub_weights(loopback_hub, repo_id, tmp_path, revision="main"):
+    from huggingface_hub import hf_hub_download
+    from safetensors.numpy import load_file
+
+    return load_file(hf_hub_download(repo_id, "model.safetensors", revision=revision, cache_dir=tmp_path / "dl"))
+
+
+def assert_same_as_model(weights, model):
+    from hf_tpu_ext.backends.tensorflow.export import pytorch_state_dict
+
+    expected = pytorch_state_dict(model)
+    assert set(weights) == set(expected)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(weights[name], value, err_msg=name)
+
+
+def model_commits_hold_no_optimizer_state(server, repo_id):
+    for commit in server.commits(repo_id):
+        if commit["message"].startswith(("Training in progress", "End of training")):
+            assert not [p for p in commit["added"] if any(s in p for s in OPTIMIZER_FILE) or "checkpoint" in p], commit["message"]
+
+
+def test_latency_longer_than_an_epoch_final_weights_land(loopback_hub, tmp_path, model):
+    loopback_hub.server.latency(0.5, route="commit")
+    cb = PushToHubCallback(str(tmp_path / "out"), hub_model_id="lat", hub_token=loopback_hub.token,
+                           save_strategy="epoch", license="apache-2.0", backoff_seconds=0.01)
+    model.fit(tiny_data(), epochs=2, callbacks=[cb], verbose=0)
+    assert cb.pushed_steps == [4, 8, 8]
+    report = cb.report
+    assert not report.failed and not report.pending and not report.timed_out
+    assert [m for m, _ in report.pushed][-1] == "End of training"
+    assert report.superseded == ["Training in progress, step 8"]  # replaced by the final state while step 4 uploaded
+    assert_same_as_model(hub_weights(loopback_hub, "alice/lat", tmp_path), model)
+    readme = loopback_hub.server.files("alice/lat")["README.md"].decode()
+    assert 'model="alice/lat"' in readme and "fine-tuned" not in readme
+    model_commits_hold_no_optimizer_state(loopback_hub.server, "alice/lat")
+
+
+def test_save_steps_counts_global_steps(loopback_hub, tmp_path, model):
+    cb = PushToHubCallback(str(tmp_path / "out"), hub_model_id="steps", hub_token=loopback_hub.token,
+                           save_strategy="steps", save_steps=3, backoff_seconds=0.01)
+    model.fit(tiny_data(), epochs=2, callbacks=[cb], verbose=0)
+    assert cb.pushed_steps == [3, 6, 8]
+    messages = [c["message"] for c in loopback_hub.server.commits("alice/steps")]
+    assert messages[-1] == "End of training"
+    assert set(messages[1:-1]) <= {"Training in progress, step 3", "Training in progress, step 6"}
+
+
+def test_save_steps_with_steps_per_execution(loopback_hub, tmp_path, model):
+    # with steps_per_execution=2 Keras calls on_train_batch_end once per 2 steps: global steps 2, 4, 6, 8
+    cb = PushToHubCallback(str(tmp_path / "out"), hub_model_id="spe", hub_token=loopback_hub.token,
+                           save_strategy="steps", save_steps=3)
+    cb.set_model(model)
+    cb.on_train_begin()
+    for batch, step in enumerate([2, 4, 6, 8]):
+        model.optimizer.iterations.assign(step)
+        cb.on_train_batch_end(batch, {"loss": 1.0})
+    assert cb.pushed_steps == [4, 6]  # 3 was crossed inside the execution that ended at 4
+    cb.on_train_end()
+    assert cb.pushed_steps == [4, 6, 8] and not cb.report.failed
+
+
+def test_save_best_only(loopback_hub, tmp_path, model):
+    cb = PushToHubCallback(str(tmp_path / "out"), hub_model_id="best", hub_token=loopback_hub.token,
+                           save_best_only=True, monitor="eval_loss", mode="min")
+    cb.set_model(model)
+    cb.on_train_begin()
+    for epoch, (step, value) in enumerate([(4, 1.0), (8, 1.2), (12, 0.8)]):
+        model.optimizer.iterations.assign(step)
+        cb.on_epoch_end(epoch, {"val_loss": value})  # Keras' name for the monitored eval_loss
+    assert cb.pushed_steps == [4, 12] and cb.best == 0.8 and cb.best_step == 12
+    cb.on_train_end()
+    assert cb.pushed_steps == [4, 12, 12] and not cb.report.failed
+
+
+def test_503s_during_training(loopback_hub, tmp_path, model):
+    loopback_hub.server.fail_next(3, status=503, route="commit")
+    cb = PushToHubCallback(str(tmp_path / "out"), hub_model_id="flaky", hub_token=loopback_hub.token,
+                           save_strategy="epoch", backoff_seconds=0.05)
+    model.fit(tiny_data(), epochs=2, callbacks=[cb], verbose=0)
+    assert not cb.report.failed and cb.report.pushed[-1][0] == "End of training"
+    statuses = [r["status"] for r in loopback_hub.server.requests if r["route"] == "commit"]
+    assert statuses[:3] == [503, 503, 503] and statuses[-1] == 200
+    assert_same_as_model(hub_weights(loopback_hub, "alice/flaky", tmp_path), model)
+
+
+class _Probe(tf_keras.callbacks.Callback):
+    batches = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        type(self).batches += 1
+
+
+@pytest.mark.parametrize("repo,token_attr,message", [
+    ("mine", None, "token invalid"),
+    ("alice/theirs", "other_token", "User 'bob' cannot write to namespace 'alice'"),
+])
+def test_auth_errors_before_first_step(loopback_hub, tmp_path, caplog, model, repo, token_attr, message):
+    token = getattr(loopback_hub, token_attr) if token_attr else "hf_badTokenThatIsSecret123"
+    caplog.set_level(logging.DEBUG)
+    _Probe.batches = 0
+    cb = PushToHubCallback(str(tmp_path / "out"), hub_model_id=repo, hub_token=token)
+    with pytest.raises(HubAuthError, match=message) as info:
+        model.fit(tiny_data(), epochs=1, callbacks=[cb, _Probe()], verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 0 and _Probe.batches == 0
+    assert token not in str(info.value) and token not in repr(cb)
+    assert all(token not in r.getMessage() for r in caplog.records)
+    assert not os.path.exists(tmp_path / "out" / "model.safetensors")
+
+
+def test_checkpoint_strategy_resume_and_no_token_leak(loopback_hub, tmp_path, caplog, model):
+    from hf_tpu_ext.callbacks.push_to_hub import _make_checkpointer  # TrainingCheckpointer on (model, optimizer)
+    from hf_tpu_ext.hub.resume import download_last_checkpoint
+
+    caplog.set_level(logging.DEBUG)
+    out = tmp_path / "out"
+    cb = PushToHubCallback(str(out), hub_model_id="alice-org/resumable", hub_token=loopback_hub.token,
+                           hub_strategy="checkpoint", save_strategy="epoch", hub_revision="dev",
+                           dataset_name="wikitext", license="apache-2.0", backoff_seconds=0.01)
+    model.fit(tiny_data(), epochs=2, callbacks=[cb], verbose=0)
+    assert not cb.report.failed
+    files = loopback_hub.server.files("alice-org/resumable", revision="dev")
+    ckpt = sorted(p for p in files if p.startswith("last-checkpoint/"))
+    assert ckpt == ["last-checkpoint/checkpoint", "last-checkpoint/ckpt-8.data-00000-of-00001",
+                    "last-checkpoint/ckpt-8.index", "last-checkpoint/ckpt-8.json", "last-checkpoint/trainer_state.json"]
+    assert b'"global_step": 8' in files["last-checkpoint/trainer_state.json"]
+    assert "wikitext" in files["README.md"].decode() and "datasets:\n- wikitext" in files["README.md"].decode()
+    model_commits_hold_no_optimizer_state(loopback_hub.server, "alice-org/resumable")
+
+    folder = download_last_checkpoint("alice-org/resumable@dev", loopback_hub.token, str(tmp_path / "dl"))
+    fresh = tiny_model()
+    restored = _make_checkpointer(str(tmp_path / "fresh"), fresh, fresh.optimizer, str(tmp_path / "fresh" / "checkpoints"))
+    assert restored.restore(folder) == 8
+    for a, b in zip(model.weights, fresh.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)
+
+    token = loopback_hub.token
+    assert all(token not in r.getMessage() for r in caplog.records)
+    for root, _, names in os.walk(out):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                assert token.encode() not in f.read(), name
+    assert all(token.encode() not in content for content in files.values())

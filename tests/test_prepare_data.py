@@ -1,0 +1,102 @@
+"""Tests of `hf-tpu prepare-data`: shards + manifest + tokenizer, read back identical."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from hf_tpu_ext.args import DataTrainingArguments
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """One prepare-data run on a small text file: (folder, stdout, argv pieces)."""
+    from hf_tpu_ext.commands.prepare_data import main
+    from hf_tpu_ext.data.corpus import default_corpus_texts
+
+    root = tmp_path_factory.mktemp("prep")
+    train_file = root / "train.txt"
+    train_file.write_text("\n".join(default_corpus_texts()[:300]) + "\n")
+    out = root / "shards"
+    common = ["--train_file", str(train_file), "--cache_dir", str(root / "cache"), "--validation_split_percentage", "10"]
+    argv = common + ["--vocab_size", "500", "--max_seq_length", "32", "--num_shards", "3", "--output_path", str(out), "--seed", "7"]
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(argv) == 0
+    return root, out, buf.getvalue(), common
+
+
+def test_shards_match_the_blocks(prepared):
+    from hf_tpu_ext.data.blocks import group_into_blocks
+    from hf_tpu_ext.data.loading import is_tfrecord_source, load_text_datasets
+    from hf_tpu_ext.data.tfrecord import read_tfrecord_blocks
+    from hf_tpu_ext.data.tokenizer import load_tokenizer
+
+    root, out, stdout, _ = prepared
+    assert is_tfrecord_source(str(out))
+    manifest_text = (out / "manifest.json").read_text()
+    assert str(root) not in manifest_text  # no machine paths in the manifest
+    manifest = json.loads(manifest_text)
+    assert manifest["tokenizer"] == "tokenizer" and manifest["max_seq_length"] == 32
+    assert manifest["source"] == "the file train.txt" and manifest["seed"] == 7 and manifest["vocab_size"] == 500
+
+    tokenizer = load_tokenizer(str(out / manifest["tokenizer"]))
+    assert len(tokenizer) == 500 and tokenizer.mask_token_id == 4
+    raw = load_text_datasets(
+        DataTrainingArguments(train_file=str(root / "train.txt"), validation_split_percentage=10, max_seq_length=32),
+        seed=7,
+        cache_dir=str(root / "cache"),
+    )
+    blocks = group_into_blocks(raw, tokenizer, 32)
+    expected = {
+        "train": blocks["train"][np.random.default_rng(7).permutation(len(blocks["train"]))],
+        "validation": blocks["validation"],
+    }
+    for split in ("train", "validation"):
+        entry = manifest["splits"][split]
+        assert entry["num_blocks"] == len(blocks[split]) > 0
+        assert entry["num_tokens"] == blocks.num_tokens[split]
+        assert entry["files"] == [f"{split}-{i:05d}-of-00003.tfrecord" for i in range(3)]
+        assert all((out / f).is_file() for f in entry["files"])
+        ds, n, length = read_tfrecord_blocks(str(out), split)
+        assert (n, length) == (len(blocks[split]), 32)
+        np.testing.assert_array_equal(np.stack([x.numpy() for x in ds]), expected[split])
+        assert f"{split}: {n} blocks of 32 tokens ({blocks.num_tokens[split]} tokens) in 3 file(s)" in stdout
+    assert "tokens/s" in stdout
+
+
+def test_existing_output_needs_overwrite(prepared, capsys):
+    from hf_tpu_ext.cli import main as cli_main
+    from hf_tpu_ext.data.tfrecord import read_tfrecord_blocks
+
+    root, out, _, common = prepared
+    argv = ["prepare-data", *common, "--output_path", str(out), "--tokenizer_name", str(out / "tokenizer")]
+    assert cli_main(argv + ["--max_seq_length", "16"]) == 1
+    err = capsys.readouterr().err
+    assert "already holds shards" in err and "--overwrite_output_path" in err
+    # overwrite with another block size, a given tokenizer and a cap on training blocks
+    assert cli_main(argv + ["--max_seq_length", "16", "--max_train_samples", "5", "--overwrite_output_path"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["max_seq_length"] == 16
+    assert manifest["splits"]["train"]["num_blocks"] == 5 and manifest["splits"]["train"]["num_tokens"] == 80
+    # default --num_shards 8, but never more files than blocks; the 3 old files are gone
+    assert sorted(f for f in os.listdir(out) if f.startswith("train-")) == [f"train-{i:05d}-of-00005.tfrecord" for i in range(5)]
+    assert len(manifest["splits"]["validation"]["files"]) == 8
+    ds, n, length = read_tfrecord_blocks(str(out), "train")
+    assert (n, length) == (5, 16) and len(list(ds)) == 5
+
+
+def test_text_errors_reach_the_cli(prepared, capsys, tmp_path):
+    from hf_tpu_ext.cli import main as cli_main
+
+    _, out, _, _ = prepared
+    missing = str(tmp_path / "missing.txt")
+    assert cli_main(["prepare-data", "--train_file", missing, "--output_path", str(tmp_path / "o")]) == 1
+    assert f"--train_file {missing} does not exist" in capsys.readouterr().err
+    assert cli_main(["prepare-data", "--train_file", str(out), "--output_path", str(tmp_path / "o")]) == 1
+    assert "already holds TFRecord shards" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

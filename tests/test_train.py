@@ -1,0 +1,237 @@
+"""`hf-tpu train`: the output folder, XLA compiled once, logits across TF/PyTorch, bad input errors."""
+
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+from conftest import tiny_train_args
+
+EXPECTED_FILES = [
+    "config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors", "training_args.json",
+    "trainer_state.json", "all_results.json", "training_summary.json", "loss_curve.png", "README.md",
+]
+
+
+def _safetensors_metadata(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    return header.pop("__metadata__", {}), header
+
+
+def test_output_folder_layout(trained_run):
+    out, results = trained_run
+    for name in EXPECTED_FILES:
+        assert (out / name).is_file(), f"missing {name}"
+    meta, tensors = _safetensors_metadata(out / "model.safetensors")
+    assert meta.get("format") == "pt"
+    assert "roberta.encoder.layer.1.attention.self.query.weight" in tensors
+    assert tensors["roberta.embeddings.word_embeddings.weight"]["shape"] == [500, 64]
+
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 30
+    losses = [e for e in state["log_history"] if "loss" in e]
+    assert [e["step"] for e in losses] == [5, 10, 15, 20, 25, 30]
+    evals = [e for e in state["log_history"] if "eval_loss" in e]
+    assert [e["step"] for e in evals] == [15, 30]
+    assert evals[-1]["perplexity"] == pytest.approx(np.exp(evals[-1]["eval_loss"]), rel=1e-5)
+    assert 0.0 <= evals[-1]["eval_accuracy"] <= 1.0
+
+    all_results = json.loads((out / "all_results.json").read_text())
+    assert all_results["global_step"] == 30
+    assert all_results["eval_loss"] == pytest.approx(evals[-1]["eval_loss"], rel=1e-6)
+    assert all_results["tokens_seen"] == 30 * 8 * 32
+
+    args = json.loads((out / "training_args.json").read_text())
+    assert args["per_device_train_batch_size"] == 8 and args["max_seq_length"] == 32 and args["hidden_size"] == 64
+
+    assert (out / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    events = [f for _, _, files in os.walk(out / "runs") for f in files if f.startswith("events.out.tfevents")]
+    assert events, "no TensorBoard event file under runs/"
+    # save_steps=10 with save_total_limit=2 keeps the last two
+    ckpts = sorted(p.name for p in (out / "checkpoints").glob("ckpt-*.index"))
+    assert ckpts == ["ckpt-20.index", "ckpt-30.index"]
+
+    card = (out / "README.md").read_text()
+    assert "library_name: transformers" in card and "pipeline_tag: fill-mask" in card
+    assert "fine-tuned" not in card.lower()
+    assert "base_model" not in card
+
+
+def test_train_step_compiled_once(trained_run):
+    _, results = trained_run
+    assert results["xla_step_traces"] == 1
+    assert results["train_function_traces"] == 1
+
+
+def test_tokenizer_loads_with_autotokenizer(trained_model_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(trained_model_dir)
+    assert tok.mask_token == "<mask>" and len(tok) == 500
+    ids = tok("The <mask> statement.")["input_ids"]
+    assert ids[0] == tok.bos_token_id and ids[-1] == tok.eos_token_id and tok.mask_token_id in ids
+
+
+def test_checkpoint_and_exported_weights_agree(trained_model_dir):
+    """The TF checkpoint and the PyTorch-format safetensors hold the same trained model (max diff 1e-5)."""
+    import tensorflow as tf
+
+    from hf_tpu_ext.backends.tensorflow.checkpoint import TrainingCheckpointer
+    from hf_tpu_ext.backends.tensorflow.export import load_tf_model
+
+    reloaded = load_tf_model(str(trained_model_dir))
+    restored = load_tf_model(str(trained_model_dir))
+    for w in restored.trainable_weights:  # clobber, so the restore below must bring every value back
+        w.assign(tf.zeros_like(w))
+    ckpt = TrainingCheckpointer(restored, None, str(trained_model_dir / "checkpoints"))
+    assert ckpt.restore() == 30
+    ids = tf.constant(np.random.default_rng(0).integers(5, 500, size=(2, 32)), tf.int32)
+    a = reloaded(input_ids=ids, attention_mask=tf.ones_like(ids)).logits.numpy()
+    b = restored(input_ids=ids, attention_mask=tf.ones_like(ids)).logits.numpy()
+    assert a.shape == (2, 32, 500)
+    assert np.abs(a - b).max() <= 1e-5
+
+
+def test_pytorch_loads_same_logits(trained_model_dir):
+    torch = pytest.importorskip("torch")
+    import tensorflow as tf
+    from transformers import RobertaForMaskedLM
+
+    from hf_tpu_ext.backends.tensorflow.export import load_tf_model
+
+    pt, info = RobertaForMaskedLM.from_pretrained(str(trained_model_dir), output_loading_info=True)
+    assert not info["missing_keys"] or set(info["missing_keys"]) <= {"lm_head.decoder.weight", "lm_head.decoder.bias"}
+    assert not info["unexpected_keys"]
+    pt.eval()
+    ids = np.random.default_rng(1).integers(5, 500, size=(2, 32))
+    with torch.no_grad():
+        pt_logits = pt(input_ids=torch.tensor(ids)).logits.numpy()
+    tf_model = load_tf_model(str(trained_model_dir))
+    tf_logits = tf_model(input_ids=tf.constant(ids, tf.int32)).logits.numpy()
+    assert np.abs(pt_logits - tf_logits).max() <= 1e-4
+
+
+def test_training_reduced_loss(trained_run):
+    out, _ = trained_run
+    state = json.loads((out / "trainer_state.json").read_text())
+    losses = [e["loss"] for e in state["log_history"] if "loss" in e]
+    assert losses[-1] < losses[0]
+
+
+def test_json_config_file(tmp_path):
+    from hf_tpu_ext.args import parse_args
+
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"output_dir": str(tmp_path / "o"), "max_steps": 7, "hidden_size": 64,
+                               "num_attention_heads": 2, "per_device_train_batch_size": 4}))
+    model_args, data_args, training_args = parse_args([str(cfg)])
+    assert (training_args.max_steps, model_args.hidden_size, training_args.per_device_train_batch_size) == (7, 64, 4)
+    assert data_args.max_predictions_per_seq == round(128 * 0.15)
+    cfg.write_text(json.dumps({"output_dir": "o", "max_stepz": 7}))
+    from hf_tpu_ext.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="unknown fields: max_stepz"):
+        parse_args([str(cfg)])
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _train(args):
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run import train
+
+    return train(*parse_args(args))
+
+
+def test_missing_train_file(tmp_path):
+    from hf_tpu_ext.errors import DataFileNotFoundError
+
+    with pytest.raises(DataFileNotFoundError, match="nope.txt"):
+        _train(tiny_train_args(tmp_path / "o", "--train_file", str(tmp_path / "nope.txt")))
+    assert not (tmp_path / "o").exists()
+
+
+def test_corpus_too_small_says_sizes(tmp_path):
+    from hf_tpu_ext.errors import CorpusTooSmallError
+
+    small = tmp_path / "small.txt"
+    small.write_text("A few words.\nNot nearly enough for a batch.\n" * 3)
+    with pytest.raises(CorpusTooSmallError) as err:
+        _train(tiny_train_args(tmp_path / "o", "--train_file", str(small), "--validation_file", str(small)))
+    msg = str(err.value)
+    assert "32" in msg and "global batch" in msg.lower(), msg
+    assert not (tmp_path / "o" / "model.safetensors").exists()
+
+
+def test_max_seq_length_beyond_positions(tmp_path, trained_model_dir):
+    from hf_tpu_ext.errors import ArgumentError
+
+    args = ["--output_dir", str(tmp_path / "o"), "--model_name_or_path", str(trained_model_dir),
+            "--max_seq_length", "64", "--max_steps", "2", "--max_train_samples", "64"]
+    with pytest.raises(ArgumentError, match="larger than the model allows"):
+        _train(args)
+
+
+def test_tokenizer_without_mask_token(tmp_path, trained_model_dir):
+    from transformers import PreTrainedTokenizerFast
+
+    from hf_tpu_ext.errors import TokenizerError
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=str(trained_model_dir / "tokenizer.json"), bos_token="<s>",
+                                  eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+    assert tok.mask_token is None
+    tok.save_pretrained(tmp_path / "tok")
+    with pytest.raises(TokenizerError, match="mask token"):
+        _train(tiny_train_args(tmp_path / "o", "--tokenizer_name", str(tmp_path / "tok"), "--max_steps", "2"))
+
+
+def test_output_dir_not_empty_is_untouched(tmp_path):
+    from hf_tpu_ext.errors import OutputDirError
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    with pytest.raises(OutputDirError, match="--overwrite_output_dir"):
+        _train(tiny_train_args(out, "--max_steps", "2"))
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    assert (out / "keep.txt").read_text() == "precious"
+
+
+def test_checkpoint_of_other_shape(tmp_path, trained_model_dir):
+    from hf_tpu_ext.errors import CheckpointError
+
+    args = tiny_train_args(tmp_path / "o", "--max_steps", "2",
+                           "--resume_from_checkpoint", str(trained_model_dir / "checkpoints"))
+    args[args.index("--hidden_size") + 1] = "32"
+    with pytest.raises(CheckpointError, match="hidden_size"):
+        _train(args)
+
+
+def test_unknown_callback_lists_known(tmp_path):
+    from hf_tpu_ext.errors import UnknownCallbackError
+
+    with pytest.raises(UnknownCallbackError) as err:
+        _train(tiny_train_args(tmp_path / "o", "--callbacks", "throughput,nope"))
+    assert "nope" in str(err.value) and "xla_recompile_guard" in str(err.value)
+    assert not (tmp_path / "o").exists()
+
+
+def test_unknown_backend():
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="torch_xla"):
+        parse_args(["--backend", "jax"])
+
+
+def test_cli_reports_errors_without_traceback(tmp_path, capsys):
+    from hf_tpu_ext.cli import main
+
+    rc = main(["train", "--output_dir", str(tmp_path / "o"), "--train_file", str(tmp_path / "missing.csv")])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "hf-tpu train: error:" in err and "missing.csv" in err and "Traceback" not in err
