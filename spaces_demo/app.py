@@ -27,6 +27,7 @@ dict (see :meth:`FillMaskPredictor.predict`), e.g.::
 from __future__ import annotations
 
 import argparse
+import html
 import importlib.util
 import os
 import re
@@ -181,6 +182,7 @@ class FillMaskPredictor:
     def __init__(self, model_id_or_path: str, backend: Optional[str] = None, revision: Optional[str] = None):
         from transformers import AutoConfig, AutoTokenizer
 
+        model_id_or_path = os.fspath(model_id_or_path)
         self.model_id = model_id_or_path
         self.tokenizer = AutoTokenizer.from_pretrained(model_id_or_path, revision=revision)
         if self.tokenizer.mask_token is None:
@@ -417,11 +419,13 @@ def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str]
         try:
             return predictor.predict(text, top_k, targets or None)
         except Exception as err:  # keep the UI/API answering with a message, not a traceback
-            return _empty_result(f"Prediction failed: {type(err).__name__}: {err}", mask_token=mask)
+            return _empty_result(f"Prediction failed: {type(err).__name__}: {err}", mask_token=mask,
+                                 backend=predictor.backend, max_length=predictor.max_length)
 
     def render(result: dict):
         result = result or {}
-        status = ("" if result.get("ok") else "**Note:** ") + str(result.get("message", ""))
+        # escaped: the message quotes the mask token ("<mask>"), which Markdown would drop as an HTML tag
+        status = ("" if result.get("ok") else "**Note:** ") + html.escape(str(result.get("message", "")))
         return result_rows(result), result.get("filled") or "", status
 
     with gr.Blocks(title=f"Fill-mask: {predictor.model_id}") as demo:

@@ -61,7 +61,7 @@ def trained_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("trained") / "model"
     args = parse_args(tiny_train_args(out, "--max_steps", "30", "--save_strategy", "steps", "--save_steps", "10",
                                       "--eval_strategy", "steps", "--eval_steps", "15",
-                                      "--callbacks", ""))
+                                      "--callbacks", "throughput,xla_recompile_guard"))
     results = train(*args)
     return out, results
 

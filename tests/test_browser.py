@@ -67,5 +67,14 @@ def test_page_shows_ranked_predictions(trained_model_dir):
                 assert not any(special in c for c in tokens)
             assert page.locator("#fill-mask-message").inner_text().strip() == "Filled 1 mask."
             page.screenshot(path=os.path.join(ARTIFACTS, "demo.png"), full_page=True)
+
+            # no mask: a message says what to type (the mask token shown literally), no table rows
+            sentence.fill("hello world")
+            page.get_by_role("button", name="Fill", exact=True).click()
+            message = page.locator("#fill-mask-message")
+            page.wait_for_function("() => document.querySelector('#fill-mask-message').innerText.includes('No mask')",
+                                   timeout=30_000)
+            assert "put <mask> (or [MASK])" in message.inner_text()
+            assert filled.input_value() == ""
         finally:
             browser.close()

@@ -83,13 +83,19 @@ def test_callback_numbers_equal_direct_evaluation(script_run):
 def test_every_n_steps_evaluation(script_run):
     from hf_tpu_ext.callbacks import get_callback
 
+    from hf_tpu_ext.backends.tensorflow.evaluation import make_eval_step
+
     model = script_run["model"]
     start = int(model.optimizer.iterations.numpy())
+    step_fn = make_eval_step(model, model.distribute_strategy, None)  # the cached one the callback uses
+    traces = step_fn.experimental_get_tracing_count()
+    assert traces >= 1
     cb = get_callback("masked_lm_metrics", eval_dataset=script_run["eval_ds"], eval_steps=1, every_n_steps=2)
     history = model.fit(script_run["train_ds"], epochs=1, callbacks=[cb], verbose=0)
     # steps_per_execution=2: calls end at start+2, +4, +6, each crossing a multiple of 2
     assert [e["step"] for e in cb.history] == [start + 2, start + 4, start + 6]
     assert history.history["eval_loss"] == [cb.history[-1]["eval_loss"]]
+    assert step_fn.experimental_get_tracing_count() == traces  # repeated evaluations do not retrace
 
 
 def test_evaluation_errors(script_run):

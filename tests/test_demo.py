@@ -32,11 +32,16 @@ def predictor(trained_model_dir):
 
 
 @pytest.fixture(scope="module")
-def client(predictor):
+def demo_url(predictor):
+    with launched_demo(None, predictor=predictor, concurrency_limit=2) as (_, url):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(demo_url):
     from gradio_client import Client
 
-    with launched_demo(None, predictor=predictor) as (_, url):
-        yield Client(url, verbose=False)
+    return Client(demo_url, verbose=False)
 
 
 def _call(client, text, top_k=5, targets=""):
@@ -170,6 +175,18 @@ def test_api_lists_one_named_endpoint(client):
     assert list(info["named_endpoints"]) == ["/fill_mask"]
     params = [p["parameter_name"] for p in info["named_endpoints"]["/fill_mask"]["parameters"]]
     assert params == ["text", "top_k", "targets"]
+
+
+def test_load_benchmark_concurrent_requests(demo_url):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("demo_load", os.path.join(REPO_ROOT, "benchmarks", "demo_load.py"))
+    demo_load = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo_load)
+    res = demo_load.run_load(demo_url, requests=12, top_k=3)
+    assert res["failures"] == []
+    assert len(res["latencies_s"]) == 12 and all(0 < x <= res["wall_s"] for x in res["latencies_s"])
+    assert demo_load.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
 
 
 # --- predictor rules without the server --------------------------------------------------------------------
@@ -330,7 +347,7 @@ def test_demo_command_argument_errors(tmp_path, monkeypatch, capsys):
 def test_demo_command_builds_app(trained_model_dir, predictor):
     from hf_tpu_ext.commands.demo import build_parser, load_demo
 
-    args = build_parser().parse_args([trained_model_dir, "--port", "7861", "--share", "no"])
+    args = build_parser().parse_args([str(trained_model_dir), "--port", "7861", "--share", "no"])
     assert (args.host, args.port, args.share) == ("127.0.0.1", 7861, False)
     demo = load_demo(args.model, backend="torch", concurrency_limit=2)
     assert demo.predictor.max_length == predictor.max_length

@@ -81,7 +81,7 @@ def model_commits_hold_no_optimizer_state(server, repo_id):
 
 
 def test_latency_longer_than_an_epoch_final_weights_land(loopback_hub, tmp_path, model):
-    loopback_hub.server.latency(0.5, route="commit")
+    loopback_hub.server.latency(1.0, route="commit")
     cb = PushToHubCallback(str(tmp_path / "out"), hub_model_id="lat", hub_token=loopback_hub.token,
                            save_strategy="epoch", license="apache-2.0", backoff_seconds=0.01)
     model.fit(tiny_data(), epochs=2, callbacks=[cb], verbose=0)

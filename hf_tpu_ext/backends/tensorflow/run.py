@@ -19,15 +19,15 @@ def _resolve_resume(training_args, token):
     Raises:
         CheckpointError: nothing to resume where ``resume_from_checkpoint`` points.
     """
-    from hf_tpu_ext.backends.tensorflow.checkpoint import find_latest
+    from hf_tpu_ext.backends.tensorflow.checkpoint import find_latest, resolve_checkpoint
 
     spec = training_args.resume_from_checkpoint
     if not spec:
         return None
     if training_args.resume_latest:
         return find_latest(training_args.output_dir)
-    if os.path.exists(spec):
-        return find_latest(spec) if os.path.isdir(spec) else spec
+    if os.path.exists(spec) or os.path.exists(spec + ".index"):
+        return resolve_checkpoint(spec)
     from hf_tpu_ext.hub.resume import download_last_checkpoint, looks_like_repo_spec
 
     if looks_like_repo_spec(spec):

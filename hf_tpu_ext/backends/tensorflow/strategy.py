@@ -35,6 +35,8 @@ class StrategyInfo:
 
     @property
     def strategy_name(self) -> str:
+        if self.distributed_type == DistributedType.MULTI_WORKER:
+            return "MultiWorkerMirroredStrategy"  # its class is named CollectiveAllReduceStrategy
         return type(self.strategy).__name__
 
 
