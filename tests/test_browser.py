@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from test_demo_support import build_tiny_fill_mask_model, launched_demo
+from demo_support import launched_demo
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "artifacts")
@@ -20,12 +20,6 @@ pytestmark = [
 ]
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-
-
-@pytest.fixture(scope="session")
-def trained_model_dir(tmp_path_factory):
-    """A tiny RoBERTa fill-mask folder (stand-in for the conftest fixture of the same name)."""
-    return build_tiny_fill_mask_model(str(tmp_path_factory.mktemp("tiny_fill_mask")))
 
 
 def test_page_shows_ranked_predictions(trained_model_dir):

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from test_demo_support import build_tiny_fill_mask_model, launched_demo
+from demo_support import launched_demo
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -16,12 +16,6 @@ DEMO_DIR = os.path.join(REPO_ROOT, "spaces_demo")
 SPECIAL_STRINGS = ("<s>", "</s>", "<pad>", "<unk>", "<mask>")
 # Written to hold for any byte-level BPE RoBERTa folder, so trained_model_dir may come from `hf-tpu train`.
 OOV_WORD = "zqxjkvwq"  # never one token of a real vocabulary
-
-
-@pytest.fixture(scope="session")
-def trained_model_dir(tmp_path_factory):
-    """A tiny RoBERTa fill-mask folder (stand-in for the conftest fixture of the same name)."""
-    return build_tiny_fill_mask_model(str(tmp_path_factory.mktemp("tiny_fill_mask")))
 
 
 @pytest.fixture(scope="session")

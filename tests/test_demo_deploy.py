@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from test_demo_support import build_tiny_fill_mask_model
+
 
 try:  # the loopback Hub fixtures are imported by tests/conftest.py
     import loopback_hub  # noqa: F401
@@ -22,12 +22,6 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_DIR = os.path.join(REPO_ROOT, "spaces_demo")
 MODEL_ID = "alice/tiny-fill-mask"
 SPACE_ID = "alice/tiny-fill-mask-demo"
-
-
-@pytest.fixture(scope="session")
-def trained_model_dir(tmp_path_factory):
-    """A tiny RoBERTa fill-mask folder (stand-in for the conftest fixture of the same name)."""
-    return build_tiny_fill_mask_model(str(tmp_path_factory.mktemp("tiny_fill_mask")))
 
 
 @pytest.fixture
