@@ -139,6 +139,7 @@ class TrainingArguments:
     max_steps: int = field(default=-1, metadata={"help": "Total optimizer steps; > 0 overrides num_train_epochs."})
     logging_steps: int = field(default=10, metadata={"help": "Log the training loss every N global steps."})
     eval_strategy: str = field(default="epoch", metadata={"help": "When to evaluate: no, steps or epoch."})
+    eval_on_start: bool = field(default=False, metadata={"help": "Evaluate once before the first step (the untrained baseline)."})
     eval_steps: Optional[int] = field(default=None, metadata={"help": "Evaluate every N global steps with eval_strategy=steps (default: logging_steps)."})
     save_strategy: str = field(default="epoch", metadata={"help": "When to write a checkpoint: no, steps or epoch."})
     save_steps: int = field(default=500, metadata={"help": "Checkpoint every N global steps with save_strategy=steps."})

@@ -180,6 +180,8 @@ class TFTrainer:
         t_window = t_start
         steps_run = 0
         self.callbacks.on_train_begin()
+        if args.eval_on_start and step == 0:
+            self._evaluate_and_log(0)
         try:
             epoch = step // spe
             epoch_started = False
