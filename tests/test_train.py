@@ -235,3 +235,22 @@ def test_cli_reports_errors_without_traceback(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 1
     assert "hf-tpu train: error:" in err and "missing.csv" in err and "Traceback" not in err
+
+
+def test_train_from_tfrecord_shards(tmp_path):
+    """`hf-tpu prepare-data` shards feed `hf-tpu train --train_file <folder>` (the TPU path)."""
+    from hf_tpu_ext.commands.prepare_data import main as prepare
+
+    shards = tmp_path / "shards"
+    assert prepare(["--vocab_size", "500", "--max_seq_length", "32", "--num_shards", "2", "--output_path",
+                    str(shards), "--max_train_samples", "256", "--max_eval_samples", "32"]) == 0
+    args = tiny_train_args(tmp_path / "o", "--train_file", str(shards), "--max_steps", "6", "--eval_strategy", "steps",
+                           "--eval_steps", "6", "--callbacks", "")
+    for flag in ("--max_train_samples", "--max_eval_samples", "--vocab_size"):
+        i = args.index(flag)
+        del args[i:i + 2]
+    results = _train(args)
+    assert results["global_step"] == 6 and np.isfinite(results["eval_loss"])
+    summary = json.loads((tmp_path / "o" / "training_summary.json").read_text())
+    assert summary["model_config"]["vocab_size"] == 500
+    assert summary["tokens_seen"] == 6 * 8 * 32

@@ -67,9 +67,7 @@ def _load_blocks(model_args, data_args, training_args, info, resuming):
             validation = None
         return tok, {"train": train, "validation": validation}, read_manifest(data_args.train_file).get("source")
     if info.is_tpu_node:
-        from hf_tpu_ext.errors import DataError as _DE
-
-        raise _DE("A TPU Node reads data from Cloud Storage: run `hf-tpu prepare-data --output_path gs://...` "
+        raise DataError("A TPU Node reads data from Cloud Storage: run `hf-tpu prepare-data --output_path gs://...` "
                   "and pass that gs:// path as --train_file.")
     raw = load_text_datasets(data_args, seed=training_args.seed, cache_dir=model_args.cache_dir)
     tok = load_or_train_tokenizer(model_args, data_args, training_args, raw, resuming)
@@ -129,16 +127,22 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
 
     resume_path = _resolve_resume(args, token)
     tok, blocks, corpus_description = _load_blocks(model_args, data_args, args, info, resume_path is not None)
-    L = data_args.max_seq_length
 
     # sizes: fail before building the model
+    L = data_args.max_seq_length
     if isinstance(blocks["train"], np.ndarray):
         check_blocks(blocks, global_batch, "train")
         num_train_blocks = len(blocks["train"])
     else:
         num_train_blocks = blocks["train"][1]
-        make_train_dataset(blocks["train"][0], global_batch_size=global_batch, seed=0, mask_fn=None,
-                           num_blocks=num_train_blocks)  # raises CorpusTooSmallError with the sizes
+        if num_train_blocks < global_batch:
+            from hf_tpu_ext.errors import CorpusTooSmallError
+
+            raise CorpusTooSmallError(
+                f"The TFRecord shards in {data_args.train_file} hold {num_train_blocks} training blocks of {L} tokens, "
+                f"fewer than one global batch of {global_batch} ({args.per_device_train_batch_size} per device x "
+                f"{replicas} replicas). Prepare more data or lower --per_device_train_batch_size."
+            )
     has_eval = args.eval_strategy != "no" and blocks.get("validation") is not None
     if has_eval and isinstance(blocks["validation"], np.ndarray):
         check_blocks(blocks, global_eval_batch, "validation")

@@ -1,0 +1,628 @@
+"""Training throughput, MFU and overheads of ``hf-tpu train`` against the recipes users would otherwise run.
+
+One invocation runs, one after the other, on the same model config, data, sequence length and global batch:
+
+1. ``hf_tpu``: ``hf-tpu train`` through its library entry point (:func:`hf_tpu_ext.run.train`), default
+   callbacks (``throughput,xla_recompile_guard``) on;
+2. ``plain``: the recipe of transformers' docs/``run_mlm``: ``datasets.map`` tokenization, ``group_texts``,
+   ``DataCollatorForLanguageModeling`` + ``model.prepare_tf_dataset``, ``TFAutoModelForMaskedLM.from_config``,
+   ``compile(optimizer=create_optimizer(...))``, ``model.fit``;
+3. ``plain_xla``: the same with ``compile(..., jit_compile=True)``;
+
+plus the ``tf.data`` input pipeline alone, ``hf-tpu prepare-data`` and the step-time overhead of the callbacks
+(all defaults + an async Hub push every 20 steps to a loopback Hub answering each request after 200 ms, against
+no callbacks). Every part runs in its own Python process (``--job``), so each gets a fresh TensorFlow and its
+own peak RSS.
+
+Step times are host wall times from one ``on_train_batch_begin`` to the next
+(:class:`benchmarks.step_timer.StepTimer`); steady state = the steps after ``warmup`` steps.
+
+MFU = tokens/s x FLOPs per token / peak FLOP/s. FLOPs per token: :func:`hf_tpu_ext.flops.flops_per_token`
+(Kaplan et al. 2020, Sec. 2.1: ``6 N`` per token for ``N`` non-embedding parameters, plus PaLM's
+``12 n_layer d n_ctx`` attention term, Chowdhery et al. 2022, App. B), with the LM head counted at the
+``max_predictions_per_seq`` masked positions the loss needs, for every recipe (so MFU compares useful work;
+``mfu_executed`` counts the plain recipes' head at every position, as they run it). The peak is measured on
+the same machine by an XLA-compiled matmul chain (:func:`hf_tpu_ext.flops.measure_peak_flops`), over the whole
+CPU (all logical devices) or per accelerator times their number.
+
+Usage (from the repository root; results go to ``benchmarks/results/`` and ``benchmarks/RESULTS.md``):
+    python -m benchmarks.train_throughput --preset small     # CPU, a few minutes on 2 cores
+    python -m benchmarks.train_throughput --preset multi     # the CPU as 4 logical devices
+    python -m benchmarks.train_throughput --preset base      # roberta-base shapes, seq 512, bf16 (GPU/TPU)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import io
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+RESULTS_MD = REPO_ROOT / "benchmarks" / "RESULTS.md"
+RECIPES = ("hf_tpu", "plain", "plain_xla")
+HUB_LATENCY_SECONDS = 0.2
+PUSH_EVERY_STEPS = 20
+BENCH_USER_TOKEN = "hf_benchLoopbackToken0123456789abcdef"
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """Model, data and run sizes of one benchmark preset.
+
+    Attributes:
+        name: preset name.
+        num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, vocab_size: RoBERTa shapes
+            (``vocab_size`` is what the BPE tokenizer is trained to; a small corpus may give fewer tokens).
+        seq_length: tokens per sequence.
+        global_batch_size: sequences per optimizer step over all replicas.
+        cpu_devices: logical CPU devices to split the CPU into (1: no split).
+        bf16: mixed bfloat16 compute.
+        steps: optimizer steps per recipe run; warmup: leading steps not in the steady state.
+        overhead_steps: steps of each callback-overhead run (pushes at every ``PUSH_EVERY_STEPS``).
+        pipeline_batches: batches timed for the input pipeline alone.
+    """
+
+    name: str
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    intermediate_size: int
+    vocab_size: int
+    seq_length: int
+    global_batch_size: int
+    cpu_devices: int = 1
+    bf16: bool = False
+    steps: int = 40
+    warmup: int = 5
+    overhead_steps: int = 61
+    pipeline_batches: int = 200
+
+    @property
+    def max_predictions(self) -> int:
+        from hf_tpu_ext.data.masking import default_max_predictions
+
+        return default_max_predictions(self.seq_length, 0.15)
+
+
+PRESETS = {
+    "small": Preset("small", 4, 256, 4, 1024, 8000, 128, 16),
+    "multi": Preset("multi", 4, 256, 4, 1024, 8000, 128, 16, cpu_devices=4),
+    "base": Preset("base", 12, 768, 12, 3072, 50265, 512, 32, bf16=True, steps=60, warmup=10, overhead_steps=81,
+                   pipeline_batches=100),
+}
+
+
+def data_file() -> Optional[Path]:
+    """WikiText-2 ``valid.txt`` next to the repository (``../shared/data``), or None: the embedded corpus."""
+    path = SHARED_DATA / "wikitext-2" / "valid.txt"
+    return path if path.is_file() else None
+
+
+# ======================================================================================= jobs (child side)
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def _setup_devices(preset: Preset) -> None:
+    if preset.cpu_devices > 1:
+        from hf_tpu_ext.backends.tensorflow.strategy import split_cpu
+
+        split_cpu(preset.cpu_devices)
+
+
+def _train_argv(preset: Preset, workdir: Path, out: Path, steps: int, callbacks: str, extra=()) -> List[str]:
+    data = data_file()
+    argv = [
+        "--output_dir", str(out), "--overwrite_output_dir", "true",
+        "--tokenizer_name", str(workdir / "prepared" / "tokenizer"),
+        "--num_hidden_layers", str(preset.num_hidden_layers), "--hidden_size", str(preset.hidden_size),
+        "--num_attention_heads", str(preset.num_attention_heads), "--intermediate_size", str(preset.intermediate_size),
+        "--max_seq_length", str(preset.seq_length),
+        "--per_device_train_batch_size", str(preset.global_batch_size // preset.cpu_devices),
+        "--max_steps", str(steps), "--logging_steps", "10", "--eval_strategy", "no", "--save_strategy", "no",
+        "--disable_tqdm", "true", "--callbacks", callbacks,
+    ]
+    if data is not None:
+        argv += ["--train_file", str(data)]
+    if preset.bf16:
+        argv += ["--bf16", "true"]
+    return argv + list(extra)
+
+
+def job_hf_tpu(preset: Preset, workdir: Path, callbacks: str = "throughput,xla_recompile_guard,bench_step_timer",
+               steps: Optional[int] = None, extra=()) -> Dict[str, Any]:
+    """``hf-tpu train`` through :func:`hf_tpu_ext.run.train`; returns step timings, traces and RSS."""
+    _setup_devices(preset)
+    from benchmarks import step_timer
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run import train
+
+    steps = steps or preset.steps
+    out = workdir / f"out-{os.getpid()}"
+    results = train(*parse_args(_train_argv(preset, workdir, out, steps, callbacks, extra)))
+    timer = step_timer.last_instance()
+    summary = timer.summary(preset.warmup)
+    summary.update(
+        train_step_compilations=int(results["train_function_traces"]),
+        xla_step_compilations=int(results["xla_step_traces"]),
+        final_loss=float(results["train_loss"]),
+        peak_rss_mb=_peak_rss_mb(),
+    )
+    shutil.rmtree(out, ignore_errors=True)
+    return summary
+
+
+def _plain_datasets(preset: Preset, tokenizer):
+    """The docs recipe's data: ``datasets.map`` tokenization, then ``group_texts`` into blocks."""
+    from datasets import Dataset, load_dataset
+
+    data = data_file()
+    if data is not None:
+        raw = load_dataset("text", data_files={"train": str(data)})["train"]
+    else:
+        from hf_tpu_ext.data.corpus import default_corpus_texts
+
+        raw = Dataset.from_dict({"text": default_corpus_texts()})
+    raw = raw.filter(lambda x: len(x["text"].strip()) > 0)
+    tokenized = raw.map(lambda b: tokenizer(b["text"], return_special_tokens_mask=True), batched=True,
+                        remove_columns=["text"])
+    L = preset.seq_length
+
+    def group_texts(examples):  # as in transformers' run_mlm example
+        concatenated = {k: sum(examples[k], []) for k in examples.keys()}
+        total = (len(concatenated["input_ids"]) // L) * L
+        return {k: [t[i: i + L] for i in range(0, total, L)] for k, t in concatenated.items()}
+
+    return tokenized.map(group_texts, batched=True)
+
+
+def job_plain(preset: Preset, workdir: Path, jit_compile: bool) -> Dict[str, Any]:
+    """The plain transformers recipe with ``model.fit`` (``jit_compile`` on or off)."""
+    _setup_devices(preset)
+    import tensorflow as tf
+    import tf_keras
+    from transformers import (AutoTokenizer, DataCollatorForLanguageModeling, RobertaConfig,
+                              TFAutoModelForMaskedLM, create_optimizer)
+
+    from benchmarks.step_timer import StepTimer
+    from hf_tpu_ext.backends.tensorflow.strategy import resolve_strategy
+
+    tokenizer = AutoTokenizer.from_pretrained(str(workdir / "prepared" / "tokenizer"))
+    lm_data = _plain_datasets(preset, tokenizer)
+    if preset.bf16:
+        tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    strategy = resolve_strategy().strategy
+    config = RobertaConfig(
+        vocab_size=len(tokenizer), hidden_size=preset.hidden_size, num_hidden_layers=preset.num_hidden_layers,
+        num_attention_heads=preset.num_attention_heads, intermediate_size=preset.intermediate_size,
+        max_position_embeddings=preset.seq_length + 2, type_vocab_size=1, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    tf_keras.utils.set_random_seed(42)
+    with strategy.scope():
+        model = TFAutoModelForMaskedLM.from_config(config)
+        optimizer, _ = create_optimizer(init_lr=5e-4, num_train_steps=preset.steps, num_warmup_steps=0,
+                                        weight_decay_rate=0.01)
+        model.compile(optimizer=optimizer, jit_compile=jit_compile)
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, return_tensors="np")
+    dataset = model.prepare_tf_dataset(lm_data, shuffle=True, batch_size=preset.global_batch_size,
+                                       collate_fn=collator).repeat()
+    timer = StepTimer()
+    history = model.fit(dataset, steps_per_epoch=preset.steps, epochs=1, callbacks=[timer], verbose=0)
+    summary = timer.summary(preset.warmup)
+    summary.update(
+        train_step_compilations=int(model.train_function.experimental_get_tracing_count()),
+        final_loss=float(history.history["loss"][-1]),
+        peak_rss_mb=_peak_rss_mb(),
+    )
+    return summary
+
+
+def job_probe(preset: Preset, workdir: Path) -> Dict[str, Any]:
+    """Peak matmul FLOP/s of the whole machine (all CPU cores, or one accelerator x their number)."""
+    import tensorflow as tf
+
+    from hf_tpu_ext.flops import default_device_kind, known_peak_flops, measure_peak_flops
+
+    dtype = "bfloat16" if preset.bf16 else "float32"
+    kind = default_device_kind()
+    accelerators = len(tf.config.list_logical_devices("GPU")) or len(tf.config.list_logical_devices("TPU"))
+    per_device = measure_peak_flops(dtype, target_seconds=2.0)
+    count = accelerators if kind != "CPU" else 1
+    return {"device_kind": kind, "dtype": dtype, "devices": max(count, 1), "peak_flops_per_device": per_device,
+            "peak_flops": per_device * max(count, 1), "datasheet_peak_flops_per_device": known_peak_flops(kind, dtype)}
+
+
+def job_pipeline(preset: Preset, workdir: Path) -> Dict[str, Any]:
+    """Tokens/s the ``tf.data`` training pipeline (stateless masking included) delivers on its own."""
+    from hf_tpu_ext.args import DataTrainingArguments
+    from hf_tpu_ext.data.blocks import group_into_blocks
+    from hf_tpu_ext.data.loading import load_text_datasets
+    from hf_tpu_ext.data.masking import make_mask_fn
+    from hf_tpu_ext.data.pipeline import input_pipeline_tokens_per_second, make_train_dataset
+    from hf_tpu_ext.data.tokenizer import load_tokenizer
+
+    data = data_file()
+    data_args = DataTrainingArguments(train_file=str(data) if data else None, max_seq_length=preset.seq_length)
+    tok = load_tokenizer(str(workdir / "prepared" / "tokenizer"))
+    blocks = group_into_blocks(load_text_datasets(data_args, seed=42), tok, preset.seq_length)
+    dataset = make_train_dataset(blocks["train"], global_batch_size=preset.global_batch_size, seed=42,
+                                 mask_fn=make_mask_fn(tok, data_args.max_predictions_per_seq))
+    rate = input_pipeline_tokens_per_second(dataset, preset.pipeline_batches)
+    return {"tokens_per_second": rate, "batches": preset.pipeline_batches}
+
+
+def job_prepare_data(preset: Preset, workdir: Path) -> Dict[str, Any]:
+    """``hf-tpu prepare-data`` on the benchmark text (trains the BPE tokenizer every recipe then uses)."""
+    from hf_tpu_ext.commands.prepare_data import main as prepare_main
+
+    data = data_file()
+    argv = ["--output_path", str(workdir / "prepared"), "--max_seq_length", str(preset.seq_length),
+            "--vocab_size", str(preset.vocab_size), "--num_shards", "2"]
+    if data is not None:
+        argv += ["--train_file", str(data)]
+    buffer = io.StringIO()
+    start = time.perf_counter()
+    with redirect_stdout(buffer):
+        prepare_main(argv)
+    total = time.perf_counter() - start
+    text = buffer.getvalue()
+    m = re.search(r"Tokenized (\d+) tokens in ([0-9.]+) s", text)
+    if not m:
+        raise RuntimeError(f"Unexpected prepare-data output:\n{text}")
+    tokens, seconds = int(m.group(1)), float(m.group(2))
+    manifest = json.loads((workdir / "prepared" / "manifest.json").read_text())
+    return {"tokens": tokens, "tokenize_seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9),
+            "total_seconds": total, "end_to_end_tokens_per_second": tokens / max(total, 1e-9),
+            "vocab_size": int(manifest.get("vocab_size") or manifest.get("metadata", {}).get("vocab_size") or 0)}
+
+
+def run_job(name: str, preset: Preset, workdir: Path) -> Dict[str, Any]:
+    """Run one benchmark part in this process (called in a child process by :func:`main`)."""
+    if name == "prepare_data":
+        return job_prepare_data(preset, workdir)
+    if name == "probe":
+        return job_probe(preset, workdir)
+    if name == "pipeline":
+        return job_pipeline(preset, workdir)
+    if name == "hf_tpu":
+        return job_hf_tpu(preset, workdir)
+    if name == "plain":
+        return job_plain(preset, workdir, jit_compile=False)
+    if name == "plain_xla":
+        return job_plain(preset, workdir, jit_compile=True)
+    if name == "callbacks_none":
+        return job_hf_tpu(preset, workdir, callbacks="bench_step_timer", steps=preset.overhead_steps)
+    if name == "callbacks_push":
+        return job_hf_tpu(
+            preset, workdir, callbacks="throughput,xla_recompile_guard,bench_step_timer", steps=preset.overhead_steps,
+            extra=["--push_to_hub", "true", "--hub_model_id", f"bench/hf-tpu-{preset.name}", "--save_strategy", "steps",
+                   "--save_steps", str(PUSH_EVERY_STEPS), "--hub_strategy", "every_save"],
+        )
+    raise ValueError(f"unknown job {name!r}")
+
+
+# ======================================================================================= parent side
+def machine_description() -> Dict[str, Any]:
+    """What the numbers were measured on: CPU model, cores, memory, OS, versions, load at the start."""
+    import psutil
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    versions = {}
+    for pkg in ("tensorflow", "tf-keras", "transformers", "datasets"):
+        try:
+            from importlib.metadata import version
+
+            versions[pkg] = version(pkg)
+        except Exception:
+            pass
+    return {
+        "cpu": cpu,
+        "cpu_cores": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2 ** 30, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "load_average_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _child(name: str, preset: Preset, workdir: Path, env_extra: Optional[Dict[str, str]] = None,
+           timeout: float = 1800) -> Dict[str, Any]:
+    env = dict(os.environ)
+    env.update({"TF_CPP_MIN_LOG_LEVEL": "2", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_DISABLE_TELEMETRY": "1",
+                "HF_DATASETS_CACHE": str(workdir / "datasets-cache"), "HF_HOME": str(workdir / "hf-home"),
+                "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)})
+    env.update(env_extra or {})
+    result_path = workdir / f"{name}.json"
+    cmd = [sys.executable, "-m", "benchmarks.train_throughput", "--preset", preset.name, "--job", name,
+           "--workdir", str(workdir)]
+    print(f"[bench] {name} ...", flush=True)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    seconds = time.perf_counter() - start
+    (workdir / f"{name}.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0 or not result_path.is_file():
+        tail = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()][-1:] or ["no output"]
+        print(f"[bench] {name} failed after {seconds:.0f}s: {tail[0][:300]}", flush=True)
+        return {"error": tail[0][:500], "wall_seconds": seconds}
+    result = json.loads(result_path.read_text())
+    result["wall_seconds"] = seconds
+    print(f"[bench] {name} done in {seconds:.0f}s", flush=True)
+    return result
+
+
+def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return a / b if a and b else None
+
+
+def assemble(preset: Preset, parts: Dict[str, Dict[str, Any]], machine: Dict[str, Any]) -> Dict[str, Any]:
+    """The JSON result: per-recipe tokens/s, ms/step, compile time, compilations, peak RSS, MFU, and the extras.
+
+    Args:
+        preset: the preset run.
+        parts: job name -> what the job returned (or ``{"error": ...}``).
+        machine: :func:`machine_description`.
+
+    Returns:
+        dict with ``preset``, ``machine``, ``model``, ``flops``, ``recipes`` (``hf_tpu``, ``plain``,
+        ``plain_xla``), ``input_pipeline``, ``prepare_data``, ``callback_overhead`` and ``ratios``.
+    """
+    from types import SimpleNamespace
+
+    from hf_tpu_ext.flops import flops_per_token
+
+    vocab = (parts.get("prepare_data") or {}).get("vocab_size") or preset.vocab_size
+    config = SimpleNamespace(hidden_size=preset.hidden_size, num_hidden_layers=preset.num_hidden_layers,
+                             intermediate_size=preset.intermediate_size, vocab_size=vocab)
+    fpt = flops_per_token(config, preset.seq_length, masked_fraction=preset.max_predictions / preset.seq_length)
+    fpt_full = flops_per_token(config, preset.seq_length, masked_fraction=None)
+    peak = (parts.get("probe") or {}).get("peak_flops")
+    tokens_per_step = preset.global_batch_size * preset.seq_length
+    recipes = {}
+    for name in RECIPES:
+        part = parts.get(name) or {"error": "not run"}
+        if "error" in part:
+            recipes[name] = {"error": part["error"], "tokens_per_second": None, "ms_per_step": None,
+                             "compile_seconds": None, "train_step_compilations": None, "peak_rss_mb": None, "mfu": None}
+            continue
+        tps = tokens_per_step / (part["ms_per_step"] / 1e3)
+        entry = {
+            "tokens_per_second": round(tps, 1),
+            "ms_per_step": round(part["ms_per_step"], 2),
+            "ms_per_step_mean": round(part["ms_per_step_mean"], 2),
+            "compile_seconds": round(part["compile_seconds"], 2),
+            "train_step_compilations": part["train_step_compilations"],
+            "peak_rss_mb": round(part["peak_rss_mb"], 1),
+            "mfu": round(tps * fpt / peak, 4) if peak else None,
+            "steps_measured": part["steps_measured"],
+            "final_loss": round(part["final_loss"], 4),
+        }
+        if name != "hf_tpu" and peak:
+            entry["mfu_executed"] = round(tps * fpt_full / peak, 4)
+        if "xla_step_compilations" in part:
+            entry["xla_step_compilations"] = part["xla_step_compilations"]
+        recipes[name] = entry
+
+    pipeline = parts.get("pipeline") or {}
+    none, push = parts.get("callbacks_none") or {}, parts.get("callbacks_push") or {}
+    overhead = {"push_every_steps": PUSH_EVERY_STEPS, "hub_latency_ms": HUB_LATENCY_SECONDS * 1e3,
+                "steps": preset.overhead_steps}
+    if "error" not in none and "error" not in push and none and push:
+        overhead.update(
+            no_callbacks_ms_per_step=round(none["ms_per_step"], 2),
+            no_callbacks_ms_per_step_mean=round(none["ms_per_step_mean"], 2),
+            callbacks_push_ms_per_step=round(push["ms_per_step"], 2),
+            callbacks_push_ms_per_step_mean=round(push["ms_per_step_mean"], 2),
+            overhead_median=round(push["ms_per_step"] / none["ms_per_step"] - 1.0, 4),
+            overhead_mean=round(push["ms_per_step_mean"] / none["ms_per_step_mean"] - 1.0, 4),
+        )
+    else:
+        overhead["error"] = (none.get("error") or push.get("error") or "not run")
+    hf_tps = recipes["hf_tpu"]["tokens_per_second"]
+    ratios = {
+        "hf_tpu_vs_plain": _ratio(hf_tps, recipes["plain"]["tokens_per_second"]),
+        "hf_tpu_vs_plain_xla": _ratio(hf_tps, recipes["plain_xla"]["tokens_per_second"]),
+        "input_pipeline_vs_training": _ratio(pipeline.get("tokens_per_second"), hf_tps),
+        "callback_overhead_mean": overhead.get("overhead_mean"),
+    }
+    ratios = {k: (round(v, 3) if v is not None else None) for k, v in ratios.items()}
+    machine = dict(machine, load_average_end=[round(x, 2) for x in os.getloadavg()])
+    return {
+        "preset": preset.name,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine,
+        "model": {"num_hidden_layers": preset.num_hidden_layers, "hidden_size": preset.hidden_size,
+                  "num_attention_heads": preset.num_attention_heads, "intermediate_size": preset.intermediate_size,
+                  "vocab_size": vocab, "seq_length": preset.seq_length, "global_batch_size": preset.global_batch_size,
+                  "max_predictions_per_seq": preset.max_predictions, "cpu_devices": preset.cpu_devices,
+                  "precision": "bf16 mixed" if preset.bf16 else "float32",
+                  "data": f"wikitext-2 {data_file().name}" if data_file() else "embedded corpus",
+                  "steps": preset.steps, "warmup_steps": preset.warmup},
+        "flops": {"flops_per_token": fpt, "flops_per_token_full_head": fpt_full,
+                  "formula": "hf_tpu_ext.flops.flops_per_token: 6*N_nonembedding + 12*n_layer*d*n_ctx + "
+                             "6*(d^2 + d*V)*P/L (Kaplan et al. 2020 Sec. 2.1; PaLM App. B)",
+                  "probe": parts.get("probe")},
+        "recipes": recipes,
+        "input_pipeline": pipeline,
+        "prepare_data": parts.get("prepare_data"),
+        "callback_overhead": overhead,
+        "ratios": ratios,
+        "targets": {"hf_tpu_vs_plain": 1.5, "hf_tpu_vs_plain_xla": 1.0, "input_pipeline_vs_training": 5.0,
+                    "callback_overhead_mean_max": 0.03, "train_step_compilations": 1},
+    }
+
+
+def _fmt(value, spec: str = ",.0f", missing: str = "n/a") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def markdown_table(result: Dict[str, Any]) -> str:
+    """A Markdown table of the recipes of one result (for the README section)."""
+    lines = ["| recipe | tokens/s | ms/step | compile s | train-step compilations | peak RSS MB | MFU |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name in RECIPES:
+        r = result["recipes"][name]
+        if r.get("error"):
+            lines.append(f"| `{name}` | failed: {r['error'][:80]} | | | | | |")
+            continue
+        lines.append(f"| `{name}` | {_fmt(r['tokens_per_second'])} | {_fmt(r['ms_per_step'], '.1f')} | "
+                     f"{_fmt(r['compile_seconds'], '.1f')} | {r['train_step_compilations']} | "
+                     f"{_fmt(r['peak_rss_mb'], '.0f')} | {_fmt(r['mfu'], '.1%')} |")
+    return "\n".join(lines)
+
+
+RESULTS_HEADER = (
+    "# Benchmark results\n\n"
+    "One row per run of `python -m benchmarks.train_throughput --preset NAME` (newest last). tokens/s: median "
+    "step time after warm-up; ratios are hf-tpu train over the plain transformers recipe; pipeline: `tf.data` "
+    "tokens/s over hf-tpu training tokens/s; callbacks: mean step-time overhead of the default callbacks + async "
+    "Hub push every 20 steps (200 ms per request) over no callbacks. Full numbers: `benchmarks/results/<preset>.json`.\n\n"
+    "| date | preset | machine | hf_tpu tok/s | plain tok/s | plain_xla tok/s | hf/plain | hf/plain_xla | "
+    "compilations | MFU hf_tpu | pipeline x | prepare-data tok/s | callbacks overhead |\n"
+    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+)
+
+
+def results_row(result: Dict[str, Any]) -> str:
+    """One ``RESULTS.md`` row of a result."""
+    m, r, q = result["machine"], result["recipes"], result["ratios"]
+    machine = (f"{m['cpu']}, {m['cpu_cores']} cores, {m['memory_gb']} GB; load {m['load_average_start'][0]:.1f}"
+               + (f"; {result['flops']['probe']['device_kind']}" if (result["flops"].get("probe") or {}).get(
+                   "device_kind", "CPU") != "CPU" else ""))
+    prep = (result.get("prepare_data") or {}).get("tokens_per_second")
+    return (f"| {result['date']} | {result['preset']} | {machine} | {_fmt(r['hf_tpu']['tokens_per_second'])} | "
+            f"{_fmt(r['plain']['tokens_per_second'])} | {_fmt(r['plain_xla']['tokens_per_second'])} | "
+            f"{_fmt(q['hf_tpu_vs_plain'], '.2f')}x | {_fmt(q['hf_tpu_vs_plain_xla'], '.2f')}x | "
+            f"{r['hf_tpu']['train_step_compilations']} | {_fmt(r['hf_tpu']['mfu'], '.1%')} | "
+            f"{_fmt(q['input_pipeline_vs_training'], '.1f')}x | {_fmt(prep)} | "
+            f"{_fmt(q['callback_overhead_mean'], '+.1%')} |\n")
+
+
+def append_results_row(result: Dict[str, Any], path: Path = RESULTS_MD) -> None:
+    """Append :func:`results_row` to ``RESULTS.md`` (created with its header when missing)."""
+    if not path.is_file():
+        path.write_text(RESULTS_HEADER)
+    with path.open("a") as f:
+        f.write(results_row(result))
+
+
+def draw_chart(result: Dict[str, Any], path: Path) -> None:
+    """A bar chart PNG of tokens/s per recipe (and what the input pipeline alone delivers, as a line)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in RECIPES if result["recipes"][n].get("tokens_per_second")]
+    values = [result["recipes"][n]["tokens_per_second"] for n in names]
+    labels = {"hf_tpu": "hf-tpu train", "plain": "plain recipe", "plain_xla": "plain + jit_compile"}
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    bars = ax.bar([labels[n] for n in names], values, color=["#ff9d00", "#7f7f7f", "#4c72b0"][: len(names)])
+    for bar, value, name in zip(bars, values, names):
+        mfu = result["recipes"][name].get("mfu")
+        text = f"{value:,.0f}" + (f"\nMFU {mfu:.1%}" if mfu is not None else "")
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom", fontsize=9)
+    ax.set_ylabel("tokens / s (median step, after warm-up)")
+    model = result["model"]
+    ax.set_title(f"preset {result['preset']}: {model['num_hidden_layers']}x{model['hidden_size']}, seq "
+                 f"{model['seq_length']}, batch {model['global_batch_size']}, {model['precision']}", fontsize=10)
+    ax.set_ylim(0, max(values or [1]) * 1.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _loopback_hub():
+    """Start the loopback Hub of the test suite (``tests/loopback_hub.py``) with 200 ms per request."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    from loopback_hub import LoopbackHubServer
+
+    server = LoopbackHubServer({BENCH_USER_TOKEN: {"name": "bench", "orgs": []}})
+    server.latency(HUB_LATENCY_SECONDS)
+    return server
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run a preset (or, with ``--job``, one part of it in this process). Returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.train_throughput", description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    parser.add_argument("--skip", default="", help="comma-separated parts not to run (e.g. callbacks_push,plain_xla)")
+    parser.add_argument("--results_dir", default=str(RESULTS_DIR), help="where <preset>.json and the chart go")
+    parser.add_argument("--no_results_md", action="store_true", help="do not append a row to benchmarks/RESULTS.md")
+    parser.add_argument("--job", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    preset = PRESETS[args.preset]
+
+    if args.job:  # child: one part, result as JSON in the workdir
+        workdir = Path(args.workdir)
+        result = run_job(args.job, preset, workdir)
+        (workdir / f"{args.job}.json").write_text(json.dumps(result, indent=1))
+        return 0
+
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    machine = machine_description()
+    start = time.perf_counter()
+    workdir = Path(tempfile.mkdtemp(prefix=f"hf-tpu-bench-{preset.name}-"))
+    parts: Dict[str, Dict[str, Any]] = {}
+    try:
+        parts["prepare_data"] = _child("prepare_data", preset, workdir)
+        if "error" in parts["prepare_data"]:
+            print("[bench] prepare-data failed; nothing else can run (the recipes use its tokenizer).")
+            return 1
+        for name in ("probe", "pipeline", *RECIPES, "callbacks_none"):
+            if name not in skip:
+                parts[name] = _child(name, preset, workdir)
+        if "callbacks_push" not in skip:
+            server = _loopback_hub()
+            try:
+                parts["callbacks_push"] = _child("callbacks_push", preset, workdir, env_extra={
+                    "HF_ENDPOINT": server.endpoint, "HF_HUB_DISABLE_XET": "1", "HF_HUB_OFFLINE": "0",
+                    "HF_TOKEN": BENCH_USER_TOKEN})
+                pushes = [r for r in server.requests if r.get("route") == "commit"]
+                parts["callbacks_push"]["hub_commits"] = len(pushes)
+            finally:
+                server.close()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    result = assemble(preset, parts, machine)
+    result["wall_seconds"] = round(time.perf_counter() - start, 1)
+    results_dir = Path(args.results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    json_path = results_dir / f"{preset.name}.json"
+    json_path.write_text(json.dumps(result, indent=2) + "\n")
+    draw_chart(result, results_dir / f"{preset.name}_tokens_per_second.png")
+    if not args.no_results_md:
+        append_results_row(result)
+    print(markdown_table(result))
+    print("ratios:", json.dumps(result["ratios"]))
+    print(f"[bench] wrote {json_path} in {result['wall_seconds']:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The XLA device seen from PyTorch: availability, kind and count, and compilation counters.
+
+``PJRT_DEVICE`` chooses the runtime (``TPU`` on a TPU VM, ``CPU`` for tests, ``CUDA`` on GPUs); when it is
+unset :func:`xla_device_info` sets it to ``TPU`` if ``/dev/accel*`` or ``/dev/vfio`` exist, else ``CPU``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import importlib.util
+import os
+from typing import Dict, Optional
+
+from hf_tpu_ext.errors import BackendError
+
+INSTALL_HINT = ("`pip install torch==2.9.1 torch_xla==2.9.0 accelerate` (torch_xla needs exactly torch 2.9.x), "
+                "or use the default --backend tensorflow")
+
+
+def require_torch_xla() -> None:
+    """Raise when torch_xla cannot be imported (missing, or installed next to a torch it does not fit).
+
+    Raises:
+        BackendError: the message names the install command.
+    """
+    if importlib.util.find_spec("torch_xla") is None:
+        raise BackendError(f"--backend torch_xla needs PyTorch/XLA, which is not installed. Install it with {INSTALL_HINT}.")
+    try:
+        import torch_xla  # noqa: F401
+    except Exception as err:  # e.g. a torch version torch_xla was not built for
+        raise BackendError(
+            f"torch_xla is installed but cannot be imported ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). "
+            f"Install matching versions with {INSTALL_HINT}."
+        ) from None
+    if importlib.util.find_spec("accelerate") is None:
+        raise BackendError("--backend torch_xla runs transformers.Trainer, which needs accelerate: `pip install accelerate`.")
+
+
+def default_pjrt_device() -> str:
+    """``PJRT_DEVICE`` if set, else ``"TPU"`` when TPU device files exist, else ``"CPU"``."""
+    if os.environ.get("PJRT_DEVICE"):
+        return os.environ["PJRT_DEVICE"]
+    return "TPU" if glob.glob("/dev/accel*") or os.path.isdir("/dev/vfio") and glob.glob("/dev/vfio/[0-9]*") else "CPU"
+
+
+@dataclasses.dataclass
+class XLADeviceInfo:
+    """Where this process trains.
+
+    Attributes:
+        accelerator: ``"TPU"``, ``"GPU"`` or ``"CPU"`` (what the card shows).
+        device_kind: the hardware name, e.g. ``"TPU v4"``, ``"CPU"`` (for peak-FLOPs lookup).
+        num_devices: XLA devices over all processes (``torch_xla.runtime.global_runtime_device_count``).
+        world_size: processes taking part (``torch_xla.runtime.world_size``).
+        process_index: this process's ordinal (0 is the chief).
+        device: the ``torch.device`` of this process (``xla:0``).
+    """
+
+    accelerator: str
+    device_kind: str
+    num_devices: int
+    world_size: int
+    process_index: int
+    device: object
+
+    @property
+    def is_chief(self) -> bool:
+        return self.process_index == 0
+
+
+def xla_device_info() -> XLADeviceInfo:
+    """Describe the XLA device of this process (sets ``PJRT_DEVICE`` first when unset).
+
+    Raises:
+        BackendError: torch_xla is missing or unusable.
+    """
+    os.environ.setdefault("PJRT_DEVICE", default_pjrt_device())
+    require_torch_xla()
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+
+    device = torch_xla.device()
+    hw = str(xm.xla_device_hw(device)).upper()  # "TPU", "CPU", "CUDA", "NEURON"
+    accelerator = {"CUDA": "GPU"}.get(hw, hw)
+    kind = accelerator
+    if accelerator == "TPU":
+        try:
+            from torch_xla._internal import tpu
+
+            kind = f"TPU v{tpu.version()}"
+        except Exception:  # the generation is only needed for MFU
+            kind = "TPU"
+    elif accelerator == "GPU":
+        try:
+            import torch
+
+            kind = torch.cuda.get_device_name(0)
+        except Exception:
+            kind = "GPU"
+    return XLADeviceInfo(accelerator=accelerator, device_kind=kind, num_devices=int(xr.global_runtime_device_count()),
+                         world_size=int(xr.world_size()), process_index=int(xr.global_ordinal()), device=device)
+
+
+def compile_counts() -> Dict[str, Optional[int]]:
+    """XLA graph compilations of this process so far, from ``torch_xla.debug.metrics``.
+
+    Returns:
+        ``{"compile_time_count": int, "uncached_compile": int}``: samples of the ``CompileTime`` metric and
+        the ``UncachedCompile`` counter (0 before the first compilation; both ``None`` without torch_xla).
+    """
+    try:
+        import torch_xla.debug.metrics as met
+    except Exception:
+        return {"compile_time_count": None, "uncached_compile": None}
+    data = met.metric_data("CompileTime")
+    return {"compile_time_count": int(data[0]) if data else 0,
+            "uncached_compile": int(met.counter_value("UncachedCompile") or 0)}

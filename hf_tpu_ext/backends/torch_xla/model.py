@@ -1,0 +1,236 @@
+"""The PyTorch masked LM, its loss at the masked positions only, and the model folder it is saved as.
+
+The model is a stock :class:`transformers.RobertaForMaskedLM` built from the same config as the
+TensorFlow backend's model (:func:`build_config` is backend-neutral), with ``attn_implementation="eager"``:
+the SDPA path of transformers 4.57 calls ``torch.all(mask == 1)`` in ``_prepare_4d_attention_mask_for_sdpa``
+on every forward, a device-to-host sync per step on XLA; on XLA both paths lower to the same fused
+matmul/softmax graph, so eager loses nothing and keeps the step free of syncs.
+
+As in the TensorFlow backend, the vocabulary projection runs only at the ``P`` chosen positions of each
+sequence (:func:`masked_lm_sums`), not at all ``L``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional, Tuple
+
+DEFAULT_SMALL_CONFIG = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024)
+SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+               "hidden_dropout_prob", "attention_probs_dropout_prob")
+
+
+def max_sequence_length(config) -> int:
+    """Longest input the config's position embeddings allow (RoBERTa reserves ``pad_token_id + 1`` slots)."""
+    positions = int(getattr(config, "max_position_embeddings", 0) or 0)
+    if config.model_type in ("roberta", "xlm-roberta", "camembert"):
+        return positions - (int(config.pad_token_id or 1) + 1)
+    return positions
+
+
+def check_positions(config, max_seq_length: int) -> None:
+    """Raise ``ArgumentError`` when ``max_seq_length`` is longer than the model's positions allow."""
+    from hf_tpu_ext.errors import ArgumentError
+
+    limit = max_sequence_length(config)
+    if max_seq_length > limit:
+        raise ArgumentError(
+            f"--max_seq_length {max_seq_length} is larger than the model allows ({limit} tokens: "
+            f"max_position_embeddings={config.max_position_embeddings}). Use --max_seq_length {limit} or less."
+        )
+
+
+def build_config(model_args, tokenizer, max_seq_length: int):
+    """The config of a model trained from scratch (backend-neutral: the same rules as the TF backend).
+
+    Args:
+        model_args: :class:`hf_tpu_ext.args.ModelArguments` (``config_name`` and size overrides).
+        tokenizer: fills ``vocab_size = len(tokenizer)`` and the special ids.
+        max_seq_length: ``L``; RoBERTa gets ``max_position_embeddings = L + 2`` (the default config) or at least that.
+
+    Returns:
+        A ``transformers.PretrainedConfig`` (``RobertaConfig`` unless ``config_name`` says otherwise).
+
+    Raises:
+        ArgumentError: ``hidden_size`` is not a multiple of ``num_attention_heads``, or ``L`` does not fit.
+    """
+    from transformers import AutoConfig, RobertaConfig
+
+    from hf_tpu_ext.errors import ArgumentError
+
+    if model_args.config_name:
+        config = AutoConfig.from_pretrained(model_args.config_name, cache_dir=model_args.cache_dir)
+    else:
+        config = RobertaConfig(**DEFAULT_SMALL_CONFIG)
+    for name in SIZE_FIELDS:
+        value = getattr(model_args, name)
+        if value is not None:
+            setattr(config, name, value)
+    if config.hidden_size % config.num_attention_heads:
+        raise ArgumentError(
+            f"hidden_size {config.hidden_size} is not a multiple of num_attention_heads {config.num_attention_heads}."
+        )
+    config.vocab_size = len(tokenizer)
+    config.pad_token_id = tokenizer.pad_token_id
+    config.bos_token_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else config.bos_token_id
+    config.eos_token_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else config.eos_token_id
+    if config.model_type == "roberta":
+        if model_args.config_name:
+            config.max_position_embeddings = max(config.max_position_embeddings or 0, max_seq_length + 2)
+        else:
+            config.max_position_embeddings = max_seq_length + 2
+        config.type_vocab_size = 1
+    check_positions(config, max_seq_length)
+    return config
+
+
+def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] = None):
+    """Create the PyTorch masked LM (on the CPU; the Trainer moves it to the XLA device).
+
+    Args:
+        model_args: :class:`hf_tpu_ext.args.ModelArguments`.
+        tokenizer: the run's tokenizer.
+        max_seq_length: ``L``.
+        seed: seeds weight initialization when training from scratch.
+
+    Returns:
+        ``RobertaForMaskedLM`` (or another ``AutoModelForMaskedLM``) with eager attention.
+
+    Raises:
+        ArgumentError: a bad size combination or an ``L`` the positions do not allow.
+        CheckpointError: ``model_name_or_path`` has no loadable weights.
+    """
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    from hf_tpu_ext.errors import CheckpointError
+
+    if model_args.model_name_or_path:
+        overrides = {k: getattr(model_args, k) for k in ("hidden_dropout_prob", "attention_probs_dropout_prob")
+                     if getattr(model_args, k) is not None}
+        try:
+            model = AutoModelForMaskedLM.from_pretrained(
+                model_args.model_name_or_path, revision=model_args.model_revision, cache_dir=model_args.cache_dir,
+                attn_implementation="eager", **overrides)
+        except (OSError, ValueError) as err:
+            raise CheckpointError(f"Cannot load {model_args.model_name_or_path} as a PyTorch masked LM: "
+                                  f"{str(err).splitlines()[0]}") from None
+        check_positions(model.config, max_seq_length)
+        return model
+    config = build_config(model_args, tokenizer, max_seq_length)
+    if seed is not None:
+        from transformers import set_seed
+
+        set_seed(seed)
+    config._attn_implementation = "eager"
+    model = AutoModelForMaskedLM.from_config(config, attn_implementation="eager")
+    model.to(torch.float32)
+    return model
+
+
+def _encoder_and_head(model):
+    base = getattr(model, model.base_model_prefix, None)
+    head = getattr(model, "lm_head", None) or getattr(getattr(model, "cls", None), "predictions", None)
+    return base, head
+
+
+def masked_lm_sums(model, input_ids, labels, max_predictions: int, attention_mask=None) -> Tuple[Any, Any, Any]:
+    """Summed cross-entropy, correct predictions and count over the masked positions, all on device.
+
+    Only ``P = max_predictions`` positions per sequence go through the LM head: they are picked with
+    ``topk`` over ``labels != -100`` (static shape ``[B, P]``), so the graph does not depend on the data.
+
+    Args:
+        model: a ``*ForMaskedLM`` with ``lm_head`` (RoBERTa) or ``cls.predictions`` (BERT).
+        input_ids: int64 ``[B, L]``.
+        labels: int64 ``[B, L]``, -100 where nothing is predicted (at most ``P`` labels per row).
+        max_predictions: ``P``.
+        attention_mask: optional ``[B, L]``.
+
+    Returns:
+        ``(loss_sum, num_correct, num_tokens)``: float32 scalar tensor (nats), and two float32 scalar tensors.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    base, head = _encoder_and_head(model)
+    selected = (labels != -100)
+    if base is None or head is None:  # other architectures: the full head, same sums
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        gathered_labels = labels
+    else:
+        hidden = base(input_ids=input_ids, attention_mask=attention_mask)[0]  # [B, L, H]
+        P = min(int(max_predictions), labels.shape[1])
+        score, positions = torch.topk(selected.to(torch.int32), P, dim=1)  # [B, P]
+        hidden = torch.gather(hidden, 1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+        logits = head(hidden)  # [B, P, V]
+        gathered_labels = torch.where(score > 0, torch.gather(labels, 1, positions), torch.full_like(positions, -100))
+    flat_logits = logits.reshape(-1, logits.shape[-1]).float()
+    flat_labels = gathered_labels.reshape(-1)
+    loss_sum = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
+    valid = flat_labels != -100
+    correct = ((flat_logits.argmax(-1) == flat_labels) & valid).sum().to(torch.float32)
+    return loss_sum, correct, valid.sum().to(torch.float32)
+
+
+def count_parameters(model) -> int:
+    """Trainable parameters (tied weights counted once)."""
+    return int(sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values()))
+
+
+def model_summary_fields(model) -> Dict[str, Any]:
+    """``num_parameters``, ``model_type`` and ``model_config`` sizes for ``training_summary.json``."""
+    cfg = model.config
+    return {
+        "num_parameters": count_parameters(model),
+        "model_type": cfg.model_type,
+        "model_config": {k: getattr(cfg, k, None) for k in (
+            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "max_position_embeddings", "hidden_dropout_prob", "attention_probs_dropout_prob")},
+    }
+
+
+def cpu_state_dict(model) -> Dict[str, Any]:
+    """The model's weights as CPU tensors, one entry per parameter object (tied weights once, first name).
+
+    ``RobertaForMaskedLM`` ties ``lm_head.decoder.weight`` to the word embeddings and ``lm_head.decoder.bias``
+    to ``lm_head.bias``; the file holds the embeddings and ``lm_head.bias``, as the TensorFlow backend's
+    export does, and transformers re-ties them on load.
+    """
+    state = {}
+    seen = set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        state[name] = tensor.detach().to("cpu").contiguous()
+    return state
+
+
+def save_model_folder(model, output_dir: str, tokenizer=None) -> list:
+    """Write ``config.json``, ``model.safetensors`` (PyTorch names, ``format: pt``) and the tokenizer files.
+
+    The same files as :func:`hf_tpu_ext.backends.tensorflow.export.save_model_folder`, so the output folder
+    and the Hub repo look the same for both backends. Safe to call with the model on an XLA device.
+
+    Args:
+        model: a transformers PyTorch model (any device).
+        output_dir: folder to write into (created if missing).
+        tokenizer: optional tokenizer, saved with ``save_pretrained``.
+
+    Returns:
+        The file names written (relative to ``output_dir``).
+    """
+    os.makedirs(output_dir, exist_ok=True)
+    state = cpu_state_dict(model)
+    model.save_pretrained(output_dir, state_dict=state, safe_serialization=True)
+    written = ["config.json", "model.safetensors"]
+    for stale in ("pytorch_model.bin", "tf_model.h5", "model.safetensors.index.json"):
+        if os.path.isfile(os.path.join(output_dir, stale)):
+            os.remove(os.path.join(output_dir, stale))
+    if tokenizer is not None:
+        for path in tokenizer.save_pretrained(output_dir):
+            name = os.path.relpath(str(path), output_dir)
+            if name not in written and os.path.isfile(os.path.join(output_dir, name)):
+                written.append(name)
+    return written
