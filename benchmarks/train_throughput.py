@@ -56,6 +56,9 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 RESULTS_MD = REPO_ROOT / "benchmarks" / "RESULTS.md"
 RECIPES = ("hf_tpu", "plain", "plain_xla")
+# hf-tpu train with --jit_compile false: XLA on this CPU is slower than TF's own kernels (see the note)
+EXTRA_RECIPES = ("hf_tpu_no_xla",)
+ALL_RECIPES = RECIPES + EXTRA_RECIPES
 HUB_LATENCY_SECONDS = 0.2
 PUSH_EVERY_STEPS = 20
 BENCH_USER_TOKEN = "hf_benchLoopbackToken0123456789abcdef"
@@ -88,9 +91,9 @@ class Preset:
     global_batch_size: int
     cpu_devices: int = 1
     bf16: bool = False
-    steps: int = 40
+    steps: int = 30
     warmup: int = 5
-    overhead_steps: int = 61
+    overhead_steps: int = 41
     pipeline_batches: int = 200
 
     @property
@@ -303,6 +306,8 @@ def run_job(name: str, preset: Preset, workdir: Path) -> Dict[str, Any]:
         return job_pipeline(preset, workdir)
     if name == "hf_tpu":
         return job_hf_tpu(preset, workdir)
+    if name == "hf_tpu_no_xla":
+        return job_hf_tpu(preset, workdir, extra=["--jit_compile", "false"])
     if name == "plain":
         return job_plain(preset, workdir, jit_compile=False)
     if name == "plain_xla":
@@ -402,7 +407,7 @@ def assemble(preset: Preset, parts: Dict[str, Dict[str, Any]], machine: Dict[str
     peak = (parts.get("probe") or {}).get("peak_flops")
     tokens_per_step = preset.global_batch_size * preset.seq_length
     recipes = {}
-    for name in RECIPES:
+    for name in ALL_RECIPES:
         part = parts.get(name) or {"error": "not run"}
         if "error" in part:
             recipes[name] = {"error": part["error"], "tokens_per_second": None, "ms_per_step": None,
@@ -445,6 +450,10 @@ def assemble(preset: Preset, parts: Dict[str, Dict[str, Any]], machine: Dict[str
     ratios = {
         "hf_tpu_vs_plain": _ratio(hf_tps, recipes["plain"]["tokens_per_second"]),
         "hf_tpu_vs_plain_xla": _ratio(hf_tps, recipes["plain_xla"]["tokens_per_second"]),
+        "hf_tpu_no_xla_vs_plain": _ratio(recipes["hf_tpu_no_xla"]["tokens_per_second"],
+                                         recipes["plain"]["tokens_per_second"]),
+        "hf_tpu_no_xla_vs_plain_xla": _ratio(recipes["hf_tpu_no_xla"]["tokens_per_second"],
+                                             recipes["plain_xla"]["tokens_per_second"]),
         "input_pipeline_vs_training": _ratio(pipeline.get("tokens_per_second"), hf_tps),
         "callback_overhead_mean": overhead.get("overhead_mean"),
     }
@@ -479,12 +488,18 @@ def _fmt(value, spec: str = ",.0f", missing: str = "n/a") -> str:
     return missing if value is None else format(value, spec)
 
 
+def _x(value) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
 def markdown_table(result: Dict[str, Any]) -> str:
     """A Markdown table of the recipes of one result (for the README section)."""
     lines = ["| recipe | tokens/s | ms/step | compile s | train-step compilations | peak RSS MB | MFU |",
              "|---|---:|---:|---:|---:|---:|---:|"]
-    for name in RECIPES:
-        r = result["recipes"][name]
+    for name in ALL_RECIPES:
+        r = result["recipes"].get(name)
+        if r is None:
+            continue
         if r.get("error"):
             lines.append(f"| `{name}` | failed: {r['error'][:80]} | | | | | |")
             continue
@@ -501,8 +516,8 @@ RESULTS_HEADER = (
     "tokens/s over hf-tpu training tokens/s; callbacks: mean step-time overhead of the default callbacks + async "
     "Hub push every 20 steps (200 ms per request) over no callbacks. Full numbers: `benchmarks/results/<preset>.json`.\n\n"
     "| date | preset | machine | hf_tpu tok/s | plain tok/s | plain_xla tok/s | hf/plain | hf/plain_xla | "
-    "compilations | MFU hf_tpu | pipeline x | prepare-data tok/s | callbacks overhead |\n"
-    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    "compilations | MFU hf_tpu | hf_tpu no-XLA tok/s (/plain) | pipeline x | prepare-data tok/s | callbacks overhead |\n"
+    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 )
 
 
@@ -515,9 +530,11 @@ def results_row(result: Dict[str, Any]) -> str:
     prep = (result.get("prepare_data") or {}).get("tokens_per_second")
     return (f"| {result['date']} | {result['preset']} | {machine} | {_fmt(r['hf_tpu']['tokens_per_second'])} | "
             f"{_fmt(r['plain']['tokens_per_second'])} | {_fmt(r['plain_xla']['tokens_per_second'])} | "
-            f"{_fmt(q['hf_tpu_vs_plain'], '.2f')}x | {_fmt(q['hf_tpu_vs_plain_xla'], '.2f')}x | "
+            f"{_x(q['hf_tpu_vs_plain'])} | {_x(q['hf_tpu_vs_plain_xla'])} | "
             f"{r['hf_tpu']['train_step_compilations']} | {_fmt(r['hf_tpu']['mfu'], '.1%')} | "
-            f"{_fmt(q['input_pipeline_vs_training'], '.1f')}x | {_fmt(prep)} | "
+            f"{_fmt(r.get('hf_tpu_no_xla', {}).get('tokens_per_second'))} "
+            f"({_x(q.get('hf_tpu_no_xla_vs_plain'))}) | "
+            f"{_fmt(q['input_pipeline_vs_training'], ',.0f')}x | {_fmt(prep)} | "
             f"{_fmt(q['callback_overhead_mean'], '+.1%')} |\n")
 
 
@@ -536,11 +553,13 @@ def draw_chart(result: Dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [n for n in RECIPES if result["recipes"][n].get("tokens_per_second")]
+    names = [n for n in ALL_RECIPES if (result["recipes"].get(n) or {}).get("tokens_per_second")]
     values = [result["recipes"][n]["tokens_per_second"] for n in names]
-    labels = {"hf_tpu": "hf-tpu train", "plain": "plain recipe", "plain_xla": "plain + jit_compile"}
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-    bars = ax.bar([labels[n] for n in names], values, color=["#ff9d00", "#7f7f7f", "#4c72b0"][: len(names)])
+    labels = {"hf_tpu": "hf-tpu train", "plain": "plain recipe", "plain_xla": "plain + jit_compile",
+              "hf_tpu_no_xla": "hf-tpu train\n--jit_compile false"}
+    fig, ax = plt.subplots(figsize=(7.2, 4.2), dpi=120)
+    bars = ax.bar([labels[n] for n in names], values, color=[{"hf_tpu": "#ff9d00", "plain": "#7f7f7f", "plain_xla": "#4c72b0",
+                                                         "hf_tpu_no_xla": "#ffc266"}[n] for n in names])
     for bar, value, name in zip(bars, values, names):
         mfu = result["recipes"][name].get("mfu")
         text = f"{value:,.0f}" + (f"\nMFU {mfu:.1%}" if mfu is not None else "")
@@ -593,7 +612,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if "error" in parts["prepare_data"]:
             print("[bench] prepare-data failed; nothing else can run (the recipes use its tokenizer).")
             return 1
-        for name in ("probe", "pipeline", *RECIPES, "callbacks_none"):
+        for name in ("probe", "pipeline", *ALL_RECIPES, "callbacks_none"):
             if name not in skip:
                 parts[name] = _child(name, preset, workdir)
         if "callbacks_push" not in skip:

@@ -159,7 +159,7 @@ class TrainingArguments:
     hub_strategy: str = field(default="every_save", metadata={"help": f"What is pushed when: one of {', '.join(HUB_STRATEGIES)} (as in transformers)."})
     hub_token: Optional[str] = field(default=None, metadata={"help": "Hub token (default: HF_TOKEN or the cached login). Never printed."})
     hub_private_repo: Optional[bool] = field(default=None, metadata={"help": "Create the repo private."})
-    hub_revision: Optional[str] = field(default=None, metadata={"help": "Branch to push to (default: main)."})
+    hub_revision: Optional[str] = field(default=None, metadata={"help": "Branch to push to; unset pushes to main."})
     hub_space_id: Optional[str] = field(default=None, metadata={"help": "Deploy the fill-mask demo to this Space when training ends."})
     license: Optional[str] = field(default="apache-2.0", metadata={"help": "License written in the model card."})
     language: Optional[str] = field(default="en", metadata={"help": "Language written in the model card."})
@@ -238,9 +238,13 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTr
     from transformers import HfArgumentParser
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+    dataclass_types = (ModelArguments, DataTrainingArguments, TrainingArguments)
+    parser = HfArgumentParser(dataclass_types)
     parser.prog = "hf-tpu train"
-    if len(argv) == 1 and argv[0].endswith(".json"):
+    parser.allow_abbrev = False  # `--num_train_epoch` must not silently mean `--num_train_epochs`
+    known = {f.name for dc in dataclass_types for f in fields(dc)}
+    if argv and argv[0].endswith(".json"):
+        # a config file, optionally followed by flags that override it
         path = os.path.abspath(argv[0])
         if not os.path.isfile(path):
             raise ArgumentError(f"Config file {argv[0]} not found.")
@@ -249,9 +253,30 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTr
                 data = json.load(f)
             except json.JSONDecodeError as e:
                 raise ArgumentError(f"Config file {argv[0]} is not valid JSON: {e}") from None
-        known = {f.name for dc in (ModelArguments, DataTrainingArguments, TrainingArguments) for f in fields(dc)}
+        if not isinstance(data, dict):
+            raise ArgumentError(f"Config file {argv[0]} must hold a JSON object of argument names and values.")
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ArgumentError(f"Config file {argv[0]} has unknown fields: {', '.join(unknown)}.")
-        return parser.parse_dict(data)
-    return parser.parse_args_into_dataclasses(args=argv)
+            raise ArgumentError(f"Config file {argv[0]} has unknown fields: {', '.join(unknown)}."
+                                + _suggest(unknown, known))
+        parser.set_defaults(**data)
+        argv = argv[1:]
+    *parsed, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if remaining:
+        flags = [a for a in remaining if a.startswith("-")] or remaining
+        raise ArgumentError(
+            f"Unknown argument(s): {' '.join(flags)}." + _suggest([a.lstrip('-').split('=')[0] for a in flags], known)
+            + " Run `hf-tpu train --help` for the list."
+        )
+    return tuple(parsed)
+
+
+def _suggest(names, known) -> str:
+    import difflib
+
+    hints = []
+    for name in names:
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        if close:
+            hints.append(f"--{close[0]} (for {name})")
+    return f" Did you mean: {', '.join(hints)}?" if hints else ""

@@ -5,6 +5,7 @@ it is imported only when called, so ``hf-tpu --help`` does not import TensorFlow
 """
 
 import importlib
+import os
 import sys
 
 from hf_tpu_ext.errors import HfTpuExtError
@@ -39,6 +40,8 @@ def main(argv=None) -> int:
     if name not in COMMANDS:
         print(f"hf-tpu: unknown command {name!r}.\n\n{_usage()}", file=sys.stderr)
         return 2
+    # TensorFlow's C++ start-up logs (and a CUDA probe error on CPU-only machines) say nothing actionable
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     module = importlib.import_module(COMMANDS[name][0])
     try:
         return int(module.main(rest) or 0)

@@ -20,8 +20,9 @@ import json
 import math
 import os
 import platform
-import tempfile
 from typing import Any, Dict, List, Optional
+
+from hf_tpu_ext.fileio import atomic_write, atomic_write_text
 
 TRAINING_ARGS_NAME = "training_args.json"
 TRAINER_STATE_NAME = "trainer_state.json"
@@ -93,15 +94,7 @@ def _write_json(path: str, data, indent: int = 2) -> str:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     text = json.dumps(data, indent=indent, sort_keys=True, default=_json_default) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    atomic_write_text(path, text)
     return path
 
 
@@ -204,16 +197,19 @@ def write_all_results(output_dir: str, metrics: Dict[str, Any]) -> str:
     Returns:
         The path of the written file.
     """
-    path = os.path.join(output_dir, ALL_RESULTS_NAME)
-    merged: Dict[str, Any] = {}
-    if os.path.isfile(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                merged = json.load(f)
-        except (json.JSONDecodeError, OSError):
-            merged = {}
+    merged = read_all_results(output_dir) or {}
     merged.update(metrics)
-    return _write_json(path, merged, indent=4)
+    return _write_json(os.path.join(output_dir, ALL_RESULTS_NAME), merged, indent=4)
+
+
+def read_all_results(output_dir: str) -> Optional[Dict[str, Any]]:
+    """The metrics in ``output_dir/all_results.json`` (None when missing or unreadable)."""
+    path = os.path.join(output_dir, ALL_RESULTS_NAME)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError, OSError):
+        return None
 
 
 def write_training_summary(output_dir: str, summary: Dict[str, Any]) -> str:
@@ -305,17 +301,7 @@ def plot_loss_curve(log_history: List[Dict[str, Any]], path: str) -> Optional[st
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
     return path
 
 

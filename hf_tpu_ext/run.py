@@ -56,9 +56,40 @@ def check_backend(training_args) -> None:
         if importlib.util.find_spec("torch_xla") is None:
             raise BackendError(
                 "--backend torch_xla needs PyTorch/XLA, which is not installed. Install it with "
-                "`pip install torch==2.9.1 torch_xla==2.9.0` (torch_xla needs exactly torch 2.9.x), "
+                "`pip install torch==2.9.1 torch_xla==2.9.0 accelerate` (torch_xla needs exactly torch 2.9.x), "
                 "or use the default --backend tensorflow."
             )
+
+
+def check_data_files(data_args) -> None:
+    """Check local data files exist and have a supported format (before TensorFlow is even imported)."""
+    from hf_tpu_ext.data.loading import check_data_file, is_tfrecord_source
+
+    for option, path in (("--train_file", data_args.train_file), ("--validation_file", data_args.validation_file)):
+        if path and not is_tfrecord_source(path) and "://" not in path:
+            check_data_file(path, option)
+
+
+def check_model_config(model_args, data_args) -> None:
+    """Check ``max_seq_length`` against the positions of a given model/config before any data work.
+
+    Raises:
+        ArgumentError: the sequence is longer than the model's position embeddings allow.
+    """
+    name = model_args.model_name_or_path or model_args.config_name
+    if not name:
+        return
+    from transformers import AutoConfig
+
+    from hf_tpu_ext.model_config import check_positions
+
+    try:
+        config = AutoConfig.from_pretrained(name, revision=model_args.model_revision, cache_dir=model_args.cache_dir)
+    except (OSError, ValueError):
+        return  # the model loader reports a missing/unreadable model with its own error
+    if model_args.config_name and not model_args.model_name_or_path:
+        return  # from scratch: build_model widens the positions to fit
+    check_positions(config, data_args.max_seq_length)
 
 
 def train(model_args, data_args, training_args) -> Dict[str, Any]:
@@ -74,6 +105,8 @@ def train(model_args, data_args, training_args) -> Dict[str, Any]:
     from hf_tpu_ext.callbacks import resolve_callbacks
 
     callback_classes = resolve_callbacks(training_args.callback_names)  # unknown name -> error now
+    check_data_files(data_args)
+    check_model_config(model_args, data_args)
 
     if training_args.backend == "torch_xla":
         from hf_tpu_ext.backends.torch_xla.trainer import train as train_torch_xla

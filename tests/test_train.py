@@ -44,6 +44,8 @@ def test_output_folder_layout(trained_run):
     assert all_results["eval_loss"] == pytest.approx(evals[-1]["eval_loss"], rel=1e-6)
     assert all_results["tokens_seen"] == 30 * 8 * 32
 
+    for name in ("model.safetensors", "config.json", "trainer_state.json", "loss_curve.png"):
+        assert (out / name).stat().st_mode & 0o044 == 0o044, f"{name} is not readable by others"
     args = json.loads((out / "training_args.json").read_text())
     assert args["per_device_train_batch_size"] == 8 and args["max_seq_length"] == 32 and args["hidden_size"] == 64
 
@@ -130,11 +132,24 @@ def test_json_config_file(tmp_path):
     model_args, data_args, training_args = parse_args([str(cfg)])
     assert (training_args.max_steps, model_args.hidden_size, training_args.per_device_train_batch_size) == (7, 64, 4)
     assert data_args.max_predictions_per_seq == round(128 * 0.15)
+    # flags after the file override it
+    assert parse_args([str(cfg), "--max_steps", "9"])[2].max_steps == 9
     cfg.write_text(json.dumps({"output_dir": "o", "max_stepz": 7}))
     from hf_tpu_ext.errors import ArgumentError
 
-    with pytest.raises(ArgumentError, match="unknown fields: max_stepz"):
+    with pytest.raises(ArgumentError, match="unknown fields: max_stepz. Did you mean: --max_steps"):
         parse_args([str(cfg)])
+
+
+def test_unknown_flags_are_named_not_abbreviated():
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=r"Unknown argument\(s\): --lr\."):
+        parse_args(["--lr", "1e-3"])
+    # argparse would accept this prefix of --num_train_epochs; we don't
+    with pytest.raises(ArgumentError, match="Did you mean: --num_train_epochs"):
+        parse_args(["--num_train_epoch", "2"])
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -167,13 +182,29 @@ def test_corpus_too_small_says_sizes(tmp_path):
     assert not (tmp_path / "o" / "model.safetensors").exists()
 
 
-def test_max_seq_length_beyond_positions(tmp_path, trained_model_dir):
+def test_max_seq_length_beyond_positions(tmp_path, trained_model_dir, monkeypatch):
     from hf_tpu_ext.errors import ArgumentError
 
+    def no_data_work(*a, **k):
+        raise AssertionError("data was loaded before the sequence length was checked")
+
+    monkeypatch.setattr("hf_tpu_ext.data.loading.load_text_datasets", no_data_work)
     args = ["--output_dir", str(tmp_path / "o"), "--model_name_or_path", str(trained_model_dir),
             "--max_seq_length", "64", "--max_steps", "2", "--max_train_samples", "64"]
-    with pytest.raises(ArgumentError, match="larger than the model allows"):
+    with pytest.raises(ArgumentError, match="larger than the model allows .32 tokens"):
         _train(args)
+
+
+def test_resuming_a_finished_run_changes_nothing(tmp_path, trained_model_dir):
+    import shutil
+
+    run = tmp_path / "copy"
+    shutil.copytree(trained_model_dir, run)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    results = _train(tiny_train_args(run, "--max_steps", "30", "--resume_from_checkpoint", "true"))
+    assert results["global_step"] == 30
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert after == before
 
 
 def test_tokenizer_without_mask_token(tmp_path, trained_model_dir):

@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from typing import Dict, List, Optional
 
 import numpy as np
 
 from hf_tpu_ext.errors import ArgumentError, CheckpointError, HubAuthError, HubRepoError
+from hf_tpu_ext.fileio import atomic_write, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -47,20 +47,6 @@ def _weight_patterns(repo_files: List[str]) -> List[str]:
     if TF2_WEIGHTS_NAME in top or TF2_WEIGHTS_INDEX_NAME in top:
         return ["tf_model*.h5"]
     return ["pytorch_model*.bin"]
-
-
-def _atomic_write(path: str, write_fn) -> None:
-    """Call ``write_fn(tmp_path)`` and move the result onto ``path``; an interrupted save leaves no half file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    os.close(fd)
-    try:
-        write_fn(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def pytorch_state_dict(model) -> Dict[str, np.ndarray]:
@@ -155,14 +141,10 @@ def save_model_folder(model, output_dir: str, tokenizer=None) -> List[str]:
     config = _pytorch_config(model)
     written = []
 
-    _atomic_write(os.path.join(output_dir, SAFE_WEIGHTS_NAME), lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
+    atomic_write(os.path.join(output_dir, SAFE_WEIGHTS_NAME), lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
     written.append(SAFE_WEIGHTS_NAME)
 
-    def _write_config(tmp):
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(config.to_json_string(use_diff=True))
-
-    _atomic_write(os.path.join(output_dir, CONFIG_NAME), _write_config)
+    atomic_write_text(os.path.join(output_dir, CONFIG_NAME), config.to_json_string(use_diff=True))
     written.append(CONFIG_NAME)
     for stale in (TF2_WEIGHTS_NAME, TF2_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_INDEX_NAME):
         if os.path.isfile(os.path.join(output_dir, stale)):

@@ -14,16 +14,11 @@ from typing import Dict, Optional, Tuple
 
 import tensorflow as tf
 
-DEFAULT_SMALL_CONFIG = dict(
-    hidden_size=256,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    intermediate_size=1024,
-)
+from hf_tpu_ext.model_config import build_config, check_positions, dropout_overrides
 
 
 def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] = None):
-    """Create the TF masked LM: from ``model_name_or_path``, or from a config (default: small RoBERTa).
+    """Create the TF masked LM: from ``model_name_or_path``, or from :func:`hf_tpu_ext.model_config.build_config`.
 
     Args:
         model_args: :class:`hf_tpu_ext.args.ModelArguments`.
@@ -37,75 +32,24 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
     Raises:
         ArgumentError: ``max_seq_length`` exceeds what the model's position embeddings allow.
     """
-    from transformers import AutoConfig, RobertaConfig, TFAutoModelForMaskedLM
-
-    from hf_tpu_ext.errors import ArgumentError
+    from transformers import TFAutoModelForMaskedLM
 
     if model_args.model_name_or_path:
         from hf_tpu_ext.backends.tensorflow.export import load_tf_model
 
-        overrides = {}
-        if model_args.hidden_dropout_prob is not None:
-            overrides["hidden_dropout_prob"] = model_args.hidden_dropout_prob
-        if model_args.attention_probs_dropout_prob is not None:
-            overrides["attention_probs_dropout_prob"] = model_args.attention_probs_dropout_prob
-        model = load_tf_model(model_args.model_name_or_path, revision=model_args.model_revision, **overrides)
+        model = load_tf_model(model_args.model_name_or_path, revision=model_args.model_revision,
+                              **dropout_overrides(model_args))
         check_positions(model.config, max_seq_length)
         return model
 
-    if model_args.config_name:
-        config = AutoConfig.from_pretrained(model_args.config_name, cache_dir=model_args.cache_dir)
-    else:
-        config = RobertaConfig(**DEFAULT_SMALL_CONFIG)
-    for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                 "hidden_dropout_prob", "attention_probs_dropout_prob"):
-        value = getattr(model_args, name)
-        if value is not None:
-            setattr(config, name, value)
-    if config.hidden_size % config.num_attention_heads:
-        raise ArgumentError(
-            f"hidden_size {config.hidden_size} is not a multiple of num_attention_heads {config.num_attention_heads}."
-        )
-    config.vocab_size = len(tokenizer)
-    config.pad_token_id = tokenizer.pad_token_id
-    config.bos_token_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else config.bos_token_id
-    config.eos_token_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else config.eos_token_id
-    if config.model_type == "roberta":
-        # RoBERTa positions start at padding_idx + 1
-        if model_args.config_name:
-            config.max_position_embeddings = max(config.max_position_embeddings or 0, max_seq_length + 2)
-        else:  # the default config gets exactly the positions it is trained on
-            config.max_position_embeddings = max_seq_length + 2
-        config.type_vocab_size = 1
-    check_positions(config, max_seq_length)
+    config = build_config(model_args, tokenizer, max_seq_length)
     if seed is not None:
-        tf.keras.utils.set_random_seed(seed)
         import tf_keras
 
         tf_keras.utils.set_random_seed(seed)
     model = TFAutoModelForMaskedLM.from_config(config)
     model(model.dummy_inputs, training=False)
     return model
-
-
-def max_sequence_length(config) -> int:
-    """Longest input the config's position embeddings allow (RoBERTa reserves ``pad_token_id + 1`` slots)."""
-    positions = int(getattr(config, "max_position_embeddings", 0) or 0)
-    if config.model_type in ("roberta", "xlm-roberta", "camembert"):
-        return positions - (int(config.pad_token_id or 1) + 1)
-    return positions
-
-
-def check_positions(config, max_seq_length: int) -> None:
-    """Raise ``ArgumentError`` when ``max_seq_length`` is longer than the model's positions allow."""
-    from hf_tpu_ext.errors import ArgumentError
-
-    limit = max_sequence_length(config)
-    if max_seq_length > limit:
-        raise ArgumentError(
-            f"--max_seq_length {max_seq_length} is larger than the model allows ({limit} tokens: "
-            f"max_position_embeddings={config.max_position_embeddings}). Use --max_seq_length {limit} or less."
-        )
 
 
 def masked_lm_logits(model, batch: Dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:

@@ -87,7 +87,7 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
     import tf_keras
 
     from hf_tpu_ext.backends.tensorflow.checkpoint import TrainingCheckpointer
-    from hf_tpu_ext.backends.tensorflow.model import build_model, check_positions
+    from hf_tpu_ext.backends.tensorflow.model import build_model
     from hf_tpu_ext.backends.tensorflow.strategy import resolve_strategy
     from hf_tpu_ext.backends.tensorflow.trainer import RunContext, TFTrainer, make_optimizer, model_summary_fields
     from hf_tpu_ext.callbacks import build_callbacks
@@ -154,7 +154,6 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
         tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
     with strategy.scope():
         model = build_model(model_args, tok, L, seed=args.seed)
-        check_positions(model.config, L)
         optimizer, schedule = make_optimizer(args, total)
         ckpt_dir = os.path.join(args.output_dir if info.is_chief else tempfile.mkdtemp(prefix="hf-tpu-worker-"),
                                 "checkpoints")
@@ -174,8 +173,12 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
             log_history = [e for e in TrainerState.load(state_path).log_history if e.get("step", 0) <= start_step]
         logger.info("resumed from %s at global step %d", resume_path, start_step)
         if start_step >= total:
-            logger.warning("checkpoint is at step %d, which is >= the %d steps asked for: nothing to train",
-                           start_step, total)
+            # a finished run: leave its results, card and tokenizer exactly as they are
+            logger.warning("The checkpoint is at global step %d, the run asks for %d steps: nothing to train. Raise "
+                           "--max_steps or --num_train_epochs to train further.", start_step, total)
+            from hf_tpu_ext.outputs import read_all_results
+
+            return dict(read_all_results(args.output_dir) or {}, global_step=start_step)
 
     if info.is_chief:
         os.makedirs(args.output_dir, exist_ok=True)

@@ -1,0 +1,71 @@
+"""Fast checks of the benchmark's bookkeeping (no training): ``pytest benchmarks/test_train_throughput.py``."""
+
+import json
+
+import pytest
+
+from benchmarks import train_throughput as tt
+
+
+def _part(ms, compilations=1):
+    return {"steps_measured": 10, "ms_per_step": ms, "ms_per_step_mean": ms * 1.1, "first_step_seconds": 5.0,
+            "compile_seconds": 5.0 - ms / 1e3, "train_step_compilations": compilations, "final_loss": 7.0,
+            "peak_rss_mb": 1500.0}
+
+
+@pytest.fixture(scope="module")
+def result():
+    parts = {"prepare_data": {"tokens_per_second": 3e5, "vocab_size": 8000},
+             "probe": {"peak_flops": 2e11, "device_kind": "CPU"}, "pipeline": {"tokens_per_second": 4.096e6},
+             "hf_tpu": _part(500.0), "plain": _part(1000.0, 2), "plain_xla": {"error": "XLA failed"},
+             "hf_tpu_no_xla": _part(400.0), "callbacks_none": _part(400.0), "callbacks_push": _part(410.0)}
+    machine = {"cpu": "Test CPU", "cpu_cores": 2, "memory_gb": 8.0, "load_average_start": [0.5, 0.5, 0.5]}
+    return tt.assemble(tt.PRESETS["small"], parts, machine)
+
+
+def test_summarize_intervals_median_mean_and_compile():
+    from benchmarks.step_timer import summarize_intervals
+
+    s = summarize_intervals([10.0, 2.0, 1.0, 1.0, 3.0, 1.0], warmup_steps=2)
+    assert s["steps_measured"] == 4
+    assert s["ms_per_step"] == pytest.approx(1000.0)
+    assert s["ms_per_step_mean"] == pytest.approx(1500.0)
+    assert s["compile_seconds"] == pytest.approx(9.0)
+    with pytest.raises(ValueError, match="run more steps"):
+        summarize_intervals([1.0, 1.0], warmup_steps=2)
+
+
+def test_assemble_recipes_ratios_and_mfu(result):
+    hf = result["recipes"]["hf_tpu"]
+    assert hf["tokens_per_second"] == pytest.approx(16 * 128 / 0.5)
+    fpt = result["flops"]["flops_per_token"]
+    assert hf["mfu"] == pytest.approx(round(4096 * fpt / 2e11, 4))
+    assert set(result["recipes"]) >= {"hf_tpu", "plain", "plain_xla"}
+    assert result["recipes"]["plain_xla"]["tokens_per_second"] is None
+    assert result["recipes"]["plain"]["train_step_compilations"] == 2
+    assert result["recipes"]["plain"]["mfu_executed"] > result["recipes"]["plain"]["mfu"]
+    assert result["ratios"]["hf_tpu_vs_plain"] == pytest.approx(2.0)
+    assert result["ratios"]["input_pipeline_vs_training"] == pytest.approx(1000.0)
+    assert result["callback_overhead"]["overhead_median"] == pytest.approx(0.025)
+    json.dumps(result)  # JSON-able
+
+
+def test_flops_per_token_small_preset(result):
+    # 4 layers, d=256, i=1024, V=8000, L=128, P=19: 6*N + 12*n*d*L + 6*(d^2+d*V)*P/L
+    n = 4 * (4 * 256 ** 2 + 2 * 256 * 1024)
+    expected = 6 * n + 12 * 4 * 256 * 128 + 6 * (256 ** 2 + 256 * 8000) * 19 / 128
+    assert result["flops"]["flops_per_token"] == pytest.approx(expected)
+
+
+def test_results_row_and_table(result, tmp_path):
+    path = tmp_path / "RESULTS.md"
+    tt.append_results_row(result, path)
+    tt.append_results_row(result, path)
+    lines = path.read_text().splitlines()
+    rows = [ln for ln in lines if ln.startswith(f"| {result['date']}")]
+    assert len(rows) == 2
+    assert "| 4,096 | 2,048 | n/a | 2.00x | n/a | 1 |" in rows[0]
+    assert "Test CPU, 2 cores" in rows[0]
+    table = tt.markdown_table(result)
+    assert "| `plain_xla` | failed: XLA failed |" in table
+    assert "| `hf_tpu` | 4,096 | 500.0 |" in table
