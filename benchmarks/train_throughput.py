@@ -443,6 +443,7 @@ def assemble(preset: Preset, parts: Dict[str, Dict[str, Any]], machine: Dict[str
             callbacks_push_ms_per_step_mean=round(push["ms_per_step_mean"], 2),
             overhead_median=round(push["ms_per_step"] / none["ms_per_step"] - 1.0, 4),
             overhead_mean=round(push["ms_per_step_mean"] / none["ms_per_step_mean"] - 1.0, 4),
+            hub_commits=push.get("hub_commits"),
         )
     else:
         overhead["error"] = (none.get("error") or push.get("error") or "not run")

@@ -146,7 +146,11 @@ class TrainingArguments:
     save_total_limit: Optional[int] = field(default=2, metadata={"help": "Checkpoints kept in output_dir (oldest removed first)."})
     seed: int = field(default=42, metadata={"help": "Seed of initialization, shuffling and masking."})
     bf16: bool = field(default=False, metadata={"help": "Mixed precision with bfloat16 compute (TPU/GPU), float32 weights."})
-    jit_compile: bool = field(default=True, metadata={"help": "XLA-compile the per-replica forward/backward step."})
+    jit_compile: Optional[bool] = field(
+        default=None,
+        metadata={"help": "XLA-compile the per-replica forward/backward step. Default: on for TPU/GPU; off on CPU, where "
+                          "XLA's dropout RNG made steps ~20% slower than TensorFlow's kernels (measured, see benchmarks/NOTES.md)."},
+    )
     steps_per_execution: int = field(default=1, metadata={"help": "Train steps run per call into the device (TPU: 50-200 hides host overhead)."})
     tpu_name: Optional[str] = field(default=None, metadata={"help": "TPU to use: a name, a grpc:// address, or 'local' on a TPU VM."})
     tpu_zone: Optional[str] = field(default=None, metadata={"help": "GCP zone of the TPU (TPU Nodes)."})

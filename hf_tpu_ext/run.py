@@ -104,7 +104,10 @@ def train(model_args, data_args, training_args) -> Dict[str, Any]:
 
     from hf_tpu_ext.callbacks import resolve_callbacks
 
-    callback_classes = resolve_callbacks(training_args.callback_names)  # unknown name -> error now
+    # unknown name -> error now; the torch backend's classes never import TensorFlow (loading TF before
+    # torch_xla aborts the process on duplicate LLVM options)
+    callback_classes = resolve_callbacks(training_args.callback_names,
+                                         backend="torch" if training_args.backend == "torch_xla" else "tensorflow")
     check_data_files(data_args)
     check_model_config(model_args, data_args)
 

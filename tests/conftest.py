@@ -59,7 +59,7 @@ def trained_run(tmp_path_factory):
     from hf_tpu_ext.run import train
 
     out = tmp_path_factory.mktemp("trained") / "model"
-    args = parse_args(tiny_train_args(out, "--max_steps", "30", "--save_strategy", "steps", "--save_steps", "10",
+    args = parse_args(tiny_train_args(out, "--max_steps", "30", "--jit_compile", "true", "--save_strategy", "steps", "--save_steps", "10",
                                       "--eval_strategy", "steps", "--eval_steps", "15",
                                       "--callbacks", "throughput,xla_recompile_guard"))
     results = train(*args)

@@ -28,7 +28,7 @@ def _weights(out):
 def test_four_replicas_match_one_device(tmp_path):
     """4 replicas x 8 and 1 device x 32 on the same data (dropout off): same loss after 10 steps."""
     common = ["--max_steps", "10", "--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no",
-              "--callbacks", ""]
+              "--callbacks", "", "--jit_compile", "true"]  # XLA per replica under MirroredStrategy
     mirrored = tmp_path / "mirrored"
     single = tmp_path / "single"
     run_train_script(["--split_cpu", "4", *tiny_train_args(mirrored, *common)])
@@ -37,7 +37,7 @@ def test_four_replicas_match_one_device(tmp_path):
     run_train_script(args)
     summary = json.loads((mirrored / "training_summary.json").read_text())
     assert summary["num_replicas"] == 4 and summary["strategy"] == "MirroredStrategy"
-    assert summary["global_batch_size"] == 32
+    assert summary["global_batch_size"] == 32 and summary["jit_compile"] is True
     assert json.loads((single / "training_summary.json").read_text())["num_replicas"] == 1
     a, b = _losses(mirrored), _losses(single)
     assert sorted(a) == list(range(1, 11)) and sorted(b) == list(range(1, 11))

@@ -5,6 +5,11 @@ import sys
 
 
 def main(argv=None) -> int:
+    import os
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "torch_xla" in argv:  # keep transformers from importing TensorFlow before torch_xla
+        os.environ.setdefault("USE_TF", "0")
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.run import train
 

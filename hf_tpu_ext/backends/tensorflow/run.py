@@ -99,6 +99,8 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
     t_total = time.perf_counter()
     info = resolve_strategy(args.tpu_name, args.tpu_zone, args.gcp_project)
     strategy = info.strategy
+    if args.jit_compile is None:
+        args.jit_compile = info.accelerator != "CPU"
     replicas = strategy.num_replicas_in_sync
     global_batch = args.per_device_train_batch_size * replicas
     global_eval_batch = args.per_device_eval_batch_size * replicas

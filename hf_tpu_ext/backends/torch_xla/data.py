@@ -20,7 +20,7 @@ index)`` for evaluation (the same masks at every evaluation).
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
 import numpy as np
 
@@ -130,7 +130,3 @@ def masking_epoch_callback(collator: StaticMaskingCollator):
 
     return MaskingEpochCallback()
 
-
-def count_masked(labels) -> Optional[int]:
-    """Positions with a label (``!= -100``) in a labels array/tensor (a host value; for tests and logs)."""
-    return int((np.asarray(labels) != -100).sum())

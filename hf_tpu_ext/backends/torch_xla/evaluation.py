@@ -33,6 +33,11 @@ def evaluate_masked_lm(model, dataloader, max_predictions: int, max_batches: Opt
     from hf_tpu_ext.metrics.masked_lm import load_masked_lm_metric
 
     device = next(model.parameters()).device
+    mark_step = None
+    if device.type == "xla":
+        import torch_xla.core.xla_model as xm
+
+        mark_step = xm.mark_step  # one graph per batch, however the batches reach the device
     was_training = model.training
     model.eval()
     totals = torch.zeros(3, dtype=torch.float32, device=device)
@@ -45,6 +50,8 @@ def evaluate_masked_lm(model, dataloader, max_predictions: int, max_batches: Opt
                 labels = batch["labels"].to(device)
                 loss_sum, correct, count = masked_lm_sums(model, ids, labels, max_predictions)
                 totals = totals + torch.stack([loss_sum.float(), correct, count])
+                if mark_step is not None:
+                    mark_step()
         if device.type == "xla":
             import torch_xla.core.xla_model as xm
             import torch_xla.runtime as xr

@@ -1,7 +1,7 @@
 """The PyTorch masked LM, its loss at the masked positions only, and the model folder it is saved as.
 
 The model is a stock :class:`transformers.RobertaForMaskedLM` built from the same config as the
-TensorFlow backend's model (:func:`build_config` is backend-neutral), with ``attn_implementation="eager"``:
+TensorFlow backend's model (:func:`hf_tpu_ext.model_config.build_config`), with ``attn_implementation="eager"``:
 the SDPA path of transformers 4.57 calls ``torch.all(mask == 1)`` in ``_prepare_4d_attention_mask_for_sdpa``
 on every forward, a device-to-host sync per step on XLA; on XLA both paths lower to the same fused
 matmul/softmax graph, so eager loses nothing and keeps the step free of syncs.
@@ -15,73 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional, Tuple
 
-DEFAULT_SMALL_CONFIG = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024)
-SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-               "hidden_dropout_prob", "attention_probs_dropout_prob")
-
-
-def max_sequence_length(config) -> int:
-    """Longest input the config's position embeddings allow (RoBERTa reserves ``pad_token_id + 1`` slots)."""
-    positions = int(getattr(config, "max_position_embeddings", 0) or 0)
-    if config.model_type in ("roberta", "xlm-roberta", "camembert"):
-        return positions - (int(config.pad_token_id or 1) + 1)
-    return positions
-
-
-def check_positions(config, max_seq_length: int) -> None:
-    """Raise ``ArgumentError`` when ``max_seq_length`` is longer than the model's positions allow."""
-    from hf_tpu_ext.errors import ArgumentError
-
-    limit = max_sequence_length(config)
-    if max_seq_length > limit:
-        raise ArgumentError(
-            f"--max_seq_length {max_seq_length} is larger than the model allows ({limit} tokens: "
-            f"max_position_embeddings={config.max_position_embeddings}). Use --max_seq_length {limit} or less."
-        )
-
-
-def build_config(model_args, tokenizer, max_seq_length: int):
-    """The config of a model trained from scratch (backend-neutral: the same rules as the TF backend).
-
-    Args:
-        model_args: :class:`hf_tpu_ext.args.ModelArguments` (``config_name`` and size overrides).
-        tokenizer: fills ``vocab_size = len(tokenizer)`` and the special ids.
-        max_seq_length: ``L``; RoBERTa gets ``max_position_embeddings = L + 2`` (the default config) or at least that.
-
-    Returns:
-        A ``transformers.PretrainedConfig`` (``RobertaConfig`` unless ``config_name`` says otherwise).
-
-    Raises:
-        ArgumentError: ``hidden_size`` is not a multiple of ``num_attention_heads``, or ``L`` does not fit.
-    """
-    from transformers import AutoConfig, RobertaConfig
-
-    from hf_tpu_ext.errors import ArgumentError
-
-    if model_args.config_name:
-        config = AutoConfig.from_pretrained(model_args.config_name, cache_dir=model_args.cache_dir)
-    else:
-        config = RobertaConfig(**DEFAULT_SMALL_CONFIG)
-    for name in SIZE_FIELDS:
-        value = getattr(model_args, name)
-        if value is not None:
-            setattr(config, name, value)
-    if config.hidden_size % config.num_attention_heads:
-        raise ArgumentError(
-            f"hidden_size {config.hidden_size} is not a multiple of num_attention_heads {config.num_attention_heads}."
-        )
-    config.vocab_size = len(tokenizer)
-    config.pad_token_id = tokenizer.pad_token_id
-    config.bos_token_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else config.bos_token_id
-    config.eos_token_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else config.eos_token_id
-    if config.model_type == "roberta":
-        if model_args.config_name:
-            config.max_position_embeddings = max(config.max_position_embeddings or 0, max_seq_length + 2)
-        else:
-            config.max_position_embeddings = max_seq_length + 2
-        config.type_vocab_size = 1
-    check_positions(config, max_seq_length)
-    return config
+from hf_tpu_ext.model_config import build_config, check_positions, dropout_overrides  # noqa: F401 (re-exported)
 
 
 def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] = None):
@@ -106,8 +40,7 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
     from hf_tpu_ext.errors import CheckpointError
 
     if model_args.model_name_or_path:
-        overrides = {k: getattr(model_args, k) for k in ("hidden_dropout_prob", "attention_probs_dropout_prob")
-                     if getattr(model_args, k) is not None}
+        overrides = dropout_overrides(model_args)
         try:
             model = AutoModelForMaskedLM.from_pretrained(
                 model_args.model_name_or_path, revision=model_args.model_revision, cache_dir=model_args.cache_dir,

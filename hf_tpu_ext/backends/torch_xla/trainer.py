@@ -11,8 +11,9 @@ What this module adds to a stock ``Trainer`` (:class:`MaskedLMTrainer`):
 
 Checkpoints are the Trainer's ``checkpoint-<global_step>/`` folders in ``output_dir``; the rest of the
 output folder is written through :mod:`hf_tpu_ext.outputs` and :mod:`hf_tpu_ext.hub.model_card` exactly as
-the TensorFlow backend does. Several XLA devices in one host (a TPU VM with 4 chips, or ``CPU_NUM_DEVICES``)
-are used through ``torch_xla.launch`` -- one process per device, the Trainer's own multi-process path.
+the TensorFlow backend does. Several TPU devices in one host (a TPU VM with 4 chips) are used through
+``torch_xla.launch`` -- one process per device, the Trainer's own multi-process path (not tested here: the
+PJRT CPU runtime runs its devices as threads of one process, which this path does not support).
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def hf_training_arguments(args, total_steps: int, **overrides):
         optim="adamw_torch",
         dataloader_drop_last=True,
         dataloader_num_workers=0,
+        dataloader_pin_memory=False,
         remove_unused_columns=False,
         report_to=report_to,
         disable_tqdm=args.disable_tqdm,
@@ -258,21 +260,40 @@ def _load_text_blocks(model_args, data_args, training_args, resuming):
 
 
 def _wants_spawn(training_args) -> int:
-    """Processes to launch (0: run in this process): one per local XLA device when there are several."""
+    """Processes to launch (0: run in this process): one per local TPU device when a TPU VM has several.
+
+    Only TPUs: on PJRT CPU (``CPU_NUM_DEVICES``) torch_xla runs one thread per device inside one process,
+    which the data and tokenizer code here are not made for. ``HF_TPU_XLA_NO_SPAWN=1`` turns it off.
+    """
     if os.environ.get("HF_TPU_XLA_CHILD") or os.environ.get("HF_TPU_XLA_NO_SPAWN"):
         return 0
-    device = os.environ.get("PJRT_DEVICE", "")
-    n = 1
-    if device == "TPU":
-        try:
-            from torch_xla._internal import tpu
+    if os.environ.get("PJRT_DEVICE", "") != "TPU":
+        return 0
+    try:
+        from torch_xla._internal import tpu
 
-            n = int(tpu.num_available_devices())
-        except Exception:
-            n = 1
-    elif device == "CPU":
-        n = int(os.environ.get("CPU_NUM_DEVICES", "1") or 1)
+        n = int(tpu.num_available_devices())
+    except Exception:
+        n = 1
     return n if n > 1 else 0
+
+
+def _host_barrier(folder: str, name: str, rank: int, world_size: int, timeout: float = 3600.0) -> None:
+    """Wait until every process of this host reached ``name`` (marker files, no collective).
+
+    XLA's collectives give up after seconds on some runtimes (10 s on XLA:CPU); processes that tokenize
+    or load data at different speeds meet here first, so their first collective starts together.
+    """
+    if world_size <= 1:
+        return
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f".{name}-{rank}"), "w"):
+        pass
+    deadline = time.monotonic() + timeout
+    while not all(os.path.exists(os.path.join(folder, f".{name}-{r}")) for r in range(world_size)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"process {rank}: the other processes did not reach {name!r} within {timeout:.0f} s.")
+        time.sleep(0.05)
 
 
 def _spawned(index, model_args, data_args, training_args, callback_names):
@@ -359,6 +380,21 @@ def _train_here(model_args, data_args, training_args) -> Dict[str, Any]:
     steps_per_epoch = len(blocks["train"]) // global_batch
     total = args.total_steps(steps_per_epoch)
 
+    start_step = 0
+    if resume_path:
+        import json
+
+        with open(os.path.join(resume_path, "trainer_state.json"), encoding="utf-8") as f:
+            start_step = int(json.load(f).get("global_step", 0))
+        logger.info("resuming from %s at global step %d", resume_path, start_step)
+        if start_step >= total:  # a finished run: leave its results, card and tokenizer exactly as they are
+            logger.warning("The checkpoint is at global step %d, the run asks for %d steps: nothing to train. Raise "
+                           "--max_steps or --num_train_epochs to train further.", start_step, total)
+            from hf_tpu_ext.outputs import read_all_results
+
+            return dict(read_all_results(args.output_dir) or {}, global_step=start_step)
+
+
     model = build_model(model_args, tok, L, seed=args.seed)
     P = int(data_args.max_predictions_per_seq)
     train_collator = StaticMaskingCollator.from_tokenizer(tok, P, seed=args.seed, train=True)
@@ -366,7 +402,8 @@ def _train_here(model_args, data_args, training_args) -> Dict[str, Any]:
     train_ds = BlocksDataset(blocks["train"])
     eval_ds = BlocksDataset(blocks["validation"]) if has_eval else None
 
-    hf_args = hf_training_arguments(args, total, eval_strategy=args.eval_strategy if has_eval else "no")
+    hf_args = hf_training_arguments(args, total, eval_strategy=args.eval_strategy if has_eval else "no",
+                                    eval_on_start=bool(getattr(args, "eval_on_start", False)) and has_eval)
     if info.is_chief:
         os.makedirs(args.output_dir, exist_ok=True)
         tok.save_pretrained(args.output_dir)
@@ -386,23 +423,16 @@ def _train_here(model_args, data_args, training_args) -> Dict[str, Any]:
         push_callback.summary_fn = summary_fn
         callbacks.append(push_callback)
 
+    _host_barrier(args.output_dir, f"ready-{os.getppid()}", info.process_index, info.world_size)
     Trainer = _trainer_class()
     trainer = Trainer(model=model, args=hf_args, train_dataset=train_ds, eval_dataset=eval_ds,
                       data_collator=train_collator, eval_collator=eval_collator, callbacks=callbacks,
                       max_predictions=P)
-    from transformers.integrations import PrinterCallback, ProgressCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     if args.disable_tqdm:  # the Trainer's PrinterCallback prints every log dict; our logger does that
         trainer.remove_callback(PrinterCallback)
         trainer.remove_callback(ProgressCallback)
-
-    start_step = 0
-    if resume_path:
-        import json
-
-        with open(os.path.join(resume_path, "trainer_state.json"), encoding="utf-8") as f:
-            start_step = int(json.load(f).get("global_step", 0))
-        logger.info("resuming from %s at global step %d", resume_path, start_step)
 
     output = trainer.train(resume_from_checkpoint=resume_path)
     step = int(trainer.state.global_step)

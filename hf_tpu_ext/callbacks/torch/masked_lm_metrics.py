@@ -1,0 +1,101 @@
+"""Masked-LM validation metrics in a ``Trainer`` run (torch twin of the Keras ``masked_lm_metrics``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, Optional
+
+from transformers import TrainerCallback
+
+from hf_tpu_ext.callbacks import register_callback
+
+logger = logging.getLogger("hf_tpu_ext")
+
+
+@register_callback("masked_lm_metrics", backend="torch")
+class MaskedLMMetricsCallback(TrainerCallback):
+    """Evaluate masked-LM loss, perplexity and accuracy on the device (per epoch or every N steps).
+
+    Uses :func:`hf_tpu_ext.backends.torch_xla.evaluation.evaluate_masked_lm`: sums stay on the device and
+    reach the host once per evaluation; the numbers come from the package's ``masked_lm`` metric module,
+    like the TensorFlow callback's. Works with any collator whose batches have ``input_ids`` and ``labels``
+    (-100 where nothing is predicted), e.g. ``DataCollatorForLanguageModeling``.
+
+    Results are appended to ``state.log_history`` (``{"eval_loss", "perplexity", "eval_accuracy",
+    "eval_tokens", "epoch", "step"}`` with the default prefix), so ``trainer_state.json`` and the loss curve
+    see them; ``self.results`` holds the latest, ``self.history`` all of them.
+
+    Args:
+        eval_dataset: a map-style dataset of examples the collator accepts.
+        data_collator: turns a list of examples into a batch (default: ``transformers.default_data_collator``).
+        batch_size: sequences per evaluation batch (the last partial batch is dropped: static shapes).
+        eval_steps: batches per evaluation (None: the whole dataset).
+        every_n_steps: evaluate every N global steps instead of at each epoch end.
+        prefix: prefix of the keys (``"eval_"`` gives run_mlm's names).
+        max_predictions: positions per sequence fed to the LM head (None: all ``L``; hf-tpu-ext's batches
+            hold ``max_predictions_per_seq``).
+
+    Raises:
+        ArgumentError: ``eval_dataset`` is None, or a count < 1.
+    """
+
+    def __init__(self, eval_dataset, data_collator=None, batch_size: int = 8, eval_steps: Optional[int] = None,
+                 every_n_steps: Optional[int] = None, prefix: str = "eval_", max_predictions: Optional[int] = None):
+        from hf_tpu_ext.errors import ArgumentError
+
+        if eval_dataset is None:
+            raise ArgumentError("MaskedLMMetricsCallback needs an eval_dataset: give validation data.")
+        for name, value in (("batch_size", batch_size), ("eval_steps", eval_steps), ("every_n_steps", every_n_steps),
+                            ("max_predictions", max_predictions)):
+            if value is not None and int(value) < 1:
+                raise ArgumentError(f"MaskedLMMetricsCallback: {name} must be >= 1 (or None), got {value}.")
+        self.eval_dataset, self.data_collator = eval_dataset, data_collator
+        self.batch_size, self.eval_steps, self.every_n_steps = int(batch_size), eval_steps, every_n_steps
+        self.prefix, self.max_predictions = prefix, max_predictions
+        self.results: Dict[str, Any] = {}
+        self.history: List[Dict[str, Any]] = []
+
+    @classmethod
+    def from_run(cls, run) -> "MaskedLMMetricsCallback":
+        """Configure from the torch backend's ``RunContext``: its eval set and collator, ``--eval_strategy steps``
+        -> every ``--eval_steps`` global steps (else per epoch)."""
+        args = run.training_args
+        every = args.eval_steps if getattr(args, "eval_strategy", "epoch") == "steps" else None
+        return cls(eval_dataset=run.eval_dataset, data_collator=run.eval_collator,
+                   batch_size=args.per_device_eval_batch_size, every_n_steps=every, max_predictions=run.max_predictions)
+
+    def _keys(self) -> Dict[str, str]:
+        p = self.prefix
+        return {"eval_loss": p + "loss", "perplexity": "perplexity" if p == "eval_" else p + "perplexity",
+                "eval_accuracy": p + "accuracy", "eval_tokens": p + "tokens"}
+
+    def evaluate(self, model, state=None) -> Dict[str, Any]:
+        """Run one evaluation of ``model`` now; returns (and stores) the prefixed results."""
+        from torch.utils.data import DataLoader
+        from transformers import default_data_collator
+
+        from hf_tpu_ext.backends.torch_xla.evaluation import evaluate_masked_lm
+
+        loader = DataLoader(self.eval_dataset, batch_size=self.batch_size, shuffle=False, drop_last=True,
+                            collate_fn=self.data_collator or default_data_collator)
+        P = self.max_predictions
+        if P is None:
+            first = next(iter(loader))
+            P = int(first["input_ids"].shape[1])
+        raw = evaluate_masked_lm(model, loader, P, max_batches=self.eval_steps)
+        keys = self._keys()
+        self.results = {keys[k]: v for k, v in raw.items()}
+        step = state.global_step if state is not None else None
+        self.history.append(dict(self.results, step=step))
+        if state is not None:
+            state.log_history.append(dict(self.results, epoch=round(state.epoch or 0.0, 4), step=step))
+        logger.info("eval at step %s: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in self.results.items()))
+        return self.results
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self.every_n_steps and state.global_step % self.every_n_steps == 0 and model is not None:
+            self.evaluate(model, state)
+
+    def on_epoch_end(self, args, state, control, model=None, **kwargs):
+        if not self.every_n_steps and model is not None:
+            self.evaluate(model, state)
