@@ -107,3 +107,15 @@ def test_bad_token_fails_before_training(loopback_hub, tmp_path):
     with pytest.raises(HubAuthError, match="bob"):
         _train(tiny_train_args(tmp_path / "o2", "--max_steps", "2", "--push_to_hub", "true",
                                "--hub_model_id", "bob/model", "--hub_token", loopback_hub.token))
+
+
+def test_train_deploys_space_when_training_ends(loopback_hub, tmp_path):
+    _train(tiny_train_args(tmp_path / "o", "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "no",
+                           "--callbacks", "", "--push_to_hub", "true", "--hub_model_id", REPO,
+                           "--hub_space_id", "alice/tiny-mlm-demo", "--hub_token", loopback_hub.token))
+    space = loopback_hub.server.files("alice/tiny-mlm-demo", repo_type="space")
+    assert {"app.py", "requirements.txt", "README.md"} <= set(space)
+    meta = yaml.safe_load(space["README.md"].decode().split("---")[1])
+    assert meta["sdk"] == "gradio" and meta["models"] == [REPO]
+    # the model repo it points at holds the final weights
+    assert loopback_hub.server.files(REPO)["model.safetensors"] == (tmp_path / "o" / "model.safetensors").read_bytes()

@@ -18,7 +18,7 @@ def result():
     parts = {"prepare_data": {"tokens_per_second": 3e5, "vocab_size": 8000},
              "probe": {"peak_flops": 2e11, "device_kind": "CPU"}, "pipeline": {"tokens_per_second": 4.096e6},
              "hf_tpu": _part(500.0), "plain": _part(1000.0, 2), "plain_xla": {"error": "XLA failed"},
-             "hf_tpu_no_xla": _part(400.0), "callbacks_none": _part(400.0), "callbacks_push": _part(410.0)}
+             "hf_tpu_xla": _part(400.0), "callbacks_none": _part(400.0), "callbacks_push": _part(410.0)}
     machine = {"cpu": "Test CPU", "cpu_cores": 2, "memory_gb": 8.0, "load_average_start": [0.5, 0.5, 0.5]}
     return tt.assemble(tt.PRESETS["small"], parts, machine)
 
