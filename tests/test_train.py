@@ -32,6 +32,7 @@ def test_output_folder_layout(trained_run):
 
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 30
+    assert state["num_input_tokens_seen"] == 30 * 8 * 32 and state["total_flos"] > 0
     losses = [e for e in state["log_history"] if "loss" in e]
     assert [e["step"] for e in losses] == [5, 10, 15, 20, 25, 30]
     evals = [e for e in state["log_history"] if "eval_loss" in e]

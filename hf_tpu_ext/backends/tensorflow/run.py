@@ -303,6 +303,7 @@ def _summary(model_args, data_args, args, info, model, trainer, train_metrics, c
 
 def _write_outputs(model_args, data_args, args, model, tok, trainer, results, summary):
     from hf_tpu_ext.backends.tensorflow.export import save_model_folder
+    from hf_tpu_ext.flops import flops_per_token
     from hf_tpu_ext.hub.model_card import save_model_card
     from hf_tpu_ext.outputs import (TrainerState, plot_loss_curve, write_all_results, write_training_args,
                                     write_training_summary)
@@ -315,6 +316,9 @@ def _write_outputs(model_args, data_args, args, model, tok, trainer, results, su
         num_train_epochs=int(-(-trainer.total_steps // trainer.steps_per_epoch)), logging_steps=args.logging_steps,
         eval_steps=args.eval_steps, save_steps=args.save_steps, train_batch_size=trainer.global_batch_size,
         log_history=trainer.log_history, best_metric=trainer.best_metric,
+        num_input_tokens_seen=results["tokens_seen"],
+        total_flos=results["tokens_seen"] * flops_per_token(
+            model.config, data_args.max_seq_length, data_args.max_predictions_per_seq / data_args.max_seq_length),
     )
     state.save(os.path.join(out, "trainer_state.json"))
     write_all_results(out, {k: v for k, v in results.items() if isinstance(v, (int, float))})
