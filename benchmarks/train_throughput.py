@@ -61,7 +61,7 @@ EXTRA_RECIPES = ("hf_tpu_xla",)
 ALL_RECIPES = RECIPES + EXTRA_RECIPES
 HUB_LATENCY_SECONDS = 0.2
 PUSH_EVERY_STEPS = 20
-BENCH_USER_TOKEN = "hf_benchLoopbackToken0123456789abcdef"
+BENCH_USER_TOKEN = "hf_bench_loopback_token_0123456789"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,8 +15,8 @@ from loopback_hub import LoopbackHubServer
 
 __all__ = ["ALICE_TOKEN", "BOB_TOKEN", "LoopbackHub", "loopback_hub_server", "loopback_hub"]
 
-ALICE_TOKEN = "hf_aliceLoopbackSecretToken0123456789"
-BOB_TOKEN = "hf_bobLoopbackSecretToken9876543210"
+ALICE_TOKEN = "hf_alice_loopback_secret_token_0123"
+BOB_TOKEN = "hf_bob_loopback_secret_token_9876"
 USERS = {
     ALICE_TOKEN: {"name": "alice", "orgs": [{"name": "alice-org", "role": "write"}, {"name": "readers", "role": "read"}]},
     BOB_TOKEN: {"name": "bob", "orgs": []},
