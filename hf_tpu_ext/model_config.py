@@ -82,3 +82,14 @@ def dropout_overrides(model_args) -> dict:
     """Dropout overrides for a model loaded from ``model_name_or_path`` (size overrides don't apply there)."""
     return {name: getattr(model_args, name) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")
             if getattr(model_args, name) is not None}
+
+
+def model_summary_fields(config, num_parameters: int) -> dict:
+    """``num_parameters``, ``model_type`` and ``model_config`` sizes, for ``training_summary.json`` and the card."""
+    return {
+        "num_parameters": int(num_parameters),
+        "model_type": config.model_type,
+        "model_config": {k: getattr(config, k, None) for k in (
+            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "max_position_embeddings", "hidden_dropout_prob", "attention_probs_dropout_prob")},
+    }

@@ -321,3 +321,65 @@ def framework_versions() -> Dict[str, str]:
         except PackageNotFoundError:
             continue
     return out
+
+
+def last_eval_results(log_history: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """``eval_loss``, ``perplexity`` and ``eval_accuracy`` of the newest evaluation in a log history ({} if none)."""
+    for entry in reversed(log_history):
+        if "eval_loss" in entry:
+            return {k: entry[k] for k in ("eval_loss", "perplexity", "eval_accuracy") if k in entry}
+    return {}
+
+
+def build_training_summary(model_args, data_args, training_args, *, backend: str, device: Dict[str, Any],
+                           global_batch_size: int, global_step: int, steps_per_epoch: int, total_steps: int,
+                           train_metrics: Dict[str, Any], log_history: List[Dict[str, Any]],
+                           model_fields: Dict[str, Any], optimizer: str, dataset_description: Optional[str],
+                           mask_token: Optional[str], jit_compile: bool, steps_per_execution: int) -> Dict[str, Any]:
+    """The ``training_summary.json`` content, the same keys whichever backend trained (see ``SUMMARY_KEYS``).
+
+    Args:
+        device: what the backend ran on: ``accelerator``, ``num_devices``, ``strategy``, ``num_replicas``,
+            ``num_workers`` (and optionally ``device_kind``).
+        model_fields: ``num_parameters``, ``model_type``, ``model_config`` of the trained model.
+        optimizer: a readable optimizer description for the card's hyperparameter table.
+    """
+    args = training_args
+    return {
+        "backend": backend,
+        **device,
+        "global_batch_size": global_batch_size,
+        "per_device_train_batch_size": args.per_device_train_batch_size,
+        "max_seq_length": data_args.max_seq_length,
+        "precision": "bf16 mixed" if args.bf16 else "float32",
+        "jit_compile": jit_compile,
+        "steps_per_execution": steps_per_execution,
+        "global_step": global_step,
+        "epoch": global_step / steps_per_epoch,
+        "tokens_seen": global_step * global_batch_size * data_args.max_seq_length,
+        "train_runtime": train_metrics.get("train_runtime"),
+        "train_tokens_per_second": train_metrics.get("train_tokens_per_second"),
+        "base_model": model_args.model_name_or_path,
+        "dataset_name": data_args.dataset_name,
+        "dataset_config_name": data_args.dataset_config_name,
+        "dataset_description": dataset_description or data_args.dataset_name,
+        **model_fields,
+        "hyperparameters": {
+            "learning_rate": args.learning_rate,
+            "lr_scheduler": "linear warmup, then linear decay to 0",
+            "warmup_steps": args.num_warmup_steps(total_steps),
+            "optimizer": optimizer,
+            "weight_decay": args.weight_decay,
+            "max_grad_norm": args.max_grad_norm,
+            "per_device_train_batch_size": args.per_device_train_batch_size,
+            "global_batch_size": global_batch_size,
+            "max_seq_length": data_args.max_seq_length,
+            "mlm_probability": data_args.mlm_probability,
+            "max_predictions_per_seq": data_args.max_predictions_per_seq,
+            "total_steps": total_steps,
+            "seed": args.seed,
+        },
+        "eval_results": last_eval_results(log_history),
+        "framework_versions": framework_versions(),
+        "mask_token": mask_token,
+    }

@@ -210,16 +210,9 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
             return
         report = self.queue.wait(self.push_timeout)
         self.report = report
-        for message, oid in report.pushed:
-            logger.info("On the Hub: %r (commit %s).", message, oid[:8] if oid else "?")
-        if report.failed or report.pending:
-            missing = [m for m, _ in report.failed] + list(report.pending)
-            logger.error(
-                "Not pushed to %s: %s. The local folder %s has everything; push it later with "
-                "`hf-tpu push %s --hub_model_id %s`.", self.repo_id, "; ".join(missing), self.output_dir,
-                self.output_dir, self.repo_id)
-        else:
-            logger.info("All %d pushes to %s landed (final step %d).", len(report.pushed), self.repo_id, step)
+        from hf_tpu_ext.hub.push_queue import log_push_report
+
+        log_push_report(report, self.repo_id, self.output_dir, step)
         self.queue.close(timeout=0)
 
     # ---- save points -----------------------------------------------------------------------------

@@ -267,3 +267,23 @@ def _describe(err: BaseException) -> str:
     status = getattr(getattr(err, "response", None), "status_code", None)
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"HTTP {status}: {first}" if status is not None else first
+
+
+def log_push_report(report: PushReport, repo_id: str, output_dir: str, final_step: int) -> None:
+    """Log what the end of training left on the Hub, and how to push what did not land.
+
+    Args:
+        report: the queue's report after :meth:`PushQueue.wait`.
+        repo_id: the target repo (for the messages).
+        output_dir: the local folder that holds everything.
+        final_step: the last global step.
+    """
+    for message, oid in report.pushed:
+        logger.info("On the Hub: %r (commit %s).", message, oid[:8] if oid else "?")
+    if report.failed or report.pending:
+        missing = [m for m, _ in report.failed] + list(report.pending)
+        logger.error(
+            "Not pushed to %s: %s. The local folder %s has everything; push it later with "
+            "`hf-tpu push %s --hub_model_id %s`.", repo_id, "; ".join(missing), output_dir, output_dir, repo_id)
+    else:
+        logger.info("All %d pushes to %s landed (final step %d).", len(report.pushed), repo_id, final_step)

@@ -246,59 +246,19 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
 
 def _summary(model_args, data_args, args, info, model, trainer, train_metrics, corpus_description, tok):
     """The ``training_summary.json`` content (what the model card shows)."""
-    from hf_tpu_ext.outputs import framework_versions
-
-    step = int(model.optimizer.iterations.numpy())
-    eval_results = {}
-    for entry in reversed(trainer.log_history):
-        if "eval_loss" in entry:
-            eval_results = {k: entry[k] for k in ("eval_loss", "perplexity", "eval_accuracy") if k in entry}
-            break
-    description = corpus_description
     from hf_tpu_ext.backends.tensorflow.trainer import model_summary_fields
+    from hf_tpu_ext.outputs import build_training_summary
 
-    return {
-        "backend": "tensorflow",
-        "accelerator": info.accelerator,
-        "num_devices": info.num_devices,
-        "strategy": info.strategy_name,
-        "num_replicas": info.num_replicas,
-        "num_workers": info.num_workers,
-        "global_batch_size": trainer.global_batch_size,
-        "per_device_train_batch_size": args.per_device_train_batch_size,
-        "max_seq_length": data_args.max_seq_length,
-        "precision": "bf16 mixed" if args.bf16 else "float32",
-        "jit_compile": args.jit_compile,
-        "steps_per_execution": args.steps_per_execution,
-        "global_step": step,
-        "epoch": step / trainer.steps_per_epoch,
-        "tokens_seen": step * trainer.global_batch_size * data_args.max_seq_length,
-        "train_runtime": train_metrics.get("train_runtime"),
-        "train_tokens_per_second": train_metrics.get("train_tokens_per_second"),
-        "base_model": model_args.model_name_or_path,
-        "dataset_name": data_args.dataset_name,
-        "dataset_config_name": data_args.dataset_config_name,
-        "dataset_description": description or data_args.dataset_name,
-        **model_summary_fields(model),
-        "hyperparameters": {
-            "learning_rate": args.learning_rate,
-            "lr_scheduler": "linear warmup, then linear decay to 0",
-            "warmup_steps": args.num_warmup_steps(trainer.total_steps),
-            "optimizer": f"AdamW (beta1={args.adam_beta1}, beta2={args.adam_beta2}, epsilon={args.adam_epsilon})",
-            "weight_decay": args.weight_decay,
-            "max_grad_norm": args.max_grad_norm,
-            "per_device_train_batch_size": args.per_device_train_batch_size,
-            "global_batch_size": trainer.global_batch_size,
-            "max_seq_length": data_args.max_seq_length,
-            "mlm_probability": data_args.mlm_probability,
-            "max_predictions_per_seq": data_args.max_predictions_per_seq,
-            "total_steps": trainer.total_steps,
-            "seed": args.seed,
-        },
-        "eval_results": eval_results,
-        "framework_versions": framework_versions(),
-        "mask_token": tok.mask_token,
-    }
+    device = {"accelerator": info.accelerator, "num_devices": info.num_devices, "strategy": info.strategy_name,
+              "num_replicas": info.num_replicas, "num_workers": info.num_workers}
+    return build_training_summary(
+        model_args, data_args, args, backend="tensorflow", device=device,
+        global_batch_size=trainer.global_batch_size, global_step=int(model.optimizer.iterations.numpy()),
+        steps_per_epoch=trainer.steps_per_epoch, total_steps=trainer.total_steps, train_metrics=train_metrics,
+        log_history=trainer.log_history, model_fields=model_summary_fields(model),
+        optimizer=f"AdamW (beta1={args.adam_beta1}, beta2={args.adam_beta2}, epsilon={args.adam_epsilon})",
+        dataset_description=corpus_description, mask_token=tok.mask_token, jit_compile=args.jit_compile,
+        steps_per_execution=args.steps_per_execution)
 
 
 def _write_outputs(model_args, data_args, args, model, tok, trainer, results, summary):

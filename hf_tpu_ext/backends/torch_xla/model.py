@@ -112,15 +112,10 @@ def count_parameters(model) -> int:
 
 
 def model_summary_fields(model) -> Dict[str, Any]:
-    """``num_parameters``, ``model_type`` and ``model_config`` sizes for ``training_summary.json``."""
-    cfg = model.config
-    return {
-        "num_parameters": count_parameters(model),
-        "model_type": cfg.model_type,
-        "model_config": {k: getattr(cfg, k, None) for k in (
-            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-            "max_position_embeddings", "hidden_dropout_prob", "attention_probs_dropout_prob")},
-    }
+    """See :func:`hf_tpu_ext.model_config.model_summary_fields` (parameters counted on the torch model)."""
+    from hf_tpu_ext.model_config import model_summary_fields as fields
+
+    return fields(model.config, count_parameters(model))
 
 
 def cpu_state_dict(model) -> Dict[str, Any]:

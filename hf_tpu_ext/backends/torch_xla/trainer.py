@@ -486,57 +486,25 @@ def _summary(model_args, data_args, args, info, trainer, train_metrics, descript
              steps_per_epoch, total) -> Dict[str, Any]:
     """The ``training_summary.json`` content: the TF backend's keys, with ``backend: torch_xla``."""
     from hf_tpu_ext.backends.torch_xla.model import model_summary_fields
-    from hf_tpu_ext.outputs import framework_versions
+    from hf_tpu_ext.outputs import build_training_summary
 
-    step = int(trainer.state.global_step)
-    eval_results = {}
-    for entry in reversed(trainer.state.log_history):
-        if "eval_loss" in entry:
-            eval_results = {k: entry[k] for k in ("eval_loss", "perplexity", "eval_accuracy") if k in entry}
-            break
-    return {
-        "backend": "torch_xla",
+    device = {
         "accelerator": info.accelerator,
         "device_kind": info.device_kind,
         "num_devices": info.num_devices,
         "strategy": "transformers.Trainer (torch_xla, %d process%s)" % (info.world_size, "" if info.world_size == 1 else "es"),
         "num_replicas": max(1, info.world_size),
         "num_workers": 1,
-        "global_batch_size": global_batch,
-        "per_device_train_batch_size": args.per_device_train_batch_size,
-        "max_seq_length": data_args.max_seq_length,
-        "precision": "bf16 mixed" if args.bf16 else "float32",
-        "jit_compile": True,  # every torch_xla step is an XLA graph
-        "steps_per_execution": 1,
-        "global_step": step,
-        "epoch": step / steps_per_epoch,
-        "tokens_seen": step * global_batch * data_args.max_seq_length,
-        "train_runtime": train_metrics.get("train_runtime"),
-        "train_tokens_per_second": train_metrics.get("train_tokens_per_second"),
-        "base_model": model_args.model_name_or_path,
-        "dataset_name": data_args.dataset_name,
-        "dataset_config_name": data_args.dataset_config_name,
-        "dataset_description": description or data_args.dataset_name,
-        **model_summary_fields(trainer.model),
-        "hyperparameters": {
-            "learning_rate": args.learning_rate,
-            "lr_scheduler": "linear warmup, then linear decay to 0",
-            "warmup_steps": args.num_warmup_steps(total),
-            "optimizer": f"AdamW, torch non-fused (beta1={args.adam_beta1}, beta2={args.adam_beta2}, epsilon={args.adam_epsilon})",
-            "weight_decay": args.weight_decay,
-            "max_grad_norm": args.max_grad_norm,
-            "per_device_train_batch_size": args.per_device_train_batch_size,
-            "global_batch_size": global_batch,
-            "max_seq_length": data_args.max_seq_length,
-            "mlm_probability": data_args.mlm_probability,
-            "max_predictions_per_seq": data_args.max_predictions_per_seq,
-            "total_steps": total,
-            "seed": args.seed,
-        },
-        "eval_results": eval_results,
-        "framework_versions": framework_versions(),
-        "mask_token": tok.mask_token,
     }
+    return build_training_summary(
+        model_args, data_args, args, backend="torch_xla", device=device, global_batch_size=global_batch,
+        global_step=int(trainer.state.global_step), steps_per_epoch=steps_per_epoch, total_steps=total,
+        train_metrics=train_metrics, log_history=trainer.state.log_history,
+        model_fields=model_summary_fields(trainer.model),
+        optimizer=f"AdamW, torch non-fused (beta1={args.adam_beta1}, beta2={args.adam_beta2}, epsilon={args.adam_epsilon})",
+        dataset_description=description, mask_token=tok.mask_token,
+        jit_compile=True,  # every torch_xla step is an XLA graph
+        steps_per_execution=1)
 
 
 def _write_outputs(model_args, data_args, args, trainer, tok, results, summary, global_batch, steps_per_epoch, total):
