@@ -143,3 +143,24 @@ def load_or_train_tokenizer(model_args, data_args, training_args, raw_datasets, 
         logger.info("trained a byte-level BPE tokenizer of %d tokens in %.1fs", len(tok), time.perf_counter() - t0)
     check_mlm_tokenizer(tok)
     return tok
+
+
+def load_text_blocks(model_args, data_args, training_args, resuming: bool):
+    """Backend-neutral data path: text -> tokenizer -> int32 blocks ``[N, max_seq_length]`` per split.
+
+    Returns:
+        ``(tokenizer, blocks, description)``: blocks is a :class:`hf_tpu_ext.data.blocks.Blocks` dict with
+        "train" and "validation" (cut to ``max_train_samples``/``max_eval_samples``), description a one-line
+        name of the data for the model card.
+    """
+    from hf_tpu_ext.data.blocks import group_into_blocks
+    from hf_tpu_ext.data.loading import describe_data_source, load_text_datasets
+
+    raw = load_text_datasets(data_args, seed=training_args.seed, cache_dir=model_args.cache_dir)
+    tok = load_or_train_tokenizer(model_args, data_args, training_args, raw, resuming)
+    blocks = group_into_blocks(raw, tok, data_args.max_seq_length, num_proc=data_args.preprocessing_num_workers)
+    if data_args.max_train_samples:
+        blocks["train"] = blocks["train"][: data_args.max_train_samples]
+    if data_args.max_eval_samples and "validation" in blocks:
+        blocks["validation"] = blocks["validation"][: data_args.max_eval_samples]
+    return tok, blocks, describe_data_source(data_args)

@@ -41,9 +41,8 @@ def _resolve_resume(training_args, token):
 
 def _load_blocks(model_args, data_args, training_args, info, resuming):
     """Tokenizer + int32 blocks [N, L] per split (or TFRecord sources)."""
-    from hf_tpu_ext.data.blocks import group_into_blocks
-    from hf_tpu_ext.data.loading import describe_data_source, is_tfrecord_source, load_text_datasets
-    from hf_tpu_ext.run import load_or_train_tokenizer
+    from hf_tpu_ext.data.loading import is_tfrecord_source
+    from hf_tpu_ext.run import load_text_blocks
 
     if data_args.train_file and is_tfrecord_source(data_args.train_file):
         from hf_tpu_ext.data.tfrecord import check_tfrecord_location, read_manifest, read_tfrecord_blocks
@@ -68,16 +67,8 @@ def _load_blocks(model_args, data_args, training_args, info, resuming):
         return tok, {"train": train, "validation": validation}, read_manifest(data_args.train_file).get("source")
     if info.is_tpu_node:
         raise DataError("A TPU Node reads data from Cloud Storage: run `hf-tpu prepare-data --output_path gs://...` "
-                  "and pass that gs:// path as --train_file.")
-    raw = load_text_datasets(data_args, seed=training_args.seed, cache_dir=model_args.cache_dir)
-    tok = load_or_train_tokenizer(model_args, data_args, training_args, raw, resuming)
-    blocks = group_into_blocks(raw, tok, data_args.max_seq_length, num_proc=data_args.preprocessing_num_workers)
-    if data_args.max_train_samples:
-        blocks["train"] = blocks["train"][: data_args.max_train_samples]
-    if data_args.max_eval_samples and "validation" in blocks:
-        blocks["validation"] = blocks["validation"][: data_args.max_eval_samples]
-    description = describe_data_source(data_args)
-    return tok, blocks, description
+                        "and pass that gs:// path as --train_file.")
+    return load_text_blocks(model_args, data_args, training_args, resuming)
 
 
 def train_tensorflow(model_args, data_args, training_args, callback_classes) -> Dict[str, Any]:

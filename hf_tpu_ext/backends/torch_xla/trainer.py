@@ -240,23 +240,15 @@ def download_last_checkpoint(spec: str, token, local_dir: str) -> str:
 
 def _load_text_blocks(model_args, data_args, training_args, resuming):
     """Tokenizer, int32 blocks per split and the data description (shared data code, no TensorFlow)."""
-    from hf_tpu_ext.data.blocks import group_into_blocks
-    from hf_tpu_ext.data.loading import describe_data_source, is_tfrecord_source, load_text_datasets
-    from hf_tpu_ext.run import load_or_train_tokenizer
+    from hf_tpu_ext.data.loading import is_tfrecord_source
+    from hf_tpu_ext.run import load_text_blocks
 
     if data_args.train_file and is_tfrecord_source(data_args.train_file):
         raise DataError(
             f"{data_args.train_file} holds TFRecord shards, which --backend torch_xla does not read; pass the text "
             "files (--train_file/--validation_file) or a --dataset_name, or use --backend tensorflow."
         )
-    raw = load_text_datasets(data_args, seed=training_args.seed, cache_dir=model_args.cache_dir)
-    tok = load_or_train_tokenizer(model_args, data_args, training_args, raw, resuming)
-    blocks = group_into_blocks(raw, tok, data_args.max_seq_length, num_proc=data_args.preprocessing_num_workers)
-    if data_args.max_train_samples:
-        blocks["train"] = blocks["train"][: data_args.max_train_samples]
-    if data_args.max_eval_samples and "validation" in blocks:
-        blocks["validation"] = blocks["validation"][: data_args.max_eval_samples]
-    return tok, blocks, describe_data_source(data_args)
+    return load_text_blocks(model_args, data_args, training_args, resuming)
 
 
 def _wants_spawn(training_args) -> int:
