@@ -20,7 +20,7 @@ import math
 import os
 import sys
 from dataclasses import asdict, dataclass, field, fields
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Tuple
 
 from hf_tpu_ext.errors import ArgumentError
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
-from hf_tpu_ext.errors import ArgumentError, BackendError, OutputDirError
+from hf_tpu_ext.errors import BackendError, OutputDirError
 
 logger = logging.getLogger("hf_tpu_ext")
 

@@ -7,12 +7,8 @@ os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-try:  # the loopback Hub (tests/hub_fixtures.py)
-    from hub_fixtures import *  # noqa: F401,F403
-except ImportError:  # pragma: no cover - while it is being written
-    pass
+from hub_fixtures import loopback_hub, loopback_hub_server  # noqa: E402,F401  (the loopback Hub fixtures)
 
-import json
 import subprocess
 import sys
 from pathlib import Path

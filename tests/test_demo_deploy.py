@@ -9,14 +9,6 @@ import pytest
 
 
 
-try:  # the loopback Hub fixtures are imported by tests/conftest.py
-    import loopback_hub  # noqa: F401
-
-    HAVE_LOOPBACK = True
-except ImportError:  # pragma: no cover
-    HAVE_LOOPBACK = False
-
-pytestmark = pytest.mark.skipif(not HAVE_LOOPBACK, reason="tests/loopback_hub.py (loopback Hub server) is missing")
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_DIR = os.path.join(REPO_ROOT, "spaces_demo")

@@ -158,21 +158,14 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
         if not is_main_process():
             self._preflight_done = True
             return None
-        from hf_tpu_ext.hub.model_card import render_model_card, validate_model_card
-        from hf_tpu_ext.hub.preflight import preflight, resolve_token
-        from hf_tpu_ext.hub.push_queue import PushQueue
+        from hf_tpu_ext.hub.push_queue import open_push_queue
 
-        self._hub_token = resolve_token(self._hub_token)
-        repo_id = preflight(self.hub_model_id, self._hub_token, private=self.hub_private_repo, revision=self.hub_revision,
-                            default_name=os.path.basename(os.path.abspath(self.output_dir)))
-        # a bad license/language fails now, not at the first save
-        card = render_model_card(self.output_dir, repo_id=repo_id, summary={"mask_token": "<mask>"}, **self.card_fields)
-        validate_model_card(card, token=self._hub_token)
-        self.repo_id = repo_id
-        self.queue = PushQueue(repo_id, self._hub_token, revision=self.hub_revision, max_retries=self.max_retries,
-                               backoff_seconds=self.backoff_seconds)
+        self.repo_id, self._hub_token, self.queue = open_push_queue(
+            self.output_dir, self.hub_model_id, self._hub_token, private=self.hub_private_repo,
+            revision=self.hub_revision, max_retries=self.max_retries, backoff_seconds=self.backoff_seconds,
+            card_fields=self.card_fields)
         self._preflight_done = True
-        return repo_id
+        return self.repo_id
 
     # ---- Keras hooks -----------------------------------------------------------------------------
     def _global_step(self) -> int:
@@ -208,12 +201,9 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
         self._save_point(step, logs or {}, final=True)
         if not is_main_process() or self.queue is None:
             return
-        report = self.queue.wait(self.push_timeout)
-        self.report = report
-        from hf_tpu_ext.hub.push_queue import log_push_report
+        from hf_tpu_ext.hub.push_queue import finish_pushes
 
-        log_push_report(report, self.repo_id, self.output_dir, step)
-        self.queue.close(timeout=0)
+        self.report = finish_pushes(self.queue, self.repo_id, self.output_dir, step, self.push_timeout)
 
     # ---- save points -----------------------------------------------------------------------------
     def _monitored(self, logs: dict) -> Optional[float]:

@@ -287,3 +287,40 @@ def log_push_report(report: PushReport, repo_id: str, output_dir: str, final_ste
             "`hf-tpu push %s --hub_model_id %s`.", repo_id, "; ".join(missing), output_dir, output_dir, repo_id)
     else:
         logger.info("All %d pushes to %s landed (final step %d).", len(report.pushed), repo_id, final_step)
+
+
+def open_push_queue(output_dir: str, hub_model_id: Optional[str], token: Optional[str], *,
+                    private: Optional[bool] = None, revision: Optional[str] = None, max_retries: int = 5,
+                    backoff_seconds: float = 1.0, card_summary: Optional[dict] = None,
+                    card_fields: Optional[dict] = None):
+    """The preflight every Hub-push callback runs before the first step, whichever backend it serves.
+
+    Resolves the token, checks it and the namespace and creates the repo/branch
+    (:func:`hf_tpu_ext.hub.preflight.preflight`), validates the card fields against the Hub (a bad license
+    fails now, not at the first save) and starts the background queue.
+
+    Returns:
+        ``(repo_id, token, queue)``: the full repo id, the resolved token, a :class:`PushQueue`.
+
+    Raises:
+        HubAuthError, HubRepoError, HubError, ModelCardError: what to fix, without the token.
+    """
+    from hf_tpu_ext.hub.model_card import render_model_card, validate_model_card
+    from hf_tpu_ext.hub.preflight import preflight, resolve_token
+
+    token = resolve_token(token)
+    repo_id = preflight(hub_model_id, token, private=private, revision=revision,
+                        default_name=os.path.basename(os.path.abspath(output_dir)))
+    card = render_model_card(output_dir, repo_id=repo_id, summary=card_summary or {"mask_token": "<mask>"},
+                             **(card_fields or {}))
+    validate_model_card(card, token=token)
+    queue = PushQueue(repo_id, token, revision=revision, max_retries=max_retries, backoff_seconds=backoff_seconds)
+    return repo_id, token, queue
+
+
+def finish_pushes(queue: PushQueue, repo_id: str, output_dir: str, final_step: int, timeout: Optional[float]) -> PushReport:
+    """Wait for the queue (``timeout`` seconds), log what landed and what did not, close it; returns the report."""
+    report = queue.wait(timeout)
+    log_push_report(report, repo_id, output_dir, final_step)
+    queue.close(timeout=0)
+    return report

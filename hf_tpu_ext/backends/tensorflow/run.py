@@ -80,7 +80,7 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
     from hf_tpu_ext.backends.tensorflow.checkpoint import TrainingCheckpointer
     from hf_tpu_ext.backends.tensorflow.model import build_model
     from hf_tpu_ext.backends.tensorflow.strategy import resolve_strategy
-    from hf_tpu_ext.backends.tensorflow.trainer import RunContext, TFTrainer, make_optimizer, model_summary_fields
+    from hf_tpu_ext.backends.tensorflow.trainer import RunContext, TFTrainer, make_optimizer
     from hf_tpu_ext.callbacks import build_callbacks
     from hf_tpu_ext.data.blocks import check_blocks
     from hf_tpu_ext.data.masking import make_mask_fn

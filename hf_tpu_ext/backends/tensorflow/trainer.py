@@ -16,11 +16,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import time
 from typing import Any, Dict, List, Optional
 
-import numpy as np
 import tensorflow as tf
 import tf_keras
 
@@ -110,7 +108,6 @@ class TFTrainer:
     # ------------------------------------------------------------------ compiled functions
     def _build_functions(self):
         model, optimizer, strategy, args = self.model, self.optimizer, self.strategy, self.args
-        variables = None
 
         @tf.function(jit_compile=args.jit_compile, reduce_retracing=False)
         def forward_backward(batch, global_count):

@@ -122,23 +122,16 @@ class PushToHubCallback(TrainerCallback):
         if not self._is_chief:
             self._preflight_done = True
             return None
-        from hf_tpu_ext.hub.model_card import render_model_card, validate_model_card
-        from hf_tpu_ext.hub.preflight import preflight, resolve_token
-        from hf_tpu_ext.hub.push_queue import PushQueue
+        from hf_tpu_ext.hub.push_queue import open_push_queue
 
         if self.output_dir is None:
             raise ArgumentError("PushToHubCallback needs output_dir (or a Trainer, whose args.output_dir is used).")
-        self._hub_token = resolve_token(self._hub_token)
-        repo_id = preflight(self.hub_model_id, self._hub_token, private=self.hub_private_repo, revision=self.hub_revision,
-                            default_name=os.path.basename(os.path.abspath(self.output_dir)))
-        card = render_model_card(self.output_dir, repo_id=repo_id, summary={"mask_token": "<mask>", "backend": "torch_xla"},
-                                 **self.card_fields)
-        validate_model_card(card, token=self._hub_token)
-        self.repo_id = repo_id
-        self.queue = PushQueue(repo_id, self._hub_token, revision=self.hub_revision, max_retries=self.max_retries,
-                               backoff_seconds=self.backoff_seconds)
+        self.repo_id, self._hub_token, self.queue = open_push_queue(
+            self.output_dir, self.hub_model_id, self._hub_token, private=self.hub_private_repo,
+            revision=self.hub_revision, max_retries=self.max_retries, backoff_seconds=self.backoff_seconds,
+            card_summary={"mask_token": "<mask>", "backend": "torch_xla"}, card_fields=self.card_fields)
         self._preflight_done = True
-        return repo_id
+        return self.repo_id
 
     # ---- Trainer hooks ---------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
@@ -195,13 +188,10 @@ class PushToHubCallback(TrainerCallback):
         self.queue.submit(self.output_dir, commit_message="End of training", ignore_patterns=MODEL_IGNORE_PATTERNS,
                           key="model")
         self.pushed_steps.append(int(step))
-        report = self.queue.wait(self.push_timeout)
-        self.report = report
-        from hf_tpu_ext.hub.push_queue import log_push_report
+        from hf_tpu_ext.hub.push_queue import finish_pushes
 
-        log_push_report(report, self.repo_id, self.output_dir, step)
-        self.queue.close(timeout=0)
-        return report
+        self.report = finish_pushes(self.queue, self.repo_id, self.output_dir, step, self.push_timeout)
+        return self.report
 
     def _write_model_folder(self, model) -> None:
         from hf_tpu_ext.backends.torch_xla.model import save_model_folder
