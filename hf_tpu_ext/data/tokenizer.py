@@ -163,3 +163,13 @@ def prepare_tokenizer(model_args, train_texts: Iterable[str], max_seq_length: in
         tokenizer = train_bpe_tokenizer(train_texts, model_args.vocab_size, max_seq_length)
     check_mlm_tokenizer(tokenizer)
     return tokenizer
+
+
+def save_tokenizer_files(tokenizer, output_dir: str, exclude=()) -> list:
+    """``tokenizer.save_pretrained(output_dir)`` and the names of the files it wrote (relative, minus ``exclude``)."""
+    names = []
+    for path in tokenizer.save_pretrained(output_dir):
+        name = os.path.relpath(str(path), output_dir)
+        if name not in exclude and name not in names and os.path.isfile(os.path.join(output_dir, name)):
+            names.append(name)
+    return names

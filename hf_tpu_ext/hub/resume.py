@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from hf_tpu_ext.errors import CheckpointError, HubRepoError
 
@@ -46,13 +46,22 @@ def looks_like_repo_spec(value) -> bool:
     return True
 
 
-def download_last_checkpoint(spec: str, token: Optional[str], local_dir: str) -> str:
+def _is_tf_checkpoint(folder: str) -> bool:
+    return os.path.isdir(folder) and any(n.endswith(".index") for n in os.listdir(folder))
+
+
+def download_last_checkpoint(spec: str, token: Optional[str], local_dir: str,
+                             is_checkpoint: Callable[[str], bool] = _is_tf_checkpoint,
+                             kind: str = "checkpoint") -> str:
     """Download ``last-checkpoint/`` of a Hub repo and return the folder to restore from.
 
     Args:
         spec: ``"user/name"`` or ``"user/name@revision"``.
         token: Hub token (private repos).
         local_dir: where to put the files (``local_dir/last-checkpoint/...``).
+        is_checkpoint: whether the downloaded folder holds a checkpoint this backend restores (default: a
+            TensorFlow ``ckpt-N.index``).
+        kind: how the error message names the expected checkpoint.
 
     Returns:
         The local ``last-checkpoint`` folder (holds ``ckpt-N.index``, ``ckpt-N.data-*``, ``checkpoint``), which
@@ -71,9 +80,9 @@ def download_last_checkpoint(spec: str, token: Optional[str], local_dir: str) ->
     hub_call(f"download {LAST_CHECKPOINT}/ of {spec}", snapshot_download, token, repo_id, revision=revision,
              allow_patterns=[f"{LAST_CHECKPOINT}/*"], local_dir=local_dir, token=token, endpoint=constants.ENDPOINT)
     folder = os.path.join(local_dir, LAST_CHECKPOINT)
-    if not os.path.isdir(folder) or not any(n.endswith(".index") for n in os.listdir(folder)):
+    if not is_checkpoint(folder):
         raise CheckpointError(
-            f"{spec} has no {LAST_CHECKPOINT}/ folder with a checkpoint; it is written by runs with "
+            f"{spec} has no {LAST_CHECKPOINT}/ folder with a {kind}; it is written by runs with "
             "--push_to_hub --hub_strategy checkpoint."
         )
     return folder

@@ -23,6 +23,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from hf_tpu_ext.data.tokenizer import save_tokenizer_files
 from hf_tpu_ext.errors import ArgumentError, CheckpointError, HubAuthError, HubRepoError
 from hf_tpu_ext.fileio import atomic_write, atomic_write_text
 
@@ -151,10 +152,7 @@ def save_model_folder(model, output_dir: str, tokenizer=None) -> List[str]:
             os.remove(os.path.join(output_dir, stale))
 
     if tokenizer is not None:
-        for path in tokenizer.save_pretrained(output_dir):
-            name = os.path.relpath(str(path), output_dir)
-            if name not in written and os.path.isfile(os.path.join(output_dir, name)):
-                written.append(name)
+        written += save_tokenizer_files(tokenizer, output_dir, exclude=written)
     return written
 
 

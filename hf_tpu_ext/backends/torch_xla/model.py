@@ -157,8 +157,7 @@ def save_model_folder(model, output_dir: str, tokenizer=None) -> list:
         if os.path.isfile(os.path.join(output_dir, stale)):
             os.remove(os.path.join(output_dir, stale))
     if tokenizer is not None:
-        for path in tokenizer.save_pretrained(output_dir):
-            name = os.path.relpath(str(path), output_dir)
-            if name not in written and os.path.isfile(os.path.join(output_dir, name)):
-                written.append(name)
+        from hf_tpu_ext.data.tokenizer import save_tokenizer_files
+
+        written += save_tokenizer_files(tokenizer, output_dir, exclude=written)
     return written

@@ -28,7 +28,6 @@ from hf_tpu_ext.errors import CheckpointError, DataError
 
 logger = logging.getLogger("hf_tpu_ext")
 
-LAST_CHECKPOINT = "last-checkpoint"
 
 
 @dataclasses.dataclass
@@ -57,6 +56,15 @@ class RunContext:
         return self.device_info
 
 
+# fields of hf_tpu_ext.args.TrainingArguments that transformers.TrainingArguments has under the same name
+_SAME_NAME_FIELDS = (
+    "output_dir", "overwrite_output_dir", "per_device_train_batch_size", "per_device_eval_batch_size",
+    "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "num_train_epochs", "max_steps",
+    "logging_steps", "logging_dir", "eval_strategy", "eval_steps", "save_strategy", "save_steps",
+    "save_total_limit", "seed", "bf16", "disable_tqdm",
+)
+
+
 def hf_training_arguments(args, total_steps: int, **overrides):
     """Our :class:`hf_tpu_ext.args.TrainingArguments` as ``transformers.TrainingArguments`` for XLA.
 
@@ -78,39 +86,20 @@ def hf_training_arguments(args, total_steps: int, **overrides):
     from transformers import TrainingArguments as HFTrainingArguments
 
     report_to = ["tensorboard"] if importlib.util.find_spec("tensorboard") else []
-    kwargs = dict(
-        output_dir=args.output_dir,
-        overwrite_output_dir=args.overwrite_output_dir,
-        per_device_train_batch_size=args.per_device_train_batch_size,
-        per_device_eval_batch_size=args.per_device_eval_batch_size,
-        learning_rate=args.learning_rate,
-        weight_decay=args.weight_decay,
-        adam_beta1=args.adam_beta1,
-        adam_beta2=args.adam_beta2,
-        adam_epsilon=args.adam_epsilon,
+    # our TrainingArguments reuse transformers' names, so these fields carry over as they are
+    kwargs = {name: getattr(args, name) for name in _SAME_NAME_FIELDS}
+    kwargs.update(
         max_grad_norm=args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else 0.0,
         lr_scheduler_type="linear",
         warmup_steps=args.num_warmup_steps(total_steps),
-        num_train_epochs=args.num_train_epochs,
-        max_steps=args.max_steps,
-        logging_steps=args.logging_steps,
-        logging_dir=args.logging_dir,
-        eval_strategy=args.eval_strategy,
-        eval_steps=args.eval_steps,
-        save_strategy=args.save_strategy,
-        save_steps=args.save_steps,
-        save_total_limit=args.save_total_limit,
         save_safetensors=True,
-        seed=args.seed,
         data_seed=args.seed,
-        bf16=args.bf16,
         optim="adamw_torch",
         dataloader_drop_last=True,
         dataloader_num_workers=0,
         dataloader_pin_memory=False,
         remove_unused_columns=False,
         report_to=report_to,
-        disable_tqdm=args.disable_tqdm,
         push_to_hub=False,
         save_only_model=False,
     )
@@ -214,29 +203,19 @@ def resolve_resume(training_args, token) -> Optional[str]:
 
 
 def download_last_checkpoint(spec: str, token, local_dir: str) -> str:
-    """Download the Trainer-format ``last-checkpoint/`` of a Hub repo; returns the local folder.
+    """The Trainer-format ``last-checkpoint/`` of a Hub repo (see :func:`hf_tpu_ext.hub.resume.download_last_checkpoint`).
 
     Raises:
         HubRepoError / HubError: the repo cannot be read.
-        CheckpointError: the repo has no Trainer ``last-checkpoint/`` (``trainer_state.json``).
+        CheckpointError: the repo has no Trainer ``last-checkpoint/`` (``trainer_state.json``, ``optimizer.pt``).
     """
-    from huggingface_hub import constants, snapshot_download
+    from hf_tpu_ext.hub import resume
 
-    from hf_tpu_ext.hub.preflight import hub_call
-    from hf_tpu_ext.hub.resume import parse_repo_spec
+    def is_trainer_checkpoint(folder):
+        return all(os.path.isfile(os.path.join(folder, n)) for n in ("trainer_state.json", "optimizer.pt"))
 
-    repo_id, revision = parse_repo_spec(spec)
-    hub_call(f"download {LAST_CHECKPOINT}/ of {spec}", snapshot_download, token, repo_id, revision=revision,
-             allow_patterns=[f"{LAST_CHECKPOINT}/*"], local_dir=local_dir, token=token, endpoint=constants.ENDPOINT)
-    folder = os.path.join(local_dir, LAST_CHECKPOINT)
-    if not os.path.isfile(os.path.join(folder, "trainer_state.json")) or not os.path.isfile(
-            os.path.join(folder, "optimizer.pt")):
-        raise CheckpointError(
-            f"{spec} has no {LAST_CHECKPOINT}/ folder with a PyTorch Trainer checkpoint; it is written by "
-            "--backend torch_xla runs with --push_to_hub --hub_strategy checkpoint."
-        )
-    return folder
-
+    return resume.download_last_checkpoint(spec, token, local_dir, is_checkpoint=is_trainer_checkpoint,
+                                           kind="PyTorch Trainer checkpoint (from --backend torch_xla)")
 
 def _load_text_blocks(model_args, data_args, training_args, resuming):
     """Tokenizer, int32 blocks per split and the data description (shared data code, no TensorFlow)."""
