@@ -147,9 +147,10 @@ class TrainingArguments:
     seed: int = field(default=42, metadata={"help": "Seed of initialization, shuffling and masking."})
     bf16: bool = field(default=False, metadata={"help": "Mixed precision with bfloat16 compute (TPU/GPU), float32 weights."})
     jit_compile: Optional[bool] = field(
-        default=None,
-        metadata={"help": "XLA-compile the per-replica forward/backward step. Default: on for TPU/GPU; off on CPU, where "
-                          "XLA's dropout RNG made steps ~20% slower than TensorFlow's kernels (measured, see benchmarks/NOTES.md)."},
+        default=True,
+        metadata={"help": "XLA-compile the training step. With one replica the whole step (forward, "
+                          "backward, AdamW) is one XLA program; with several, the per-replica forward/backward. "
+                          "Dropout then uses counter-based masks (XLA's own RNG is slow on CPU, see benchmarks/NOTES.md)."},
     )
     steps_per_execution: int = field(default=1, metadata={"help": "Train steps run per call into the device (TPU: 50-200 hides host overhead)."})
     tpu_name: Optional[str] = field(default=None, metadata={"help": "TPU to use: a name, a grpc:// address, or 'local' on a TPU VM."})

@@ -18,7 +18,7 @@ def result():
     parts = {"prepare_data": {"tokens_per_second": 3e5, "vocab_size": 8000},
              "probe": {"peak_flops": 2e11, "device_kind": "CPU"}, "pipeline": {"tokens_per_second": 4.096e6},
              "hf_tpu": _part(500.0), "plain": _part(1000.0, 2), "plain_xla": {"error": "XLA failed"},
-             "hf_tpu_xla": _part(400.0), "callbacks_none": _part(400.0), "callbacks_push": _part(410.0)}
+             "hf_tpu_no_xla": _part(600.0), "callbacks_none": _part(400.0), "callbacks_push": _part(410.0)}
     machine = {"cpu": "Test CPU", "cpu_cores": 2, "memory_gb": 8.0, "load_average_start": [0.5, 0.5, 0.5]}
     return tt.assemble(tt.PRESETS["small"], parts, machine)
 
@@ -69,3 +69,12 @@ def test_results_row_and_table(result, tmp_path):
     table = tt.markdown_table(result)
     assert "| `plain_xla` | failed: XLA failed |" in table
     assert "| `hf_tpu` | 4,096 | 500.0 |" in table
+
+
+def test_best_run_picks_fastest_successful_run_and_lists_all():
+    runs = [{"ms_per_step": 360.0, "x": 1}, {"error": "boom"}, {"ms_per_step": 320.5, "x": 2}]
+    best = tt.best_run(runs)
+    assert best["x"] == 2 and best["runs_ms_per_step"] == [360.0, 320.5]
+    assert tt.best_run([{"error": "a"}, {"error": "b"}]) == {"error": "b"}
+    mean_best = tt.best_run([{"ms_per_step_mean": 5.0}, {"ms_per_step_mean": 4.0}], "ms_per_step_mean")
+    assert mean_best["runs_ms_per_step_mean"] == [5.0, 4.0] and mean_best["ms_per_step_mean"] == 4.0

@@ -46,9 +46,10 @@ def test_four_replicas_match_one_device(tmp_path):
 
 
 def test_kill_and_resume_gives_same_weights(tmp_path):
-    """2N steps straight == N steps, kill -9, resume to 2N (dropout off, 1e-5)."""
+    """2N steps straight == N steps, kill -9, resume to 2N (1e-5), with dropout on: the XLA step's counter-based
+    dropout masks depend on (seed, step), so a resumed run draws the masks the straight run drew."""
     common = ["--max_steps", "8", "--save_strategy", "steps", "--save_steps", "4", "--eval_strategy", "no",
-              "--callbacks", ""]
+              "--callbacks", "", "--hidden_dropout_prob", "0.1", "--attention_probs_dropout_prob", "0.1"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     run_train_script(tiny_train_args(straight, *common))
     killed = run_train_script(["--kill_at_step", "4", *tiny_train_args(resumed, *common)], check=False)

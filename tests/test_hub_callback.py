@@ -144,6 +144,26 @@ def test_503s_during_training(loopback_hub, tmp_path, model):
     assert_same_as_model(hub_weights(loopback_hub, "alice/flaky", tmp_path), model)
 
 
+def test_card_rejected_at_push_time_is_left_out_and_training_goes_on(loopback_hub, tmp_path, caplog, model):
+    caplog.set_level(logging.INFO)
+    cb = PushToHubCallback(str(tmp_path / "out"), hub_model_id="cardcheck", hub_token=loopback_hub.token,
+                           save_strategy="epoch", license="apache-2.0", backoff_seconds=0.01)
+    cb.preflight()  # its own card check passes; the Hub then rejects the first pushed card once
+    loopback_hub.server.fail_next(1, status=400, route="validate_yaml")
+    loopback_hub.server.latency(0.3, route="validate_yaml")  # the check runs in the push job, not in a step
+    model.fit(tiny_data(), epochs=2, callbacks=[cb], verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 8
+    assert not cb.report.failed and cb.report.pushed[-1][0] == "End of training"
+    commits = {c["message"]: c for c in loopback_hub.server.commits("alice/cardcheck")}
+    first = commits["Training in progress, step 4"]
+    assert "model.safetensors" in first["added"] and "README.md" not in first["added"]
+    assert "README.md" in commits["End of training"]["added"]
+    assert (tmp_path / "out" / "README.md").is_file()
+    assert any("Model card not pushed" in r.getMessage() and "HTTP 400" in r.getMessage() for r in caplog.records)
+    checks = [r["status"] for r in loopback_hub.server.requests if r["route"] == "validate_yaml"]
+    assert checks[0] == 200 and checks[1] == 400 and checks[-1] == 200  # preflight, step 4, end of training
+
+
 class _Probe(tf_keras.callbacks.Callback):
     batches = 0
 

@@ -1,6 +1,7 @@
 """Hub layer without TensorFlow: preflight, the push queue, model cards, resume specs, `hf-tpu push`."""
 
 import json
+import os
 import logging
 import socket
 import time
@@ -120,6 +121,38 @@ def test_push_queue_coalesces_and_uploads_snapshots(loopback_hub, tmp_path):
     history = [c["message"] for c in loopback_hub.server.commits(repo)]
     assert history == ["initial commit", "push 0", "push 3"]
     assert report.pushed[-1][1] == loopback_hub.server.commits(repo)[-1]["sha"]
+
+
+def test_push_queue_before_upload_runs_in_worker_on_the_snapshot(loopback_hub, tmp_path):
+    import threading
+
+    repo = preflight("hook", loopback_hub.token)
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("kept")
+    (folder / "drop.txt").write_text("dropped by the hook")
+    seen = []
+
+    def hook(snapshot):
+        seen.append((threading.current_thread().name, sorted(os.listdir(snapshot))))
+        os.remove(os.path.join(snapshot, "drop.txt"))
+
+    def bad_hook(snapshot):
+        raise ValueError("hook refused")
+
+    q = PushQueue(repo, loopback_hub.token, backoff_seconds=0.01)
+    q.submit(folder, commit_message="with hook", before_upload=hook)
+    q.wait(timeout=30)
+    q.submit(folder, commit_message="bad hook", before_upload=bad_hook, key="other")
+    report = q.wait(timeout=30)
+    q.close()
+    assert seen == [(f"hf-tpu-push-{repo}", ["drop.txt", "keep.txt"])]  # the worker thread, the whole snapshot
+    files = loopback_hub.server.files(repo)
+    assert files["keep.txt"] == b"kept" and "drop.txt" not in files
+    assert (folder / "drop.txt").is_file()  # only the snapshot was edited
+    assert [m for m, _ in report.pushed] == ["with hook"]
+    assert report.failed == [("bad hook", "ValueError: hook refused")]
+    assert [c["message"] for c in loopback_hub.server.commits(repo)] == ["initial commit", "with hook"]
 
 
 def test_push_queue_retries_5xx_not_4xx_and_times_out(loopback_hub, tmp_path, caplog):

@@ -268,12 +268,19 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
         if self.queue is None or (self.hub_strategy == "end" and not final):
             return
         message = "End of training" if final else f"Training in progress, step {step}"
-        self.queue.submit(self.output_dir, commit_message=message, ignore_patterns=MODEL_IGNORE_PATTERNS, key="model")
+        self.queue.submit(self.output_dir, commit_message=message, ignore_patterns=MODEL_IGNORE_PATTERNS, key="model",
+                          before_upload=self._validate_card)
         if ckpt_path is not None:
             self._submit_checkpoint(ckpt_path, step)
         self.pushed_steps.append(step)
 
+    def _validate_card(self, snapshot: str) -> None:
+        from hf_tpu_ext.hub.model_card import validate_card_file
+
+        validate_card_file(snapshot, token=self._hub_token)
+
     def _write_model_folder(self) -> None:
+        """Weights, config, tokenizer and the card (checked locally here; the Hub checks it in the push job)."""
         from hf_tpu_ext.backends.tensorflow.export import save_model_folder
         from hf_tpu_ext.hub.model_card import render_model_card, validate_model_card
 
@@ -287,8 +294,7 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
                                type(err).__name__, err)
         try:
             card = render_model_card(self.output_dir, repo_id=self.repo_id, summary=summary, **self.card_fields)
-            if self.queue is not None:
-                validate_model_card(card, token=self._hub_token)
+            validate_model_card(card, remote=False)
             card.save(os.path.join(self.output_dir, "README.md"))
         except ModelCardError as err:
             logger.error("Model card not updated: %s", err)

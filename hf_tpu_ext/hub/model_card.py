@@ -301,7 +301,7 @@ def check_card_metadata(metadata) -> List[str]:
     return errors
 
 
-def validate_model_card(card, token: Optional[str] = None, *, offline_ok: bool = True) -> None:
+def validate_model_card(card, token: Optional[str] = None, *, offline_ok: bool = True, remote: bool = True) -> None:
     """Check the card's metadata locally, then with the Hub's ``/api/validate-yaml`` at the configured endpoint.
 
     The endpoint is ``huggingface_hub.constants.ENDPOINT`` read at call time (``HF_ENDPOINT``), not the
@@ -312,6 +312,7 @@ def validate_model_card(card, token: Optional[str] = None, *, offline_ok: bool =
         token: sent as authorization when given (the Hub does not need one).
         offline_ok: when the endpoint cannot be reached, log a warning and accept the card after the local
             checks (True), or raise (False).
+        remote: also ask the Hub (False: the local checks only, no network).
 
     Raises:
         ModelCardError: the local checks or the Hub rejected the metadata; the message is the Hub's.
@@ -330,6 +331,8 @@ def validate_model_card(card, token: Optional[str] = None, *, offline_ok: bool =
     problems = check_card_metadata(metadata or {})
     if problems:
         raise ModelCardError("Model card metadata is invalid: " + "; ".join(problems))
+    if not remote:
+        return
 
     url = f"{constants.ENDPOINT}/api/validate-yaml"
     headers = build_hf_headers(token=token or False)
@@ -348,6 +351,30 @@ def validate_model_card(card, token: Optional[str] = None, *, offline_ok: bool =
         if token:
             message = str(message).replace(token, "<redacted>")
         raise ModelCardError(f"The Hub rejected the model card metadata (HTTP {response.status_code}): {message}")
+
+
+def validate_card_file(folder: str, token: Optional[str] = None) -> bool:
+    """Have the Hub validate ``folder/README.md``; remove the file when the Hub rejects it.
+
+    Meant for a push snapshot (:meth:`hf_tpu_ext.hub.push_queue.PushQueue.submit`'s ``before_upload``): the
+    request runs off the training thread, and a rejected card is left out of the commit so the repo keeps
+    its last valid card. The rejection is logged as an error.
+
+    Returns:
+        True when there is no card or it validated; False when it was rejected and removed.
+    """
+    path = os.path.join(folder, "README.md")
+    if not os.path.isfile(path):
+        return True
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        validate_model_card(text, token=token)
+    except ModelCardError as err:
+        logger.error("Model card not pushed: %s", err)
+        os.remove(path)
+        return False
+    return True
 
 
 def save_model_card(output_dir: str, repo_id: Optional[str] = None, summary: Optional[dict] = None, *,

@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 from hf_tpu_ext.hub.preflight import scrub
 
@@ -60,6 +60,7 @@ class _Job:
     commit_message: str
     delete_patterns: Optional[List[str]]
     seq: int
+    before_upload: Optional[Callable[[str], None]] = None
 
 
 def _as_list(patterns: Patterns) -> Optional[List[str]]:
@@ -116,7 +117,7 @@ class PushQueue:
     # ---- public API ------------------------------------------------------------------------------
     def submit(self, folder: Union[str, os.PathLike], *, path_in_repo: Optional[str] = None, commit_message: str,
                allow_patterns: Patterns = None, ignore_patterns: Patterns = None, delete_patterns: Patterns = None,
-               key: str = "model") -> None:
+               key: str = "model", before_upload: Optional[Callable[[str], None]] = None) -> None:
         """Snapshot ``folder`` now and upload it in the background.
 
         Only the local copy is done in the caller's thread (files are copied, not hard-linked, because
@@ -131,6 +132,9 @@ class PushQueue:
             delete_patterns: remote files (relative to ``path_in_repo``) to delete in the same commit unless
                 re-uploaded, e.g. ``"*.index"`` to drop files of an older checkpoint.
             key: pushes with the same key coalesce: a pending one is replaced by this one.
+            before_upload: called in the background thread with the snapshot folder before its first upload
+                attempt (e.g. to validate the model card with the Hub off the training thread); it may edit
+                the snapshot. If it raises, the push is recorded as failed and nothing is uploaded.
 
         Raises:
             RuntimeError: the queue is closed.
@@ -161,7 +165,7 @@ class PushQueue:
                 shutil.copy2(src, dest)
                 n_files += 1
         os.makedirs(staging, exist_ok=True)
-        job = _Job(key, staging, path_in_repo, commit_message, _as_list(delete_patterns), seq)
+        job = _Job(key, staging, path_in_repo, commit_message, _as_list(delete_patterns), seq, before_upload)
         with self._cond:
             for old in [j for j in self._pending if j.key == key]:
                 self._pending.remove(old)
@@ -225,6 +229,8 @@ class PushQueue:
                 job = self._pending.pop(0)
                 self._in_flight = job
             try:
+                if job.before_upload is not None:
+                    job.before_upload(job.staging)
                 oid = self._push_with_retries(job)
                 with self._cond:
                     self._report.pushed.append((job.commit_message, oid))

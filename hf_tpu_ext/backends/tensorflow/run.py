@@ -91,7 +91,7 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
     info = resolve_strategy(args.tpu_name, args.tpu_zone, args.gcp_project)
     strategy = info.strategy
     if args.jit_compile is None:
-        args.jit_compile = info.accelerator != "CPU"
+        args.jit_compile = True
     replicas = strategy.num_replicas_in_sync
     global_batch = args.per_device_train_batch_size * replicas
     global_eval_batch = args.per_device_eval_batch_size * replicas
@@ -231,7 +231,7 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
     logger.info("done in %.1fs: %s", time.perf_counter() - t_total,
                 ", ".join(f"{k}={v:.4g}" for k, v in results.items() if isinstance(v, float)))
     results["train_function_traces"] = trainer.train_function.experimental_get_tracing_count()
-    results["xla_step_traces"] = trainer.forward_backward.experimental_get_tracing_count()
+    results["xla_step_traces"] = trainer.step_function.experimental_get_tracing_count()
     return results
 
 

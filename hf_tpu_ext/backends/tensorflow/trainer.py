@@ -1,10 +1,12 @@
 """The TensorFlow training loop: XLA per-replica step, cross-replica update, Keras callbacks.
 
 Why not ``model.fit(jit_compile=True)``: under ``MirroredStrategy`` XLA cannot compile the cross-replica
-update (variables live on other devices). Here only the per-replica forward/backward is XLA-compiled
-(``jit_compile=True``); the all-reduce, clipping and optimizer update run outside it. The loop still
-drives standard ``tf_keras`` callbacks (``CallbackList``), so every Keras callback works unchanged and
-reads the global step from ``model.optimizer.iterations``.
+update (variables live on other devices). With several replicas only the per-replica forward/backward is
+XLA-compiled (``jit_compile=True``); the all-reduce, clipping and optimizer update run outside it. With one
+replica the whole step (forward, backward, clipping, AdamW) is one XLA program. Under XLA, dropout masks
+come from :mod:`hf_tpu_ext.backends.tensorflow.dropout` (counter-based, keyed by seed, step and replica).
+The loop still drives standard ``tf_keras`` callbacks (``CallbackList``), so every Keras callback works
+unchanged and reads the global step from ``model.optimizer.iterations``.
 
 Loss normalization: each replica returns the summed masked-token loss and the gradient of
 ``loss_sum / global_num_masked`` (the count all-reduced first), so N replicas x B and 1 device x N*B give
@@ -22,6 +24,7 @@ from typing import Any, Dict, List, Optional
 import tensorflow as tf
 import tf_keras
 
+from hf_tpu_ext.backends.tensorflow.dropout import counter_based_dropout, dropout_key
 from hf_tpu_ext.backends.tensorflow.model import count_parameters, masked_lm_sums
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -108,10 +111,13 @@ class TFTrainer:
     # ------------------------------------------------------------------ compiled functions
     def _build_functions(self):
         model, optimizer, strategy, args = self.model, self.optimizer, self.strategy, self.args
+        use_xla = bool(args.jit_compile)
+        # one replica: forward, backward, clipping and AdamW in one XLA program (no cross-replica update)
+        self.fused_update = use_xla and strategy.num_replicas_in_sync == 1
+        seed = int(args.seed)
 
-        @tf.function(jit_compile=args.jit_compile, reduce_retracing=False)
-        def forward_backward(batch, global_count):
-            with tf.GradientTape() as tape:
+        def compute_gradients(batch, global_count, key):
+            with counter_based_dropout(key), tf.GradientTape() as tape:
                 loss_sum, _, count = masked_lm_sums(model, batch, training=True)
                 loss = loss_sum / global_count
             grads = tape.gradient(loss, model.trainable_variables)
@@ -120,16 +126,39 @@ class TFTrainer:
                      for g, v in zip(grads, model.trainable_variables)]
             return loss_sum, count, grads
 
-        def replica_step(batch):
-            ctx = tf.distribute.get_replica_context()
-            local_count = tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32))
-            global_count = tf.maximum(ctx.all_reduce(tf.distribute.ReduceOp.SUM, local_count), 1.0)
-            loss_sum, count, grads = forward_backward(batch, global_count)
-            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        def apply_update(grads):
             if args.max_grad_norm and args.max_grad_norm > 0:
                 grads, _ = tf.clip_by_global_norm(grads, args.max_grad_norm)
             optimizer.apply_gradients(zip(grads, model.trainable_variables), experimental_aggregate_gradients=False)
-            return loss_sum, count
+
+        def step_key(ctx):
+            # counter-based dropout under XLA (XLA's own RNG is slow on CPU); TF's kernels otherwise
+            return dropout_key(seed, optimizer.iterations, ctx.replica_id_in_sync_group) if use_xla else None
+
+        if self.fused_update:
+            @tf.function(jit_compile=True, reduce_retracing=False)
+            def xla_step(batch, key):
+                global_count = tf.maximum(tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32)), 1.0)
+                loss_sum, count, grads = compute_gradients(batch, global_count, key)
+                apply_update(grads)
+                return loss_sum, count
+
+            def replica_step(batch):
+                return xla_step(batch, step_key(tf.distribute.get_replica_context()))
+
+            self.step_function = xla_step
+        else:
+            forward_backward = tf.function(compute_gradients, jit_compile=use_xla, reduce_retracing=False)
+
+            def replica_step(batch):
+                ctx = tf.distribute.get_replica_context()
+                local_count = tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32))
+                global_count = tf.maximum(ctx.all_reduce(tf.distribute.ReduceOp.SUM, local_count), 1.0)
+                loss_sum, count, grads = forward_backward(batch, global_count, step_key(ctx))
+                apply_update(ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads))
+                return loss_sum, count
+
+            self.step_function = forward_backward
 
         @tf.function
         def train_function(iterator, num_steps):
@@ -141,7 +170,6 @@ class TFTrainer:
                 total_count += strategy.reduce(tf.distribute.ReduceOp.SUM, count, axis=None)
             return total_loss / tf.maximum(total_count, 1.0)
 
-        self.forward_backward = forward_backward
         self.train_function = train_function
         self.model.train_function = train_function
 
