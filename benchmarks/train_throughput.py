@@ -16,7 +16,7 @@ own peak RSS.
 
 Step times are host wall times from one ``on_train_batch_begin`` to the next
 (:class:`benchmarks.step_timer.StepTimer`); steady state = the steps after ``warmup`` steps. Each recipe and
-callback run is repeated ``--repeats`` times (default 2), round-robin, and the fastest run counts (median
+callback run is repeated ``--repeats`` times (default 3), round-robin, and the fastest run counts (median
 step for the recipes, mean step for the callback runs, whose save points are periodic costs); every run's
 figure is kept in the JSON (``runs_ms_per_step``). The callback runs both write the trainer's checkpoint every
 20 steps, so their difference is the callbacks' cost alone.
@@ -615,8 +615,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--skip", default="", help="comma-separated parts not to run (e.g. callbacks_push,plain_xla)")
     parser.add_argument("--results_dir", default=str(RESULTS_DIR), help="where <preset>.json and the chart go")
     parser.add_argument("--no_results_md", action="store_true", help="do not append a row to benchmarks/RESULTS.md")
-    parser.add_argument("--repeats", type=int, default=2,
-                        help="runs of each recipe and callback run, round-robin; the fastest counts (default 2)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each recipe and callback run, round-robin; the fastest counts (default 3)")
     parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
