@@ -391,7 +391,7 @@ def best_run(runs: List[Dict[str, Any]], key: str = "ms_per_step") -> Dict[str, 
     Taking the fastest of repeated runs removes slow spells of a shared machine (measured here: whole runs
     ~14% slower), the same for every recipe. The result lists every run's value under ``runs_<key>``.
     """
-    ok = [r for r in runs if "error" not in r]
+    ok = [r for r in runs if "error" not in r and r.get(key) is not None]
     if not ok:
         return runs[-1]
     best = dict(min(ok, key=lambda r: r[key]))

@@ -101,3 +101,24 @@ def test_keras_dropout_layers_use_it_only_inside_the_block():
         np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
     with cbd.counter_based_dropout(None):  # None: nothing changes
         assert (layer(x, training=True).numpy() != first).any()
+
+
+def test_keras_noise_shape_broadcasts_the_mask_in_an_xla_function():
+    layer = tf_keras.layers.Dropout(0.5, noise_shape=(None, 1, 64))
+    x = tf.ones([4, 16, 64])
+
+    @tf.function(jit_compile=True)
+    def f(x):
+        with cbd.counter_based_dropout(cbd.dropout_key(5, 1)):
+            return layer(x, training=True)
+
+    y = f(x).numpy()
+    assert y.shape == (4, 16, 64)
+    assert (y == y[:, :1, :]).all()  # one mask row per sequence, broadcast over axis 1
+    assert 0.3 < (y[:, 0, :] != 0).mean() < 0.7
+    assert set(np.unique(y)) <= {0.0, 2.0}
+
+
+def test_rate_near_one_drops_almost_everything():
+    y = cbd.dropout(tf.ones([1000]), 1 - 2**-34, cbd.dropout_key(0, 0)).numpy()
+    assert (y == 0).all()

@@ -260,6 +260,32 @@ def test_card_validation_errors(loopback_hub, tmp_path):
         validate_model_card(card)
 
 
+def test_card_check_hub_trouble_keeps_card_rejection_removes_it(loopback_hub, tmp_path, caplog):
+    from hf_tpu_ext.hub.model_card import validate_card_file
+
+    out = _folder(tmp_path)
+    card = render_model_card(str(out), summary=SUMMARY, license="apache-2.0")
+    loopback_hub.server.fail_next(1, status=503, route="validate_yaml")
+    validate_model_card(card)  # the Hub's trouble: accepted after the local checks, with a warning
+    assert "answered HTTP 503" in caplog.text
+    loopback_hub.server.fail_next(1, status=503, route="validate_yaml")
+    with pytest.raises(ModelCardError, match="HTTP 503"):
+        validate_model_card(card, offline_ok=False)
+
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    assert validate_card_file(str(snapshot)) is True  # no card: nothing to check
+    card.save(str(snapshot / "README.md"))
+    assert validate_card_file(str(snapshot), token=loopback_hub.token) is True
+    loopback_hub.server.fail_next(1, status=502, route="validate_yaml")
+    assert validate_card_file(str(snapshot)) is True and (snapshot / "README.md").is_file()
+    card.data.pipeline_tag = "not-a-task"
+    card.save(str(snapshot / "README.md"))
+    assert validate_card_file(str(snapshot), token=loopback_hub.token) is False
+    assert not (snapshot / "README.md").exists()
+    assert "Model card not pushed" in caplog.text and loopback_hub.token not in caplog.text
+
+
 # ---- resume specs ----------------------------------------------------------------------------
 def test_repo_specs(tmp_path, monkeypatch):
     assert parse_repo_spec("alice/m") == ("alice/m", None)

@@ -310,8 +310,8 @@ def validate_model_card(card, token: Optional[str] = None, *, offline_ok: bool =
     Args:
         card: a :class:`huggingface_hub.ModelCard` (or the card text).
         token: sent as authorization when given (the Hub does not need one).
-        offline_ok: when the endpoint cannot be reached, log a warning and accept the card after the local
-            checks (True), or raise (False).
+        offline_ok: when the endpoint cannot be reached or answers 5xx/429 (the Hub's trouble, not the card's),
+            log a warning and accept the card after the local checks (True), or raise (False).
         remote: also ask the Hub (False: the local checks only, no network).
 
     Raises:
@@ -343,6 +343,10 @@ def validate_model_card(card, token: Optional[str] = None, *, offline_ok: bool =
             logger.warning("Could not reach %s to validate the model card (%s); local checks passed.", url, type(err).__name__)
             return
         raise ModelCardError(f"Could not reach {url} to validate the model card; check the network or HF_ENDPOINT.") from None
+    if (response.status_code >= 500 or response.status_code == 429) and offline_ok:
+        logger.warning("%s answered HTTP %d; the model card passed the local checks and is kept.", url,
+                       response.status_code)
+        return
     if response.status_code >= 400:
         try:
             message = response.json().get("error") or response.text
@@ -357,23 +361,27 @@ def validate_card_file(folder: str, token: Optional[str] = None) -> bool:
     """Have the Hub validate ``folder/README.md``; remove the file when the Hub rejects it.
 
     Meant for a push snapshot (:meth:`hf_tpu_ext.hub.push_queue.PushQueue.submit`'s ``before_upload``): the
-    request runs off the training thread, and a rejected card is left out of the commit so the repo keeps
-    its last valid card. The rejection is logged as an error.
+    request runs off the training thread, and a card the Hub rejects is left out of the commit so the repo
+    keeps its last valid card (the copy in the output folder stays as written). The rejection is logged as
+    an error. When the check itself fails (Hub unreachable or 5xx, unreadable file) the card is kept: the
+    push of the weights must not depend on it.
 
     Returns:
-        True when there is no card or it validated; False when it was rejected and removed.
+        True when the card is kept (no card, validated, or the check could not run); False when the Hub
+        rejected it and it was removed from ``folder``.
     """
     path = os.path.join(folder, "README.md")
     if not os.path.isfile(path):
         return True
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
     try:
-        validate_model_card(text, token=token)
+        with open(path, encoding="utf-8") as f:
+            validate_model_card(f.read(), token=token)
     except ModelCardError as err:
         logger.error("Model card not pushed: %s", err)
         os.remove(path)
         return False
+    except Exception as err:  # the check, not the card, failed
+        logger.warning("Could not check the model card with the Hub (%s); pushing it as written.", type(err).__name__)
     return True
 
 

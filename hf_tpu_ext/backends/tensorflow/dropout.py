@@ -81,6 +81,22 @@ def uniform_bits(shape: Sequence[int], key: tf.Tensor) -> tf.Tensor:
     return tf.reshape(x, dims)
 
 
+def static_noise_shape(inputs: tf.Tensor, noise_shape) -> Optional[tf.TensorShape]:
+    """``noise_shape`` (list, TensorShape or a constant tensor, as tf_keras passes it) with unknown entries
+    taken from ``inputs``; None when it is not known at trace time."""
+    if noise_shape is None:
+        return inputs.shape
+    if isinstance(noise_shape, tf.Tensor):
+        noise_shape = tf.get_static_value(noise_shape, partial=True)
+        if noise_shape is None:
+            return None
+    dims = [inputs.shape[i] if d is None or int(d) < 0 else int(d)
+            for i, d in enumerate(list(noise_shape))]
+    if any(d is None for d in dims):
+        return None
+    return tf.TensorShape(dims)
+
+
 def dropout(inputs: tf.Tensor, rate: float, key: tf.Tensor, noise_shape=None) -> tf.Tensor:
     """``tf.nn.dropout`` with masks from :func:`uniform_bits` (same dtype and shape as ``inputs``).
 
@@ -98,9 +114,9 @@ def dropout(inputs: tf.Tensor, rate: float, key: tf.Tensor, noise_shape=None) ->
         raise ValueError(f"dropout rate must be in [0, 1), got {rate}.")
     if rate == 0.0:
         return tf.identity(inputs)
-    shape = inputs.shape if noise_shape is None else tf.TensorShape(
-        [inputs.shape[i] if d is None else d for i, d in enumerate(noise_shape)])
-    keep = uniform_bits(shape, key) >= _u32(int(round(rate * 2**32)))
+    shape = inputs.shape if noise_shape is None else static_noise_shape(inputs, noise_shape)
+    threshold = min(int(round(rate * 2**32)), 0xFFFFFFFF)  # P(bits >= threshold) = 1 - rate
+    keep = uniform_bits(shape, key) >= _u32(threshold)
     scaled = inputs * tf.cast(1.0 / (1.0 - rate), inputs.dtype)
     return tf.where(keep, scaled, tf.zeros_like(scaled))
 
@@ -118,7 +134,9 @@ def _install() -> None:
 
     def dispatching_dropout(generator, inputs, rate, noise_shape=None):
         state = getattr(_active, "state", None)
-        if state is None:
+        # outside the block, or a rate/shape only known at run time: the layer's own generator
+        if (state is None or not isinstance(rate, (int, float)) or not inputs.shape.is_fully_defined()
+                or (noise_shape is not None and static_noise_shape(inputs, noise_shape) is None)):
             return original(generator, inputs, rate, noise_shape=noise_shape)
         state["calls"] += 1
         call_key = fmix32(state["key"] + _u32(state["calls"] * _CALL_STRIDE))
@@ -135,6 +153,11 @@ def counter_based_dropout(key: Optional[tf.Tensor]) -> Iterator[None]:
     Every dropout call gets its own key (``key`` mixed with a call counter that restarts at each
     block, so a retrace gives the same keys). Only the tracing thread is affected; layers called outside
     the block keep their own random generator. ``key=None`` changes nothing.
+
+    Limits: a layer's own ``seed`` is not used inside the block; a Dropout inside a ``tf.while_loop`` body
+    is traced once, so it reuses one key on every loop pass; code re-run outside the block (e.g. by
+    ``tf.recompute_grad``) draws other masks. A rate or shape only known at run time falls back to the
+    layer's own generator.
 
     Example:
         >>> with counter_based_dropout(dropout_key(42, step=0)):

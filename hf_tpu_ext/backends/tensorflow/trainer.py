@@ -26,6 +26,7 @@ import tf_keras
 
 from hf_tpu_ext.backends.tensorflow.dropout import counter_based_dropout, dropout_key
 from hf_tpu_ext.backends.tensorflow.model import count_parameters, masked_lm_sums
+from hf_tpu_ext.distributed import DistributedType
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -112,11 +113,14 @@ class TFTrainer:
     def _build_functions(self):
         model, optimizer, strategy, args = self.model, self.optimizer, self.strategy, self.args
         use_xla = bool(args.jit_compile)
-        # one replica: forward, backward, clipping and AdamW in one XLA program (no cross-replica update)
-        self.fused_update = use_xla and strategy.num_replicas_in_sync == 1
+        # one device, no cross-replica update: forward, backward, clipping and AdamW in one XLA program
+        # (Mirrored/MultiWorker strategies route apply_gradients through merge_call, which XLA cannot hold)
+        self.fused_update = use_xla and self.info.distributed_type == DistributedType.NO
         seed = int(args.seed)
 
-        def compute_gradients(batch, global_count, key):
+        def compute_gradients(batch, global_count, step, replica_id):
+            # counter-based dropout under XLA (XLA's own RNG is slow on CPU); TF's kernels otherwise
+            key = dropout_key(seed, step, replica_id) if use_xla else None
             with counter_based_dropout(key), tf.GradientTape() as tape:
                 loss_sum, _, count = masked_lm_sums(model, batch, training=True)
                 loss = loss_sum / global_count
@@ -131,20 +135,21 @@ class TFTrainer:
                 grads, _ = tf.clip_by_global_norm(grads, args.max_grad_norm)
             optimizer.apply_gradients(zip(grads, model.trainable_variables), experimental_aggregate_gradients=False)
 
-        def step_key(ctx):
-            # counter-based dropout under XLA (XLA's own RNG is slow on CPU); TF's kernels otherwise
-            return dropout_key(seed, optimizer.iterations, ctx.replica_id_in_sync_group) if use_xla else None
+        def step_inputs(ctx):
+            # read outside XLA, mixed into the dropout key inside it
+            return (tf.convert_to_tensor(optimizer.iterations, tf.int64),
+                    tf.cast(ctx.replica_id_in_sync_group, tf.int32))
 
         if self.fused_update:
             @tf.function(jit_compile=True, reduce_retracing=False)
-            def xla_step(batch, key):
+            def xla_step(batch, step, replica_id):
                 global_count = tf.maximum(tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32)), 1.0)
-                loss_sum, count, grads = compute_gradients(batch, global_count, key)
+                loss_sum, count, grads = compute_gradients(batch, global_count, step, replica_id)
                 apply_update(grads)
                 return loss_sum, count
 
             def replica_step(batch):
-                return xla_step(batch, step_key(tf.distribute.get_replica_context()))
+                return xla_step(batch, *step_inputs(tf.distribute.get_replica_context()))
 
             self.step_function = xla_step
         else:
@@ -154,7 +159,7 @@ class TFTrainer:
                 ctx = tf.distribute.get_replica_context()
                 local_count = tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32))
                 global_count = tf.maximum(ctx.all_reduce(tf.distribute.ReduceOp.SUM, local_count), 1.0)
-                loss_sum, count, grads = forward_backward(batch, global_count, step_key(ctx))
+                loss_sum, count, grads = forward_backward(batch, global_count, *step_inputs(ctx))
                 apply_update(ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads))
                 return loss_sum, count
 
