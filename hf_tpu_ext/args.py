@@ -148,8 +148,8 @@ class TrainingArguments:
     bf16: bool = field(default=False, metadata={"help": "Mixed precision with bfloat16 compute (TPU/GPU), float32 weights."})
     jit_compile: Optional[bool] = field(
         default=True,
-        metadata={"help": "XLA-compile the training step. With one replica the whole step (forward, "
-                          "backward, AdamW) is one XLA program; with several, the per-replica forward/backward. "
+        metadata={"help": "XLA-compile the training step. On one device the whole step (forward, "
+                          "backward, AdamW) is one XLA program; with a distribution strategy, the per-replica forward/backward. "
                           "Dropout then uses counter-based masks (XLA's own RNG is slow on CPU, see benchmarks/NOTES.md)."},
     )
     steps_per_execution: int = field(default=1, metadata={"help": "Train steps run per call into the device (TPU: 50-200 hides host overhead)."})

@@ -2,8 +2,8 @@
 
 Why not ``model.fit(jit_compile=True)``: under ``MirroredStrategy`` XLA cannot compile the cross-replica
 update (variables live on other devices). With several replicas only the per-replica forward/backward is
-XLA-compiled (``jit_compile=True``); the all-reduce, clipping and optimizer update run outside it. With one
-replica the whole step (forward, backward, clipping, AdamW) is one XLA program. Under XLA, dropout masks
+XLA-compiled (``jit_compile=True``); the all-reduce, clipping and optimizer update run outside it. On one
+device (``OneDeviceStrategy``) the whole step (forward, backward, clipping, AdamW) is one XLA program. Under XLA, dropout masks
 come from :mod:`hf_tpu_ext.backends.tensorflow.dropout` (counter-based, keyed by seed, step and replica).
 The loop still drives standard ``tf_keras`` callbacks (``CallbackList``), so every Keras callback works
 unchanged and reads the global step from ``model.optimizer.iterations``.
