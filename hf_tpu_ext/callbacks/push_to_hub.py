@@ -268,16 +268,12 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
         if self.queue is None or (self.hub_strategy == "end" and not final):
             return
         message = "End of training" if final else f"Training in progress, step {step}"
-        self.queue.submit(self.output_dir, commit_message=message, ignore_patterns=MODEL_IGNORE_PATTERNS, key="model",
-                          before_upload=self._validate_card)
+        from hf_tpu_ext.hub.push_queue import submit_model_folder
+
+        submit_model_folder(self.queue, self.output_dir, message, self._hub_token, MODEL_IGNORE_PATTERNS)
         if ckpt_path is not None:
             self._submit_checkpoint(ckpt_path, step)
         self.pushed_steps.append(step)
-
-    def _validate_card(self, snapshot: str) -> None:
-        from hf_tpu_ext.hub.model_card import validate_card_file
-
-        validate_card_file(snapshot, token=self._hub_token)
 
     def _write_model_folder(self) -> None:
         """Weights, config, tokenizer and the card (checked locally here; the Hub checks it in the push job)."""

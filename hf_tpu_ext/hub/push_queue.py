@@ -324,6 +324,21 @@ def open_push_queue(output_dir: str, hub_model_id: Optional[str], token: Optiona
     return repo_id, token, queue
 
 
+def submit_model_folder(queue: PushQueue, folder: str, commit_message: str, token: Optional[str],
+                        ignore_patterns: Patterns) -> None:
+    """Queue a model-folder push (key ``"model"``) whose card the Hub validates in the push job.
+
+    Used by the push callbacks of both backends; see :func:`hf_tpu_ext.hub.model_card.validate_card_file` for
+    what happens to a card the Hub rejects.
+    """
+    import functools
+
+    from hf_tpu_ext.hub.model_card import validate_card_file
+
+    queue.submit(folder, commit_message=commit_message, ignore_patterns=ignore_patterns, key="model",
+                 before_upload=functools.partial(validate_card_file, token=token))
+
+
 def finish_pushes(queue: PushQueue, repo_id: str, output_dir: str, final_step: int, timeout: Optional[float]) -> PushReport:
     """Wait for the queue (``timeout`` seconds), log what landed and what did not, close it; returns the report."""
     report = queue.wait(timeout)

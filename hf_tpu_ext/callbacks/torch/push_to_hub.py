@@ -30,6 +30,7 @@ from transformers import TrainerCallback
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.errors import ArgumentError, ModelCardError
+from hf_tpu_ext.hub.push_queue import submit_model_folder
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -150,8 +151,8 @@ class PushToHubCallback(TrainerCallback):
         self._write_model_folder(model)
         if self.queue is None or self.hub_strategy == "end":
             return
-        self.queue.submit(self.output_dir, commit_message=f"Training in progress, step {step}",
-                          ignore_patterns=MODEL_IGNORE_PATTERNS, key="model", before_upload=self._validate_card)
+        submit_model_folder(self.queue, self.output_dir, f"Training in progress, step {step}", self._hub_token,
+                            MODEL_IGNORE_PATTERNS)
         checkpoint = os.path.join(args.output_dir, f"checkpoint-{step}")
         if self.hub_strategy == "checkpoint" and os.path.isdir(checkpoint):
             # delete_patterns "*": files of older checkpoints not re-uploaded (rng states of other ranks) go
@@ -185,18 +186,12 @@ class PushToHubCallback(TrainerCallback):
             self._write_model_folder(model)
         if self.queue is None:
             return None
-        self.queue.submit(self.output_dir, commit_message="End of training", ignore_patterns=MODEL_IGNORE_PATTERNS,
-                          key="model", before_upload=self._validate_card)
+        submit_model_folder(self.queue, self.output_dir, "End of training", self._hub_token, MODEL_IGNORE_PATTERNS)
         self.pushed_steps.append(int(step))
         from hf_tpu_ext.hub.push_queue import finish_pushes
 
         self.report = finish_pushes(self.queue, self.repo_id, self.output_dir, step, self.push_timeout)
         return self.report
-
-    def _validate_card(self, snapshot: str) -> None:
-        from hf_tpu_ext.hub.model_card import validate_card_file
-
-        validate_card_file(snapshot, token=self._hub_token)
 
     def _write_model_folder(self, model) -> None:
         from hf_tpu_ext.backends.torch_xla.model import save_model_folder
@@ -217,7 +212,7 @@ class PushToHubCallback(TrainerCallback):
             summary.setdefault("backend", "torch_xla")
         try:
             card = render_model_card(self.output_dir, repo_id=self.repo_id, summary=summary, **self.card_fields)
-            validate_model_card(card, remote=False)  # the Hub checks it in the push job (_validate_card)
+            validate_model_card(card, remote=False)  # the Hub checks it in the push job (submit_model_folder)
             card.save(os.path.join(self.output_dir, "README.md"))
         except ModelCardError as err:
             logger.error("Model card not updated: %s", err)
