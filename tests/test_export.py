@@ -82,7 +82,7 @@ def test_folder_has_pt_names_metadata_and_config(exported, tiny_tf_model):
     from safetensors import safe_open
 
     folder, files, _ = exported
-    assert files[:2] == ["model.safetensors", "config.json"]
+    assert files[:3] == ["model.safetensors", "tf_model.h5", "config.json"]
     assert "tokenizer.json" in files and "tokenizer_config.json" in files
     for name in files:
         assert os.path.isfile(os.path.join(folder, name)), name
@@ -174,15 +174,65 @@ def test_interrupted_save_keeps_previous_weights(tiny_tf_model, tmp_path, monkey
     with pytest.raises(KeyboardInterrupt):
         save_model_folder(tiny_tf_model, folder)
     assert open(os.path.join(folder, "model.safetensors"), "rb").read() == before
-    assert sorted(os.listdir(folder)) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(folder)) == ["config.json", "model.safetensors", "tf_model.h5"]
 
 
 def test_save_replaces_stale_tf_weights(tiny_tf_model, tmp_path):
     folder = str(tmp_path / "mixed")
     tiny_tf_model.save_pretrained(folder)  # tf_model.h5
+    open(os.path.join(folder, "tf_model.h5.index.json"), "w").write("{}")
     files = save_model_folder(tiny_tf_model, folder)
-    assert files == ["model.safetensors", "config.json"]
+    assert files == ["model.safetensors", "tf_model.h5", "config.json"]
+    assert not os.path.exists(os.path.join(folder, "tf_model.h5.index.json"))
+    assert save_model_folder(tiny_tf_model, folder, tf_weights=False) == ["model.safetensors", "config.json"]
     assert not os.path.exists(os.path.join(folder, "tf_model.h5"))
+
+
+def _pt_logits(path_or_repo_id, input_ids, **kwargs):
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForMaskedLM
+
+    model = AutoModelForMaskedLM.from_pretrained(path_or_repo_id, **kwargs).eval()
+    with torch.no_grad():
+        return model(input_ids=torch.tensor(input_ids, dtype=torch.long)).logits.numpy()
+
+
+def _trained_input_ids(folder):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    enc = tok(["The return statement leaves a function.", f"A {tok.mask_token} is a sequence of statements."],
+              padding=True, return_tensors="np")
+    return enc["input_ids"]
+
+
+def test_stock_tf_from_pretrained_loads_output_folder(trained_model_dir):
+    from transformers import TFAutoModelForMaskedLM
+
+    assert {"model.safetensors", "tf_model.h5"} <= set(os.listdir(trained_model_dir))
+    ids = _trained_input_ids(trained_model_dir)
+    expected = _pt_logits(str(trained_model_dir), ids)  # PyTorch reads model.safetensors
+    model = TFAutoModelForMaskedLM.from_pretrained(str(trained_model_dir), use_safetensors=False)
+    assert type(model).__name__ == "TFRobertaForMaskedLM"
+    logits = model(input_ids=ids, training=False).logits.numpy()
+    assert logits.shape == expected.shape == (2, ids.shape[1], 500)
+    assert np.max(np.abs(logits - expected)) <= 1e-4
+
+
+def test_stock_tf_from_pretrained_loads_hub_repo(trained_model_dir, loopback_hub):
+    from huggingface_hub import HfApi
+    from transformers import TFAutoModelForMaskedLM
+
+    api = HfApi(endpoint=loopback_hub.endpoint, token=loopback_hub.token)
+    api.create_repo("alice/trained-tiny")
+    api.upload_folder(repo_id="alice/trained-tiny", folder_path=str(trained_model_dir),
+                      ignore_patterns=["checkpoints/*", "runs/*"])
+    assert {"model.safetensors", "tf_model.h5"} <= set(api.list_repo_files("alice/trained-tiny"))
+    ids = _trained_input_ids(trained_model_dir)
+    expected = _pt_logits("alice/trained-tiny", ids, token=loopback_hub.token)
+    model = TFAutoModelForMaskedLM.from_pretrained("alice/trained-tiny", use_safetensors=False, token=loopback_hub.token)
+    logits = model(input_ids=ids, training=False).logits.numpy()
+    assert np.max(np.abs(logits - expected)) <= 1e-4
 
 
 def test_only_one_weight_format_is_downloaded():

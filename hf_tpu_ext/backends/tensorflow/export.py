@@ -7,6 +7,15 @@ module writes what ``RobertaForMaskedLM.save_pretrained`` would write instead --
 ``format: pt`` -- using transformers' own TF->PT name conversion, and reads such folders back into TF through
 transformers' PT->TF helper with a plain dict of numpy arrays (no torch needed on either side).
 
+Beside it, a TF-format ``tf_model.h5`` (what ``TFPreTrainedModel.save_pretrained(safe_serialization=False)``
+writes) lets a plain TensorFlow script load the folder or its Hub repo with the stock
+``TFAutoModelForMaskedLM.from_pretrained(path_or_repo_id, use_safetensors=False)``. ``use_safetensors=False``
+is needed because transformers 4.57's TF ``from_pretrained`` always picks ``model.safetensors`` first (local
+folder: ``model.safetensors``, its index, then ``tf_model.h5``; Hub: the same) and its PyTorch-safetensors
+reader iterates over a ``safe_open`` handle, which no safetensors release supports
+(``TypeError: 'builtins.safe_open' object is not iterable``). PyTorch ``from_pretrained`` (4.x and 5) reads
+``model.safetensors`` and ignores ``tf_model.h5``.
+
 Example:
     >>> from hf_tpu_ext.backends.tensorflow.export import save_model_folder, load_tf_model
     >>> save_model_folder(model, "out", tokenizer=tokenizer)  # doctest: +SKIP
@@ -113,24 +122,29 @@ def _pytorch_config(model):
     return config
 
 
-def save_model_folder(model, output_dir: str, tokenizer=None) -> List[str]:
+def save_model_folder(model, output_dir: str, tokenizer=None, *, tf_weights: bool = True) -> List[str]:
     """Write a model folder that PyTorch and TensorFlow transformers both load.
 
     Writes ``config.json`` (``architectures`` named without the ``TF`` prefix) and ``model.safetensors``
     (PyTorch parameter names, ``[out, in]`` Linear weights, float32, metadata ``{"format": "pt"}``, written
-    with ``safetensors.numpy`` so torch is not needed), plus the tokenizer files when a tokenizer is given.
-    Each file is written to a temporary name in ``output_dir`` and moved into place with ``os.replace``, so a
-    reader (or a background Hub upload) never sees a half-written ``model.safetensors``. A stale TF-format
-    ``tf_model.h5`` in the folder is removed so loaders do not pick it over the new weights.
+    with ``safetensors.numpy`` so torch is not needed), ``tf_model.h5`` (the same weights in TF's layout,
+    written by the model's own ``save_weights``, for the stock
+    ``TFAutoModelForMaskedLM.from_pretrained(folder, use_safetensors=False)``; see the module doc), plus the
+    tokenizer files when a tokenizer is given. Each file is written to a temporary name in ``output_dir`` and
+    moved into place with ``os.replace``, so a reader (or a background Hub upload) never sees a half-written
+    file. Stale shard indexes (``tf_model.h5.index.json``, ``model.safetensors.index.json``) are removed so
+    loaders do not pick them over the new weights.
 
     Args:
         model: a built TF transformers model (``TFRobertaForMaskedLM``).
         output_dir: folder to write into (created if missing; existing files of the same names replaced).
         tokenizer: optional ``PreTrainedTokenizer(Fast)``, saved with ``save_pretrained``.
+        tf_weights: also write ``tf_model.h5`` (doubles the weight bytes on disk and in pushes); when False a
+            stale ``tf_model.h5`` is removed instead.
 
     Returns:
         The names (relative to ``output_dir``) of the files written, e.g.
-        ``["config.json", "model.safetensors", "tokenizer.json", ...]``.
+        ``["model.safetensors", "tf_model.h5", "config.json", "tokenizer.json", ...]``.
 
     Raises:
         CheckpointError: the model is not built or cannot be expressed with PyTorch names.
@@ -144,10 +158,15 @@ def save_model_folder(model, output_dir: str, tokenizer=None) -> List[str]:
 
     atomic_write(os.path.join(output_dir, SAFE_WEIGHTS_NAME), lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
     written.append(SAFE_WEIGHTS_NAME)
+    if tf_weights:
+        # HDF5 by layer name, as TFPreTrainedModel.save_pretrained(safe_serialization=False) writes it
+        atomic_write(os.path.join(output_dir, TF2_WEIGHTS_NAME), lambda tmp: model.save_weights(tmp, save_format="h5"))
+        written.append(TF2_WEIGHTS_NAME)
 
     atomic_write_text(os.path.join(output_dir, CONFIG_NAME), config.to_json_string(use_diff=True))
     written.append(CONFIG_NAME)
-    for stale in (TF2_WEIGHTS_NAME, TF2_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_INDEX_NAME):
+    stale_names = (TF2_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_INDEX_NAME) + (() if tf_weights else (TF2_WEIGHTS_NAME,))
+    for stale in stale_names:
         if os.path.isfile(os.path.join(output_dir, stale)):
             os.remove(os.path.join(output_dir, stale))
 
