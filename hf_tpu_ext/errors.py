@@ -68,3 +68,7 @@ class UnknownCallbackError(HfTpuExtError, KeyError):
 
 class RecompilationError(HfTpuExtError, RuntimeError):
     """The train function was compiled again after warm-up (an input shape or dtype changed)."""
+
+
+class MissingExtraError(BackendError, ImportError):
+    """A framework (or other optional package group) is not installed; the message names the pip extra."""

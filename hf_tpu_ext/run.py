@@ -49,8 +49,17 @@ def check_output_dir(training_args) -> None:
 
 
 def check_backend(training_args) -> None:
-    """Raise ``BackendError`` for a backend whose packages are missing (with the install command)."""
-    if training_args.backend == "torch_xla":
+    """Raise ``BackendError`` for a backend whose packages are missing (with the install command).
+
+    Raises:
+        MissingExtraError: the TensorFlow backend without ``pip install 'hf-tpu-ext[tensorflow]'``.
+        BackendError: ``--backend torch_xla`` without torch_xla.
+    """
+    if training_args.backend != "torch_xla":
+        from hf_tpu_ext.extras import require_extra
+
+        require_extra("tensorflow", "the TensorFlow backend")
+    else:
         import importlib.util
 
         if importlib.util.find_spec("torch_xla") is None:
@@ -107,7 +116,7 @@ def train(model_args, data_args, training_args) -> Dict[str, Any]:
     # unknown name -> error now; the torch backend's classes never import TensorFlow (loading TF before
     # torch_xla aborts the process on duplicate LLVM options)
     callback_classes = resolve_callbacks(training_args.callback_names,
-                                         backend="torch" if training_args.backend == "torch_xla" else "tensorflow")
+                                         "torch" if training_args.backend == "torch_xla" else "tf_keras")
     check_data_files(data_args)
     check_model_config(model_args, data_args)
 

@@ -40,6 +40,7 @@ def test_cli_lists_callbacks_without_importing_tensorflow():
     assert lines[-1] == "RC 0 TF False KERAS False"
     listed = [line.split()[0] for line in lines[:-1]]
     assert listed == BUILTIN
+    assert lines[2].split()[:2] == ["throughput", "tf_keras,keras,torch"]
     assert "Log samples/s, tokens/s (per replica), median step time and MFU." in lines[2]
 
 
@@ -47,7 +48,7 @@ def test_unknown_callback_lists_known_names():
     with pytest.raises(UnknownCallbackError) as err:
         registry.resolve_callbacks(["throughput", "foo"])
     msg = str(err.value)
-    assert msg.startswith("Unknown callback 'foo'. Known callbacks: ")
+    assert msg.startswith("Unknown callback 'foo' for the tf_keras framework. Known callbacks: ")
     listed = msg.split("Known callbacks: ", 1)[1].split(".")[0].split(", ")
     # the registry is process-wide: other modules (benchmarks) may have added names
     assert listed == sorted(listed)

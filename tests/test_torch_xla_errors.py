@@ -68,8 +68,8 @@ def test_callback_backend_names():
     import hf_tpu_ext.callbacks as registry
 
     assert registry.normalize_backend("torch_xla") == "torch"
-    assert registry.normalize_backend("tensorflow") == "tensorflow"
-    with pytest.raises(ArgumentError, match="Unknown callback backend 'jax'"):
+    assert registry.normalize_backend("tensorflow") == "tf_keras"
+    with pytest.raises(ArgumentError, match="Unknown callback framework 'jax'"):
         registry.normalize_backend("jax")
     builtins = ["masked_lm_metrics", "push_to_hub", "throughput", "xla_recompile_guard"]
     assert [n for n in registry.available_callbacks("torch") if n in builtins] == builtins
@@ -77,7 +77,7 @@ def test_callback_backend_names():
     with pytest.raises(UnknownCallbackError) as err:
         registry.resolve_callbacks(["throughput", "nope"], backend="torch")
     msg = str(err.value)
-    assert msg.startswith("Unknown callback 'nope' for the torch backend. Known callbacks: ")
+    assert msg.startswith("Unknown callback 'nope' for the torch framework. Known callbacks: ")
     assert all(name in msg for name in builtins)
 
 

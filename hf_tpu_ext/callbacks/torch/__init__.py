@@ -6,10 +6,10 @@ Same names and jobs as the ``tf_keras`` callbacks of :mod:`hf_tpu_ext.callbacks`
     from hf_tpu_ext.callbacks import get_callback
 
     trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=collator, callbacks=[
-        get_callback("throughput", backend="torch", seq_length=128),
-        get_callback("xla_recompile_guard", backend="torch"),
-        get_callback("masked_lm_metrics", backend="torch", eval_dataset=eval_ds, data_collator=collator),
-        get_callback("push_to_hub", backend="torch", hub_model_id="me/my-model"),
+        get_callback("throughput", framework="torch", seq_length=128),
+        get_callback("xla_recompile_guard", framework="torch"),
+        get_callback("masked_lm_metrics", framework="torch", eval_dataset=eval_ds, data_collator=collator),
+        get_callback("push_to_hub", framework="torch", hub_model_id="me/my-model"),
     ])
 
 The global step is ``state.global_step`` (optimizer steps, true across epochs, gradient accumulation and
