@@ -1,5 +1,6 @@
 """Callback registry, FLOP counting, throughput, recompile guard and the masked-LM metric module."""
 
+import json
 import math
 import subprocess
 import sys
@@ -312,6 +313,59 @@ def test_guard_raises_and_tracks_new_train_functions():
     assert history.history["xla_compilations"] == [1]
     with pytest.raises(ArgumentError, match="action must be 'warn' or 'raise'"):
         XLARecompileGuard(action="ignore")
+
+
+_SHORT_LAST_BATCH_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    import numpy as np
+    import tf_keras as keras
+    from hf_tpu_ext.callbacks.xla_recompile_guard import XLARecompileGuard
+    from hf_tpu_ext.errors import RecompilationError
+
+    guard = XLARecompileGuard(action=sys.argv[1])  # before the process's first XLA compilation
+    model = keras.Sequential([keras.layers.Dense(4, input_shape=(3,))])
+    model.compile(keras.optimizers.SGD(0.01), "mse", jit_compile=True)
+    x, y = np.ones((20, 3), "float32"), np.ones((20, 4), "float32")
+    result = {"raised": None, "history": None}
+    try:
+        history = model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[guard],
+                            validation_data=(x[:5], y[:5]))
+        result["history"] = history.history["xla_compilations"]
+    except RecompilationError as e:
+        result["raised"] = str(e)
+    result.update(compilations=guard.compilations, events=guard.events,
+                  traces=model.train_function.experimental_get_tracing_count(),
+                  xla_modules=guard._current.xla_modules)
+    print("RESULT " + json.dumps(result))
+""")
+
+
+@pytest.mark.parametrize("action", ["warn", "raise"])
+def test_guard_counts_xla_compilation_of_short_last_batch(tmp_path, action):
+    """fit(jit_compile=True), 20 samples, batch 8: one trace (batch dim None), but XLA compiles for 8 and 4."""
+    import os
+    import re
+
+    dump = tmp_path / "xla_dump"
+    env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump}", TF_CPP_MIN_LOG_LEVEL="2")
+    out = subprocess.run([sys.executable, "-c", _SHORT_LAST_BATCH_SCRIPT, action], capture_output=True, text=True,
+                         timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.split("RESULT ", 1)[1])
+    # what XLA itself reports: its dump has one module id per compilation (train steps and validation steps)
+    compiled = sorted({int(m.group(1)) for m in (re.match(r"module_(\d+)\.", f) for f in os.listdir(dump)) if m})
+    assert result["traces"] == 1  # a trace count alone sees one compilation
+    message = ("model.train_function was compiled again at global step 3 (compilation 2, 1 expected): XLA compiled "
+               "the step for a new concrete input shape under the same trace")
+    if action == "raise":
+        assert result["raised"].startswith(message) and result["history"] is None
+        assert len(compiled) == 2 and result["xla_modules"] == compiled  # batch 8, then 4
+    else:
+        assert result["raised"] is None and result["history"] == [2, 2]
+        # train steps at 8 and 4; validation (5 samples) compiled once more and is not counted
+        assert len(compiled) == 3 and result["xla_modules"] == compiled[:2]
+        assert len(result["events"]) == 1 and result["events"][0].startswith(message)
+    assert result["compilations"] == 2
 
 
 # ---------------------------------------------------------------------------------------------- metric module

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import tf_keras
 
 from hf_tpu_ext.callbacks import read_global_step, register_callback
+from hf_tpu_ext.callbacks.xla_compile_log import compile_log
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -80,41 +81,51 @@ class _Tracked:
         self.fn = fn  # keep it alive so its id stays unique
         self.tracing_count = 0
         self.signatures: List[Signature] = []
+        self.xla_modules: List[int] = []  # XLA compilations seen during its train steps
+        self.compilations = 0  # max(distinct signatures, XLA compilations)
 
 
 @register_callback("xla_recompile_guard")
 class XLARecompileGuard(tf_keras.callbacks.Callback):
     """Warn or fail when the train function is traced/compiled again after warm-up.
 
-    A ``tf.function`` is traced (and, with XLA, compiled) once per distinct input signature. A second
-    signature mid-run -- a batch of another shape (a partial last batch, a different sequence length), or
-    another dtype -- means a recompilation: seconds on a GPU, minutes on a TPU pod, every time it happens.
+    A ``tf.function`` is traced (and, with XLA, compiled) once per distinct input signature, and with
+    ``jit_compile=True`` XLA compiles once more per new concrete input shape under one trace. A second
+    compilation mid-run -- a batch of another shape (a partial last batch, a different sequence length), or
+    another dtype -- costs seconds on a GPU, minutes on a TPU pod, every time it happens.
 
-    After each train call the guard reads ``experimental_get_tracing_count()`` of
-    ``model.<function_attr>`` (``model.fit`` and hf-tpu-ext's trainer both set ``model.train_function``)
-    and, when it grew, lists the function's concrete functions: the number of distinct input signatures is
-    the number of compilations (a function that creates variables is traced twice for one signature; that
-    counts once). Functions are tracked per object, so a ``fit`` that builds a new train function (after
-    ``compile``) starts its own warm-up.
+    Two signals are counted per train function, and the larger count is the number of compilations:
 
-    Writes ``xla_compilations`` (distinct signatures of the current train function, int) into batch and
-    epoch logs.
+    * XLA's own compilations (:mod:`hf_tpu_ext.callbacks.xla_compile_log`: XLA's dump folder, one module id
+      per compilation), counted when they happen between ``on_train_batch_begin`` and
+      ``on_train_batch_end`` (evaluation and ``predict`` inside ``fit`` are not the train step). This sees
+      the short-last-batch recompilation: ``fit(x, batch_size=8, jit_compile=True)`` on 20 samples is one
+      trace with a ``None`` batch dimension but two XLA compilations (shapes 8 and 4).
+    * distinct traced input signatures of ``model.<function_attr>`` (``experimental_get_tracing_count()``,
+      then the concrete functions' inputs; a function that creates variables is traced twice for one
+      signature: that counts once) -- the only signal without XLA, and the one that names the input that
+      changed.
 
-    Limitation: with ``reduce_retracing=True`` (tf_keras' default) the second trace relaxes the changed
-    dimension to None; later shapes reuse that trace, while XLA (``jit_compile=True``) still compiles each
-    new concrete shape. Only the first change is seen here -- which is when it should be fixed.
+    Functions are tracked per object, so a ``fit`` that builds a new train function (after ``compile``)
+    starts its own warm-up. XLA's dump is switched on when the guard is constructed; construct it before
+    the process's first XLA compilation (XLA reads ``XLA_FLAGS`` once). With ``jit_compile`` on and no XLA
+    compilation seen after the first step, the guard logs that it counts traces only.
+
+    Writes ``xla_compilations`` (compilations of the current train function, int) into batch and epoch logs.
 
     Args:
         warmup_compilations: compilations allowed per train function before the guard acts (>= 1).
         action: ``"warn"`` (``logging`` + ``warnings.warn(RuntimeWarning)``) or ``"raise"``
             (:class:`hf_tpu_ext.errors.RecompilationError`, which stops ``fit``).
         function_attr: the model attribute holding the train ``tf.function``.
+        count_xla_compilations: read XLA's compilations (True) or only the traces (False: XLA_FLAGS untouched).
 
     Raises:
         ArgumentError: an unknown ``action`` or ``warmup_compilations < 1``.
     """
 
-    def __init__(self, warmup_compilations: int = 1, action: str = "warn", function_attr: str = "train_function"):
+    def __init__(self, warmup_compilations: int = 1, action: str = "warn", function_attr: str = "train_function",
+                 count_xla_compilations: bool = True):
         super().__init__()
         from hf_tpu_ext.errors import ArgumentError
 
@@ -129,6 +140,8 @@ class XLARecompileGuard(tf_keras.callbacks.Callback):
         self._current: Optional[_Tracked] = None
         self._warned_untraceable = False
         self.events: List[str] = []  # messages of the recompilations seen
+        self._xla_log = compile_log() if count_xla_compilations else None
+        self._warned_no_xla = False
         self._supports_tf_logs = True
 
     @classmethod
@@ -138,10 +151,11 @@ class XLARecompileGuard(tf_keras.callbacks.Callback):
 
     @property
     def compilations(self) -> int:
-        """Distinct input signatures traced by the current train function (0 before the first call)."""
-        return len(self._current.signatures) if self._current else 0
+        """Compilations of the current train function (0 before the first call): the larger of its XLA
+        compilations during train steps and its distinct traced input signatures."""
+        return self._current.compilations if self._current else 0
 
-    def _check(self) -> None:
+    def _check(self, xla_modules: Optional[List[int]] = None) -> None:
         fn = getattr(self.model, self.function_attr, None) if self.model is not None else None
         get_count = getattr(fn, "experimental_get_tracing_count", None)
         if get_count is None:
@@ -155,26 +169,37 @@ class XLARecompileGuard(tf_keras.callbacks.Callback):
             tracked = self._tracked[id(fn)] = _Tracked(fn)
         self._current = tracked
         count = get_count()
-        if count == tracked.tracing_count:
-            return
-        tracked.tracing_count = count
-        try:
-            concrete = fn._list_all_concrete_functions()  # private, but the only way to see the traces' inputs
-            signatures = [signature_of(cf) for cf in concrete]
-        except Exception:  # pragma: no cover - TF internals moved: fall back to counting traces
-            signatures = [(("trace", str(i)),) for i in range(count)]
-        new = [s for s in dict.fromkeys(signatures) if s not in tracked.signatures]
-        for signature in new:
-            previous = tracked.signatures[-1] if tracked.signatures else None
-            tracked.signatures.append(signature)
-            n = len(tracked.signatures)
+        new_signatures: List[Signature] = []
+        if count != tracked.tracing_count:
+            tracked.tracing_count = count
+            try:
+                concrete = fn._list_all_concrete_functions()  # private, but the only way to see the traces' inputs
+                signatures = [signature_of(cf) for cf in concrete]
+            except Exception:  # pragma: no cover - TF internals moved: fall back to counting traces
+                signatures = [(("trace", str(i)),) for i in range(count)]
+            new_signatures = [s for s in dict.fromkeys(signatures) if s not in tracked.signatures]
+        previous = tracked.signatures[-1] if tracked.signatures else None
+        tracked.signatures.extend(new_signatures)
+        tracked.xla_modules.extend(xla_modules or ())
+        self._warn_if_xla_unseen(tracked)
+        total = max(len(tracked.signatures), len(tracked.xla_modules))
+        first_new, tracked.compilations = tracked.compilations + 1, max(total, tracked.compilations)
+        for n in range(first_new, tracked.compilations + 1):
+            signature = new_signatures.pop(0) if new_signatures else None
             if n <= self.warmup_compilations:
+                previous = signature if signature is not None else previous
                 continue
+            if signature is not None:
+                cause = describe_change(previous, signature) if previous is not None else "a new input signature"
+                previous = signature
+            else:
+                cause = ("XLA compiled the step for a new concrete input shape under the same trace (a relaxed "
+                         "None dimension, e.g. a short last batch)")
             step = read_global_step(self.model)
             where = f" at global step {step}" if step is not None else ""
             message = (
                 f"model.{self.function_attr} was compiled again{where} (compilation {n}, "
-                f"{self.warmup_compilations} expected): {describe_change(previous, signature)}. Each new input "
+                f"{self.warmup_compilations} expected): {cause}. Each new input "
                 "shape or dtype costs a full XLA compilation; keep batches static (drop_remainder=True, one "
                 "max_seq_length, fixed dtypes)."
             )
@@ -186,8 +211,26 @@ class XLARecompileGuard(tf_keras.callbacks.Callback):
             logger.warning(message)
             warnings.warn(message, RuntimeWarning, stacklevel=2)
 
+    def _warn_if_xla_unseen(self, tracked: _Tracked) -> None:
+        """Log once when the model compiles with XLA but XLA's dump shows nothing (XLA_FLAGS read earlier)."""
+        if (self._xla_log is None or self._warned_no_xla or tracked.xla_modules or not tracked.signatures
+                or not getattr(self.model, "_jit_compile", False)):
+            return
+        self._warned_no_xla = True
+        logger.warning(
+            "XLARecompileGuard: the model compiles with XLA, but XLA's compilations cannot be seen in this "
+            "process (XLA read XLA_FLAGS before the guard was created); counting traces only, which misses a "
+            "new batch size under one trace. Create the guard before the first XLA compilation."
+        )
+
+    def _poll_xla(self) -> List[int]:
+        return list(self._xla_log.poll()) if self._xla_log is not None else []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._poll_xla()  # compiled outside a train step (evaluation, predict in a callback): not counted
+
     def on_train_batch_end(self, batch, logs=None):
-        self._check()
+        self._check(self._poll_xla())
         if logs is not None and self._current is not None:
             logs["xla_compilations"] = self.compilations
 
