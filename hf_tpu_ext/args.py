@@ -145,10 +145,17 @@ class TrainingArguments:
     save_steps: int = field(default=500, metadata={"help": "Checkpoint every N global steps with save_strategy=steps."})
     save_total_limit: Optional[int] = field(default=2, metadata={"help": "Checkpoints kept in output_dir (oldest removed first)."})
     seed: int = field(default=42, metadata={"help": "Seed of initialization, shuffling and masking."})
-    bf16: bool = field(default=False, metadata={"help": "Mixed precision with bfloat16 compute (TPU/GPU), float32 weights."})
+    bf16: Optional[str] = field(
+        default=None,
+        metadata={"help": "Mixed bfloat16 compute, float32 weights and loss: true, false or auto (bf16 where the hardware "
+                          "has it natively: TPU, GPU with compute capability >= 8.0, CPU with AVX512-BF16/AMX). "
+                          "Unset: auto on a TPU, float32 elsewhere. See hf_tpu_ext/precision.py.",
+                  "nargs": "?", "const": "true"},
+    )
     jit_compile: Optional[bool] = field(
-        default=True,
-        metadata={"help": "XLA-compile the training step. On one device the whole step (forward, "
+        default=None,
+        metadata={"help": "XLA-compile the training step (unset: yes, except bf16 on a CPU with native bf16, where "
+                          "TensorFlow's oneDNN kernels are faster). On one device the whole step (forward, "
                           "backward, AdamW) is one XLA program; with a distribution strategy, the per-replica forward/backward. "
                           "Dropout then uses counter-based masks (XLA's own RNG is slow on CPU, see benchmarks/NOTES.md)."},
     )
@@ -170,6 +177,12 @@ class TrainingArguments:
     language: Optional[str] = field(default="en", metadata={"help": "Language written in the model card."})
 
     def __post_init__(self):
+        from hf_tpu_ext.precision import parse_bf16
+
+        try:
+            self.bf16 = parse_bf16(self.bf16)
+        except ValueError as e:
+            raise ArgumentError(str(e)) from None
         if self.backend not in BACKENDS:
             raise ArgumentError(f"Unknown --backend {self.backend!r}; choose one of: {', '.join(BACKENDS)}.")
         for name in ("eval_strategy", "save_strategy"):

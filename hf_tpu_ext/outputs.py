@@ -44,6 +44,7 @@ SUMMARY_KEYS = (
     "max_seq_length",
     "precision",
     "jit_compile",
+    "compiler",
     "steps_per_execution",
     "global_step",
     "epoch",
@@ -227,6 +228,8 @@ def write_training_summary(output_dir: str, summary: Dict[str, Any]) -> str:
         max_seq_length: tokens per sequence.
         precision: ``"float32"`` or ``"mixed_bfloat16"``.
         jit_compile: whether the step was XLA-compiled. steps_per_execution: steps per device call.
+        compiler: the compiler path in words (e.g. ``"XLA, whole step in one program"``, ``"TensorFlow kernels
+            (oneDNN)"``; see :mod:`hf_tpu_ext.precision`).
         global_step: optimizer steps done. epoch: epochs done (float).
         tokens_seen: training tokens consumed. train_runtime: training wall time in seconds.
         train_tokens_per_second: ``tokens_seen / train_runtime``.
@@ -335,7 +338,8 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
                            global_batch_size: int, global_step: int, steps_per_epoch: int, total_steps: int,
                            train_metrics: Dict[str, Any], log_history: List[Dict[str, Any]],
                            model_fields: Dict[str, Any], optimizer: str, dataset_description: Optional[str],
-                           mask_token: Optional[str], jit_compile: bool, steps_per_execution: int) -> Dict[str, Any]:
+                           mask_token: Optional[str], jit_compile: bool, steps_per_execution: int,
+                           compiler: Optional[str] = None) -> Dict[str, Any]:
     """The ``training_summary.json`` content, the same keys whichever backend trained (see ``SUMMARY_KEYS``).
 
     Args:
@@ -351,8 +355,9 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
         "global_batch_size": global_batch_size,
         "per_device_train_batch_size": args.per_device_train_batch_size,
         "max_seq_length": data_args.max_seq_length,
-        "precision": "bf16 mixed" if args.bf16 else "float32",
+        "precision": "bf16 mixed" if args.bf16 is True else "float32",
         "jit_compile": jit_compile,
+        "compiler": compiler or ("XLA" if jit_compile else "eager/graph kernels"),
         "steps_per_execution": steps_per_execution,
         "global_step": global_step,
         "epoch": global_step / steps_per_epoch,

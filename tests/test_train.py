@@ -57,6 +57,9 @@ def test_output_folder_layout(trained_run):
     ckpts = sorted(p.name for p in (out / "checkpoints").glob("ckpt-*.index"))
     assert ckpts == ["ckpt-20.index", "ckpt-30.index"]
 
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert (summary["precision"], summary["compiler"]) == ("float32", "XLA, whole step in one program")
+
     card = (out / "README.md").read_text()
     assert "library_name: transformers" in card and "pipeline_tag: fill-mask" in card
     assert "fine-tuned" not in card.lower()

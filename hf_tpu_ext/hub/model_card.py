@@ -107,6 +107,13 @@ def _duration(seconds) -> str:
     return f"{h}h {m:02d}m {s:02d}s" if h else (f"{m}m {s:02d}s" if m else f"{seconds:.1f} s")
 
 
+def _framework(backend: str, info: dict) -> str:
+    """The training framework in words: "TensorFlow + XLA", "TensorFlow" (its own kernels) or "PyTorch/XLA"."""
+    if backend != "tensorflow":
+        return "PyTorch/XLA"
+    return "TensorFlow" if info.get("jit_compile") is False else "TensorFlow + XLA"
+
+
 def _is_hub_id(value) -> bool:
     return isinstance(value, str) and bool(_REPO_ID.match(value)) and not os.path.isabs(value) and not value.startswith(".")
 
@@ -207,7 +214,7 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
     else:
         what = f"This model was pre-trained from scratch (randomly initialized weights) on {description} with masked language modeling."
     model_description = (f"A {arch}{shape} for the fill-mask task. {what} It was trained with "
-                         f"hf-tpu-ext using {'TensorFlow + XLA' if backend == 'tensorflow' else 'PyTorch/XLA'}.")
+                         f"hf-tpu-ext using {_framework(backend, info)}.")
 
     acc_text = accelerator or "n/a"
     if info.get("num_devices"):
@@ -220,6 +227,7 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
         ("Global batch size (sequences)", _fmt(info.get("global_batch_size")) if info.get("global_batch_size") else "n/a"),
         ("Precision", info.get("precision") or "n/a"),
         ("XLA compilation", _fmt(bool(info.get("jit_compile"))) if info.get("jit_compile") is not None else "n/a"),
+        ("Compiler path", info.get("compiler") or "n/a"),
         ("Optimizer steps", _fmt(int(info["global_step"])) if info.get("global_step") is not None else "n/a"),
         ("Epochs", _fmt(float(info["epoch"])) if _finite(info.get("epoch")) is not None else "n/a"),
         ("Tokens seen", _fmt(int(info["tokens_seen"])) if info.get("tokens_seen") else "n/a"),

@@ -71,6 +71,19 @@ def _load_blocks(model_args, data_args, training_args, info, resuming):
     return load_text_blocks(model_args, data_args, training_args, resuming)
 
 
+def _precision_plan(args, accelerator: str):
+    """:func:`hf_tpu_ext.precision.resolve_precision` for this machine (GPU details read only on a GPU)."""
+    from hf_tpu_ext.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags, gpu_has_native_bf16, resolve_precision
+
+    if accelerator == "GPU":
+        native = gpu_has_native_bf16()
+    elif accelerator == "CPU":
+        native = bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS)
+    else:
+        native = True
+    return resolve_precision(args.bf16, args.jit_compile, accelerator, native)
+
+
 def train_tensorflow(model_args, data_args, training_args, callback_classes) -> Dict[str, Any]:
     """See :func:`hf_tpu_ext.run.train`."""
     import numpy as np
@@ -90,8 +103,8 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
     t_total = time.perf_counter()
     info = resolve_strategy(args.tpu_name, args.tpu_zone, args.gcp_project)
     strategy = info.strategy
-    if args.jit_compile is None:
-        args.jit_compile = True
+    plan = _precision_plan(args, info.accelerator)
+    args.bf16, args.jit_compile = plan.bf16, plan.jit_compile
     replicas = strategy.num_replicas_in_sync
     global_batch = args.per_device_train_batch_size * replicas
     global_eval_batch = args.per_device_eval_batch_size * replicas
@@ -143,8 +156,9 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
     spe = count_steps(num_train_blocks, global_batch)
     total = args.total_steps(spe)
 
-    if args.bf16:
-        tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    # bf16: bfloat16 compute, float32 variables (so checkpoints and the export stay float32); the loss's
+    # softmax runs on float32 logits (model.masked_lm_sums)
+    tf_keras.mixed_precision.set_global_policy("mixed_bfloat16" if args.bf16 else "float32")
     with strategy.scope():
         model = build_model(model_args, tok, L, seed=args.seed)
         optimizer, schedule = make_optimizer(args, total)
@@ -204,6 +218,8 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
     trainer = TFTrainer(model, optimizer, schedule, args, info, make_train, eval_ds, eval_steps, spe, total, L,
                         checkpointer=checkpointer, callbacks=callbacks, start_step=start_step,
                         log_history=log_history, summary_writer=summary_writer)
+    if info.is_chief:
+        logger.info("precision %s, compiler path: %s (%s)", plan.precision, trainer.compiler_path, plan.reason)
 
     def summary_fn():
         return _summary(model_args, data_args, args, info, model, trainer, train_metrics_holder, corpus_description,
@@ -249,7 +265,7 @@ def _summary(model_args, data_args, args, info, model, trainer, train_metrics, c
         log_history=trainer.log_history, model_fields=model_summary_fields(model),
         optimizer=f"AdamW (beta1={args.adam_beta1}, beta2={args.adam_beta2}, epsilon={args.adam_epsilon})",
         dataset_description=corpus_description, mask_token=tok.mask_token, jit_compile=args.jit_compile,
-        steps_per_execution=args.steps_per_execution)
+        steps_per_execution=args.steps_per_execution, compiler=trainer.compiler_path)
 
 
 def _write_outputs(model_args, data_args, args, model, tok, trainer, results, summary):

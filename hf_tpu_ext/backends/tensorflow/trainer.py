@@ -116,6 +116,11 @@ class TFTrainer:
         # one device, no cross-replica update: forward, backward, clipping and AdamW in one XLA program
         # (Mirrored/MultiWorker strategies route apply_gradients through merge_call, which XLA cannot hold)
         self.fused_update = use_xla and self.info.distributed_type == DistributedType.NO
+        if not use_xla:
+            self.compiler_path = "TensorFlow kernels" + (" (oneDNN)" if self.info.accelerator == "CPU" else "")
+        else:
+            self.compiler_path = ("XLA, whole step in one program" if self.fused_update
+                                  else "XLA per-replica forward/backward, update outside XLA")
         seed = int(args.seed)
 
         def compute_gradients(batch, global_count, step, replica_id):

@@ -88,6 +88,7 @@ def hf_training_arguments(args, total_steps: int, **overrides):
     report_to = ["tensorboard"] if importlib.util.find_spec("tensorboard") else []
     # our TrainingArguments reuse transformers' names, so these fields carry over as they are
     kwargs = {name: getattr(args, name) for name in _SAME_NAME_FIELDS}
+    kwargs["bf16"] = args.bf16 is True  # --bf16 auto/unset: float32 on this backend (no device check here)
     kwargs.update(
         max_grad_norm=args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else 0.0,
         lr_scheduler_type="linear",

@@ -1,0 +1,146 @@
+"""Which precision and which compiler path a training run takes (``--bf16``, ``--jit_compile``).
+
+Measured (benchmarks/NOTES.md, "bf16 on CPUs"): on a CPU with native bfloat16 instructions (x86
+``avx512_bf16`` or ``amx_bf16``, Arm ``bf16``) TensorFlow's own oneDNN kernels run a 2048x2048 matmul at
+408 GFLOP/s in bf16 against 217 in float32, while XLA:CPU stays at 199-205 GFLOP/s in both: there the
+fastest bf16 step is TensorFlow's kernels, not XLA. On TPUs and GPUs XLA is the fast path in both
+precisions. A CPU without native bf16 emulates it (slower than float32), so ``--bf16 auto`` keeps float32
+there.
+
+Resolution (:func:`resolve_precision`):
+
+==========  ===========================================================================
+``--bf16``  meaning
+==========  ===========================================================================
+unset       ``auto`` on a TPU, float32 elsewhere
+``auto``    bf16 where the hardware has it natively: TPU, GPU with compute capability
+            >= 8.0, CPU with one of :data:`NATIVE_BF16_CPU_FLAGS`
+``true``    bf16 mixed precision (float32 weights, loss and softmax of the loss in float32)
+``false``   float32
+==========  ===========================================================================
+
+``--jit_compile`` unset: XLA, except bf16 on a CPU with native bf16 (TensorFlow's kernels, see above).
+An explicit ``--jit_compile true/false`` is always kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import FrozenSet, Optional, Union
+
+#: /proc/cpuinfo flags of CPUs with bfloat16 dot-product instructions (x86 AVX512-BF16 and AMX, Arm BF16)
+NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+BF16_CHOICES = ("auto", "true", "false")
+
+
+def parse_bf16(value: Union[None, bool, str]) -> Union[None, bool, str]:
+    """Normalize a ``--bf16`` value: ``None`` (unset), ``True``, ``False`` or ``"auto"``.
+
+    Raises:
+        ValueError: anything else (the argument parser turns it into an ``ArgumentError``).
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    if text == "auto":
+        return "auto"
+    raise ValueError(f"--bf16 must be one of {', '.join(BF16_CHOICES)}, got {value!r}.")
+
+
+def cpu_flags(cpuinfo_text: Optional[str] = None) -> FrozenSet[str]:
+    """The CPU feature flags of ``/proc/cpuinfo`` (x86 ``flags``, Arm ``Features``); empty where unreadable.
+
+    Args:
+        cpuinfo_text: the file's content (default: read ``/proc/cpuinfo``; tests pass their own).
+    """
+    if cpuinfo_text is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo_text = f.read()
+        except OSError:
+            return frozenset()
+    for line in cpuinfo_text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def gpu_has_native_bf16() -> bool:
+    """Whether the first GPU TensorFlow sees has bf16 tensor cores (compute capability >= 8.0, Ampere on)."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return False
+    capability = tf.config.experimental.get_device_details(gpus[0]).get("compute_capability") or (0, 0)
+    return tuple(capability) >= (8, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionPlan:
+    """What a run computes in and how it is compiled.
+
+    Attributes:
+        bf16: mixed bfloat16 compute (``mixed_bfloat16`` Keras policy; weights stay float32).
+        jit_compile: the training step is XLA-compiled.
+        native_bf16: the hardware multiplies bf16 natively.
+        precision: ``"bf16 mixed"`` or ``"float32"`` (the card's "Precision" row).
+        compiler: the compiler path in words, e.g. ``"TensorFlow kernels (oneDNN)"`` or ``"XLA"``.
+        reason: why, in one sentence (logged).
+    """
+
+    bf16: bool
+    jit_compile: bool
+    native_bf16: bool
+    precision: str
+    compiler: str
+    reason: str
+
+
+def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool], accelerator: str,
+                      native_bf16: bool) -> PrecisionPlan:
+    """Decide bf16 and the compiler path (see the module docstring's table).
+
+    Args:
+        bf16: ``--bf16`` after :func:`parse_bf16`.
+        jit_compile: ``--jit_compile`` (``None``: unset).
+        accelerator: ``"TPU"``, ``"GPU"`` or ``"CPU"``.
+        native_bf16: the accelerator multiplies bf16 natively (TPU: always; GPU: :func:`gpu_has_native_bf16`;
+            CPU: :data:`NATIVE_BF16_CPU_FLAGS` in :func:`cpu_flags`).
+
+    Returns:
+        PrecisionPlan.
+    """
+    accelerator = accelerator.upper()
+    native = bool(native_bf16 or accelerator == "TPU")
+    if bf16 is None:
+        use_bf16 = accelerator == "TPU"
+        why = "bf16 by default on a TPU" if use_bf16 else "float32 (the default off a TPU; --bf16 auto uses bf16 where native)"
+    elif bf16 == "auto":
+        use_bf16 = native
+        why = (f"--bf16 auto: this {accelerator} has native bf16" if native
+               else f"--bf16 auto: this {accelerator} has no native bf16, float32 is faster")
+    else:
+        use_bf16 = bool(bf16)
+        why = f"--bf16 {str(use_bf16).lower()}"
+        if use_bf16 and not native:
+            why += (f" on a {accelerator} without native bf16 (emulated: expect it slower than float32; "
+                    "--bf16 auto would keep float32)")
+    cpu_kernels_faster = use_bf16 and accelerator == "CPU" and native
+    if jit_compile is None:
+        xla = not cpu_kernels_faster
+        if cpu_kernels_faster:
+            why += "; TensorFlow's oneDNN bf16 kernels, not XLA (about 2x XLA:CPU's matmul rate in bf16)"
+    else:
+        xla = bool(jit_compile)
+    if xla:
+        compiler = "XLA"
+    else:
+        compiler = "TensorFlow kernels (oneDNN)" if accelerator == "CPU" else "TensorFlow kernels"
+    return PrecisionPlan(bf16=use_bf16, jit_compile=xla, native_bf16=native,
+                         precision="bf16 mixed" if use_bf16 else "float32", compiler=compiler, reason=why)

@@ -1,0 +1,99 @@
+"""``--bf16`` / ``--jit_compile`` resolution (hf_tpu_ext.precision) and a tiny bf16 run on TensorFlow's kernels."""
+
+import json
+
+import numpy as np
+import pytest
+
+from hf_tpu_ext.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags, parse_bf16, resolve_precision
+
+ZEN3_FLAGS = "flags\t\t: fpu sse sse2 avx avx2 fma f16c bmi2 sha_ni vaes"  # AMD EPYC Milan: no bf16
+GENOA_FLAGS = "flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni avx512_bf16 vaes"
+SAPPHIRE_FLAGS = "flags\t\t: avx512f amx_bf16 amx_tile amx_int8"
+ARM_FEATURES = "processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm"
+
+
+@pytest.mark.parametrize("text,native", [(ZEN3_FLAGS, False), (GENOA_FLAGS, True), (SAPPHIRE_FLAGS, True),
+                                         (ARM_FEATURES, True), ("model name : x", False)])
+def test_cpu_flags_native_bf16(text, native):
+    assert bool(cpu_flags(text) & NATIVE_BF16_CPU_FLAGS) is native
+
+
+def test_parse_bf16():
+    assert [parse_bf16(v) for v in (None, True, False, "true", "False", "AUTO", "1", "no")] == \
+        [None, True, False, True, False, "auto", True, False]
+    with pytest.raises(ValueError, match="--bf16 must be one of auto, true, false, got 'fp8'"):
+        parse_bf16("fp8")
+
+
+@pytest.mark.parametrize("bf16,jit,accel,native,expected", [
+    # (bf16, jit_compile, precision, compiler)
+    (None, None, "CPU", True, (False, True, "float32", "XLA")),
+    (None, None, "TPU", False, (True, True, "bf16 mixed", "XLA")),
+    ("auto", None, "CPU", True, (True, False, "bf16 mixed", "TensorFlow kernels (oneDNN)")),
+    ("auto", None, "CPU", False, (False, True, "float32", "XLA")),
+    ("auto", None, "GPU", True, (True, True, "bf16 mixed", "XLA")),
+    ("auto", None, "GPU", False, (False, True, "float32", "XLA")),
+    (True, None, "CPU", True, (True, False, "bf16 mixed", "TensorFlow kernels (oneDNN)")),
+    (True, None, "CPU", False, (True, True, "bf16 mixed", "XLA")),  # emulated: no reason to leave XLA
+    (True, True, "CPU", True, (True, True, "bf16 mixed", "XLA")),  # an explicit --jit_compile is kept
+    (False, False, "GPU", True, (False, False, "float32", "TensorFlow kernels")),
+])
+def test_resolve_precision(bf16, jit, accel, native, expected):
+    plan = resolve_precision(bf16, jit, accel, native)
+    assert (plan.bf16, plan.jit_compile, plan.precision, plan.compiler) == expected
+
+
+def test_resolve_precision_says_why():
+    assert "no native bf16" in resolve_precision("auto", None, "CPU", False).reason
+    emulated = resolve_precision(True, None, "CPU", False).reason
+    assert "emulated" in emulated and "--bf16 auto would keep float32" in emulated
+    assert "oneDNN bf16 kernels, not XLA" in resolve_precision(True, None, "CPU", True).reason
+
+
+def test_bad_bf16_flag_is_an_argument_error():
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="--bf16 must be one of"):
+        parse_args(["--output_dir", "x", "--bf16", "half"])
+    assert parse_args(["--output_dir", "x", "--bf16"])[2].bf16 is True  # bare flag, as with a bool field
+
+
+def test_bf16_on_tensorflow_kernels_trains_and_exports_float32(tmp_path):
+    """``--bf16 true --jit_compile false``: bf16 compute on TF's kernels, float32 weights, card and log say so."""
+    import logging
+
+    import tf_keras
+    from conftest import tiny_train_args
+    from safetensors.numpy import load_file
+
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run import train
+
+    out = tmp_path / "bf16"
+    messages = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger = logging.getLogger("hf_tpu_ext")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        results = train(*parse_args(tiny_train_args(out, "--max_steps", "8", "--bf16", "true", "--jit_compile", "false",
+                                                    "--eval_strategy", "no", "--save_strategy", "no", "--callbacks", "")))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        tf_keras.mixed_precision.set_global_policy("float32")
+    assert results["global_step"] == 8 and np.isfinite(results["train_loss"])
+    assert results["train_loss"] < 7.0  # ln(500) = 6.2 at the start: it trains, no bf16 overflow
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["precision"] == "bf16 mixed" and summary["jit_compile"] is False
+    assert summary["compiler"] == "TensorFlow kernels (oneDNN)"
+    weights = load_file(str(out / "model.safetensors"))
+    assert {str(w.dtype) for w in weights.values()} == {"float32"}
+    card = (out / "README.md").read_text()
+    assert "| Precision | bf16 mixed |" in card and "| Compiler path | TensorFlow kernels (oneDNN) |" in card
+    assert "trained with hf-tpu-ext using TensorFlow." in card
+    assert any("precision bf16 mixed, compiler path: TensorFlow kernels (oneDNN) (--bf16 true" in m for m in messages)
