@@ -64,7 +64,8 @@ def loopback_hub(loopback_hub_server, monkeypatch, tmp_path_factory):
     template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
     monkeypatch.setattr(constants, "ENDPOINT", endpoint)
     monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
-    monkeypatch.setattr(file_download, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+    if hasattr(file_download, "HUGGINGFACE_CO_URL_TEMPLATE"):  # huggingface_hub < 1.0 keeps a module-level copy
+        monkeypatch.setattr(file_download, "HUGGINGFACE_CO_URL_TEMPLATE", template)
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))

@@ -28,3 +28,28 @@ def test_cli_help_lists_every_command():
                          check=True).stdout
     for name in ("train", "prepare-data", "push", "callbacks", "demo", "deploy-space"):
         assert name in COMMANDS and f"  {name}" in out
+
+
+def test_packaging_layers_match_the_readme_and_the_extras_module():
+    import re
+    import tomllib
+
+    from hf_tpu_ext.extras import EXTRA_MODULES
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    core = {re.split(r"[<>=!~\[ ;]", dep, maxsplit=1)[0].lower(): dep for dep in project["dependencies"]}
+    # the core is framework-free and has no upper pin on the Hub libraries
+    assert not {"tensorflow", "tf-keras", "torch", "keras", "jax", "gradio"} & set(core)
+    assert core["transformers"] == "transformers>=4.57" and core["huggingface_hub"] == "huggingface_hub>=0.36"
+    extras = project["optional-dependencies"]
+    assert set(EXTRA_MODULES) <= set(extras)  # every extra an error message names exists
+    assert "transformers>=4.57,<5" in extras["tensorflow"] and "gradio>=6.17.3" in extras["demo"]
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    first = re.search(r"```bash\n# 1\.[^\n]*\n([^\n]+)", readme).group(1)
+    assert 'pip install ".[tensorflow,demo]" && hf-tpu train --output_dir my-fill-mask-model' in first
+    for named in re.findall(r'pip install "\.\[([a-z,-]+)\]"', readme):
+        assert set(named.split(",")) <= set(extras), named
+    test_sh = (REPO_ROOT / "scripts" / "test.sh").read_text()
+    assert 'pip install -q -e ".[tensorflow,demo,test]"' in test_sh and "scripts/test_env_*.sh" in test_sh
+    assert {"test_env_current.sh", "test_env_torch_xla.sh"} <= {p.name for p in (REPO_ROOT / "scripts").glob("test_env_*.sh")}

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 if importlib.util.find_spec("torch_xla") is None:  # before touching the environment of the other tests
-    pytest.skip("torch_xla is not installed (scripts/test_torch_xla.sh installs it)", allow_module_level=True)
+    pytest.skip("torch_xla is not installed (scripts/test_env_torch_xla.sh installs it)", allow_module_level=True)
 # before torch_xla/transformers are imported: XLA on the CPU, cheap compiles, transformers without TensorFlow
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 os.environ.setdefault("USE_TF", "0")

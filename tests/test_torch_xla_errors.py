@@ -116,7 +116,8 @@ def test_recompile_guard_windows(monkeypatch):
     from hf_tpu_ext.callbacks.torch import xla_recompile_guard as guard_mod
 
     counter = {"n": 0}
-    monkeypatch.setattr(guard_mod, "_compile_count", lambda: counter["n"])
+    monkeypatch.setattr(guard_mod, "_xla_compile_count", lambda: counter["n"])
+    monkeypatch.setattr(guard_mod, "_model_device_type", lambda model: "xla")
     guard = guard_mod.XLARecompileGuard(warmup_steps=2)
 
     def step(k, compiles=0, events=()):

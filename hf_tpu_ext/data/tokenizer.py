@@ -54,9 +54,9 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length:
         show_progress=False,
     )
     backend = bpe._tokenizer  # the underlying tokenizers.Tokenizer
-    backend.post_processor = processors.RobertaProcessing(
-        sep=("</s>", backend.token_to_id("</s>")),
-        cls=("<s>", backend.token_to_id("<s>")),
+    backend.post_processor = processors.RobertaProcessing(  # sep, cls by position: tokenizers 0.23 renamed cls
+        ("</s>", backend.token_to_id("</s>")),
+        ("<s>", backend.token_to_id("<s>")),
         trim_offsets=True,
         add_prefix_space=False,
     )

@@ -12,7 +12,7 @@ from hf_tpu_ext.callbacks import register_callback
 logger = logging.getLogger("hf_tpu_ext")
 
 
-@register_callback("masked_lm_metrics", backend="torch")
+@register_callback("masked_lm_metrics", framework="torch")
 class MaskedLMMetricsCallback(TrainerCallback):
     """Evaluate masked-LM loss, perplexity and accuracy on the device (per epoch or every N steps).
 

@@ -15,7 +15,7 @@ from hf_tpu_ext.callbacks.torch import wait_device
 logger = logging.getLogger("hf_tpu_ext")
 
 
-@register_callback("throughput", backend="torch")
+@register_callback("throughput", framework="torch")
 class ThroughputCallback(TrainerCallback):
     """Log samples/s, tokens/s (per replica), median step time and MFU.
 

@@ -1,4 +1,10 @@
-"""Catch XLA recompilations during a ``Trainer`` run on torch_xla (twin of the Keras ``xla_recompile_guard``)."""
+"""Catch recompilations during a ``Trainer`` run: XLA graphs on torch_xla, torch.compile graphs elsewhere.
+
+Twin of the Keras ``xla_recompile_guard``. On an XLA device it counts XLA compilations; on any other device
+(CPU, CUDA) it counts the graphs ``torch.compile`` (TorchDynamo) builds when the run uses it
+(``TrainingArguments(torch_compile=True)`` or a ``torch.compile``-d model); with neither there is nothing
+that compiles, and the guard says so once (a warning, ``self.mode is None``) instead of silently passing.
+"""
 
 from __future__ import annotations
 
@@ -13,18 +19,49 @@ from hf_tpu_ext.callbacks import register_callback
 logger = logging.getLogger("hf_tpu_ext")
 
 
-def _compile_count() -> Optional[int]:
-    from hf_tpu_ext.backends.torch_xla.device import compile_counts
+def _xla_compile_count() -> Optional[int]:
+    """XLA graphs compiled by this process (``UncachedCompile``), None without torch_xla."""
+    try:
+        import torch_xla.debug.metrics as met
+    except Exception:  # torch_xla not installed or not importable
+        return None
+    return int(met.counter_value("UncachedCompile") or 0)
 
-    return compile_counts()["uncached_compile"]
+
+def _dynamo_compile_count() -> int:
+    """Graphs TorchDynamo (``torch.compile``) compiled in this process: the first ones and every recompilation."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
-@register_callback("xla_recompile_guard", backend="torch")
+def _model_device_type(model) -> Optional[str]:
+    try:
+        return next(model.parameters()).device.type
+    except Exception:  # no model, or no parameters
+        return None
+
+
+def _uses_torch_compile(args, model) -> bool:
+    if getattr(args, "torch_compile", False):
+        return True
+    return type(model).__name__ == "OptimizedModule" or hasattr(model, "_orig_mod")
+
+
+@register_callback("xla_recompile_guard", framework="torch")
 class XLARecompileGuard(TrainerCallback):
-    """Warn or fail when XLA compiles new graphs after warm-up.
+    """Warn or fail when XLA (or torch.compile) compiles new graphs after warm-up.
 
-    Reads ``torch_xla.debug.metrics``: the ``UncachedCompile`` counter (graphs compiled, not found in the
-    compilation cache) and ``CompileTime`` (seconds spent). The run is cut into step windows (from one
+    What is counted (``self.mode``, set at ``on_train_begin`` from the model's device and the arguments):
+
+    - ``"xla"``: the model is on an XLA device; ``torch_xla.debug.metrics``' ``UncachedCompile`` counter
+      (graphs compiled, not found in the compilation cache).
+    - ``"torch_compile"``: another device, and the run uses ``torch.compile`` (``args.torch_compile`` or a
+      compiled model); TorchDynamo's ``unique_graphs`` counter (one per graph compiled, recompilations
+      after a guard failure included).
+    - ``None``: nothing compiles (eager PyTorch); a warning says the guard has nothing to guard.
+
+    The run is cut into step windows (from one
     ``on_step_begin`` to the next); each window has a kind, the set of Trainer events inside it (``log``,
     ``evaluate``, ``save``, ``epoch_end``), because logging, evaluation and saving cut the lazy graph at
     other places and legitimately compile their own graphs once. Compilations during the first
@@ -32,7 +69,7 @@ class XLARecompileGuard(TrainerCallback):
     window of a kind already seen is a recompilation -- typically a batch of another shape (a partial last
     batch, another sequence length), a dtype change, or a Python value baked into the graph.
 
-    Writes ``xla_compilations`` (total compiled graphs) into every Trainer log entry.
+    Writes ``xla_compilations`` (total compiled graphs, XLA or torch.compile) into every Trainer log entry.
 
     Attributes:
         compilations: graphs compiled since ``on_train_begin``.
@@ -61,6 +98,8 @@ class XLARecompileGuard(TrainerCallback):
         self.compilations = 0
         self.compilations_after_warmup = 0
         self.events: List[str] = []
+        self.mode: Optional[str] = None
+        self._count = _xla_compile_count
         self._reset()
 
     @classmethod
@@ -78,7 +117,7 @@ class XLARecompileGuard(TrainerCallback):
         self._per_kind: Dict[FrozenSet[str], int] = {}
 
     def _close_window(self, state) -> None:
-        count = _compile_count()
+        count = self._count()
         if count is None or self._mark is None:
             self._mark = count
             return
@@ -95,9 +134,10 @@ class XLARecompileGuard(TrainerCallback):
             return
         self.compilations_after_warmup += new
         what = "+".join(sorted(kind)) or "a plain train step"
-        message = (f"XLA compiled {new} new graph(s) at global step {state.global_step} (window: {what}), after "
-                   f"warm-up; {self.compilations} in all. Each new input shape, dtype or baked-in Python value costs "
-                   "a full compilation: keep batches static (dataloader_drop_last=True, pad to max_seq_length).")
+        compiler = "XLA" if self.mode == "xla" else "torch.compile"
+        message = (f"{compiler} compiled {new} new graph(s) at global step {state.global_step} (window: {what}), "
+                   f"after warm-up; {self.compilations} in all. Each new input shape, dtype or baked-in Python value "
+                   "costs a full compilation: keep batches static (dataloader_drop_last=True, pad to max_seq_length).")
         self.events.append(message)
         if self.action == "raise":
             from hf_tpu_ext.errors import RecompilationError
@@ -106,11 +146,22 @@ class XLARecompileGuard(TrainerCallback):
         logger.warning(message)
         warnings.warn(message, RuntimeWarning, stacklevel=2)
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._reset()
-        self._base = self._mark = _compile_count()
-        if self._base is None:
-            logger.warning("XLARecompileGuard: torch_xla is not available; nothing to guard.")
+        device = _model_device_type(model)
+        if device == "xla" and _xla_compile_count() is not None:
+            self.mode, self._count = "xla", _xla_compile_count
+        elif _uses_torch_compile(args, model):
+            self.mode, self._count = "torch_compile", _dynamo_compile_count
+        else:
+            self.mode = None
+            message = (f"XLARecompileGuard: nothing to guard: the model runs eagerly on {device or 'an unknown device'}"
+                       " (no XLA device, no torch.compile), so no graph is ever compiled. Use a torch_xla device or "
+                       "TrainingArguments(torch_compile=True) to guard compilations, or drop this callback.")
+            logger.warning(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            return
+        self._base = self._mark = self._count()
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self._base is None:
@@ -125,7 +176,7 @@ class XLARecompileGuard(TrainerCallback):
         if self._base is None:
             return
         self._window_events.add("log")
-        count = _compile_count()
+        count = self._count()
         if count is not None and state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1]["xla_compilations"] = count - self._base
 

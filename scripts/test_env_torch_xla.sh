@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The torch_xla backend's tests in their own venv (.venv-xla): torch_xla 2.9 needs exactly torch 2.9.x, while
 # the main test venv (.venv, scripts/test.sh) has torch 2.13. XLA runs on the CPU here (PJRT_DEVICE=CPU).
-# Usage: bash scripts/test_torch_xla.sh [pytest args]
+# Usage: bash scripts/test_env_torch_xla.sh [pytest args] (scripts/test.sh runs it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv-xla/bin/python ]; then
@@ -11,7 +11,7 @@ fi
 python -m pip install -q --upgrade pip
 # torch first, pinned, so the project's dependencies cannot pull another torch
 python -m pip install -q "torch==2.9.1" "torch_xla==2.9.0" accelerate "pytest>=8"
-python -m pip install -q -e .
+python -m pip install -q -e ".[torch-xla]"
 python -c "import torch, torch_xla; assert torch.__version__.startswith('2.9.'), torch.__version__"
 export PJRT_DEVICE=CPU
 export USE_TF=0  # transformers without TensorFlow: TF loaded before torch_xla aborts on duplicate LLVM options

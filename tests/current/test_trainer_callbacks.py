@@ -1,0 +1,155 @@
+"""Our TrainerCallbacks in a transformers 5 ``Trainer`` (PyTorch, CPU) with the loopback Hub (.venv-current).
+
+A tiny RobertaForMaskedLM built from a config (2 layers, hidden 64, 32-token blocks) and a byte-level BPE
+tokenizer trained here; the script is a stock ``Trainer`` + ``DataCollatorForLanguageModeling`` plus our
+callbacks from ``get_callback``.
+"""
+
+import json
+import math
+import os
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from hf_tpu_ext.callbacks import get_callback  # noqa: E402
+
+SEQ, BATCH = 32, 8
+
+
+@pytest.fixture(scope="module")
+def tiny_mlm():
+    """(tokenizer, train blocks, eval blocks, config) built locally: no download."""
+    from hf_tpu_ext.data.corpus import default_corpus_texts
+    from hf_tpu_ext.data.tokenizer import train_bpe_tokenizer
+
+    texts = default_corpus_texts()[:400]
+    tokenizer = train_bpe_tokenizer(texts, vocab_size=500, model_max_length=SEQ)
+    ids = [i for t in texts for i in tokenizer(t, add_special_tokens=False)["input_ids"]]
+    blocks = [{"input_ids": ids[k:k + SEQ]} for k in range(0, len(ids) - SEQ, SEQ)]
+    assert len(blocks) >= 120
+    config = transformers.RobertaConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2,
+                                        num_attention_heads=2, intermediate_size=128, max_position_embeddings=SEQ + 2,
+                                        pad_token_id=tokenizer.pad_token_id, bos_token_id=0, eos_token_id=2,
+                                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return tokenizer, blocks[:96], blocks[96:120], config
+
+
+def _trainer(tiny_mlm, out, callbacks, max_steps=8, **overrides):
+    from transformers import (DataCollatorForLanguageModeling, RobertaForMaskedLM, Trainer, TrainingArguments,
+                              set_seed)
+
+    tokenizer, train, evaluation, config = tiny_mlm
+    set_seed(0)
+    options = dict(per_device_train_batch_size=BATCH, max_steps=max_steps, learning_rate=1e-3, logging_steps=2,
+                   save_strategy="steps", save_steps=4, report_to=[], use_cpu=True, dataloader_drop_last=True,
+                   disable_tqdm=True)
+    args = TrainingArguments(output_dir=str(out), **dict(options, **overrides))
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    return Trainer(model=RobertaForMaskedLM(config), args=args, train_dataset=train, data_collator=collator,
+                   processing_class=tokenizer, callbacks=callbacks)
+
+
+def test_push_to_hub_final_state_resume_and_card(tiny_mlm, loopback_hub, tmp_path):
+    from huggingface_hub import ModelCard
+
+    from hf_tpu_ext.hub.model_card import check_card_metadata
+    from hf_tpu_ext.hub.resume import download_last_checkpoint
+
+    push = get_callback("push_to_hub", framework="torch", hub_model_id="alice/tiny-t5", hub_token=loopback_hub.token,
+                        hub_strategy="checkpoint", backoff_seconds=0.01, license="apache-2.0")
+    trainer = _trainer(tiny_mlm, tmp_path / "out", [push])
+    assert type(push).__module__ == "hf_tpu_ext.callbacks.torch.push_to_hub"
+    trainer.train()
+
+    files = loopback_hub.server.files("alice/tiny-t5")
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= set(files)
+    assert "last-checkpoint/trainer_state.json" in files and "last-checkpoint/optimizer.pt" in files
+    state = json.loads(files["last-checkpoint/trainer_state.json"])
+    assert state["global_step"] == 8  # the final checkpoint landed
+    assert push.pushed_steps[-1] == 8
+    # the final weights on the Hub are the trained model's
+    from safetensors.torch import load
+
+    hub_weights = load(files["model.safetensors"])
+    local = trainer.model.state_dict()
+    name = "roberta.encoder.layer.1.output.dense.weight"
+    assert torch.equal(hub_weights[name], local[name].cpu())
+
+    card = ModelCard(files["README.md"].decode())
+    assert check_card_metadata(card.data.to_dict()) == []
+    assert card.data.pipeline_tag == "fill-mask" and card.data.license == "apache-2.0"
+
+    # resume from the repo id: last-checkpoint/ comes back and the Trainer continues at step 8
+    local_ckpt = download_last_checkpoint(
+        "alice/tiny-t5", loopback_hub.token, str(tmp_path / "from-hub"),
+        is_checkpoint=lambda folder: os.path.isfile(os.path.join(folder, "trainer_state.json")),
+        kind="Trainer checkpoint")
+    resumed = _trainer(tiny_mlm, tmp_path / "resumed", [], max_steps=10)
+    resumed.train(resume_from_checkpoint=local_ckpt)
+    assert resumed.state.global_step == 10
+    assert [e["step"] for e in resumed.state.log_history if "loss" in e] == [2, 4, 6, 8, 10]
+
+
+def test_throughput_and_masked_lm_metrics_give_real_numbers_on_cpu(tiny_mlm, tmp_path):
+    from transformers import DataCollatorForLanguageModeling
+
+    tokenizer, _, evaluation, _ = tiny_mlm
+    throughput = get_callback("throughput", framework="torch", seq_length=SEQ, warmup_steps=2)
+    metrics = get_callback("masked_lm_metrics", framework="torch", eval_dataset=evaluation, batch_size=8,
+                           data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15),
+                           every_n_steps=4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        guard = get_callback("xla_recompile_guard", framework="torch", action="raise")
+        trainer = _trainer(tiny_mlm, tmp_path / "out", [throughput, metrics, guard], save_strategy="no")
+        trainer.train()
+
+    s = throughput.summary
+    assert (s["global_batch_size"], s["seq_length"], s["num_replicas"]) == (8, 32, 1)
+    assert s["steps_measured"] == 6  # 8 steps, the first 2 not timed
+    assert s["tokens_per_second"] == pytest.approx(s["samples_per_second"] * 32)
+    assert s["samples_per_second"] > 1 and s["step_time_ms_median"] > 0
+    logged = [e for e in trainer.state.log_history if "tokens_per_second" in e]
+    assert [e["step"] for e in logged] == [4, 6, 8]
+
+    assert [h["step"] for h in metrics.history] == [4, 8]
+    final = metrics.results
+    assert 0 < final["eval_loss"] < math.log(len(tokenizer)) + 1
+    assert final["perplexity"] == pytest.approx(math.exp(final["eval_loss"]), rel=1e-6)
+    assert 0 <= final["eval_accuracy"] <= 1 and final["eval_tokens"] > 0
+
+    # eager PyTorch on CPU: the guard says it has nothing to guard (once), never a silent no-op
+    assert guard.mode is None
+    notes = [str(w.message) for w in caught if "XLARecompileGuard" in str(w.message)]
+    assert len(notes) == 1 and notes[0].startswith("XLARecompileGuard: nothing to guard: the model runs eagerly on cpu")
+
+
+def test_recompile_guard_counts_torch_compile_graphs(tiny_mlm, tmp_path):
+    from torch.utils.data import IterableDataset
+    from transformers import DataCollatorForLanguageModeling
+
+    from hf_tpu_ext.errors import RecompilationError
+
+    tokenizer, train, _, _ = tiny_mlm
+
+    class Ordered(IterableDataset):
+        """Six batches of 32 tokens, then 16-token sequences: the 7th step has a new shape."""
+
+        def __iter__(self):
+            for k, ex in enumerate(train):
+                yield {"input_ids": ex["input_ids"] if k < 6 * BATCH else ex["input_ids"][:16]}
+
+    guard = get_callback("xla_recompile_guard", framework="torch", action="raise", warmup_steps=2)
+    trainer = _trainer(tiny_mlm, tmp_path / "out", [guard], max_steps=10, save_strategy="no", logging_steps=100,
+                       torch_compile=True, torch_compile_backend="eager")
+    trainer.train_dataset = Ordered()
+    with pytest.raises(RecompilationError) as err:
+        trainer.train()
+    assert guard.mode == "torch_compile"
+    assert str(err.value).startswith("torch.compile compiled ")
+    assert "at global step 7 (window: a plain train step)" in str(err.value)
+    assert guard.compilations_after_warmup >= 1
