@@ -28,6 +28,7 @@ BACKENDS = ("tensorflow", "torch_xla")
 STRATEGIES = ("no", "steps", "epoch")
 HUB_STRATEGIES = ("end", "every_save", "checkpoint", "all_checkpoints")
 DEFAULT_CALLBACKS = "throughput,xla_recompile_guard"
+SHORT_USAGE = "%(prog)s [CONFIG.json] [--name value ...]   (every argument: %(prog)s --help)"
 
 
 @dataclass
@@ -166,6 +167,14 @@ class TrainingArguments:
     callbacks: str = field(default=DEFAULT_CALLBACKS, metadata={"help": "Comma-separated registered callback names (see `hf-tpu callbacks`); '' for none."})
     logging_dir: Optional[str] = field(default=None, metadata={"help": "TensorBoard folder (default: output_dir/runs)."})
     disable_tqdm: bool = field(default=False, metadata={"help": "Turn the progress bar off."})
+    log_level: str = field(
+        default="passive",
+        metadata={"help": "Terminal output, transformers' names: passive (default) shows this package's INFO lines "
+                          "without TensorFlow's C++ start-up lines and transformers' deprecation warnings; debug, "
+                          "info or warning set that level and bring them back; error or critical quieten this "
+                          "package too.",
+                  "choices": ["passive", "debug", "info", "warning", "error", "critical"]},
+    )
     push_to_hub: bool = field(default=False, metadata={"help": "Push the model and its card to the Hub while training runs."})
     hub_model_id: Optional[str] = field(default=None, metadata={"help": "Repo id 'user/name' to push to (default: the output_dir name under your account)."})
     hub_strategy: str = field(default="every_save", metadata={"help": f"What is pushed when: one of {', '.join(HUB_STRATEGIES)} (as in transformers)."})
@@ -259,6 +268,7 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTr
     dataclass_types = (ModelArguments, DataTrainingArguments, TrainingArguments)
     parser = HfArgumentParser(dataclass_types)
     parser.prog = "hf-tpu train"
+    parser.usage = SHORT_USAGE  # argparse errors print this, not every flag
     parser.allow_abbrev = False  # `--num_train_epoch` must not silently mean `--num_train_epochs`
     known = {f.name for dc in dataclass_types for f in fields(dc)}
     if argv and argv[0].endswith(".json"):

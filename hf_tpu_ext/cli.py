@@ -32,6 +32,7 @@ def _usage() -> str:
 
 
 def main(argv=None) -> int:
+    console_script = argv is None  # the real process: its stderr (fd 2) may be filtered
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
@@ -40,8 +41,14 @@ def main(argv=None) -> int:
     if name not in COMMANDS:
         print(f"hf-tpu: unknown command {name!r}.\n\n{_usage()}", file=sys.stderr)
         return 2
-    # TensorFlow's C++ start-up logs (and a CUDA probe error on CPU-only machines) say nothing actionable
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from hf_tpu_ext.console import VERBOSE_LEVELS, filter_native_stderr, requested_log_level
+
+    if requested_log_level(rest) not in VERBOSE_LEVELS:
+        # TensorFlow's C++ start-up logs (and a CUDA probe error on CPU-only machines) say nothing
+        # actionable. The variable hides TensorFlow's own; absl's early lines need the fd filter.
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        if console_script:
+            filter_native_stderr()
     module = importlib.import_module(COMMANDS[name][0])
     try:
         return int(module.main(rest) or 0)

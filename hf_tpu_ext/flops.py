@@ -176,3 +176,90 @@ def measure_peak_flops(dtype: str = "float32", size: Optional[int] = None, itera
     flops = 2.0 * size ** 3 * iterations / seconds
     logger.debug("measured %.3g FLOP/s (%s, n=%d, %d matmuls in %.3f s)", flops, dtype, size, iterations, seconds)
     return flops
+
+
+def _peak_cache_path() -> str:
+    """``$HF_HOME/hf_tpu_ext/peak_flops.json`` (huggingface_hub's cache home), else ``~/.cache/hf_tpu_ext``."""
+    import os
+
+    try:
+        from huggingface_hub import constants
+
+        home = os.environ.get("HF_HOME") or constants.HF_HOME
+    except ImportError:
+        home = None
+    return os.path.join(home, "hf_tpu_ext", "peak_flops.json") if home else os.path.join(
+        os.path.expanduser("~"), ".cache", "hf_tpu_ext", "peak_flops.json")
+
+
+def _machine_key(device_kind: str, dtype: str) -> str:
+    """What a measured peak depends on: the device, the CPU model and cores usable, dtype and TF version."""
+    import os
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        from importlib.metadata import version
+
+        tf_version = version("tensorflow")
+    except Exception:  # noqa: BLE001 (metadata missing: the key just carries less)
+        tf_version = "?"
+    return f"{device_kind}|{cpu}|{cores} cores|{dtype}|tensorflow {tf_version}"
+
+
+def peak_flops(device_kind: str, dtype: str = "float32", *, cache_path: Optional[str] = None) -> Optional[float]:
+    """Peak FLOP/s of one device for MFU: the datasheet value (:func:`known_peak_flops`), else a measured one.
+
+    Devices without a datasheet entry (CPUs, a TPU whose generation TensorFlow does not report) get
+    :func:`measure_peak_flops` once per machine: the result is cached in a JSON file keyed by device,
+    CPU model, usable cores, dtype and TensorFlow version (:func:`_peak_cache_path`), so later runs do not
+    spend the ~2 s again.
+
+    Args:
+        device_kind: e.g. ``"CPU"``, ``"NVIDIA H100 80GB HBM3"`` (:func:`default_device_kind`).
+        dtype: compute dtype (``"float32"`` or ``"bfloat16"``).
+        cache_path: the cache file (default: :func:`_peak_cache_path`).
+
+    Returns:
+        FLOP/s, or None when the probe fails.
+    """
+    import json
+    import os
+
+    known = known_peak_flops(device_kind, dtype)
+    if known:
+        return known
+    path = cache_path or _peak_cache_path()
+    key = _machine_key(device_kind, dtype)
+    cache = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            cache = json.load(f)
+        if isinstance(cache, dict) and isinstance(cache.get(key), (int, float)) and cache[key] > 0:
+            return float(cache[key])
+    except (OSError, ValueError):
+        cache = {}
+    try:
+        value = measure_peak_flops(dtype)
+    except Exception as err:  # noqa: BLE001 (MFU is optional: never fail a run over it)
+        logger.debug("peak FLOP/s probe failed: %s", err)
+        return None
+    cache = cache if isinstance(cache, dict) else {}
+    cache[key] = value
+    try:
+        from hf_tpu_ext.fileio import atomic_write_text
+
+        atomic_write_text(path, json.dumps(cache, indent=1))
+    except OSError as err:
+        logger.debug("could not cache the peak FLOP/s in %s: %s", path, err)
+    logger.info("measured peak %.3g FLOP/s (%s matmul probe, cached for MFU)", value, dtype)
+    return value

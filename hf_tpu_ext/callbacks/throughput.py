@@ -102,7 +102,8 @@ class ThroughputCallback(tf_keras.callbacks.Callback):
 
         The LM head runs at ``max_predictions_per_seq`` of ``seq_length`` positions in hf-tpu-ext's trainer,
         which the FLOP count takes into account. ``peak_flops`` is the datasheet value for the device
-        (bf16 with ``--bf16``, else float32/TF32); unknown devices (CPUs) get no MFU.
+        (bf16 with ``--bf16``, else float32/TF32); unknown devices (CPUs) get no MFU here (the trainer's log
+        line has it, from a measured and cached peak). No log line of its own (``log_every=0``).
         """
         from hf_tpu_ext.flops import default_device_kind, flops_per_token, known_peak_flops
 
@@ -117,7 +118,9 @@ class ThroughputCallback(tf_keras.callbacks.Callback):
             num_replicas=run.num_replicas,
             flops_per_token=fpt,
             peak_flops=known_peak_flops(kind, dtype),
-            log_every=getattr(run.training_args, "logging_steps", 100),
+            # hf-tpu train's own log line is the one throughput figure on the terminal (training steps only);
+            # this callback still fills the logs and ``summary`` for other callbacks and benchmarks
+            log_every=0,
         )
 
     # ------------------------------------------------------------------ state

@@ -26,6 +26,30 @@ from hf_tpu_ext.errors import DataError, OutputDirError
 
 
 @dataclass
+class TokenizerArguments:
+    """The tokenizer of the shards (the model-shape flags of ``hf-tpu train`` do not apply here)."""
+
+    tokenizer_name: Optional[str] = field(
+        default=None,
+        metadata={"help": "A tokenizer folder or repo id. Unset: the model's (--model_name_or_path), or a byte-level BPE "
+                          "trained on the training split."},
+    )
+    model_name_or_path: Optional[str] = field(
+        default=None, metadata={"help": "A model folder or Hub repo id whose tokenizer to use (unless --tokenizer_name)."}
+    )
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of model_name_or_path."})
+    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of the tokenizer trained when none is given."})
+    cache_dir: Optional[str] = field(default=None, metadata={"help": "Where Hub downloads are cached."})
+
+    def __post_init__(self):
+        from hf_tpu_ext.errors import ArgumentError
+
+        if self.vocab_size < 300:
+            raise ArgumentError(f"--vocab_size {self.vocab_size} is too small for a byte-level BPE (256 bytes + specials); "
+                                "use >= 300.")
+
+
+@dataclass
 class PrepareDataArguments:
     """Where and how ``hf-tpu prepare-data`` writes the shards."""
 
@@ -89,11 +113,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     """
     from transformers import HfArgumentParser
 
-    from hf_tpu_ext.args import DataTrainingArguments, ModelArguments
+    from hf_tpu_ext.args import DataTrainingArguments
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, PrepareDataArguments))
+    parser = HfArgumentParser((TokenizerArguments, DataTrainingArguments, PrepareDataArguments))
     parser.prog = "hf-tpu prepare-data"
+    parser.usage = "%(prog)s --output_path PATH [--name value ...]   (every argument: %(prog)s --help)"
     model_args, data_args, prep_args = parser.parse_args_into_dataclasses(args=argv)
 
     import numpy as np

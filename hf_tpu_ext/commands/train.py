@@ -11,10 +11,12 @@ def main(argv=None) -> int:
     if "torch_xla" in argv:  # keep transformers from importing TensorFlow before torch_xla
         os.environ.setdefault("USE_TF", "0")
     from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.console import console_session
     from hf_tpu_ext.run import train
 
     model_args, data_args, training_args = parse_args(argv)
-    results = train(model_args, data_args, training_args)
+    with console_session(training_args.log_level):  # log lines above the progress bar, no Hub upload bars
+        results = train(model_args, data_args, training_args)
     print(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}, indent=2))
     return 0
 

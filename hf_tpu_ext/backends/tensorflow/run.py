@@ -244,8 +244,11 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
 
         url = deploy_space(push_callback.repo_id, args.hub_space_id, token=token, private=args.hub_private_repo)
         logger.info("deployed the fill-mask demo to %s", url)
+    # whole-run rates (train_*_per_second) stay in all_results.json: the terminal shows one throughput figure
     logger.info("done in %.1fs: %s", time.perf_counter() - t_total,
-                ", ".join(f"{k}={v:.4g}" for k, v in results.items() if isinstance(v, float)))
+                ", ".join(f"{k}={v:.4g}" for k, v in results.items() if isinstance(v, float)
+                          and not k.endswith("_per_second")) + f" | {results['train_step_tokens_per_second']:,.0f} "
+                "tokens/s in training steps")
     results["train_function_traces"] = trainer.train_function.experimental_get_tracing_count()
     results["xla_step_traces"] = trainer.step_function.experimental_get_tracing_count()
     return results

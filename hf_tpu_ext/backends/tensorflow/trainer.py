@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import statistics
 import time
 from typing import Any, Dict, List, Optional
 
@@ -199,20 +200,31 @@ class TFTrainer:
         args = self.args
         spe, total = self.steps_per_epoch, self.total_steps
         step = self.start_step
-        dist_ds = self.strategy.experimental_distribute_dataset(self.make_train_dataset(step))
+        train_ds = self.make_train_dataset(step)
+        mfu_of = self._mfu_function(train_ds.element_spec)
+        dist_ds = self.strategy.experimental_distribute_dataset(train_ds)
         iterator = iter(dist_ds)
         tokens_per_step = self.global_batch_size * self.seq_length
         progress = None
         if self.info.is_chief and not args.disable_tqdm:
             from tqdm.auto import tqdm
 
-            progress = tqdm(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True)
+            # no rate of tqdm's own: the one throughput figure is the logged one (training steps only)
+            progress = tqdm(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True,
+                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]")
 
         logs: Dict[str, Any] = {}
         train_loss_sum, train_loss_n = 0.0, 0
         window_loss, window_n = 0.0, 0
+        # time inside train-function calls only (not evaluation, checkpoints, callbacks); the run's first
+        # call (tracing + XLA compilation) is left out of the rates when later calls exist
+        # call (tracing + XLA compilation) is left out when later calls exist; median step: robust to the
+        # slower first steps after compilation and to a busy host
+        window_times: List[float] = []  # seconds per step, one entry per step
+        steady_times: List[float] = []
+        first_call = None
+        tokens_per_second: Optional[float] = None
         t_start = time.perf_counter()
-        t_window = t_start
         steps_run = 0
         self.callbacks.on_train_begin()
         if args.eval_on_start and step == 0:
@@ -228,7 +240,14 @@ class TFTrainer:
                 n = min(args.steps_per_execution, total - step, epoch_end_step - step)
                 batch_index = step - epoch * spe
                 self.callbacks.on_train_batch_begin(batch_index)
-                loss = float(self.train_function(iterator, tf.constant(n, tf.int32)))
+                t_call = time.perf_counter()
+                loss = float(self.train_function(iterator, tf.constant(n, tf.int32)))  # waits for the steps
+                call_secs = time.perf_counter() - t_call
+                if first_call is None:
+                    first_call = [call_secs / n] * n
+                else:
+                    window_times += [call_secs / n] * n
+                    steady_times += [call_secs / n] * n
                 if not math.isfinite(loss):
                     raise FloatingPointError(
                         f"Training loss became {loss} at global step {step + n}; lower --learning_rate or use "
@@ -243,16 +262,21 @@ class TFTrainer:
                 logs = {"loss": loss, "learning_rate": float(self.lr_schedule(step)), "global_step": step,
                         "epoch": step / spe}
                 if _crossed(prev, step, args.logging_steps) or step == total:
-                    now = time.perf_counter()
+                    tokens_per_second = tokens_per_step / max(statistics.median(window_times or first_call), 1e-9)
                     entry = {"loss": round(window_loss / window_n, 6), "learning_rate": logs["learning_rate"],
                              "epoch": round(step / spe, 4), "step": step,
-                             "tokens_per_second": round(window_n * tokens_per_step / max(now - t_window, 1e-9), 2)}
+                             "tokens_per_second": round(tokens_per_second, 1)}
+                    mfu = mfu_of(tokens_per_second)
+                    if mfu is not None:
+                        entry["mfu"] = round(mfu, 4)
                     self._log(entry)
-                    window_loss, window_n, t_window = 0.0, 0, now
+                    window_loss, window_n, window_times = 0.0, 0, []
                 if progress is not None:
                     progress.update(n)
-                    progress.set_postfix(loss=f"{loss:.4f}",
-                                         tok_s=f"{steps_run * tokens_per_step / (time.perf_counter() - t_start):.0f}")
+                    postfix = {"loss": f"{loss:.4f}"}
+                    if tokens_per_second is not None:
+                        postfix["tokens/s"] = f"{tokens_per_second:,.0f}"
+                    progress.set_postfix(postfix)
                 at_epoch_end = step == epoch_end_step or step == total
                 if args.eval_strategy == "steps" and _crossed(prev, step, args.eval_steps):
                     logs.update(self._evaluate_and_log(step))
@@ -283,6 +307,9 @@ class TFTrainer:
             "train_steps_per_second": steps_run / max(runtime, 1e-9),
             "train_samples_per_second": steps_run * self.global_batch_size / max(runtime, 1e-9),
             "train_tokens_per_second": steps_run * tokens_per_step / max(runtime, 1e-9),
+            # the steady rate of the training steps alone (the figure the log lines and progress bar show)
+            "train_step_tokens_per_second": (tokens_per_step / max(statistics.median(steady_times or first_call), 1e-9)
+                                             if first_call else 0.0),
             "global_step": step,
             "epoch": step / spe,
             "tokens_seen": step * tokens_per_step,
@@ -303,10 +330,33 @@ class TFTrainer:
                 self.best_metric = metrics["eval_loss"]
         return metrics
 
+    def _mfu_function(self, element_spec):
+        """``tokens_per_second -> MFU`` (None when the FLOPs or the peak are unknown) for this run.
+
+        FLOPs per token: :func:`hf_tpu_ext.flops.flops_per_token` with the LM head at the batch's
+        ``masked_lm_positions`` only; peak: :func:`hf_tpu_ext.flops.peak_flops` of one replica's device
+        (datasheet, else measured once and cached on disk)."""
+        from hf_tpu_ext.flops import flops_per_token, peak_flops
+
+        try:
+            spec = element_spec.get("masked_lm_positions") if isinstance(element_spec, dict) else None
+            predictions = spec.shape[-1] if spec is not None and spec.shape.rank else None
+            fraction = min(1.0, int(predictions) / self.seq_length) if predictions else None
+            fpt = flops_per_token(self.model.config, self.seq_length, masked_fraction=fraction)
+        except Exception as err:  # noqa: BLE001 (an unusual config: no MFU rather than no training)
+            logger.debug("no FLOPs per token for MFU: %s", err)
+            return lambda tokens_per_second: None
+        peak = peak_flops(self.info.accelerator if self.info.accelerator != "GPU" else _gpu_kind(),
+                          "bfloat16" if getattr(self.args, "bf16", False) else "float32") if self.info.is_chief else None
+        if not peak:
+            return lambda tokens_per_second: None
+        replicas = max(1, self.strategy.num_replicas_in_sync)
+        return lambda tokens_per_second: tokens_per_second / replicas * fpt / peak
+
     def _log(self, entry: Dict[str, Any]):
         self.log_history.append(entry)
         if self.info.is_chief:
-            logger.info(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry.items()))
+            logger.info(_format_entry(entry))
         if self.summary_writer is not None:
             with self.summary_writer.as_default():
                 for k, v in entry.items():
@@ -322,6 +372,26 @@ class TFTrainer:
         path = self.checkpointer.save(step, epoch=step / self.steps_per_epoch)
         if self.info.is_chief:
             logger.info("saved checkpoint %s", path)
+
+
+def _gpu_kind() -> str:
+    from hf_tpu_ext.flops import default_device_kind
+
+    return default_device_kind()
+
+
+def _format_entry(entry: Dict[str, Any]) -> str:
+    """One log line: a training entry as ``step 10 (epoch 0.16): loss 6.1527, lr 4.97e-04 | 5,340 tokens/s in
+    training steps (compilation, evaluation and checkpoints excluded), MFU 2.1%``; other entries as
+    ``key=value`` pairs."""
+    if "loss" not in entry or "tokens_per_second" not in entry:
+        return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry.items())
+    text = (f"step {entry['step']} (epoch {entry['epoch']:.2f}): loss {entry['loss']:.4f}, "
+            f"lr {entry['learning_rate']:.3g} | {entry['tokens_per_second']:,.0f} tokens/s in training steps "
+            "(median step; compilation, evaluation and checkpoints excluded)")
+    if entry.get("mfu") is not None:
+        text += f", MFU {entry['mfu']:.1%}"
+    return text
 
 
 def make_optimizer(training_args, total_steps: int):

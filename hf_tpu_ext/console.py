@@ -1,0 +1,208 @@
+"""What the ``hf-tpu`` commands print: their own log lines, not third-party start-up noise.
+
+With the default ``--log_level passive`` (transformers' name and default):
+
+- TensorFlow/XLA's C++ log lines (``I0000 ... cudart_stub.cc:31] Could not find cuda drivers``,
+  ``E0000 ... failed call to cuInit: ... UNKNOWN ERROR (303)``, absl's ``WARNING: All log messages before
+  absl::InitializeLog() is called are written to STDERR``) are filtered out of the process' stderr.
+  ``TF_CPP_MIN_LOG_LEVEL`` alone cannot hide them: TensorFlow's own logging honours it, but XLA's CUDA
+  probe logs through absl, and absl writes everything logged before ``absl::InitializeLog()`` straight to
+  file descriptor 2, whatever the variable says. So :func:`filter_native_stderr` points fd 2 at a pipe
+  read by a small forked filter process, while Python's ``sys.stderr`` keeps writing to the terminal
+  directly. The filter is a process, not a thread, so it drains the pipe even when this process dies:
+  a fatal ``F...`` line (and anything else that is not a log line) still shows.
+- transformers' "TensorFlow and JAX classes are deprecated" warning is dropped; other warnings stay.
+- huggingface_hub's own progress bars (the upload bars of background pushes) are off during training.
+- hf_tpu_ext's (and transformers') log lines are written with ``tqdm.write`` while a progress bar is
+  open (:func:`console_session`), so no line is glued onto the bar.
+
+``--log_level debug``, ``info`` or ``warning`` bring all of it back (C++ lines included);
+``error``/``critical`` keep the filter and raise the level of the package's own lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import re
+import sys
+from typing import Iterator, List, Optional
+
+LOG_LEVELS = ("passive", "debug", "info", "warning", "error", "critical")
+# levels at which third-party output (C++ log lines, deprecation warnings, Hub bars) is shown
+VERBOSE_LEVELS = ("debug", "info", "warning")
+
+# absl/TF C++ log line: severity letter, MMDD, time (absl's early lines print it oddly), thread id, file:line]
+NATIVE_LOG_LINE = re.compile(
+    rb"^(?:[IWE]\d{4} [\d:.]+\s+\d+ [^\s:\]]+:\d+\] "
+    rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    rb"|To enable the following instructions: .*rebuild TensorFlow with the appropriate compiler flags)"
+)
+DEPRECATION_NOISE = "TensorFlow and JAX classes are deprecated"
+_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def requested_log_level(argv: List[str]) -> str:
+    """The ``--log_level`` a command line asks for (``--log_level X``, ``--log_level=X`` or a JSON config's
+    ``log_level``), lower-cased; ``"passive"`` when none. Read before any parsing, so the C++ filter can be
+    in place before TensorFlow is imported."""
+    level = None
+    if argv and argv[0].endswith(".json") and os.path.isfile(argv[0]):
+        try:
+            with open(argv[0], encoding="utf-8") as f:
+                data = json.load(f)
+            level = data.get("log_level") if isinstance(data, dict) else None
+        except (OSError, ValueError):
+            pass
+    for i, arg in enumerate(argv):
+        if arg == "--log_level" and i + 1 < len(argv):
+            level = argv[i + 1]
+        elif arg.startswith("--log_level="):
+            level = arg.split("=", 1)[1]
+    return str(level).lower() if level else "passive"
+
+
+def _pump(read_fd: int, write_fd: int) -> None:
+    """Copy ``read_fd`` to ``write_fd`` line by line, leaving out C++ log lines, until end of file."""
+    pending = b""
+    skipping = False  # inside a multi-line C++ message
+    while True:
+        try:
+            chunk = os.read(read_fd, 65536)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        out = []
+        for line in lines:
+            if NATIVE_LOG_LINE.match(line):
+                skipping = True
+                continue
+            if skipping and line.startswith(b"To enable the following instructions"):
+                continue
+            skipping = False
+            out.append(line + b"\n")
+        if len(pending) > 65536:  # a very long line without a newline: pass it on
+            out.append(pending)
+            pending = b""
+        if out:
+            os.write(write_fd, b"".join(out))
+    if pending and not NATIVE_LOG_LINE.match(pending):
+        os.write(write_fd, pending)
+
+
+def filter_native_stderr() -> bool:
+    """Leave TensorFlow/XLA C++ log lines out of this process' stderr (fd 2); Python output is unchanged.
+
+    Call once, early, before TensorFlow is imported (``hf_tpu_ext.cli`` does for the console script).
+    ``sys.stderr`` is re-opened on a duplicate of the original fd 2, so tracebacks, logging and progress
+    bars go to the terminal directly; only what C/C++ code writes to fd 2 passes the filter process.
+
+    Returns:
+        True when the filter is in place; False where it cannot be (no ``os.fork``, e.g. Windows, or fd 2
+        closed): nothing is changed then.
+    """
+    if not hasattr(os, "fork"):
+        return False
+    try:
+        sys.stderr.flush()
+        original = os.dup(2)
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+    except (OSError, ValueError, AttributeError):
+        return False
+    if pid == 0:  # the filter process
+        status = 0
+        try:
+            import signal
+
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the command, not its stderr
+            os.close(write_fd)
+            os.dup2(original, 2)
+            _pump(read_fd, original)
+        except BaseException:
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(read_fd)
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
+    sys.stderr = io.TextIOWrapper(io.FileIO(original, "w"), encoding=encoding, errors="backslashreplace",
+                                  line_buffering=True)
+    return True
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in str(record.msg)
+
+
+def setup_logging(log_level: str = "passive") -> None:
+    """Configure the ``hf_tpu_ext`` logger (``HH:MM:SS LEVEL name: message`` on stderr) and transformers'.
+
+    Args:
+        log_level: one of :data:`LOG_LEVELS`. ``passive``: the package logs at INFO, transformers keeps its
+            own level minus the TF deprecation warning. Any other level is applied to both.
+
+    Raises:
+        ValueError: an unknown level.
+    """
+    level = str(log_level).lower()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}.")
+    ours = logging.getLogger("hf_tpu_ext")
+    if not ours.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(_FORMAT, "%H:%M:%S"))
+        ours.addHandler(handler)
+        ours.propagate = False
+    ours.setLevel(logging.INFO if level == "passive" else getattr(logging, level.upper()))
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.get_logger("transformers")  # creates transformers' handler on sys.stderr
+    if level != "passive":
+        hf_logging.set_verbosity(getattr(logging, level.upper()))
+    if level not in VERBOSE_LEVELS:
+        for handler in logging.getLogger("transformers").handlers:
+            if not any(isinstance(f, _DropMessage) for f in handler.filters):
+                handler.addFilter(_DropMessage(DEPRECATION_NOISE))
+
+
+@contextlib.contextmanager
+def console_session(log_level: str = "passive") -> Iterator[None]:
+    """The terminal of a training command: :func:`setup_logging`, log lines through tqdm's
+    ``logging_redirect_tqdm`` (never glued onto a progress bar), huggingface_hub's progress bars off unless
+    the level is verbose (restored on exit)."""
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    setup_logging(log_level)
+    hub_bars_were_off: Optional[bool] = None
+    if str(log_level).lower() not in VERBOSE_LEVELS:
+        try:
+            from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
+
+            hub_bars_were_off = are_progress_bars_disabled()
+            disable_progress_bars()
+        except ImportError:
+            pass
+    loggers = [logging.getLogger("hf_tpu_ext"), logging.getLogger("transformers")]
+    try:
+        with logging_redirect_tqdm(loggers=loggers):
+            yield
+    finally:
+        if hub_bars_were_off is False:
+            from huggingface_hub.utils import enable_progress_bars
+
+            enable_progress_bars()
