@@ -13,12 +13,23 @@ import pytest
 
 from loopback_hub import LoopbackHubServer
 
-__all__ = ["ALICE_TOKEN", "BOB_TOKEN", "LoopbackHub", "loopback_hub_server", "loopback_hub"]
+__all__ = ["ALICE_TOKEN", "ALICE_READ_TOKEN", "ALICE_SCOPED_TOKEN", "BOB_TOKEN", "LoopbackHub", "loopback_hub_server",
+           "loopback_hub"]
 
 ALICE_TOKEN = "hf_alice_loopback_secret_token_0123"
+ALICE_READ_TOKEN = "hf_alice_loopback_readonly_token_4567"
+ALICE_SCOPED_TOKEN = "hf_alice_loopback_scoped_token_8901"
 BOB_TOKEN = "hf_bob_loopback_secret_token_9876"
+_ALICE_ORGS = [{"name": "alice-org", "role": "write"}, {"name": "readers", "role": "read"}]
 USERS = {
-    ALICE_TOKEN: {"name": "alice", "orgs": [{"name": "alice-org", "role": "write"}, {"name": "readers", "role": "read"}]},
+    ALICE_TOKEN: {"name": "alice", "orgs": _ALICE_ORGS},
+    # the same user with a token of role "read": whoami works, every write is refused with 403
+    ALICE_READ_TOKEN: {"name": "alice", "orgs": _ALICE_ORGS, "role": "read"},
+    # a fine-grained token that may write to the model repo alice/scoped only
+    ALICE_SCOPED_TOKEN: {"name": "alice", "orgs": _ALICE_ORGS, "role": "fineGrained", "fineGrained": {
+        "global": ["discussion.write"],
+        "scoped": [{"entity": {"type": "user", "name": "alice"}, "permissions": ["repo.content.read"]},
+                   {"entity": {"type": "model", "name": "alice/scoped"}, "permissions": ["repo.content.read", "repo.write"]}]}},
     BOB_TOKEN: {"name": "bob", "orgs": []},
 }
 
@@ -32,12 +43,16 @@ class LoopbackHub:
         token: a valid token of user ``alice`` (member of ``alice-org`` with write, ``readers`` with read).
         other_token: a valid token of user ``bob`` (no orgs).
         server: the :class:`loopback_hub.LoopbackHubServer` (inspection and fault injection).
+        read_token: a token of ``alice`` with role ``read`` (cannot write anywhere).
+        scoped_token: a fine-grained token of ``alice`` with ``repo.write`` on ``alice/scoped`` only.
     """
 
     endpoint: str
     token: str
     other_token: str
     server: LoopbackHubServer
+    read_token: str = ALICE_READ_TOKEN
+    scoped_token: str = ALICE_SCOPED_TOKEN
 
 
 @pytest.fixture(scope="session")

@@ -9,12 +9,19 @@ URLs on this same server, repo info, tree and paths-info listings, ``resolve`` d
 Everything lives in memory: each repo keeps every commit (message, files, parent) so tests can inspect
 the history. Tokens map to users; the server never records a token, only the user name.
 
+Tokens have the Hub's roles: a user entry may say ``"role": "read" | "write" | "fineGrained"`` (default
+``"write"``) and, for ``"fineGrained"``, ``"fineGrained": {"scoped": [{"entity": {"type": "user"|"org"|"model",
+"name": ...}, "permissions": ["repo.write", ...]}]}``; whoami reports them under ``auth.accessToken`` as the
+Hub does, and writes (create, commit, branch, LFS) are refused with 403 when the token may not write.
+
 Fault injection: :meth:`LoopbackHubServer.fail_next` makes the next ``n`` requests of a route answer an
-error status, :meth:`LoopbackHubServer.latency` delays a route's requests.
+error status (optionally with headers such as ``Retry-After``), :meth:`LoopbackHubServer.fail_sequence`
+queues one status per request, :meth:`LoopbackHubServer.empty_reply_next` applies the next requests of a
+route but answers them with an empty 200 body, :meth:`LoopbackHubServer.latency` delays a route's requests.
 
 Route names (for fault injection and :attr:`LoopbackHubServer.requests`): ``whoami``, ``create_repo``,
-``validate_yaml``, ``repo_info``, ``tree``, ``paths_info``, ``preupload``, ``commit``, ``branch``,
-``lfs_batch``, ``lfs_upload``, ``lfs_verify``, ``resolve``.
+``validate_yaml``, ``repo_info``, ``tree``, ``paths_info``, ``preupload``, ``commit``, ``commits``,
+``branch``, ``lfs_batch``, ``lfs_upload``, ``lfs_verify``, ``resolve``.
 """
 
 from __future__ import annotations
@@ -201,7 +208,8 @@ class LoopbackHubServer:
     """An in-memory Hub on ``127.0.0.1:<free port>`` served from a background thread.
 
     Args:
-        users: token -> ``{"name": str, "orgs": [{"name": str, "role": "admin"|"write"|"read"}]}``.
+        users: token -> ``{"name": str, "orgs": [{"name": str, "role": "admin"|"write"|"read"}]}``, plus the
+            token's ``"role"`` (``"read"``, ``"write"`` (default), ``"fineGrained"``) and ``"fineGrained"`` scopes.
 
     Attributes:
         endpoint: ``http://127.0.0.1:<port>``.
@@ -237,10 +245,22 @@ class LoopbackHubServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
-    def fail_next(self, n: int, status: int = 503, route: Optional[str] = "commit") -> None:
-        """Answer the next ``n`` requests of ``route`` (None: any route) with ``status``."""
+    def fail_next(self, n: int, status: int = 503, route: Optional[str] = "commit",
+                  headers: Optional[dict] = None) -> None:
+        """Answer the next ``n`` requests of ``route`` (None: any route) with ``status`` (and ``headers``,
+        e.g. ``{"Retry-After": "2"}``)."""
         with self._lock:
-            self._faults.append({"n": int(n), "status": int(status), "route": route})
+            self._faults.append({"n": int(n), "status": int(status), "route": route, "headers": dict(headers or {})})
+
+    def fail_sequence(self, statuses, route: Optional[str] = "commit", headers: Optional[dict] = None) -> None:
+        """Answer the next requests of ``route`` with ``statuses`` in order, one each (then normally)."""
+        for status in statuses:
+            self.fail_next(1, status, route, headers)
+
+    def empty_reply_next(self, n: int = 1, route: str = "commit") -> None:
+        """Carry out the next ``n`` requests of ``route`` but answer each with HTTP 200 and an empty body."""
+        with self._lock:
+            self._faults.append({"n": int(n), "status": 200, "route": route, "headers": {}, "empty": True})
 
     def latency(self, seconds: float, route: Optional[str] = None) -> None:
         """Delay each request of ``route`` (None: every route) by ``seconds``; 0 removes the delay."""
@@ -270,12 +290,12 @@ class LoopbackHubServer:
         return {p: f.content for p, f in self._resolve(repo, revision).files.items()}
 
     # ---- internals -------------------------------------------------------------------------------
-    def _take_fault(self, route: str) -> Optional[int]:
+    def _take_fault(self, route: str) -> Optional[dict]:
         with self._lock:
             for fault in self._faults:
                 if fault["n"] > 0 and fault["route"] in (None, route):
                     fault["n"] -= 1
-                    return fault["status"]
+                    return fault
         return None
 
     def _delay(self, route: str) -> float:
@@ -293,9 +313,16 @@ class LoopbackHubServer:
         return user
 
     @staticmethod
-    def _can_write(user: Optional[dict], namespace: str) -> bool:
-        if user is None:
+    def _can_write(user: Optional[dict], namespace: str, repo_id: Optional[str] = None, repo_type: str = "model") -> bool:
+        if user is None or user.get("role") == "read":
             return False
+        if user.get("role") == "fineGrained":
+            scoped = (user.get("fineGrained") or {}).get("scoped") or []
+            if not any("repo.write" in (sc.get("permissions") or [])
+                       and ((sc["entity"]["type"] in ("user", "org") and sc["entity"]["name"] == namespace)
+                            or (repo_id and sc["entity"]["type"] == repo_type and sc["entity"]["name"] == repo_id))
+                       for sc in scoped):
+                return False
         if user["name"] == namespace:
             return True
         return any(o["name"] == namespace and o.get("role") in ("admin", "write") for o in user.get("orgs", []))
@@ -317,7 +344,7 @@ class LoopbackHubServer:
         if user is None:
             raise HubHTTPError(401, "You must be authenticated to write to a repo")
         repo = self._get_repo(repo_type, repo_id, user)
-        if not self._can_write(user, repo_id.split("/")[0]):
+        if not self._can_write(user, repo_id.split("/")[0], repo_id, repo_type):
             raise HubHTTPError(403, f"You don't have the rights to write to {repo_id}")
         return repo
 
@@ -350,6 +377,7 @@ def _routes():
         ("POST", "validate_yaml", re.compile(r"^/api/validate-yaml$")),
         ("POST", "preupload", re.compile(rf"^/api/{_TYPES}/{_REPO}/preupload/(?P<rev>[^/]+)$")),
         ("POST", "commit", re.compile(rf"^/api/{_TYPES}/{_REPO}/commit/(?P<rev>[^/]+)$")),
+        ("GET", "commits", re.compile(rf"^/api/{_TYPES}/{_REPO}/commits/(?P<rev>[^/]+)$")),
         ("POST", "branch", re.compile(rf"^/api/{_TYPES}/{_REPO}/branch/(?P<rev>[^/]+)$")),
         ("POST", "paths_info", re.compile(rf"^/api/{_TYPES}/{_REPO}/paths-info/(?P<rev>[^/]+)$")),
         ("GET", "tree", re.compile(rf"^/api/{_TYPES}/{_REPO}/tree/(?P<rev>[^/]+)(?:/(?P<path>.*))?$")),
@@ -429,15 +457,20 @@ def _make_handler(hub: LoopbackHubServer):
             delay = hub._delay(route)
             if delay:
                 time.sleep(delay)
-            status = hub._take_fault(route)
-            if status is not None:
+            fault = hub._take_fault(route)
+            if fault is not None and not fault.get("empty"):
+                status = fault["status"]
                 record["status"] = status
-                return self._json(status, {"error": f"injected failure {status}"}, {"X-Error-Message": f"injected failure {status}"})
+                return self._json(status, {"error": f"injected failure {status}"},
+                                  {"X-Error-Message": f"injected failure {status}", **fault["headers"]})
             try:
                 user = hub._user(self.headers)
                 record["user"] = user["name"] if user else None
                 with hub._lock:
                     status, payload, headers = getattr(self, "do_" + route)(match, query, body, user)
+                if fault is not None:  # carried out, but the reply is lost
+                    record["status"] = 200
+                    return self._send(200, b"")
             except HubHTTPError as err:
                 record["status"] = err.status
                 headers = {"X-Error-Message": err.message}
@@ -456,8 +489,14 @@ def _make_handler(hub: LoopbackHubServer):
             if user is None:
                 raise HubHTTPError(401, INVALID_CREDENTIALS)
             orgs = [{"type": "org", "name": o["name"], "roleInOrg": o.get("role", "read")} for o in user.get("orgs", [])]
+            access = {"displayName": "loopback", "role": user.get("role", "write"), "createdAt": "2024-01-01T00:00:00.000Z"}
+            if access["role"] == "fineGrained":
+                fine = user.get("fineGrained") or {}
+                access["fineGrained"] = {"canReadGatedRepos": False, "global": list(fine.get("global", [])),
+                                         "scoped": [{"entity": dict(sc["entity"]), "permissions": list(sc["permissions"])}
+                                                    for sc in fine.get("scoped", [])]}
             return 200, {"type": "user", "name": user["name"], "fullname": user["name"].title(), "orgs": orgs,
-                         "auth": {"type": "access_token", "accessToken": {"displayName": "loopback", "role": "write"}}}, None
+                         "auth": {"type": "access_token", "accessToken": access}}, None
 
         def do_create_repo(self, m, q, body, user):
             data = json.loads(body or b"{}")
@@ -633,6 +672,19 @@ def _make_handler(hub: LoopbackHubServer):
             commit = hub._commit(repo, branch, header["summary"], header.get("description", ""), files, added, deleted, user["name"])
             url = f"{hub.endpoint}/{TYPE_PREFIX[repo_type]}{repo_id}/commit/{commit.sha}"
             return 200, {"success": True, "commitOid": commit.sha, "commitUrl": url, "pullRequestUrl": None}, None
+
+        def do_commits(self, m, q, body, user):
+            repo = hub._get_repo(self._type(m), m.group("repo_id"), user)
+            sha = hub._resolve(repo, m.group("rev")).sha
+            out = []
+            while sha:  # newest first, as the Hub lists them
+                c = repo.commits[sha]
+                out.append({"id": c.sha, "title": c.message,
+                            "message": c.message + (f"\n\n{c.description}" if c.description else ""),
+                            "authors": [{"user": c.author}],
+                            "date": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(c.timestamp))})
+                sha = c.parent
+            return 200, out, None
 
         def do_lfs_batch(self, m, q, body, user):
             repo_type = {"datasets/": "dataset", "spaces/": "space"}.get(m.group("prefix") or "", "model")

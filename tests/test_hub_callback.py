@@ -1,5 +1,6 @@
 """PushToHubCallback with a tiny TF model in `model.fit`, against the loopback Hub."""
 
+import json
 import logging
 import os
 
@@ -9,7 +10,13 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 import tf_keras  # noqa: E402
 
-from hf_tpu_ext.callbacks.push_to_hub import PushToHubCallback  # noqa: E402
+import functools  # noqa: E402
+
+from hf_tpu_ext.backends.tensorflow.export import save_model_folder  # noqa: E402
+from hf_tpu_ext.callbacks.push_to_hub import PushToHubCallback as _PushToHubCallback  # noqa: E402
+
+# the adapter imports no backend: the training run (here the test) passes the backend's model-folder writer
+PushToHubCallback = functools.partial(_PushToHubCallback, save_fn=save_model_folder)
 from hf_tpu_ext.errors import HubAuthError  # noqa: E402
 
 STEPS_PER_EPOCH = 4
@@ -77,7 +84,9 @@ def assert_same_as_model(weights, model):
 def model_commits_hold_no_optimizer_state(server, repo_id):
     for commit in server.commits(repo_id):
         if commit["message"].startswith(("Training in progress", "End of training")):
-            assert not [p for p in commit["added"] if any(s in p for s in OPTIMIZER_FILE) or "checkpoint" in p], commit["message"]
+            # optimizer state only inside last-checkpoint/ (hub_strategy="checkpoint" pushes it with the model)
+            assert not [p for p in commit["added"] if (any(s in p for s in OPTIMIZER_FILE) or "checkpoint" in p)
+                        and not p.startswith("last-checkpoint/")], commit["message"]
 
 
 def test_latency_longer_than_an_epoch_final_weights_land(loopback_hub, tmp_path, model):
@@ -189,7 +198,7 @@ def test_auth_errors_before_first_step(loopback_hub, tmp_path, caplog, model, re
 
 
 def test_checkpoint_strategy_resume_and_no_token_leak(loopback_hub, tmp_path, caplog, model):
-    from hf_tpu_ext.callbacks.push_to_hub import _make_checkpointer  # TrainingCheckpointer on (model, optimizer)
+    from hf_tpu_ext.backends.tensorflow.checkpoint import TrainingCheckpointer
     from hf_tpu_ext.hub.resume import download_last_checkpoint
 
     caplog.set_level(logging.DEBUG)
@@ -202,14 +211,18 @@ def test_checkpoint_strategy_resume_and_no_token_leak(loopback_hub, tmp_path, ca
     files = loopback_hub.server.files("alice-org/resumable", revision="dev")
     ckpt = sorted(p for p in files if p.startswith("last-checkpoint/"))
     assert ckpt == ["last-checkpoint/checkpoint", "last-checkpoint/ckpt-8.data-00000-of-00001",
-                    "last-checkpoint/ckpt-8.index", "last-checkpoint/ckpt-8.json", "last-checkpoint/trainer_state.json"]
-    assert b'"global_step": 8' in files["last-checkpoint/trainer_state.json"]
+                    "last-checkpoint/ckpt-8.index", "last-checkpoint/trainer_state.json"]
+    state = json.loads(files["last-checkpoint/trainer_state.json"])
+    assert (state["global_step"], state["epoch"], state["max_steps"]) == (8, 2.0, 8)
+    # the model and the checkpoint of a save land in the same commit
+    for commit in loopback_hub.server.commits("alice-org/resumable", branch="dev")[1:]:
+        assert "model.safetensors" in commit["added"] and "last-checkpoint/trainer_state.json" in commit["added"]
     assert "wikitext" in files["README.md"].decode() and "datasets:\n- wikitext" in files["README.md"].decode()
     model_commits_hold_no_optimizer_state(loopback_hub.server, "alice-org/resumable")
 
     folder = download_last_checkpoint("alice-org/resumable@dev", loopback_hub.token, str(tmp_path / "dl"))
     fresh = tiny_model()
-    restored = _make_checkpointer(str(tmp_path / "fresh"), fresh, fresh.optimizer, str(tmp_path / "fresh" / "checkpoints"))
+    restored = TrainingCheckpointer(fresh, fresh.optimizer, str(tmp_path / "fresh" / "checkpoints"), max_to_keep=2)
     assert restored.restore(folder) == 8
     for a, b in zip(model.weights, fresh.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.name)

@@ -1,24 +1,23 @@
 """``PushToHubCallback``: push the model, its card and (optionally) training checkpoints while training runs.
 
-A replacement for ``transformers.keras_callbacks.PushToHubCallback`` that does no network work in
-``__init__``, checks Hub access before the first step, never blocks training (uploads run in a
-:class:`~hf_tpu_ext.hub.push_queue.PushQueue` from snapshots of the files) and counts steps globally
-(``model.optimizer.iterations``, correct with ``steps_per_execution > 1`` and across epochs/resumes).
+A tf_keras adapter of :class:`hf_tpu_ext.hub.pusher.HubPusher` (which owns the push policy, the queue,
+retries, the report and the cleanup): it decides *when* a save happens (``save_strategy``, ``save_steps``,
+``save_best_only``; steps counted globally with ``model.optimizer.iterations``, correct with
+``steps_per_execution > 1`` and across epochs/resumes), writes the model folder with the ``save_fn`` it
+was given, the checkpoint with the run's ``checkpointer`` (or a ``tf.train.Checkpoint`` of model and
+optimizer) and a ``trainer_state.json`` with the true epoch and ``max_steps``, and hands the folders to
+the pusher. No network work in ``__init__``; Hub access (write access included) is checked before the first
+step; uploads never block training. It imports no backend: the training run passes its save function.
 
-``hub_strategy`` follows :class:`transformers.TrainingArguments`:
-
-- ``"end"``: push the final model and card when training ends only;
-- ``"every_save"``: push the model folder (weights, config, tokenizer, card, loss curve, logs) at every save;
-- ``"checkpoint"``: also push the newest training checkpoint (model + optimizer) to ``last-checkpoint/``,
-  from where ``--resume_from_checkpoint user/name`` resumes;
-- ``"all_checkpoints"``: also push every checkpoint to ``checkpoint-<step>/``.
-
-The model-folder pushes never hold optimizer state.
+``hub_strategy`` follows :class:`transformers.TrainingArguments` (see :mod:`hf_tpu_ext.hub.pusher`):
+``"end"``, ``"every_save"``, ``"checkpoint"`` (model + ``last-checkpoint/`` in one commit, from where
+``--resume_from_checkpoint user/name`` resumes), ``"all_checkpoints"``. The model-folder pushes never hold
+optimizer state.
 """
 
 from __future__ import annotations
 
-import inspect
+import glob
 import logging
 import math
 import os
@@ -30,27 +29,13 @@ import tf_keras
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.errors import ArgumentError, ModelCardError
+from hf_tpu_ext.hub.pusher import HUB_STRATEGIES, LAST_CHECKPOINT, HubPusher
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
-HUB_STRATEGIES = ("end", "every_save", "checkpoint", "all_checkpoints")
 SAVE_STRATEGIES = ("no", "steps", "epoch")
-# never in a model-folder push: optimizer state and local checkpoint folders
-MODEL_IGNORE_PATTERNS = ["checkpoints/*", "last-checkpoint/*", "checkpoint-*", "hub-last-checkpoint/*", "*.index",
-                         "*.data-*", "*.tmp", ".*"]
 _MONITOR_ALIASES = {"eval_loss": "val_loss", "val_loss": "eval_loss", "eval_accuracy": "val_accuracy",
                     "val_accuracy": "eval_accuracy"}
-
-
-def _make_checkpointer(output_dir: str, model, optimizer, directory: str):
-    """A ``TrainingCheckpointer`` on (model, optimizer) writing to ``directory`` (either constructor form)."""
-    from hf_tpu_ext.backends.tensorflow.checkpoint import TrainingCheckpointer
-
-    params = inspect.signature(TrainingCheckpointer).parameters
-    if "output_dir" in params:
-        return TrainingCheckpointer(output_dir=output_dir, model=model, optimizer=optimizer, directory=directory,
-                                    **({"save_total_limit": 2} if "save_total_limit" in params else {}))
-    return TrainingCheckpointer(model, optimizer, directory, max_to_keep=2)
 
 
 @register_callback("push_to_hub")
@@ -65,18 +50,29 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
         tokenizer: saved into the model folder with the weights.
         hub_model_id: ``"user/name"`` or ``"name"`` (default: the name of ``output_dir`` under the token's user).
         hub_token: the Hub token (default: ``HF_TOKEN`` or the cached login). Never logged or written.
-        hub_strategy: ``"end"``, ``"every_save"``, ``"checkpoint"`` or ``"all_checkpoints"`` (see module doc).
+        hub_strategy: ``"end"``, ``"every_save"``, ``"checkpoint"`` or ``"all_checkpoints"``.
         hub_private_repo: create the repo private.
         hub_revision: branch to push to (created from main when missing).
         save_best_only: save/push only when ``logs[monitor]`` improves on the best value so far.
         monitor: the metric for ``save_best_only``; Keras' ``val_loss`` and ``eval_loss`` are interchangeable.
         mode: ``"min"`` or ``"max"``: which direction is an improvement.
-        checkpointer: the run's ``TrainingCheckpointer`` for checkpoint pushes (default: one is created on
-            (model, optimizer) in ``output_dir/checkpoints`` when needed).
+        checkpointer: the run's checkpointer for checkpoint pushes: an object with ``save(step, epoch=...)``
+            returning a checkpoint prefix ``.../ckpt-N`` and ``latest`` (e.g. the TensorFlow backend's
+            ``TrainingCheckpointer``). Default: a ``tf.train.CheckpointManager`` on (model, optimizer, global
+            step, epoch) in ``output_dir/checkpoints``.
         push_timeout: seconds ``on_train_end`` waits for the uploads to finish.
         summary_fn: a callable returning the training-summary dict for the card (default: what
             ``output_dir`` holds).
-        max_retries, backoff_seconds: retry policy of the upload queue (see ``PushQueue``).
+        max_retries, backoff_seconds: retry policy (see :class:`~hf_tpu_ext.hub.pusher.HubPusher`).
+        save_fn: ``save_fn(model, folder, tokenizer)`` writes the model folder (config, weights, tokenizer);
+            the training run passes its backend's. Default: the model's and tokenizer's ``save_pretrained``.
+        max_steps: the run's total optimizer steps, for ``trainer_state.json`` (default: Keras'
+            ``epochs * steps``).
+        trainer_state_fn: returns the run's ``trainer_state`` dict (log history, best metric ...) for the
+            checkpoint's ``trainer_state.json``; ``global_step``, ``epoch`` and ``max_steps`` are set from the
+            save point.
+        pusher: a :class:`~hf_tpu_ext.hub.pusher.HubPusher` owned by the caller (the training run), which
+            then also finishes it; default: the callback makes one and finishes it in ``on_train_end``.
         **card_fields: passed to :func:`hf_tpu_ext.hub.model_card.render_model_card` (``license``,
             ``language``, ``dataset_name``, ``dataset_description``, ``base_model``, ``tags``, ...).
 
@@ -94,6 +90,8 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
                  hub_private_repo: Optional[bool] = None, hub_revision: Optional[str] = None, save_best_only: bool = False,
                  monitor: str = "eval_loss", mode: str = "min", checkpointer=None, push_timeout: float = 600,
                  summary_fn: Optional[Callable[[], dict]] = None, max_retries: int = 5, backoff_seconds: float = 1.0,
+                 save_fn: Optional[Callable] = None, max_steps: Optional[int] = None,
+                 trainer_state_fn: Optional[Callable[[], dict]] = None, pusher: Optional[HubPusher] = None,
                  **card_fields):
         super().__init__()
         if hub_strategy not in HUB_STRATEGIES:
@@ -111,10 +109,12 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
         self.save_best_only, self.monitor, self.mode = save_best_only, monitor, mode
         self.checkpointer, self.push_timeout, self.summary_fn = checkpointer, push_timeout, summary_fn
         self.max_retries, self.backoff_seconds = max_retries, backoff_seconds
+        self.save_fn, self.max_steps, self.trainer_state_fn = save_fn, max_steps, trainer_state_fn
         self.card_fields = card_fields
         self._hub_token = hub_token  # resolved in preflight (reads HF_TOKEN / cached login, no network)
-        self.repo_id: Optional[str] = None
-        self.queue = None
+        self.pusher: Optional[HubPusher] = pusher
+        self._owns_pusher = pusher is None
+        self.repo_id: Optional[str] = pusher.repo_id if pusher is not None else None
         self.report = None
         self.pushed_steps: List[int] = []
         self.best: Optional[float] = None
@@ -123,6 +123,7 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
         self._last_save_step: Optional[int] = None
         self._epoch = 0.0
         self._warned_monitor = False
+        self._own_manager = None
 
     def __repr__(self):  # the token stays out of logs and tracebacks
         return (f"PushToHubCallback(output_dir={self.output_dir!r}, hub_model_id={self.hub_model_id!r}, "
@@ -130,25 +131,31 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
 
     @classmethod
     def from_run(cls, run):
-        """Build from the trainer's ``RunContext`` (``--callbacks push_to_hub``)."""
+        """Build from the training run's context (``--callbacks push_to_hub``).
+
+        Uses ``run.save_model_folder`` (the backend's model-folder writer) and ``run.hub_pusher`` when the
+        run provides them.
+        """
         args = run.training_args
         return cls(output_dir=args.output_dir, save_strategy=args.save_strategy, save_steps=args.save_steps,
                    tokenizer=run.tokenizer, hub_model_id=args.hub_model_id, hub_token=args.hub_token,
                    hub_strategy=args.hub_strategy, hub_private_repo=args.hub_private_repo,
-                   hub_revision=args.hub_revision, checkpointer=run.checkpointer, license=args.license,
-                   language=args.language, dataset_name=run.data_args.dataset_name)
+                   hub_revision=args.hub_revision, checkpointer=getattr(run, "checkpointer", None),
+                   save_fn=getattr(run, "save_model_folder", None), max_steps=getattr(run, "total_steps", None),
+                   pusher=getattr(run, "hub_pusher", None), license=args.license, language=args.language,
+                   dataset_name=run.data_args.dataset_name)
 
     # ---- Hub access ------------------------------------------------------------------------------
     def preflight(self) -> Optional[str]:
-        """Check the token and namespace, create the repo/branch, validate the card fields; idempotent.
+        """Check the token, write access and namespace, create the repo/branch, validate the card fields.
 
-        Only the chief talks to the Hub; other processes return ``None``.
+        Idempotent. Only the chief talks to the Hub; other processes return ``None``.
 
         Returns:
             The full repo id (chief), else ``None``.
 
         Raises:
-            HubAuthError, HubRepoError, HubError: see :func:`hf_tpu_ext.hub.preflight.preflight`.
+            HubAuthError, HubRepoError, HubError: see :meth:`hf_tpu_ext.hub.pusher.HubPusher.preflight`.
             ModelCardError: the card fields (license, language, dataset) do not validate.
         """
         from hf_tpu_ext.distributed import is_main_process
@@ -158,12 +165,14 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
         if not is_main_process():
             self._preflight_done = True
             return None
-        from hf_tpu_ext.hub.push_queue import open_push_queue
-
-        self.repo_id, self._hub_token, self.queue = open_push_queue(
-            self.output_dir, self.hub_model_id, self._hub_token, private=self.hub_private_repo,
-            revision=self.hub_revision, max_retries=self.max_retries, backoff_seconds=self.backoff_seconds,
-            card_fields=self.card_fields)
+        if self.pusher is None:
+            self.pusher = HubPusher(
+                self.hub_model_id, token=self._hub_token, hub_strategy=self.hub_strategy,
+                private=self.hub_private_repo, revision=self.hub_revision, output_dir=self.output_dir,
+                max_retries=self.max_retries, backoff_seconds=self.backoff_seconds, push_timeout=self.push_timeout,
+                card_fields=self.card_fields)
+        self.repo_id = self.pusher.preflight()
+        self._hub_token = self.pusher.token
         self._preflight_done = True
         return self.repo_id
 
@@ -171,16 +180,19 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
     def _global_step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
 
+    def _steps_per_epoch(self) -> Optional[int]:
+        return (getattr(self, "params", None) or {}).get("steps")
+
     def on_train_begin(self, logs=None):
         self.preflight()
         self._last_save_step = self._global_step()
-        steps = (getattr(self, "params", None) or {}).get("steps")
+        steps = self._steps_per_epoch()
         if steps:
             self._epoch = self._last_save_step / steps
 
     def on_train_batch_end(self, batch, logs=None):
         step = self._global_step()
-        steps = (getattr(self, "params", None) or {}).get("steps")
+        steps = self._steps_per_epoch()
         if steps:
             self._epoch = step / steps
         if self.save_strategy != "steps":
@@ -190,7 +202,8 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
             self._save_point(step, logs or {})
 
     def on_epoch_end(self, epoch, logs=None):
-        self._epoch = float(epoch + 1)
+        steps = self._steps_per_epoch()
+        self._epoch = self._global_step() / steps if steps else float(epoch + 1)
         if self.save_strategy == "epoch":
             self._save_point(self._global_step(), logs or {})
 
@@ -199,11 +212,9 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
 
         step = self._global_step()
         self._save_point(step, logs or {}, final=True)
-        if not is_main_process() or self.queue is None:
+        if not is_main_process() or self.pusher is None or not self._owns_pusher:
             return
-        from hf_tpu_ext.hub.push_queue import finish_pushes
-
-        self.report = finish_pushes(self.queue, self.repo_id, self.output_dir, step, self.push_timeout)
+        self.report = self.pusher.finish(self.push_timeout)
 
     # ---- save points -----------------------------------------------------------------------------
     def _monitored(self, logs: dict) -> Optional[float]:
@@ -227,27 +238,70 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
             self.best, self.best_step = value, step
         return better
 
-    def _checkpoint(self, step: int) -> str:
-        """The checkpoint of ``step``: the run's if it already wrote it, else a new one (all workers run this)."""
+    def _max_steps(self) -> int:
+        if self.max_steps:
+            return int(self.max_steps)
+        params = getattr(self, "params", None) or {}
+        if params.get("steps") and params.get("epochs"):
+            return int(params["steps"]) * int(params["epochs"])
+        return 0
+
+    def _checkpoint_prefix(self, step: int) -> str:
+        """Write (or find) the checkpoint of ``step``; every worker runs this (the write is collective)."""
         from hf_tpu_ext.distributed import is_main_process
 
-        if self.checkpointer is None:
+        if self.checkpointer is not None:
+            latest = self.checkpointer.latest
+            if latest and os.path.basename(latest) == f"ckpt-{step}":
+                return latest
+            try:
+                return self.checkpointer.save(step, epoch=self._epoch)
+            except TypeError:  # a checkpointer whose save takes the step only
+                return self.checkpointer.save(step)
+        if self._own_manager is None:
+            import tensorflow as tf
+
             directory = os.path.join(self.output_dir, "checkpoints") if is_main_process() else tempfile.mkdtemp(
                 prefix="hf-tpu-worker-")
-            self.checkpointer = _make_checkpointer(self.output_dir, self.model, self.model.optimizer, directory)
-        latest = self.checkpointer.latest
-        if latest and os.path.basename(latest) == f"ckpt-{step}":
-            return latest
-        try:
-            return self.checkpointer.save(step, epoch=self._epoch)
-        except TypeError:  # a checkpointer whose save takes the step only
-            return self.checkpointer.save(step)
+            self._global_step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            self._epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+            # the object graph of the TensorFlow backend's checkpoints, so its restore accepts these
+            checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer,
+                                             global_step=self._global_step_var, epoch=self._epoch_var)
+            self._own_manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=2, checkpoint_name="ckpt")
+        self._global_step_var.assign(step)
+        self._epoch_var.assign(int(self._epoch))
+        return self._own_manager.save(checkpoint_number=step)
+
+    def _checkpoint_folder(self, prefix: str, step: int, folder: str) -> str:
+        """Copy checkpoint ``prefix`` alone into ``folder`` with a ``checkpoint`` state file and trainer_state.json."""
+        name = os.path.basename(prefix)
+        if os.path.isdir(folder):
+            shutil.rmtree(folder)
+        os.makedirs(folder)
+        for path in glob.glob(prefix + ".*"):  # ckpt-N.index, ckpt-N.data-*, the backend's ckpt-N.json sidecar
+            shutil.copy2(path, os.path.join(folder, os.path.basename(path)))
+        with open(os.path.join(folder, "checkpoint"), "w", encoding="utf-8") as f:  # tf.train's state file
+            f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+        self._trainer_state(step, folder)
+        return folder
 
     def _trainer_state(self, step: int, folder: str) -> None:
-        from hf_tpu_ext.outputs import TrainerState
+        import json
 
-        TrainerState(global_step=step, epoch=self._epoch, best_metric=self.best, best_global_step=self.best_step,
-                     save_steps=self.save_steps or 0).save(os.path.join(folder, "trainer_state.json"))
+        state = {}
+        if self.trainer_state_fn is not None:
+            try:
+                state = dict(self.trainer_state_fn() or {})
+            except Exception as err:  # the checkpoint must not depend on it
+                logger.warning("trainer_state_fn failed (%s: %s); trainer_state.json holds the step and epoch only.",
+                               type(err).__name__, err)
+        state.update(global_step=int(step), epoch=float(self._epoch), max_steps=self._max_steps())
+        state.setdefault("best_metric", self.best)
+        state.setdefault("best_global_step", self.best_step)
+        state.setdefault("save_steps", self.save_steps or 0)
+        with open(os.path.join(folder, "trainer_state.json"), "w", encoding="utf-8") as f:
+            json.dump(state, f, indent=2, sort_keys=True)
 
     def _save_point(self, step: int, logs: dict, final: bool = False) -> None:
         from hf_tpu_ext.distributed import is_main_process
@@ -261,26 +315,28 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
         self._last_save_step = step
         want_ckpt = self.hub_strategy in ("checkpoint", "all_checkpoints") and (not final or self.hub_strategy == "checkpoint")
         # collective under MultiWorkerMirroredStrategy: every worker saves, outside the chief-only branch
-        ckpt_path = self._checkpoint(step) if want_ckpt else None
+        prefix = self._checkpoint_prefix(step) if want_ckpt else None
         if not is_main_process():
             return
         self._write_model_folder()
-        if self.queue is None or (self.hub_strategy == "end" and not final):
+        if self.pusher is None or (self.hub_strategy == "end" and not final):
             return
-        message = "End of training" if final else f"Training in progress, step {step}"
-        from hf_tpu_ext.hub.push_queue import submit_model_folder
-
-        submit_model_folder(self.queue, self.output_dir, message, self._hub_token, MODEL_IGNORE_PATTERNS)
-        if ckpt_path is not None:
-            self._submit_checkpoint(ckpt_path, step)
+        folder = None
+        if prefix is not None:
+            folder = self._checkpoint_folder(prefix, step, os.path.join(self.output_dir, LAST_CHECKPOINT))
+        self.pusher.push_save(self.output_dir, step=step, checkpoint_folder=folder, final=final)
         self.pushed_steps.append(step)
 
     def _write_model_folder(self) -> None:
         """Weights, config, tokenizer and the card (checked locally here; the Hub checks it in the push job)."""
-        from hf_tpu_ext.backends.tensorflow.export import save_model_folder
         from hf_tpu_ext.hub.model_card import render_model_card, validate_model_card
 
-        save_model_folder(self.model, self.output_dir, self.tokenizer)
+        if self.save_fn is not None:
+            self.save_fn(self.model, self.output_dir, self.tokenizer)
+        else:
+            self.model.save_pretrained(self.output_dir)
+            if self.tokenizer is not None:
+                self.tokenizer.save_pretrained(self.output_dir)
         summary = None
         if self.summary_fn is not None:
             try:
@@ -294,22 +350,3 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
             card.save(os.path.join(self.output_dir, "README.md"))
         except ModelCardError as err:
             logger.error("Model card not updated: %s", err)
-
-    def _submit_checkpoint(self, ckpt_path: str, step: int) -> None:
-        from hf_tpu_ext.backends.tensorflow.checkpoint import export_checkpoint_folder
-
-        if self.hub_strategy == "checkpoint":
-            folder = os.path.join(self.output_dir, "last-checkpoint")
-            export_checkpoint_folder(ckpt_path, folder)
-            self._trainer_state(step, folder)
-            self.queue.submit(folder, path_in_repo="last-checkpoint", commit_message=f"Checkpoint at step {step}",
-                              delete_patterns=["ckpt-*"], key="last-checkpoint")
-        else:  # all_checkpoints: one folder per step, never coalesced
-            folder = tempfile.mkdtemp(prefix=f"checkpoint-{step}-")
-            try:
-                export_checkpoint_folder(ckpt_path, folder)
-                self._trainer_state(step, folder)
-                self.queue.submit(folder, path_in_repo=f"checkpoint-{step}", commit_message=f"Checkpoint at step {step}",
-                                  key=f"checkpoint-{step}")
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)

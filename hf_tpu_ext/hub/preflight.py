@@ -16,6 +16,30 @@ from hf_tpu_ext.errors import HubAuthError, HubError, HubRepoError
 logger = logging.getLogger("hf_tpu_ext.hub")
 
 WRITE_ROLES = ("admin", "write", "contributor")
+# fine-grained token permission that allows commits to a repo (whoami's auth.accessToken.fineGrained.scoped)
+REPO_WRITE_PERMISSION = "repo.write"
+TOKENS_URL = "https://huggingface.co/settings/tokens"
+
+
+def transport_errors() -> tuple:
+    """The exception classes of a connection failure or timeout for the installed HTTP stack.
+
+    huggingface_hub < 1.0 talks through ``requests``, 1.x through ``httpx``; both are covered when present.
+    """
+    errors = [ConnectionError, TimeoutError]
+    try:
+        import requests
+
+        errors += [requests.ConnectionError, requests.Timeout]
+    except ImportError:  # huggingface_hub 1.x without requests
+        pass
+    try:
+        import httpx
+
+        errors += [httpx.TransportError]
+    except ImportError:
+        pass
+    return tuple(errors)
 
 
 def resolve_token(token: Optional[str] = None) -> Optional[str]:
@@ -76,12 +100,11 @@ def hub_call(what: str, fn, token: Optional[str], /, *args, **kwargs):
         HubAuthError: 401/403 from the Hub.
         HubError: any other HTTP error, with the Hub's status and message.
     """
-    import requests
     from huggingface_hub.utils import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
     try:
         return fn(*args, **kwargs)
-    except (requests.ConnectionError, requests.Timeout) as err:
+    except transport_errors() as err:
         raise HubError(
             f"Could not reach the Hub at {endpoint()} to {what} ({type(err).__name__}). Check the network "
             "connection or HF_ENDPOINT, then retry."
@@ -109,20 +132,20 @@ def whoami(token: Optional[str]) -> dict:
         HubAuthError: no token, or the Hub rejects it.
         HubError: the endpoint could not be reached or answered another error.
     """
-    import requests
-
     if not token:
         raise HubAuthError("No Hub token found: run `huggingface-cli login`, set HF_TOKEN, or pass --hub_token.")
     api = _api(token)
     try:
         return api.whoami(token=token)
-    except (requests.ConnectionError, requests.Timeout) as err:
+    except transport_errors() as err:
         raise HubError(
             f"Could not reach the Hub at {endpoint()}/api/whoami-v2 ({type(err).__name__}). Check the network "
             "connection or HF_ENDPOINT, then retry."
         ) from None
-    except requests.HTTPError as err:
+    except Exception as err:  # requests.HTTPError (huggingface_hub < 1.0) or HfHubHTTPError
         status = getattr(getattr(err, "response", None), "status_code", None)
+        if status is None:
+            raise
         if status == 401:
             raise HubAuthError("Hub token invalid: run `huggingface-cli login` or pass --hub_token.") from None
         raise HubError(f"The Hub at {endpoint()} answered HTTP {status} to whoami: {scrub(_first_line(err), token)}") from None
@@ -136,6 +159,51 @@ def writable_namespaces(user: dict) -> list:
         if role in WRITE_ROLES:
             names.append(org.get("name"))
     return [n for n in names if n]
+
+
+def token_role(user: dict) -> Optional[str]:
+    """The token's role in a whoami answer: ``"read"``, ``"write"``, ``"fineGrained"``, or ``None`` (not said).
+
+    The Hub reports it as ``auth.accessToken.role`` (what :meth:`huggingface_hub.HfApi.get_token_permission`
+    reads); OAuth and older answers may leave it out.
+    """
+    access = ((user.get("auth") or {}).get("accessToken") or {})
+    return access.get("role")
+
+
+def check_write_access(user: dict, repo_id: str, repo_type: str = "model") -> None:
+    """Raise unless the whoami answer ``user`` shows a token that may commit to ``repo_id``.
+
+    - role ``"read"``: never;
+    - role ``"fineGrained"``: a ``scoped`` entry for the repo itself (entity type ``model``/``dataset``/
+      ``space``, name ``repo_id``) or its namespace (entity type ``user``/``org``) must hold ``repo.write``;
+    - role ``"write"`` or not given: the namespace check (:func:`writable_namespaces`) decides.
+
+    Raises:
+        HubAuthError: what the token lacks and where to make one that has it.
+    """
+    role = token_role(user)
+    name = user.get("name", "?")
+    if role == "read":
+        raise HubAuthError(
+            f"The Hub token of user {name!r} is read-only (role 'read'): it cannot push to {repo_id}. Create a "
+            f"token with write access at {TOKENS_URL} and pass it with --hub_token or HF_TOKEN."
+        )
+    if role != "fineGrained":
+        return
+    namespace = repo_id.split("/")[0]
+    fine = ((user.get("auth") or {}).get("accessToken") or {}).get("fineGrained") or {}
+    for scope in fine.get("scoped") or []:
+        entity = scope.get("entity") or {}
+        kind, entity_name = entity.get("type"), entity.get("name")
+        covers = (kind in ("user", "org") and entity_name == namespace) or (kind == repo_type and entity_name == repo_id)
+        if covers and REPO_WRITE_PERMISSION in (scope.get("permissions") or []):
+            return
+    raise HubAuthError(
+        f"The fine-grained Hub token of user {name!r} has no {REPO_WRITE_PERMISSION!r} permission for {repo_id} "
+        f"or the namespace {namespace!r}. Add write access to repos of {namespace!r} to the token at "
+        f"{TOKENS_URL}, or use another token."
+    )
 
 
 def preflight(
@@ -163,7 +231,7 @@ def preflight(
 
     Raises:
         HubRepoError: the repo id is malformed or missing.
-        HubAuthError: the token is missing/invalid or cannot write to the namespace.
+        HubAuthError: the token is missing/invalid, read-only, or cannot write to the namespace or repo.
         HubError: the Hub could not be reached.
     """
     from huggingface_hub.utils import HFValidationError, validate_repo_id
@@ -187,6 +255,8 @@ def preflight(
             f"User {user_name!r} cannot write to namespace {namespace!r} (writable: {', '.join(allowed)}). "
             f"Push to one of those, or use a token of an account with write access to {namespace!r}."
         )
+
+    check_write_access(user, name, repo_type)  # also for a repo that exists already (create_repo is a no-op)
 
     api = _api(token)
     kwargs = {"space_sdk": "gradio"} if repo_type == "space" else {}

@@ -1,10 +1,19 @@
-"""Background uploads to the Hub that never block training.
+"""Background uploads to the Hub that never block training (the queue behind :class:`~hf_tpu_ext.hub.pusher.HubPusher`).
 
 :class:`PushQueue` copies the files of a folder into a private staging folder when a push is submitted
 (so later saves cannot tear an upload that is in flight) and uploads it from one worker thread with
 :meth:`huggingface_hub.HfApi.upload_folder`. Per ``key`` at most one push is pending: a newer submission
-replaces the older pending one, so after the in-flight upload the newest state is uploaded (never
-skipped). Connection errors, timeouts, 5xx and 429 are retried with exponential backoff; other 4xx are not.
+replaces the older pending one *in its place in the line* (so a push that is replaced again and again is
+never starved by pushes of other keys), and after the in-flight upload the newest state is uploaded.
+
+Retries (see :func:`is_retryable`): connection errors, timeouts, HTTP 5xx and 429, with exponential backoff
+(``backoff_seconds * 2**attempt``, at most :data:`MAX_BACKOFF_SECONDS`) unless the Hub sent ``Retry-After``
+(seconds or an HTTP date, honoured up to :data:`MAX_RETRY_AFTER_SECONDS`). Other 4xx are not retried. A
+commit whose reply is lost or unreadable (an empty 200, a dropped connection) is looked up in the repo's
+commit list by a per-push id before it is sent again, so it is never committed twice.
+
+The report keeps totals and the last :data:`REPORT_LIMIT` outcomes: memory stays flat however long a run
+pushes. Staging folders live under one ``hf-tpu-push-*`` temp folder that :meth:`PushQueue.close` removes.
 
 Example:
     >>> q = PushQueue("alice/my-model", token)
@@ -15,34 +24,82 @@ Example:
 
 from __future__ import annotations
 
+import collections
+import email.utils
 import fnmatch
+import json
 import logging
 import os
 import shutil
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
-from hf_tpu_ext.hub.preflight import scrub
+from hf_tpu_ext.hub.preflight import scrub, transport_errors
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
 Patterns = Optional[Union[str, Sequence[str]]]
 MAX_BACKOFF_SECONDS = 60.0
+# a Retry-After above this is cut to it: a run must not sleep for hours on one header
+MAX_RETRY_AFTER_SECONDS = 300.0
+# outcomes kept in a report (totals are counted separately): bounded memory for runs with thousands of pushes
+REPORT_LIMIT = 100
+STAGING_PREFIX = "hf-tpu-push-"
+# the commit description carries this id so a commit whose reply was lost can be found
+PUSH_ID_MARKER = "hf-tpu-ext push id"
+
+
+@dataclass
+class PushOutcome:
+    """What happened to one submitted push.
+
+    Attributes:
+        commit_message: the commit summary.
+        status: ``"pushed"``, ``"failed"``, ``"superseded"`` (replaced by a newer pending push of its key) or
+            ``"dropped"`` (still pending when the queue closed).
+        step: the global step of the save (``None`` when not given).
+        final: the push of the final state.
+        commit_oid: the commit id (pushed only).
+        commit_url: the commit's URL (pushed only).
+        error: the error text, token scrubbed (failed only).
+        attempts: upload attempts made (0 when it never started).
+    """
+
+    commit_message: str
+    status: str
+    step: Optional[int] = None
+    final: bool = False
+    commit_oid: Optional[str] = None
+    commit_url: Optional[str] = None
+    error: Optional[str] = None
+    attempts: int = 0
+
+    def to_dict(self) -> dict:
+        return {"commit_message": self.commit_message, "status": self.status, "step": self.step, "final": self.final,
+                "commit": self.commit_oid, "commit_url": self.commit_url, "error": self.error,
+                "attempts": self.attempts}
 
 
 @dataclass
 class PushReport:
-    """What a :class:`PushQueue` did so far.
+    """What a :class:`PushQueue` did so far (a snapshot; the lists hold the last :data:`REPORT_LIMIT` entries).
 
     Attributes:
         pushed: ``(commit_message, commit_oid)`` of each push that landed, in order.
         failed: ``(commit_message, error text)`` of each push given up on (the text never holds the token).
-        pending: commit messages of the pushes not finished yet (in flight first).
+        pending: commit messages of the pushes not finished yet (in flight first; after ``close``, also those
+            dropped unfinished).
         superseded: commit messages of pending pushes replaced by a newer submission with the same key.
         timed_out: ``wait`` returned because its timeout ran out, with pushes still pending.
+        final_pushed: a push submitted with ``final=True`` landed.
+        outcomes: one :class:`PushOutcome` per finished push (pushed, failed, superseded, dropped), in order.
+        counts: totals over the whole run: ``{"pushed": n, "failed": n, "superseded": n, "dropped": n}``.
+        repo_id: the target repo.
+        revision: the target branch (``None``: main).
     """
 
     pushed: List[Tuple[str, str]] = field(default_factory=list)
@@ -50,6 +107,27 @@ class PushReport:
     pending: List[str] = field(default_factory=list)
     superseded: List[str] = field(default_factory=list)
     timed_out: bool = False
+    final_pushed: bool = False
+    outcomes: List[PushOutcome] = field(default_factory=list)
+    counts: Dict[str, int] = field(default_factory=lambda: {"pushed": 0, "failed": 0, "superseded": 0, "dropped": 0})
+    repo_id: Optional[str] = None
+    revision: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        """Nothing failed and nothing is pending."""
+        return not self.counts.get("failed") and not self.pending
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict for ``training_summary.json`` (no token: errors are scrubbed when recorded).
+
+        Keys: ``repo_id``, ``revision``, ``final_pushed``, ``pushed``/``failed``/``superseded``/``dropped``
+        (totals), ``pending`` (commit messages), ``timed_out``, ``pushes`` (the last outcomes, see
+        :meth:`PushOutcome.to_dict`).
+        """
+        return {"repo_id": self.repo_id, "revision": self.revision, "final_pushed": bool(self.final_pushed),
+                **{k: int(v) for k, v in self.counts.items()}, "pending": list(self.pending),
+                "timed_out": bool(self.timed_out), "pushes": [o.to_dict() for o in self.outcomes]}
 
 
 @dataclass
@@ -61,6 +139,10 @@ class _Job:
     delete_patterns: Optional[List[str]]
     seq: int
     before_upload: Optional[Callable[[str], None]] = None
+    step: Optional[int] = None
+    final: bool = False
+    push_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    attempts: int = 0
 
 
 def _as_list(patterns: Patterns) -> Optional[List[str]]:
@@ -73,15 +155,84 @@ def _matches(path: str, patterns: Optional[List[str]]) -> bool:
     return any(fnmatch.fnmatch(path, p) or (p.endswith("/") and path.startswith(p)) for p in patterns or [])
 
 
+def _status(err: BaseException) -> Optional[int]:
+    return getattr(getattr(err, "response", None), "status_code", None)
+
+
 def is_retryable(err: BaseException) -> bool:
     """True for errors worth retrying: connection errors, timeouts, HTTP 5xx and 429."""
-    import requests
-
-    if isinstance(err, (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)):
+    if isinstance(err, transport_errors()):
         return True
-    response = getattr(err, "response", None)
-    status = getattr(response, "status_code", None)
+    status = _status(err)
     return status is not None and (status >= 500 or status == 429)
+
+
+def retry_after_seconds(err: BaseException, now: Optional[float] = None) -> Optional[float]:
+    """The wait the Hub asked for in ``Retry-After`` (seconds or HTTP date), capped; ``None`` when absent.
+
+    Args:
+        err: an HTTP error with a ``response`` (requests or httpx).
+        now: the current time (seconds since the epoch) for an HTTP-date value (default: ``time.time()``).
+
+    Returns:
+        Seconds in ``[0, MAX_RETRY_AFTER_SECONDS]``, or ``None`` (no header, or a value that is neither).
+    """
+    headers = getattr(getattr(err, "response", None), "headers", None)
+    value = headers.get("Retry-After") if headers is not None else None
+    if not value:
+        return None
+    value = str(value).strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
+
+
+def _is_unreadable_reply(err: BaseException) -> bool:
+    """An ``upload_folder`` that got a 2xx it could not read (empty body, no ``commitUrl``)."""
+    if isinstance(err, (KeyError, json.JSONDecodeError)):
+        return True
+    return type(err).__name__ == "JSONDecodeError"  # requests' own (may derive from simplejson's)
+
+
+def _describe(err: BaseException) -> str:
+    status = _status(err)
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return f"HTTP {status}: {first}" if status is not None else first
+
+
+def copy_tree(src: str, dest: str, allow: Optional[List[str]] = None, ignore: Optional[List[str]] = None) -> int:
+    """Copy the files of ``src`` into ``dest`` (created), filtered like ``upload_folder``; return the file count.
+
+    ``allow``/``ignore`` are fnmatch patterns on paths relative to ``src`` (``/`` separators); a pattern
+    ending in ``/`` matches a whole folder. ``.git/`` and ``.cache/`` are always left out. Files are copied,
+    not hard-linked: ``save_pretrained``/safetensors rewrite files in place.
+    """
+    n_files = 0
+    for root, dirs, files in os.walk(src):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, src).replace(os.sep, "/")
+            if allow is not None and not _matches(rel, allow):
+                continue
+            if _matches(rel, ignore) or rel.startswith(".cache/") or "/.git/" in f"/{rel}":
+                continue
+            target = os.path.join(dest, rel)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy2(path, target)
+            n_files += 1
+    os.makedirs(dest, exist_ok=True)
+    return n_files
 
 
 class PushQueue:
@@ -93,91 +244,122 @@ class PushQueue:
         revision: branch to push to (``None``: main).
         repo_type: ``"model"`` or ``"space"``.
         max_retries: retries of one push after its first attempt (retryable errors only).
-        backoff_seconds: the first retry waits this long (seconds); each next one twice as long, at most 60 s.
+        backoff_seconds: the first retry waits this long (seconds); each next one twice as long, at most
+            :data:`MAX_BACKOFF_SECONDS`; a ``Retry-After`` from the Hub replaces it.
+        api: the :class:`huggingface_hub.HfApi` to use (default: one on the current endpoint with ``token``).
     """
 
     def __init__(self, repo_id: str, token: Optional[str], *, revision: Optional[str] = None, repo_type: str = "model",
-                 max_retries: int = 5, backoff_seconds: float = 1.0):
+                 max_retries: int = 5, backoff_seconds: float = 1.0, api=None):
         self.repo_id, self.revision, self.repo_type = repo_id, revision, repo_type
         self.max_retries, self.backoff_seconds = int(max_retries), float(backoff_seconds)
         self._token = token
+        self._api = api
         self._cond = threading.Condition()
-        self._pending: List[_Job] = []  # at most one per key, in submission order
+        self._stop = threading.Event()  # set by close(): ends retry waits at once
+        self._pending: List[_Job] = []  # at most one per key, in line order
         self._in_flight: Optional[_Job] = None
-        self._report = PushReport()
+        self._pushed: Deque[Tuple[str, str]] = collections.deque(maxlen=REPORT_LIMIT)
+        self._failed: Deque[Tuple[str, str]] = collections.deque(maxlen=REPORT_LIMIT)
+        self._superseded: Deque[str] = collections.deque(maxlen=REPORT_LIMIT)
+        self._outcomes: Deque[PushOutcome] = collections.deque(maxlen=REPORT_LIMIT)
+        self._counts = {"pushed": 0, "failed": 0, "superseded": 0, "dropped": 0}
+        self._final_pushed = False
+        self._dropped: Deque[str] = collections.deque(maxlen=REPORT_LIMIT)  # pending when the queue closed
         self._closed = False
         self._seq = 0
-        self._staging_root = tempfile.mkdtemp(prefix="hf-tpu-push-")
+        self._staging_root = tempfile.mkdtemp(prefix=STAGING_PREFIX)
         self._thread = threading.Thread(target=self._run, name=f"hf-tpu-push-{repo_id}", daemon=True)
         self._thread.start()
 
     def __repr__(self):  # no token
         return f"PushQueue(repo_id={self.repo_id!r}, revision={self.revision!r}, repo_type={self.repo_type!r})"
 
-    # ---- public API ------------------------------------------------------------------------------
-    def submit(self, folder: Union[str, os.PathLike], *, path_in_repo: Optional[str] = None, commit_message: str,
-               allow_patterns: Patterns = None, ignore_patterns: Patterns = None, delete_patterns: Patterns = None,
-               key: str = "model", before_upload: Optional[Callable[[str], None]] = None) -> None:
-        """Snapshot ``folder`` now and upload it in the background.
+    @property
+    def staging_root(self) -> str:
+        """The ``hf-tpu-push-*`` temp folder holding the snapshots (removed by :meth:`close`)."""
+        return self._staging_root
 
-        Only the local copy is done in the caller's thread (files are copied, not hard-linked, because
-        ``save_pretrained``/safetensors rewrite files in place).
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ---- public API ------------------------------------------------------------------------------
+    def submit(self, folder: Optional[Union[str, os.PathLike]], *, path_in_repo: Optional[str] = None,
+               commit_message: str, allow_patterns: Patterns = None, ignore_patterns: Patterns = None,
+               delete_patterns: Patterns = None, key: str = "model",
+               before_upload: Optional[Callable[[str], None]] = None,
+               also: Sequence[Tuple[Union[str, os.PathLike], str]] = (), step: Optional[int] = None,
+               final: bool = False) -> None:
+        """Snapshot ``folder`` (and ``also``) now and upload it in the background, in one commit.
+
+        Only the local copy is done in the caller's thread.
 
         Args:
-            folder: the local folder to upload.
-            path_in_repo: where in the repo its files go (``None``: the root).
+            folder: the local folder to upload (``None``: only the ``also`` folders).
+            path_in_repo: where in the repo the snapshot goes (``None``: the root).
             commit_message: the commit summary.
             allow_patterns / ignore_patterns: fnmatch patterns on paths relative to ``folder`` (as in
                 ``upload_folder``); a pattern ending in ``/`` matches a whole folder.
             delete_patterns: remote files (relative to ``path_in_repo``) to delete in the same commit unless
-                re-uploaded, e.g. ``"*.index"`` to drop files of an older checkpoint.
-            key: pushes with the same key coalesce: a pending one is replaced by this one.
+                re-uploaded, e.g. ``"last-checkpoint/*"`` to drop files of an older checkpoint.
+            key: pushes with the same key coalesce: a pending one is replaced by this one (in its place).
             before_upload: called in the background thread with the snapshot folder before its first upload
                 attempt (e.g. to validate the model card with the Hub off the training thread); it may edit
                 the snapshot. If it raises, the push is recorded as failed and nothing is uploaded.
+            also: ``(folder, prefix)`` pairs copied whole under ``prefix/`` of the snapshot (same commit).
+            step: the global step of this save (for the report).
+            final: the push of the final state (``report.final_pushed`` says whether it landed).
 
         Raises:
             RuntimeError: the queue is closed.
-            FileNotFoundError: ``folder`` does not exist.
+            FileNotFoundError: ``folder`` or an ``also`` folder does not exist.
         """
         if self._closed:
             raise RuntimeError("PushQueue is closed; create a new one to push again.")
-        folder = os.fspath(folder)
-        if not os.path.isdir(folder):
-            raise FileNotFoundError(f"Cannot push {folder}: it is not a folder.")
+        sources = [(os.fspath(f), p) for f, p in also]
+        if folder is not None:
+            sources.insert(0, (os.fspath(folder), ""))
+        for src, _ in sources:
+            if not os.path.isdir(src):
+                raise FileNotFoundError(f"Cannot push {src}: it is not a folder.")
         allow, ignore = _as_list(allow_patterns), _as_list(ignore_patterns)
         with self._cond:
             self._seq += 1
             seq = self._seq
         staging = os.path.join(self._staging_root, f"{seq:06d}")
-        n_files = 0
-        for root, dirs, files in os.walk(folder):
-            dirs.sort()
-            for name in sorted(files):
-                src = os.path.join(root, name)
-                rel = os.path.relpath(src, folder).replace(os.sep, "/")
-                if allow is not None and not _matches(rel, allow):
-                    continue
-                if _matches(rel, ignore) or rel.startswith(".cache/") or "/.git/" in f"/{rel}":
-                    continue
-                dest = os.path.join(staging, rel)
-                os.makedirs(os.path.dirname(dest), exist_ok=True)
-                shutil.copy2(src, dest)
-                n_files += 1
-        os.makedirs(staging, exist_ok=True)
-        job = _Job(key, staging, path_in_repo, commit_message, _as_list(delete_patterns), seq, before_upload)
+        try:
+            n_files = 0
+            for src, prefix in sources:
+                main = prefix == ""
+                n_files += copy_tree(src, os.path.join(staging, prefix) if prefix else staging,
+                                     allow if main else None, ignore if main else None)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        job = _Job(key, staging, path_in_repo, commit_message, _as_list(delete_patterns), seq, before_upload,
+                   None if step is None else int(step), bool(final))
         with self._cond:
-            for old in [j for j in self._pending if j.key == key]:
-                self._pending.remove(old)
-                self._report.superseded.append(old.commit_message)
-                shutil.rmtree(old.staging, ignore_errors=True)
-                logger.info("Push %r superseded by %r before it started.", old.commit_message, commit_message)
-            self._pending.append(job)
+            if self._closed:  # closed while copying
+                shutil.rmtree(staging, ignore_errors=True)
+                raise RuntimeError("PushQueue is closed; create a new one to push again.")
+            for i, old in enumerate(self._pending):
+                if old.key == key:
+                    self._pending[i] = job  # takes the older push's place in the line
+                    job.final = job.final or old.final
+                    self._record(old, "superseded")
+                    shutil.rmtree(old.staging, ignore_errors=True)
+                    logger.info("Push %r superseded by %r before it started.", old.commit_message, commit_message)
+                    break
+            else:
+                self._pending.append(job)
             self._cond.notify_all()
         logger.info("Queued push %r (%d files) to %s.", commit_message, n_files, self.repo_id)
 
     def wait(self, timeout: Optional[float] = None) -> PushReport:
         """Block until every submitted push landed or failed, or ``timeout`` seconds passed.
+
+        The wait is in short slices, so Ctrl-C (KeyboardInterrupt) in the calling thread ends it at once.
 
         Returns:
             A snapshot :class:`PushReport` (``timed_out`` True when pushes are still pending).
@@ -190,7 +372,7 @@ class PushQueue:
                     report = self._snapshot()
                     report.timed_out = True
                     return report
-                self._cond.wait(left)
+                self._cond.wait(0.25 if left is None else min(left, 0.25))
             return self._snapshot()
 
     @property
@@ -202,146 +384,149 @@ class PushQueue:
     def close(self, timeout: Optional[float] = 0) -> PushReport:
         """Stop accepting pushes, wait up to ``timeout`` seconds (None: forever) for pending ones, stop the worker.
 
-        Pushes still pending afterwards are dropped (listed in the returned report's ``pending``).
+        Pushes still pending afterwards are dropped (listed in the returned report's ``pending`` and counted
+        as ``dropped``); an upload in flight is abandoned at its next retry wait. The staging folder is always
+        removed. Idempotent.
         """
-        report = self.wait(timeout) if timeout != 0 else self.report
+        timed_out = self.wait(timeout).timed_out if timeout != 0 else False
         with self._cond:
             self._closed = True
+            self._stop.set()
+            for job in self._pending:
+                self._record(job, "dropped")
+                self._dropped.append(job.commit_message)
             self._pending.clear()
             self._cond.notify_all()
-        if not report.pending:
-            self._thread.join(timeout=5)
-            shutil.rmtree(self._staging_root, ignore_errors=True)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=2)  # an upload in flight ends at its next retry wait or request
+        shutil.rmtree(self._staging_root, ignore_errors=True)
+        report = self.report
+        report.timed_out = timed_out
         return report
 
     # ---- worker ----------------------------------------------------------------------------------
+    def _record(self, job: _Job, status: str, oid: Optional[str] = None, url: Optional[str] = None,
+                error: Optional[str] = None) -> None:
+        """Book an outcome (call with ``self._cond`` held)."""
+        self._counts[status] = self._counts.get(status, 0) + 1
+        if status == "pushed":
+            self._pushed.append((job.commit_message, oid or ""))
+            if job.final:
+                self._final_pushed = True
+        elif status == "failed":
+            self._failed.append((job.commit_message, error or ""))
+        elif status == "superseded":
+            self._superseded.append(job.commit_message)
+        self._outcomes.append(PushOutcome(job.commit_message, status, job.step, job.final, oid, url, error,
+                                          job.attempts))
+
     def _snapshot(self) -> PushReport:
-        pending = ([self._in_flight.commit_message] if self._in_flight else []) + [j.commit_message for j in self._pending]
-        return PushReport(list(self._report.pushed), list(self._report.failed), pending, list(self._report.superseded), False)
+        pending = (([self._in_flight.commit_message] if self._in_flight else []) + [j.commit_message for j in self._pending]
+                   + list(self._dropped))
+        return PushReport(list(self._pushed), list(self._failed), pending, list(self._superseded), False,
+                          self._final_pushed, list(self._outcomes), dict(self._counts), self.repo_id, self.revision)
 
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
-                if self._closed and not self._pending:
-                    return
-                job = self._pending.pop(0)
-                self._in_flight = job
-            try:
-                if job.before_upload is not None:
-                    job.before_upload(job.staging)
-                oid = self._push_with_retries(job)
+        try:
+            while True:
                 with self._cond:
-                    self._report.pushed.append((job.commit_message, oid))
-                logger.info("Pushed %r to %s (commit %s).", job.commit_message, self.repo_id, oid[:8] if oid else "?")
-            except Exception as err:  # the worker must survive any failure
-                text = scrub(f"{type(err).__name__}: {_describe(err)}", self._token)
-                with self._cond:
-                    self._report.failed.append((job.commit_message, text))
-                logger.error("Push %r to %s failed: %s", job.commit_message, self.repo_id, text)
-            finally:
-                shutil.rmtree(job.staging, ignore_errors=True)
-                with self._cond:
-                    self._in_flight = None
-                    self._cond.notify_all()
+                    while not self._pending and not self._closed:
+                        self._cond.wait()
+                    if self._closed:
+                        return
+                    job = self._pending.pop(0)
+                    self._in_flight = job
+                try:
+                    if job.before_upload is not None:
+                        job.before_upload(job.staging)
+                    oid, url = self._push_with_retries(job)
+                    with self._cond:
+                        self._record(job, "pushed", oid, url)
+                    logger.info("Pushed %r to %s (commit %s).", job.commit_message, self.repo_id,
+                                oid[:8] if oid else "?")
+                except Exception as err:  # the worker must survive any failure
+                    text = scrub(f"{type(err).__name__}: {_describe(err)}", self._token)
+                    with self._cond:
+                        self._record(job, "failed", error=text)
+                    logger.error("Push %r to %s failed: %s", job.commit_message, self.repo_id, text)
+                finally:
+                    shutil.rmtree(job.staging, ignore_errors=True)
+                    with self._cond:
+                        self._in_flight = None
+                        self._cond.notify_all()
+        finally:
+            _close_thread_session()
 
-    def _push_with_retries(self, job: _Job) -> str:
+    def _hf_api(self):
+        if self._api is not None:
+            return self._api
         from huggingface_hub import HfApi, constants
 
-        api = HfApi(endpoint=constants.ENDPOINT, token=self._token)
-        attempt = 0
+        return HfApi(endpoint=constants.ENDPOINT, token=self._token)
+
+    def _push_with_retries(self, job: _Job) -> Tuple[str, Optional[str]]:
+        api = self._hf_api()
         while True:
+            job.attempts += 1
             try:
                 info = api.upload_folder(
                     repo_id=self.repo_id, folder_path=job.staging, path_in_repo=job.path_in_repo,
-                    commit_message=job.commit_message, revision=self.revision, repo_type=self.repo_type,
-                    delete_patterns=job.delete_patterns,
+                    commit_message=job.commit_message, commit_description=f"{PUSH_ID_MARKER}: {job.push_id}",
+                    revision=self.revision, repo_type=self.repo_type, delete_patterns=job.delete_patterns,
                 )
-                return info.oid
+                return info.oid, getattr(info, "commit_url", None)
             except Exception as err:
-                if attempt >= self.max_retries or not is_retryable(err) or self._closed:
+                unreadable = _is_unreadable_reply(err)
+                if unreadable or isinstance(err, transport_errors()):
+                    # the commit may have landed with its reply lost: look before sending it again
+                    landed = self._find_commit(api, job)
+                    if landed is not None:
+                        logger.warning("Push %r: the Hub's reply was unreadable (%s) but the commit landed.",
+                                       job.commit_message, type(err).__name__)
+                        return landed, self._commit_url(landed)
+                retryable = unreadable or is_retryable(err)
+                if job.attempts > self.max_retries or not retryable or self._stop.is_set():
                     raise
-                wait = min(self.backoff_seconds * (2 ** attempt), MAX_BACKOFF_SECONDS)
-                attempt += 1
-                logger.warning("Push %r failed (%s); retry %d/%d in %.1f s.", job.commit_message,
-                               scrub(_describe(err), self._token), attempt, self.max_retries, wait)
-                time.sleep(wait)
+                asked = retry_after_seconds(err)
+                wait = asked if asked is not None else min(self.backoff_seconds * (2 ** (job.attempts - 1)),
+                                                           MAX_BACKOFF_SECONDS)
+                logger.warning("Push %r failed (%s); retry %d/%d in %.1f s%s.", job.commit_message,
+                               scrub(_describe(err), self._token), job.attempts, self.max_retries, wait,
+                               " (Retry-After)" if asked is not None else "")
+                if self._stop.wait(wait):
+                    raise
+
+    def _find_commit(self, api, job: _Job) -> Optional[str]:
+        """The id of the commit carrying ``job``'s push id among the branch's newest commits, else None."""
+        try:
+            commits = api.list_repo_commits(self.repo_id, repo_type=self.repo_type, revision=self.revision)
+        except Exception as err:  # cannot tell: treat as not landed
+            logger.debug("Could not list commits of %s: %s", self.repo_id, scrub(_describe(err), self._token))
+            return None
+        for commit in commits[:REPORT_LIMIT]:
+            if job.push_id in (getattr(commit, "message", "") or "") or job.push_id in (getattr(commit, "title", "") or ""):
+                return commit.commit_id
+        return None
+
+    def _commit_url(self, oid: str) -> str:
+        from huggingface_hub import constants
+
+        prefix = {"model": "", "dataset": "datasets/", "space": "spaces/"}.get(self.repo_type, "")
+        return f"{constants.ENDPOINT}/{prefix}{self.repo_id}/commit/{oid}"
 
 
-def _describe(err: BaseException) -> str:
-    status = getattr(getattr(err, "response", None), "status_code", None)
-    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    return f"HTTP {status}: {first}" if status is not None else first
+def _close_thread_session() -> None:
+    """Close this thread's huggingface_hub HTTP session (its sockets) when the worker ends.
 
-
-def log_push_report(report: PushReport, repo_id: str, output_dir: str, final_step: int) -> None:
-    """Log what the end of training left on the Hub, and how to push what did not land.
-
-    Args:
-        report: the queue's report after :meth:`PushQueue.wait`.
-        repo_id: the target repo (for the messages).
-        output_dir: the local folder that holds everything.
-        final_step: the last global step.
+    huggingface_hub < 1.0 keeps one ``requests.Session`` per thread; 1.x shares one client between threads,
+    which must stay open.
     """
-    for message, oid in report.pushed:
-        logger.info("On the Hub: %r (commit %s).", message, oid[:8] if oid else "?")
-    if report.failed or report.pending:
-        missing = [m for m, _ in report.failed] + list(report.pending)
-        logger.error(
-            "Not pushed to %s: %s. The local folder %s has everything; push it later with "
-            "`hf-tpu push %s --hub_model_id %s`.", repo_id, "; ".join(missing), output_dir, output_dir, repo_id)
-    else:
-        logger.info("All %d pushes to %s landed (final step %d).", len(report.pushed), repo_id, final_step)
+    try:
+        import requests
+        from huggingface_hub.utils import get_session
 
-
-def open_push_queue(output_dir: str, hub_model_id: Optional[str], token: Optional[str], *,
-                    private: Optional[bool] = None, revision: Optional[str] = None, max_retries: int = 5,
-                    backoff_seconds: float = 1.0, card_summary: Optional[dict] = None,
-                    card_fields: Optional[dict] = None):
-    """The preflight every Hub-push callback runs before the first step, whichever backend it serves.
-
-    Resolves the token, checks it and the namespace and creates the repo/branch
-    (:func:`hf_tpu_ext.hub.preflight.preflight`), validates the card fields against the Hub (a bad license
-    fails now, not at the first save) and starts the background queue.
-
-    Returns:
-        ``(repo_id, token, queue)``: the full repo id, the resolved token, a :class:`PushQueue`.
-
-    Raises:
-        HubAuthError, HubRepoError, HubError, ModelCardError: what to fix, without the token.
-    """
-    from hf_tpu_ext.hub.model_card import render_model_card, validate_model_card
-    from hf_tpu_ext.hub.preflight import preflight, resolve_token
-
-    token = resolve_token(token)
-    repo_id = preflight(hub_model_id, token, private=private, revision=revision,
-                        default_name=os.path.basename(os.path.abspath(output_dir)))
-    card = render_model_card(output_dir, repo_id=repo_id, summary=card_summary or {"mask_token": "<mask>"},
-                             **(card_fields or {}))
-    validate_model_card(card, token=token)
-    queue = PushQueue(repo_id, token, revision=revision, max_retries=max_retries, backoff_seconds=backoff_seconds)
-    return repo_id, token, queue
-
-
-def submit_model_folder(queue: PushQueue, folder: str, commit_message: str, token: Optional[str],
-                        ignore_patterns: Patterns) -> None:
-    """Queue a model-folder push (key ``"model"``) whose card the Hub validates in the push job.
-
-    Used by the push callbacks of both backends; see :func:`hf_tpu_ext.hub.model_card.validate_card_file` for
-    what happens to a card the Hub rejects.
-    """
-    import functools
-
-    from hf_tpu_ext.hub.model_card import validate_card_file
-
-    queue.submit(folder, commit_message=commit_message, ignore_patterns=ignore_patterns, key="model",
-                 before_upload=functools.partial(validate_card_file, token=token))
-
-
-def finish_pushes(queue: PushQueue, repo_id: str, output_dir: str, final_step: int, timeout: Optional[float]) -> PushReport:
-    """Wait for the queue (``timeout`` seconds), log what landed and what did not, close it; returns the report."""
-    report = queue.wait(timeout)
-    log_push_report(report, repo_id, output_dir, final_step)
-    queue.close(timeout=0)
-    return report
+        session = get_session()
+        if isinstance(session, requests.Session):
+            session.close()
+    except Exception:  # best effort: never fail a shutdown over it
+        pass

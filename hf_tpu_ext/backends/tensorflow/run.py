@@ -211,8 +211,11 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
                      eval_ds, eval_steps, tok, checkpointer, model.config, model, args.output_dir)
     callbacks = build_callbacks([c for c in args.callback_names if c != "push_to_hub"], run)
     if push_callback is not None:
+        from hf_tpu_ext.backends.tensorflow.export import save_model_folder
+
         push_callback.tokenizer = tok
         push_callback.checkpointer = checkpointer
+        push_callback.save_fn, push_callback.max_steps = save_model_folder, total  # the adapter imports no backend
         callbacks.append(push_callback)
 
     trainer = TFTrainer(model, optimizer, schedule, args, info, make_train, eval_ds, eval_steps, spe, total, L,
