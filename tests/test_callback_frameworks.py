@@ -128,6 +128,26 @@ def test_hf_tpu_train_without_tensorflow_names_the_extra(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_hf_tpu_demo_without_gradio_or_a_framework_names_the_extra(tmp_path):
+    code = textwrap.dedent("""
+        import sys
+        for name in sys.argv[1].split(","):
+            sys.modules[name] = None
+        from hf_tpu_ext.cli import main
+        sys.exit(main(["demo", sys.argv[2]]))
+    """)
+    lines = {}
+    for blocked in ("gradio", "torch,tensorflow"):
+        out = subprocess.run([sys.executable, "-c", code, blocked, str(tmp_path)], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 1, out.stderr
+        lines[blocked] = out.stderr.strip().splitlines()[-1]
+    assert lines["gradio"] == "hf-tpu demo: error: hf-tpu demo needs: pip install 'hf-tpu-ext[demo]' (missing: gradio)."
+    assert lines["torch,tensorflow"] == (
+        "hf-tpu demo: error: hf-tpu demo runs the model with PyTorch or TensorFlow, and neither is installed: "
+        "pip install 'hf-tpu-ext[demo,torch]' (or '[demo,tensorflow]').")
+
+
 def test_resolving_names_imports_only_the_framework_asked_for():
     code = textwrap.dedent("""
         import sys

@@ -113,6 +113,11 @@ def test_throughput_and_masked_lm_metrics_give_real_numbers_on_cpu(tiny_mlm, tmp
     assert s["steps_measured"] == 6  # 8 steps, the first 2 not timed
     assert s["tokens_per_second"] == pytest.approx(s["samples_per_second"] * 32)
     assert s["samples_per_second"] > 1 and s["step_time_ms_median"] > 0
+    from hf_tpu_ext.flops import flops_per_token
+
+    assert s["flops_per_token"] == flops_per_token(trainer.model.config, SEQ) > 0  # from the model's config
+    assert s["model_flops_per_second"] == pytest.approx(s["tokens_per_second"] * s["flops_per_token"])
+    assert "mfu" not in s  # no datasheet peak for a CPU
     logged = [e for e in trainer.state.log_history if "tokens_per_second" in e]
     assert [e["step"] for e in logged] == [4, 6, 8]
 

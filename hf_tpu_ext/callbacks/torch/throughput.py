@@ -27,15 +27,17 @@ class ThroughputCallback(TrainerCallback):
 
     At every Trainer log (``on_log``) the rates so far are added to the log entry in ``state.log_history``
     (``samples_per_second``, ``tokens_per_second``, ``tokens_per_second_per_replica``,
-    ``step_time_ms_median``, ``mfu`` when known). After training ``self.summary`` holds the run's numbers.
+    ``step_time_ms_median``; ``model_flops_per_second`` and ``mfu`` when known). After training ``self.summary`` holds the run's numbers.
 
     Args:
         seq_length: tokens per sequence (``max_seq_length``).
         global_batch_size: sequences per optimizer step over all replicas (default: from the Trainer's
             arguments: per-device batch x processes x gradient accumulation).
         num_replicas: devices the batch is split over (default: ``args.world_size``).
-        flops_per_token: training FLOPs per token (see :func:`hf_tpu_ext.flops.flops_per_token`).
-        peak_flops: peak FLOP/s of one device.
+        flops_per_token: training FLOPs per token (default: :func:`hf_tpu_ext.flops.flops_per_token` of the
+            model's config, when it is a transformer encoder's).
+        peak_flops: peak FLOP/s of one device (default: the datasheet peak of a known CUDA GPU; none on CPU,
+            so no MFU there).
         warmup_steps: optimizer steps not timed at the start of each ``train()``.
 
     Raises:
@@ -94,6 +96,8 @@ class ThroughputCallback(TrainerCallback):
         samples = steps * self.global_batch_size / max(seconds, 1e-12)
         rates = {"samples_per_second": samples, "tokens_per_second": samples * self.seq_length,
                  "tokens_per_second_per_replica": samples * self.seq_length / self.num_replicas}
+        if self.flops_per_token:
+            rates["model_flops_per_second"] = rates["tokens_per_second"] * self.flops_per_token
         if self.flops_per_token and self.peak_flops:
             rates["mfu"] = rates["tokens_per_second_per_replica"] * self.flops_per_token / self.peak_flops
         return rates
@@ -106,8 +110,31 @@ class ThroughputCallback(TrainerCallback):
         value = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
         return value * 1e3
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def _fill_flops(self, args, model) -> None:
+        """FLOPs per token from the model's config, the peak from a known CUDA device (when not given)."""
+        from hf_tpu_ext.errors import ArgumentError
+        from hf_tpu_ext.flops import flops_per_token, known_peak_flops
+
+        config = getattr(model, "config", None)
+        if self.flops_per_token is None and config is not None:
+            try:
+                self.flops_per_token = flops_per_token(config, self.seq_length)
+            except (ArgumentError, AttributeError, TypeError):  # not a transformer encoder config
+                pass
+        if self.peak_flops is None and model is not None:
+            import torch
+
+            try:
+                device = next(model.parameters()).device
+            except StopIteration:
+                return
+            if device.type == "cuda":
+                dtype = "bfloat16" if getattr(args, "bf16", False) else "float32"
+                self.peak_flops = known_peak_flops(torch.cuda.get_device_name(device), dtype)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._reset()
+        self._fill_flops(args, model)
         self._first_step = int(state.global_step)
         if self.global_batch_size is None:
             self.global_batch_size = args.per_device_train_batch_size * max(1, args.world_size) * args.gradient_accumulation_steps
