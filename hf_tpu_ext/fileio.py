@@ -44,3 +44,29 @@ def atomic_write_text(path: str, text: str) -> str:
             f.write(text)
 
     return atomic_write(path, write)
+
+
+def check_writable_dir(path: str, option: str = "--output_dir") -> None:
+    """Fail fast when ``path`` (a folder, existing or to be created) cannot be written; nothing is created.
+
+    Checks the folder itself when it exists, else its nearest existing parent (``os.access`` with write and
+    search rights; a file on the way is refused too).
+
+    Raises:
+        OutputDirError: the folder or its parent is not writable, or a file stands where a folder is needed.
+    """
+    from hf_tpu_ext.errors import OutputDirError
+
+    target = os.path.abspath(path)
+    probe = target
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        raise OutputDirError(f"{option} {path!r}: {probe!r} is a file, not a folder; choose another path.")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        where = "it" if probe == target else f"its parent {probe!r}"
+        raise OutputDirError(f"{option} {path!r} is not writable: permission denied on {where}. Choose a folder you can "
+                             "write to (or fix its permissions).")

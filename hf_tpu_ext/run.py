@@ -46,6 +46,9 @@ def check_output_dir(training_args) -> None:
         )
     if os.path.exists(out) and not os.path.isdir(out):
         raise OutputDirError(f"--output_dir {out!r} exists and is a file; choose a folder path.")
+    from hf_tpu_ext.fileio import check_writable_dir
+
+    check_writable_dir(out, "--output_dir")  # before any data or model work
 
 
 def check_backend(training_args) -> None:
@@ -83,8 +86,17 @@ def check_model_config(model_args, data_args) -> None:
     """Check ``max_seq_length`` against the positions of a given model/config before any data work.
 
     Raises:
-        ArgumentError: the sequence is longer than the model's position embeddings allow.
+        ArgumentError: the sequence is longer than the model's position embeddings allow, or a model, config or
+            tokenizer reference is neither a folder nor a valid repo id.
+        HubRepoError / HubAuthError: a repo id that does not exist or cannot be reached (named, in seconds).
     """
+    from hf_tpu_ext.hub.model_ref import check_model_ref
+
+    for option in ("model_name_or_path", "config_name", "tokenizer_name"):
+        value = getattr(model_args, option, None)
+        if value and not (option == "config_name" and os.path.isfile(value)):  # a config.json file is fine
+            check_model_ref(value, f"--{option}", revision=model_args.model_revision if option != "tokenizer_name"
+                            else None)
     name = model_args.model_name_or_path or model_args.config_name
     if not name:
         return

@@ -73,6 +73,9 @@ def load_demo(model: Optional[str], backend: Optional[str] = None, revision: Opt
         raise ArgumentError(f"Give the model to show: `hf-tpu demo OUTPUT_DIR` or a repo id, or set ${MODEL_ENV}.")
     if concurrency_limit < 1:
         raise ArgumentError(f"--concurrency_limit must be >= 1, got {concurrency_limit}.")
+    from hf_tpu_ext.hub.model_ref import check_model_ref
+
+    check_model_ref(model, "MODEL", revision=revision)  # a missing folder or repo: seconds, not a minute
     if os.path.isdir(model) and not os.path.isfile(os.path.join(model, "config.json")):
         raise ArgumentError(f"{model} has no config.json: pass the output_dir of `hf-tpu train` (the folder with "
                             "config.json, tokenizer files and model.safetensors).")
@@ -82,6 +85,30 @@ def load_demo(model: Optional[str], backend: Optional[str] = None, revision: Opt
         raise ArgumentError(f"Cannot load {model} for the demo: {err}") from err
 
 
+def check_port_free(host: str, port: int, option: str = "--port") -> None:
+    """Bind ``(host, port)`` once to see it is free, before the model is loaded.
+
+    Raises:
+        ArgumentError: the port is in use or not allowed (one line naming ``option``).
+    """
+    import errno
+    import socket
+
+    if not 0 < port < 65536:
+        raise ArgumentError(f"{option} {port} is not a TCP port (1-65535).")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise ArgumentError(f"Port {port} on {host} is already in use (another demo or server?); pass a free one "
+                                    f"with {option}, e.g. {option} {port + 1}.") from None
+            if err.errno in (errno.EACCES, errno.EPERM):
+                raise ArgumentError(f"Port {port} needs administrator rights; pass one above 1023 with {option}.") from None
+            raise ArgumentError(f"Cannot listen on {host}:{port} ({err.strerror}); check --host and {option}.") from None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run ``hf-tpu demo``; blocks until the server is stopped (Ctrl-C).
 
@@ -89,9 +116,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         0.
 
     Raises:
-        ArgumentError: see :func:`load_demo`.
+        ArgumentError: see :func:`load_demo`; the port is in use (names ``--port``).
+        HubRepoError: the model is neither a folder nor a repo at the Hub endpoint, or the endpoint is unreachable.
     """
     args = build_parser().parse_args(argv)
+    from spaces_demo.app import MODEL_ENV
+
+    if args.model or os.environ.get(MODEL_ENV):  # (no model: load_demo says so first)
+        check_port_free(args.host, args.port)  # before the model is loaded, not a 15-line OSError after
     demo = load_demo(args.model, backend=args.backend, revision=args.revision, concurrency_limit=args.concurrency_limit)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share)
     return 0

@@ -176,12 +176,42 @@ def _to_text_only(dataset, text_column_name: Optional[str], source: str):
     return dataset
 
 
+def first_non_utf8_offset(path: str, chunk_size: int = 1 << 20) -> Optional[int]:
+    """Byte offset of the first byte sequence in ``path`` that is not valid UTF-8, or None (valid, unreadable
+    or not a local file). Reads the file in ``chunk_size`` pieces with an incremental decoder."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    done = 0
+    try:
+        with open(path, "rb") as f:
+            while True:
+                chunk = f.read(chunk_size)
+                try:
+                    decoder.decode(chunk, final=not chunk)
+                except UnicodeDecodeError as err:
+                    # err.start counts from the bytes the decoder held back plus this chunk
+                    held = len(err.object) - len(chunk)
+                    return done - held + err.start
+                if not chunk:
+                    return None
+                done += len(chunk)
+    except OSError:
+        return None
+
+
 def _load_file(path: str, builder: str, option: str, cache_dir: Optional[str]):
     from datasets import load_dataset
 
     try:
         return load_dataset(builder, data_files={"train": path}, split="train", cache_dir=cache_dir)
     except Exception as e:  # datasets raises many types (DatasetGenerationError, ArrowInvalid, ...)
+        offset = first_non_utf8_offset(path) if builder in ("text", "json", "csv") else None
+        if offset is not None:
+            raise DataError(
+                f"{option} {path} is not UTF-8 text: the bytes at offset {offset:,} do not decode as UTF-8 (a Latin-1 "
+                "or Windows-1252 file?). Convert it, e.g. `iconv -f latin1 -t utf-8 IN > OUT`."
+            ) from None
         raise DataError(
             f"{option} {path} could not be read as {builder} data ({type(e).__name__}: {e}). Check the file's format; "
             f"supported extensions: {_supported_list()}."

@@ -40,6 +40,26 @@ class StrategyInfo:
         return type(self.strategy).__name__
 
 
+def tpu_error_message(tpu_name: str, error: BaseException) -> str:
+    """One line saying why ``--tpu_name`` could not be resolved and what to check (no traceback).
+
+    ``TPUClusterResolver`` looks a TPU name up through the GCE metadata server (a ``URLError`` off Google
+    Cloud) and the Cloud TPU API (``cloud-tpu-client``, or TensorFlow's fallback needing the Google API client).
+    """
+    text = " ".join(str(error).split())[:300]
+    if isinstance(error, ImportError) or "Google API client" in text or "googleapiclient" in text:
+        return (f"--tpu_name {tpu_name}: looking up a TPU Node by name needs the Cloud TPU client, which is not "
+                "installed: `pip install cloud-tpu-client`. On a TPU VM use --tpu_name local instead.")
+    if isinstance(error, OSError):  # urllib's URLError: no GCE metadata server here
+        reason = getattr(error, "reason", None) or text
+        return (f"--tpu_name {tpu_name}: the TPU name cannot be looked up because this machine is not on Google Cloud "
+                f"(the metadata server metadata.google.internal is unreachable: {reason}). Run on a Google Cloud VM in "
+                "the TPU's project (--gcp_project, --tpu_zone), give the TPU's address as --tpu_name grpc://IP:8470, or "
+                "on a TPU VM use --tpu_name local.")
+    return (f"Could not reach TPU {tpu_name!r} ({type(error).__name__}: {text}). On a TPU VM use --tpu_name local; "
+            "for a TPU Node check its name, --tpu_zone and --gcp_project, and that it is READY.")
+
+
 def resolve_strategy(tpu_name: Optional[str] = None, tpu_zone: Optional[str] = None,
                      gcp_project: Optional[str] = None) -> StrategyInfo:
     """Create the strategy (see module docstring for the order).
@@ -58,11 +78,8 @@ def resolve_strategy(tpu_name: Optional[str] = None, tpu_zone: Optional[str] = N
             )
             tf.config.experimental_connect_to_cluster(resolver)
             tf.tpu.experimental.initialize_tpu_system(resolver)
-        except (ValueError, tf.errors.OpError, RuntimeError) as e:
-            raise ArgumentError(
-                f"Could not reach TPU {tpu_name!r} ({type(e).__name__}: {e}). On a TPU VM use --tpu_name local; "
-                "for a TPU Node give its name with --tpu_zone and --gcp_project."
-            ) from None
+        except (ValueError, tf.errors.OpError, RuntimeError, ImportError, OSError) as e:
+            raise ArgumentError(tpu_error_message(tpu_name, e)) from None
         strategy = tf.distribute.TPUStrategy(resolver)
         n = strategy.num_replicas_in_sync
         return StrategyInfo(strategy, DistributedType.TPU, "TPU", n, n,
