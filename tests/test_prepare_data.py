@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -52,8 +53,10 @@ def test_shards_match_the_blocks(prepared):
         cache_dir=str(root / "cache"),
     )
     blocks = group_into_blocks(raw, tokenizer, 32)
+    from hf_tpu_ext.data.sharding import permutation_order
+
     expected = {
-        "train": blocks["train"][np.random.default_rng(7).permutation(len(blocks["train"]))],
+        "train": blocks["train"][permutation_order(len(blocks["train"]), 7)],
         "validation": blocks["validation"],
     }
     for split in ("train", "validation"):
@@ -66,7 +69,60 @@ def test_shards_match_the_blocks(prepared):
         assert (n, length) == (len(blocks[split]), 32)
         np.testing.assert_array_equal(np.stack([x.numpy() for x in ds]), expected[split])
         assert f"{split}: {n} blocks of 32 tokens ({blocks.num_tokens[split]} tokens) in 3 file(s)" in stdout
-    assert "tokens/s" in stdout
+    m = re.search(r"Tokenized (\d+) tokens in ([0-9.]+) s with 1 process\(es\) \(([0-9,]+) tokens/s\)", stdout)
+    assert m and int(m.group(1)) == sum(blocks.num_tokens.values())
+    seconds, rate = float(m.group(2)), int(m.group(3).replace(",", ""))
+    assert seconds > 0 and rate == pytest.approx(int(m.group(1)) / seconds, rel=0.06)  # seconds printed to 0.01
+
+
+def test_num_proc_writes_the_same_bytes(prepared, tmp_path):
+    """--num_proc 2 tokenizes in 2 processes and writes byte-identical shards and manifest."""
+    import contextlib
+    import io
+
+    from hf_tpu_ext.commands.prepare_data import main
+
+    root, out, _, common = prepared
+    again = tmp_path / "np2"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(common + ["--tokenizer_name", str(out / "tokenizer"), "--max_seq_length", "32", "--num_shards", "3",
+                              "--output_path", str(again), "--seed", "7", "--num_proc", "2"]) == 0
+    assert "with 2 process(es)" in buf.getvalue()
+    names = sorted(f for f in os.listdir(out) if f.endswith(".tfrecord") or f == "manifest.json")
+    assert len(names) == 7 and sorted(f for f in os.listdir(again) if f != "tokenizer") == names
+    for name in names:
+        assert (again / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_serialized_examples_match_tensorflow():
+    import tensorflow as tf
+
+    from hf_tpu_ext.data.tfrecord import serialize_blocks
+
+    rows = np.array([[0, 1, 127, 128, 300, 16383, 16384, 2 ** 21, 2 ** 31 - 1], [5] * 9], dtype=np.int32)
+    for row, record in zip(rows, serialize_blocks(rows)):
+        example = tf.train.Example(features=tf.train.Features(
+            feature={"input_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=row.tolist()))}))
+        assert record == example.SerializeToString()
+    with pytest.raises(Exception, match="must be >= 0"):
+        serialize_blocks(np.array([[-1]]))
+
+
+def test_block_permutation_is_a_seeded_bijection():
+    from hf_tpu_ext.data.sharding import permutation_order, permute, shard_of, shard_ranges
+
+    for n in (1, 2, 5, 64, 1000, 4097):
+        positions = permute(np.arange(n), n, 42)
+        assert sorted(positions.tolist()) == list(range(n))
+        np.testing.assert_array_equal(permutation_order(n, 42)[positions], np.arange(n))
+        assert shard_ranges(n, 8) == tuple((int(a[0]), int(a[-1]) + 1) for a in np.array_split(np.arange(n), min(8, n)))
+        assert [int(s) for s in shard_of(np.arange(n), n, 8)] == [
+            i for i, a in enumerate(np.array_split(np.arange(n), min(8, n))) for _ in a]
+    assert permute(np.arange(10), 10, 1).tolist() != permute(np.arange(10), 10, 2).tolist()
+    assert permute([3], 1000, 7)[0] == permute(np.arange(1000), 1000, 7)[3]  # one block alone, same place
+    with pytest.raises(ValueError, match=r"block indices must lie in \[0, 10\)"):
+        permute([10], 10, 0)
 
 
 def test_existing_output_needs_overwrite(prepared, capsys):
@@ -100,3 +156,23 @@ def test_text_errors_reach_the_cli(prepared, capsys, tmp_path):
     assert cli_main(["prepare-data", "--train_file", str(out), "--output_path", str(tmp_path / "o")]) == 1
     assert "already holds TFRecord shards" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_local_prepare_matches_the_beam_fixture(tmp_path):
+    """The local command still writes tests/beam/data/expected, which the Beam pipeline's test compares against."""
+    import sys
+    from pathlib import Path
+
+    beam_dir = Path(__file__).resolve().parent / "beam"
+    sys.path.insert(0, str(beam_dir))
+    try:
+        from make_fixture import DATA, local_prepare
+    finally:
+        sys.path.remove(str(beam_dir))
+    out = tmp_path / "local"
+    local_prepare(DATA / "train.txt", out, DATA / "tokenizer")
+    expected = sorted(os.listdir(DATA / "expected"))
+    assert len(expected) == 7
+    for name in expected:
+        assert (out / name).read_bytes() == (DATA / "expected" / name).read_bytes(), (
+            f"{name} differs: the shard layout changed; regenerate with `python tests/beam/make_fixture.py`")

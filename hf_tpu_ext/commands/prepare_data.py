@@ -6,7 +6,8 @@ Takes the data and tokenizer arguments of ``hf-tpu train`` (``--train_file``, ``
     {output_path}/manifest.json, train-*.tfrecord, validation-*.tfrecord, tokenizer/
 
 The training blocks are written in a seeded random order, so the pipeline's windowed shuffle draws
-from the whole corpus. Train on them with ``hf-tpu train --train_file {output_path}``.
+from the whole corpus. ``--num_proc N`` tokenizes in N processes; the Apache Beam pipeline
+(:mod:`hf_tpu_ext.data.beam_prepare`) writes the same shards on Dataflow, Spark or Flink. Train on them with ``hf-tpu train --train_file {output_path}``.
 
 Example:
     hf-tpu prepare-data --train_file corpus.txt --max_seq_length 128 --output_path gs://bucket/corpus-128
@@ -59,6 +60,8 @@ class PrepareDataArguments:
         default=None, metadata={"help": "Where to save the tokenizer (default: {output_path}/tokenizer)."}
     )
     seed: int = field(default=42, metadata={"help": "Seed of the validation hold-out and of the training blocks' order."})
+    num_proc: int = field(default=1, metadata={"help": "Processes that tokenize (forked on this machine); for corpora "
+                                                       "beyond one machine see hf_tpu_ext.data.beam_prepare (Apache Beam)."})
     overwrite_output_path: bool = field(default=False, metadata={"help": "Replace shards already in --output_path."})
 
     def __post_init__(self):
@@ -66,6 +69,8 @@ class PrepareDataArguments:
 
         if self.num_shards < 1:
             raise ArgumentError(f"--num_shards must be >= 1, got {self.num_shards}.")
+        if self.num_proc < 1:
+            raise ArgumentError(f"--num_proc must be >= 1, got {self.num_proc}.")
 
 
 def _save_tokenizer(tokenizer, destination: str) -> None:
@@ -121,10 +126,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.usage = "%(prog)s --output_path PATH [--name value ...]   (every argument: %(prog)s --help)"
     model_args, data_args, prep_args = parser.parse_args_into_dataclasses(args=argv)
 
-    import numpy as np
-
-    from hf_tpu_ext.data.blocks import group_into_blocks
+    from hf_tpu_ext.data.blocks import tokenize_into_blocks
     from hf_tpu_ext.data.loading import describe_data_source, is_tfrecord_source, load_text_datasets
+    from hf_tpu_ext.data.sharding import permutation_order
     from hf_tpu_ext.data.tfrecord import write_tfrecord_shards
     from hf_tpu_ext.data.tokenizer import prepare_tokenizer
 
@@ -153,14 +157,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     _save_tokenizer(tokenizer, tokenizer_dir)
     print(f"Tokenizer ({len(tokenizer)} tokens) saved to {tokenizer_dir}")
 
+    num_proc = max(prep_args.num_proc, data_args.preprocessing_num_workers or 1)
     tok_start = time.perf_counter()
-    blocks = group_into_blocks(
-        raw,
-        tokenizer,
-        data_args.max_seq_length,
-        num_proc=data_args.preprocessing_num_workers,
-        load_from_cache_file=not data_args.overwrite_cache,
-    )
+    blocks = tokenize_into_blocks(raw, tokenizer, data_args.max_seq_length, num_proc=num_proc)
     tok_seconds = time.perf_counter() - tok_start
     total_tokens = sum(blocks.num_tokens.values())
 
@@ -170,8 +169,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     for split in ("train", "validation"):
         array = blocks[split]
         if split == "train" and len(array):
-            # shuffled on disk, so the training pipeline's windowed shuffle sees the whole corpus
-            array = array[np.random.default_rng(prep_args.seed).permutation(len(array))]
+            # shuffled on disk, so the training pipeline's windowed shuffle sees the whole corpus; a permutation
+            # computable block by block, so the Beam pipeline writes the same order (data/sharding.py)
+            array = array[permutation_order(len(array), prep_args.seed)]
         if limits[split] is not None:
             array = array[: limits[split]]
         num_tokens = blocks.num_tokens[split] if len(array) == len(blocks[split]) else None
@@ -183,7 +183,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"({entry['num_tokens']} tokens) in {len(entry['files'])} file(s)"
         )
     print(
-        f"Tokenized {total_tokens} tokens in {tok_seconds:.2f} s ({total_tokens / max(tok_seconds, 1e-9):,.0f} tokens/s); "
+        f"Tokenized {total_tokens} tokens in {tok_seconds:.2f} s with {num_proc} process(es) "
+        f"({total_tokens / max(tok_seconds, 1e-9):,.0f} tokens/s); "
         f"total {time.perf_counter() - start:.2f} s. Train with: hf-tpu train --train_file {output_path}"
     )
     return 0

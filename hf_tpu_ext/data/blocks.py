@@ -105,6 +105,81 @@ def group_into_blocks(
     return Blocks(arrays, counts, L)
 
 
+_WORKER_TOKENIZER = None  # the fast tokenizer a pool worker inherited (set before the fork)
+
+
+def _encode_chunk(texts) -> np.ndarray:
+    encodings = _WORKER_TOKENIZER.encode_batch_fast(texts, add_special_tokens=True)
+    if not encodings:
+        return np.zeros([0], dtype=np.int64)
+    return np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encodings])
+
+
+def tokenize_texts(texts, tokenizer, num_proc: int = 1, batch_size: int = 1000) -> np.ndarray:
+    """Token ids of ``texts`` (each wrapped in the tokenizer's special tokens), concatenated in order.
+
+    The same ids as ``tokenizer(texts)["input_ids"]`` of a transformers fast tokenizer, from its Rust
+    backend's ``encode_batch_fast`` (no offsets, no per-token Python objects). With ``num_proc > 1`` the
+    batches are spread over that many forked processes (``multiprocessing`` ``fork`` context), each
+    tokenizing with the Rust thread pool off (as the Beam workers do), so the per-document Python work
+    is spread too; see benchmarks/NOTES.md for the measurements against the tokenizers library's own
+    thread pool.
+
+    Args:
+        texts: sequence of str.
+        tokenizer: a transformers fast tokenizer (``backend_tokenizer``) or a ``tokenizers.Tokenizer``.
+        num_proc: processes (1: this one).
+        batch_size: documents per ``encode_batch_fast`` call.
+
+    Returns:
+        int64 ``[T]``.
+    """
+    global _WORKER_TOKENIZER
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    texts = list(texts)
+    if num_proc > 1:  # at least 4 batches per process, so the processes finish together
+        batch_size = max(1, min(batch_size, -(-len(texts) // (4 * num_proc))))
+    batches = [texts[i:i + batch_size] for i in range(0, len(texts), batch_size)]
+    _WORKER_TOKENIZER = backend
+    try:
+        if num_proc > 1 and len(batches) > 1:
+            import multiprocessing
+            import os
+
+            os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one Rust thread per process
+            with multiprocessing.get_context("fork").Pool(min(num_proc, len(batches))) as pool:
+                parts = pool.map(_encode_chunk, batches, chunksize=1)
+        else:
+            parts = [_encode_chunk(b) for b in batches]
+    finally:
+        _WORKER_TOKENIZER = None
+    return np.concatenate(parts) if parts else np.zeros([0], dtype=np.int64)
+
+
+def tokenize_into_blocks(raw, tokenizer, max_seq_length: int, num_proc: int = 1, text_column: str = "text") -> Blocks:
+    """Like :func:`group_into_blocks`, tokenizing with :func:`tokenize_texts` (no ``datasets`` cache).
+
+    ``hf-tpu prepare-data`` uses it: tokenization is its main work, so it is timed and parallelized
+    here, and re-running it re-tokenizes (the reported tokens/s is always real work).
+
+    Raises:
+        DataError: ``text_column`` is missing, or a token id does not fit int32.
+    """
+    arrays: Dict[str, np.ndarray] = {}
+    counts: Dict[str, int] = {}
+    L = int(max_seq_length)
+    for split, ds in raw.items():
+        if text_column not in ds.column_names:
+            raise DataError(f"Split {split!r} has no column {text_column!r} (columns: {', '.join(ds.column_names)}).")
+        ids = tokenize_texts(ds[text_column], tokenizer, num_proc=num_proc)
+        if ids.size and ids.max() > np.iinfo(np.int32).max:
+            raise DataError(f"Token ids of split {split!r} do not fit int32; use a tokenizer with < 2**31 tokens.")
+        n = ids.size // L
+        arrays[split] = np.ascontiguousarray(ids[: n * L].reshape(n, L).astype(np.int32))
+        counts[split] = int(ids.size)
+    return Blocks(arrays, counts, L)
+
+
 def check_blocks(
     blocks: Union[np.ndarray, Mapping[str, np.ndarray]],
     global_batch_size: int,

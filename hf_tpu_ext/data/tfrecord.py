@@ -59,13 +59,76 @@ def read_manifest(path: str) -> dict:
         raise DataError(f"{manifest_path} cannot be read ({e}); write the shards again with `hf-tpu prepare-data`.") from None
 
 
+def manifest_text(manifest: dict) -> str:
+    """The bytes-stable text of a manifest (sorted keys, indent 2): the local and the Beam writer share it."""
+    return json.dumps(manifest, indent=2, sort_keys=True)
+
+
 def _write_manifest(path: str, manifest: dict) -> None:
     import tensorflow as tf
 
     tmp = _join(path, MANIFEST_NAME + ".tmp")
     with tf.io.gfile.GFile(tmp, "w") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write(manifest_text(manifest))
     tf.io.gfile.rename(tmp, _join(path, MANIFEST_NAME), overwrite=True)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def serialize_blocks(blocks: np.ndarray, feature: str = FEATURE) -> list:
+    """``tf.train.Example`` bytes of each block, without TensorFlow (the Beam workers have none).
+
+    The encoding is protobuf's wire format of ``Example{features{feature{key: feature, value: Feature{
+    int64_list{value: row}}}}}`` with the packed ``int64_list`` TensorFlow writes; a test checks it equals
+    ``tf.train.Example.SerializeToString()``.
+
+    Args:
+        blocks: integer ``[N, L]`` array of non-negative token ids.
+        feature: the feature key.
+
+    Returns:
+        list of ``N`` ``bytes``.
+
+    Raises:
+        DataError: a negative id (protobuf would need 10-byte varints; token ids never are).
+    """
+    values = np.asarray(blocks)
+    if values.size and values.min() < 0:
+        raise DataError("Token ids must be >= 0 to be written as TFRecord examples.")
+    v = values.astype(np.uint64)
+    nbytes = np.ones(v.shape, dtype=np.int64)
+    for k in range(1, 10):  # varint length: 7 bits per byte
+        nbytes += v >= np.uint64(1 << (7 * k))
+    width = int(nbytes.max()) if v.size else 1
+    shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
+    digits = ((v[..., None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)  # [N, L, width]
+    position = np.arange(width)
+    digits |= ((position < nbytes[..., None] - 1) * 0x80).astype(np.uint8)  # continuation bits
+    keep = position < nbytes[..., None]
+    flat = digits[keep].tobytes()
+    row_sizes = keep.reshape(len(values), -1).sum(axis=1) if len(values) else []
+    key = feature.encode()
+    entry_key = b"\x0a" + _varint(len(key)) + key
+    out, start = [], 0
+    for size in row_sizes:
+        size = int(size)
+        int64_list = b"\x0a" + _varint(size) + flat[start:start + size]
+        start += size
+        value = b"\x1a" + _varint(len(int64_list)) + int64_list  # Feature.int64_list (field 3)
+        entry = entry_key + b"\x12" + _varint(len(value)) + value  # map entry: key 1, value 2
+        features = b"\x0a" + _varint(len(entry)) + entry  # Features.feature (field 1)
+        out.append(b"\x0a" + _varint(len(features)) + features)  # Example.features (field 1)
+    return out
 
 
 def write_tfrecord_shards(
@@ -124,11 +187,8 @@ def write_tfrecord_shards(
     for i, part in enumerate(np.array_split(blocks, shards) if shards else []):
         name = shard_file_name(split, i, shards)
         with tf.io.TFRecordWriter(_join(output_path, name)) as writer:
-            for row in part:
-                example = tf.train.Example(
-                    features=tf.train.Features(feature={FEATURE: tf.train.Feature(int64_list=tf.train.Int64List(value=row.tolist()))})
-                )
-                writer.write(example.SerializeToString())
+            for record in serialize_blocks(part):
+                writer.write(record)
         files.append(name)
 
     entry = {"num_blocks": n, "num_tokens": int(num_tokens if num_tokens is not None else n * L), "files": files}
