@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -24,11 +25,46 @@ from typing import List, Optional, Tuple
 
 from hf_tpu_ext.errors import ArgumentError
 
+logger = logging.getLogger("hf_tpu_ext")
+
 BACKENDS = ("tensorflow", "torch_xla")
 STRATEGIES = ("no", "steps", "epoch")
 HUB_STRATEGIES = ("end", "every_save", "checkpoint", "all_checkpoints")
 DEFAULT_CALLBACKS = "throughput,xla_recompile_guard"
 SHORT_USAGE = "%(prog)s [CONFIG.json] [--name value ...]   (every argument: %(prog)s --help)"
+# transformers' SchedulerType values whose formula needs only (step, warmup, total): the ones implemented
+LR_SCHEDULER_TYPES = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                      "inverse_sqrt")
+# optim names accepted -> the optimizer both backends build (see hf_tpu_ext.backends.*)
+OPTIMIZERS = {
+    "adamw_torch": "adamw", "adamw_torch_fused": "adamw", "adamw_torch_xla": "adamw", "adamw_tf": "adamw",
+    "adamw": "adamw", "adafactor": "adafactor", "sgd": "sgd",
+}
+REPORT_TO = ("tensorboard", "trackio")
+# metric_for_best_model -> the evaluation key compared (perplexity = exp(eval_loss): same order as the loss)
+BEST_METRICS = {"loss": "eval_loss", "eval_loss": "eval_loss", "perplexity": "eval_loss",
+                "eval_perplexity": "eval_loss", "accuracy": "eval_accuracy", "eval_accuracy": "eval_accuracy"}
+# from scratch, longer blocks are refused: attention memory grows with the square of the length
+MAX_SCRATCH_SEQ_LENGTH = 4096
+
+# Defaults that differ from transformers' (TrainingArguments, run_mlm's argument classes): name -> (transformers'
+# effective default, why). The README's table is generated from this (scripts/argument_reference.py); a test
+# compares the first column with transformers' own dataclass defaults.
+DEFAULTS_DIFFERING_FROM_TRANSFORMERS = {
+    "output_dir": ("trainer_output", "a named folder: the model card and the default Hub repo take its name"),
+    "do_train": (False, "`hf-tpu train` trains without `--do_train`; false (evaluation only) is refused"),
+    "do_eval": (False, "unset means: evaluate when `--eval_strategy` is not `no` (transformers evaluates then too)"),
+    "learning_rate": (5e-5, "pre-training a small model from scratch; 5e-5 is a fine-tuning rate"),
+    "weight_decay": (0.0, "BERT/RoBERTa pre-training use 0.01"),
+    "optim": ("adamw_torch_fused", "the fused AdamW kernel does not run on XLA devices; the same AdamW update"),
+    "logging_steps": (500, "a short TPU run shows its loss within seconds"),
+    "eval_strategy": ("no", "a pre-training run reports its validation loss; `--do_eval false` turns it off"),
+    "save_strategy": ("steps", "one checkpoint per epoch; `--save_steps N` alone switches to `steps`"),
+    "save_total_limit": (None, "a checkpoint holds the optimizer state (3x the model): keep the last two, not all"),
+    "report_to": ("all", "TensorBoard (TensorFlow writes it without extra packages); `all` = every installed one"),
+    "max_seq_length": (None, "a static block length for XLA; run_mlm's unset value is the tokenizer's maximum"),
+    "bf16": (False, "unset: bfloat16 on a TPU (its native compute type), float32 elsewhere; `--bf16 auto` picks per device"),
+}
 
 
 @dataclass
@@ -65,6 +101,9 @@ class ModelArguments:
                 "Size overrides (--hidden_size, --num_hidden_layers, --num_attention_heads, --intermediate_size) only apply "
                 "when training from scratch; drop them or drop --model_name_or_path."
             )
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if getattr(self, name) is not None:
+                _check_number(name, getattr(self, name), low=0.0, high=1.0, high_open=True)
         if self.vocab_size < 300:
             raise ArgumentError(f"--vocab_size {self.vocab_size} is too small for a byte-level BPE (256 bytes + specials); use >= 300.")
         if self.hidden_size and self.num_attention_heads and self.hidden_size % self.num_attention_heads:
@@ -93,10 +132,23 @@ class DataTrainingArguments:
         default=None,
         metadata={"help": "Masked positions per sequence the MLM head is computed on (default: round(max_seq_length * mlm_probability), as in BERT's TPU code)."},
     )
+    line_by_line: bool = field(
+        default=False,
+        metadata={"help": "run_mlm's one-sequence-per-line mode: not supported (texts are concatenated and cut into full blocks); only false is accepted."},
+    )
+    pad_to_max_length: bool = field(
+        default=False,
+        metadata={"help": "run_mlm's padding switch. Accepted either way: every block is max_seq_length tokens (static shapes), so nothing is padded."},
+    )
 
     def __post_init__(self):
-        if not 0.0 < self.mlm_probability < 1.0:
-            raise ArgumentError(f"--mlm_probability must be in (0, 1), got {self.mlm_probability}.")
+        _check_number("mlm_probability", self.mlm_probability, low=0.0, high=1.0, low_open=True, high_open=True)
+        if self.line_by_line:
+            raise ArgumentError(
+                "--line_by_line true is not supported: the texts are concatenated and cut into full blocks of "
+                "--max_seq_length tokens (run_mlm's default grouping), so every position is a real token and every "
+                "batch has the same static shape for XLA. Drop --line_by_line (or pass --line_by_line false)."
+            )
         if self.max_seq_length < 8:
             raise ArgumentError(f"--max_seq_length must be at least 8, got {self.max_seq_length}.")
         if not 0 <= self.validation_split_percentage < 100:
@@ -126,6 +178,11 @@ class TrainingArguments:
         metadata={"help": "A checkpoint folder, 'true' for the latest in output_dir, or a Hub repo id 'user/name[@revision]' holding last-checkpoint/."},
     )
     backend: str = field(default="tensorflow", metadata={"help": f"Training backend: one of {', '.join(BACKENDS)}."})
+    do_train: bool = field(default=True, metadata={"help": "Train (run_mlm's flag). `hf-tpu train` always trains: false is refused."})
+    do_eval: Optional[bool] = field(
+        default=None,
+        metadata={"help": "Evaluate on the validation split: false turns every evaluation off; true with --eval_strategy no evaluates once at the end. Unset: true unless --eval_strategy is no."},
+    )
     per_device_train_batch_size: int = field(default=8, metadata={"help": "Batch size per replica for training."})
     per_device_eval_batch_size: int = field(default=8, metadata={"help": "Batch size per replica for evaluation."})
     learning_rate: float = field(default=5e-4, metadata={"help": "Peak learning rate of AdamW (after warmup)."})
@@ -134,17 +191,47 @@ class TrainingArguments:
     adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2."})
     adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW epsilon."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Global gradient-norm clipping (0 disables)."})
-    warmup_ratio: float = field(default=0.0, metadata={"help": "Share of the total steps used for linear warmup."})
-    warmup_steps: int = field(default=0, metadata={"help": "Linear warmup steps (overrides warmup_ratio when > 0)."})
+    optim: str = field(
+        default="adamw_torch",
+        metadata={"help": f"Optimizer: {', '.join(OPTIMIZERS)}. Every adamw name is AdamW with decoupled weight decay (not on LayerNorm/biases); adafactor without relative steps (transformers' Trainer settings); sgd with weight decay added to the gradient (torch.optim.SGD)."},
+    )
+    gradient_accumulation_steps: int = field(
+        default=1,
+        metadata={"help": "Micro-batches summed per optimizer step (TensorFlow: inside the one compiled step, static shapes). Steps, logging and schedules count optimizer steps."},
+    )
+    lr_scheduler_type: str = field(
+        default="linear",
+        metadata={"help": f"Learning-rate schedule after warmup, transformers' formulas: {', '.join(LR_SCHEDULER_TYPES)}."},
+    )
+    warmup_ratio: float = field(default=0.0, metadata={"help": "Share of the total steps used for linear warmup, in [0, 1]."})
+    warmup_steps: int = field(default=0, metadata={"help": "Linear warmup steps (give this or warmup_ratio, not both)."})
     num_train_epochs: float = field(default=3.0, metadata={"help": "Epochs to train (ignored when max_steps > 0)."})
     max_steps: int = field(default=-1, metadata={"help": "Total optimizer steps; > 0 overrides num_train_epochs."})
     logging_steps: int = field(default=10, metadata={"help": "Log the training loss every N global steps."})
-    eval_strategy: str = field(default="epoch", metadata={"help": "When to evaluate: no, steps or epoch."})
+    eval_strategy: str = field(default="epoch", metadata={"help": "When to evaluate: no, steps or epoch (--eval_steps N alone means steps)."})
+    evaluation_strategy: Optional[str] = field(
+        default=None, metadata={"help": "Deprecated spelling of --eval_strategy (transformers < 4.46); sets it."},
+    )
     eval_on_start: bool = field(default=False, metadata={"help": "Evaluate once before the first step (the untrained baseline)."})
     eval_steps: Optional[int] = field(default=None, metadata={"help": "Evaluate every N global steps with eval_strategy=steps (default: logging_steps)."})
-    save_strategy: str = field(default="epoch", metadata={"help": "When to write a checkpoint: no, steps or epoch."})
+    save_strategy: str = field(default="epoch", metadata={"help": "When to write a checkpoint: no, steps or epoch (--save_steps N alone means steps)."})
     save_steps: int = field(default=500, metadata={"help": "Checkpoint every N global steps with save_strategy=steps."})
     save_total_limit: Optional[int] = field(default=2, metadata={"help": "Checkpoints kept in output_dir (oldest removed first)."})
+    load_best_model_at_end: bool = field(
+        default=False,
+        metadata={"help": "Export and push the weights of the best evaluation instead of the last (needs matching eval/save strategies, as in transformers)."},
+    )
+    metric_for_best_model: Optional[str] = field(
+        default=None,
+        metadata={"help": f"Metric that picks the best model: {', '.join(BEST_METRICS)} (default with load_best_model_at_end: loss)."},
+    )
+    greater_is_better: Optional[bool] = field(
+        default=None, metadata={"help": "Whether a larger metric_for_best_model is better (default: false for loss/perplexity, true otherwise)."},
+    )
+    report_to: Optional[List[str]] = field(
+        default=None,
+        metadata={"help": "Where logs go: tensorboard, trackio (when installed), all (every installed one) or none. Unset: tensorboard."},
+    )
     seed: int = field(default=42, metadata={"help": "Seed of initialization, shuffling and masking."})
     bf16: Optional[str] = field(
         default=None,
@@ -153,6 +240,7 @@ class TrainingArguments:
                           "Unset: auto on a TPU, float32 elsewhere. See hf_tpu_ext/precision.py.",
                   "nargs": "?", "const": "true"},
     )
+    fp16: bool = field(default=False, metadata={"help": "float16 mixed precision: refused (no float16 compute on CPU/TPU, no loss scaling in the XLA step); use --bf16."})
     jit_compile: Optional[bool] = field(
         default=None,
         metadata={"help": "XLA-compile the training step (unset: yes, except bf16 on a CPU with native bf16, where "
@@ -194,22 +282,76 @@ class TrainingArguments:
             raise ArgumentError(str(e)) from None
         if self.backend not in BACKENDS:
             raise ArgumentError(f"Unknown --backend {self.backend!r}; choose one of: {', '.join(BACKENDS)}.")
+        if not self.do_train:
+            raise ArgumentError(
+                "--do_train false (evaluation only) is not supported: `hf-tpu train` always trains. Drop --do_train; "
+                "to evaluate a finished model, train 0 more steps is not possible either: use transformers' run_mlm.py "
+                "--do_eval on the output folder."
+            )
+        if self.fp16:
+            raise ArgumentError(
+                "--fp16 is not supported: CPUs and TPUs have no float16 compute and the XLA training step has no loss "
+                "scaling, which float16 needs. Use --bf16 true (bfloat16 mixed precision, no loss scaling needed) or "
+                "--bf16 auto (bfloat16 where the hardware has it), or float32."
+            )
+        self._eval_strategy_as_passed = self.eval_strategy  # before the old spelling overwrites it
+        if self.evaluation_strategy is not None:
+            logger.warning("--evaluation_strategy is deprecated (transformers renamed it in 4.46): use --eval_strategy %s.",
+                           self.evaluation_strategy)
+            self.eval_strategy = self.evaluation_strategy
+        # what was asked before do_eval below may turn it off (check_user_flags reports conflicts)
+        self._asked_eval_strategy = self.eval_strategy
         for name in ("eval_strategy", "save_strategy"):
             if getattr(self, name) not in STRATEGIES:
                 raise ArgumentError(f"--{name} must be one of {', '.join(STRATEGIES)}, got {getattr(self, name)!r}.")
         if self.hub_strategy not in HUB_STRATEGIES:
             raise ArgumentError(f"--hub_strategy must be one of {', '.join(HUB_STRATEGIES)}, got {self.hub_strategy!r}.")
-        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "steps_per_execution", "logging_steps", "save_steps"):
+        if self.lr_scheduler_type not in LR_SCHEDULER_TYPES:
+            raise ArgumentError(f"--lr_scheduler_type {self.lr_scheduler_type!r} is not supported; choose one of: "
+                                f"{', '.join(LR_SCHEDULER_TYPES)}.")
+        if self.optim not in OPTIMIZERS:
+            raise ArgumentError(f"--optim {self.optim!r} is not supported; choose one of: {', '.join(OPTIMIZERS)}.")
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "steps_per_execution", "logging_steps",
+                     "save_steps", "gradient_accumulation_steps"):
             if getattr(self, name) < 1:
                 raise ArgumentError(f"--{name} must be >= 1, got {getattr(self, name)}.")
+        if self.eval_steps is not None and self.eval_steps < 1:
+            raise ArgumentError(f"--eval_steps must be >= 1, got {self.eval_steps}.")
+        # every float hyper-parameter: finite and in range, named by its flag
+        _check_number("learning_rate", self.learning_rate, low=0.0, low_open=True)
+        _check_number("weight_decay", self.weight_decay, low=0.0)
+        _check_number("adam_beta1", self.adam_beta1, low=0.0, high=1.0, high_open=True)
+        _check_number("adam_beta2", self.adam_beta2, low=0.0, high=1.0, high_open=True)
+        _check_number("adam_epsilon", self.adam_epsilon, low=0.0, low_open=True)
+        _check_number("max_grad_norm", self.max_grad_norm, low=0.0)
+        _check_number("warmup_ratio", self.warmup_ratio, low=0.0, high=1.0)
+        _check_number("num_train_epochs", self.num_train_epochs, low=0.0)
+        if self.optim == "adafactor" and self.backend == "tensorflow":
+            raise ArgumentError(
+                "--optim adafactor is not available with --backend tensorflow: tf_keras has Adafactor only in its new "
+                "optimizer API, which this trainer's XLA step and checkpoints do not use. Use --optim adamw_torch or "
+                "sgd, or --backend torch_xla (transformers' Adafactor)."
+            )
+        if self.lr_scheduler_type == "constant" and (self.warmup_steps > 0 or self.warmup_ratio > 0):
+            raise ArgumentError("--lr_scheduler_type constant has no warmup (as in transformers); use "
+                                "--lr_scheduler_type constant_with_warmup, or drop --warmup_steps/--warmup_ratio.")
+        if self.lr_scheduler_type == "polynomial" and self.learning_rate <= 1e-7:
+            raise ArgumentError(f"--lr_scheduler_type polynomial decays to 1e-07, so --learning_rate must be larger, got "
+                                f"{self.learning_rate}.")
+        if self.warmup_steps < 0:
+            raise ArgumentError(f"--warmup_steps must be >= 0, got {self.warmup_steps}.")
+        if self.warmup_steps > 0 and self.warmup_ratio > 0:
+            raise ArgumentError(f"Both --warmup_steps {self.warmup_steps} and --warmup_ratio {self.warmup_ratio} are set; "
+                                "pass one of them (transformers would silently use warmup_steps).")
         if self.max_steps <= 0 and self.num_train_epochs <= 0:
             raise ArgumentError("Set --max_steps > 0 or --num_train_epochs > 0.")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ArgumentError(f"--warmup_ratio must be in [0, 1), got {self.warmup_ratio}.")
-        if self.learning_rate <= 0:
-            raise ArgumentError(f"--learning_rate must be > 0, got {self.learning_rate}.")
         if self.save_total_limit is not None and self.save_total_limit < 1:
             raise ArgumentError("--save_total_limit must be >= 1 (or unset to keep every checkpoint).")
+        self.report_to = _resolve_report_to(self.report_to, self.backend)
+        if self.do_eval is None:
+            self.do_eval = self.eval_strategy != "no"
+        elif not self.do_eval:
+            self.eval_strategy = "no"  # run_mlm's meaning: no evaluation at all
         if self.eval_steps is None:
             self.eval_steps = self.logging_steps
         if isinstance(self.resume_from_checkpoint, str) and self.resume_from_checkpoint.lower() in ("false", "none", ""):
@@ -218,6 +360,86 @@ class TrainingArguments:
             raise ArgumentError("--hub_space_id deploys a Space for the pushed model: add --push_to_hub (and --hub_model_id).")
         if self.logging_dir is None:
             self.logging_dir = os.path.join(self.output_dir, "runs")
+        if self.load_best_model_at_end and self.metric_for_best_model is None:
+            self.metric_for_best_model = "loss"  # transformers' default
+        if self.metric_for_best_model is not None:
+            if self.metric_for_best_model not in BEST_METRICS:
+                raise ArgumentError(f"--metric_for_best_model {self.metric_for_best_model!r} is not an evaluation metric "
+                                    f"of this trainer; choose one of: {', '.join(BEST_METRICS)}.")
+            if self.greater_is_better is None:  # transformers' rule: a loss is minimized, anything else maximized
+                self.greater_is_better = BEST_METRICS[self.metric_for_best_model] != "eval_loss"
+            elif self.greater_is_better and BEST_METRICS[self.metric_for_best_model] == "eval_loss":
+                raise ArgumentError(f"--greater_is_better true with --metric_for_best_model {self.metric_for_best_model}: "
+                                    "a larger loss/perplexity is never better; drop --greater_is_better.")
+        self._check_combinations()
+
+    def _check_combinations(self):
+        """Checks across fields (strategies, evaluation, best model)."""
+        if self.eval_on_start and not self.do_eval:
+            raise ArgumentError("--eval_on_start needs evaluation, but --do_eval is false; drop one of them.")
+        if self.load_best_model_at_end:
+            if not self.do_eval or self.eval_strategy == "no":
+                raise ArgumentError("--load_best_model_at_end needs evaluations to compare: set --eval_strategy steps or "
+                                    "epoch (and the same --save_strategy).")
+            # transformers' own checks (TrainingArguments.__post_init__), same wording
+            if self.eval_strategy != self.save_strategy:
+                raise ArgumentError(
+                    "--load_best_model_at_end requires the save and eval strategy to match, but found\n- Evaluation "
+                    f"strategy: {self.eval_strategy}\n- Save strategy: {self.save_strategy}"
+                )
+            if self.eval_strategy == "steps" and self.save_steps % self.eval_steps != 0:
+                raise ArgumentError(
+                    "--load_best_model_at_end requires the saving steps to be a round multiple of the evaluation "
+                    f"steps, but found {self.save_steps}, which is not a round multiple of {self.eval_steps}."
+                )
+
+    @staticmethod
+    def implied_by(given) -> dict:
+        """Defaults implied by the flags the user passed: ``--save_steps N`` / ``--eval_steps N`` without a
+        strategy mean the ``steps`` strategy (transformers' default strategy is ``steps``; ours is ``epoch``).
+
+        Args:
+            given: field names passed on the command line or in the JSON config (see :func:`given_field_names`).
+
+        Returns:
+            ``{field: value}`` to use as parser defaults (explicit values still win).
+        """
+        implied = {}
+        if "save_steps" in given and "save_strategy" not in given:
+            implied["save_strategy"] = "steps"
+        if "eval_steps" in given and not ({"eval_strategy", "evaluation_strategy"} & set(given)):
+            implied["eval_strategy"] = "steps"
+        return implied
+
+    def check_user_flags(self, given) -> None:
+        """Refuse a passed flag that would have no effect, with the reason (after :meth:`implied_by`).
+
+        ``given`` holds the field names passed on the command line or in the JSON config (not inferred from
+        values, so ``--save_steps 500`` counts although 500 is the default).
+
+        Raises:
+            ArgumentError: ``--save_steps``/``--eval_steps`` with another strategy or ``--do_eval false``;
+                ``--do_eval false`` with an evaluation strategy; both spellings of the eval strategy, disagreeing.
+        """
+        given = set(given)
+        eval_flag = "--evaluation_strategy" if "evaluation_strategy" in given else "--eval_strategy"
+        if {"eval_strategy", "evaluation_strategy"} <= given and self.evaluation_strategy != self._eval_strategy_as_passed:
+            raise ArgumentError(f"--evaluation_strategy {self.evaluation_strategy} and --eval_strategy "
+                                f"{self._eval_strategy_as_passed} disagree; pass only --eval_strategy (the current name).")
+        if "eval_steps" in given and "do_eval" in given and not self.do_eval:
+            raise ArgumentError(f"--eval_steps {self.eval_steps} has no effect with --do_eval false; drop one of them.")
+        for steps, strategy, flag, asked in (("save_steps", "save_strategy", "--save_strategy", self.save_strategy),
+                                             ("eval_steps", "eval_strategy", eval_flag, self._asked_eval_strategy)):
+            if steps in given and asked != "steps":
+                raise ArgumentError(f"--{steps} {getattr(self, steps)} only applies with {flag} steps, but {flag} is "
+                                    f"{asked}; drop --{steps} or pass {flag} steps.")
+        if "do_eval" in given and not self.do_eval and ({"eval_strategy", "evaluation_strategy"} & given):
+            if self._asked_eval_strategy != "no":
+                raise ArgumentError(f"--do_eval false turns evaluation off, but {eval_flag} {self._asked_eval_strategy} "
+                                    "asks for it; drop one of them.")
+        if "max_steps" in given and "num_train_epochs" in given and self.max_steps > 0:
+            logger.info("--max_steps %d overrides --num_train_epochs %s (as in transformers).", self.max_steps,
+                        self.num_train_epochs)
 
     @property
     def resume_latest(self) -> bool:
@@ -252,6 +474,82 @@ class TrainingArguments:
     __str__ = __repr__
 
 
+def _check_number(name: str, value, low=None, high=None, low_open=False, high_open=False) -> None:
+    """Raise ``ArgumentError`` naming ``--name`` unless ``value`` is a finite number in the given range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ArgumentError(f"--{name} must be a finite number, got {value!r}.")
+    below = low is not None and (value <= low if low_open else value < low)
+    above = high is not None and (value >= high if high_open else value > high)
+    if below or above:
+        lo = "-inf" if low is None else f"{low:g}"
+        hi = "inf" if high is None else f"{high:g}"
+        interval = f"{'(' if low_open or low is None else '['}{lo}, {hi}{')' if high_open or high is None else ']'}"
+        raise ArgumentError(f"--{name} must be in {interval}, got {value!r}.")
+
+
+def _resolve_report_to(value, backend: str) -> List[str]:
+    """``report_to`` as a list of integrations (transformers' spellings: a name, a list, "all", "none").
+
+    Raises:
+        ArgumentError: an integration this package does not drive, or one whose package is not installed.
+    """
+    import importlib.util
+
+    if value is None:
+        value = ["tensorboard"]
+    if isinstance(value, str):
+        value = [value]
+    names = [n.strip() for v in value for n in str(v).split(",") if n.strip()]
+
+    def installed(name):
+        # TensorFlow writes TensorBoard event files itself; the torch backend needs the tensorboard package
+        if name == "tensorboard" and backend == "tensorflow":
+            return True
+        return importlib.util.find_spec(name) is not None
+
+    if names in ([], ["none"]):
+        return []
+    if names == ["all"]:
+        return [n for n in REPORT_TO if installed(n)]
+    for name in names:
+        if name not in REPORT_TO:
+            raise ArgumentError(f"--report_to {name!r} is not supported; choose from: {', '.join(REPORT_TO)}, all, none.")
+        if not installed(name):
+            raise ArgumentError(f"--report_to {name} needs the {name!r} package, which is not installed: "
+                                f"`pip install {name}`, or pass --report_to none.")
+    return list(dict.fromkeys(names))
+
+
+def check_arguments(model_args, data_args, training_args) -> None:
+    """Checks that need more than one argument dataclass (run by :func:`parse_args`, cheap, no I/O).
+
+    Raises:
+        ArgumentError: ``max_seq_length`` above :data:`MAX_SCRATCH_SEQ_LENGTH` when training from scratch.
+    """
+    L = data_args.max_seq_length
+    if not model_args.model_name_or_path and L > MAX_SCRATCH_SEQ_LENGTH:
+        raise ArgumentError(
+            f"--max_seq_length {L} is too long to train from scratch here (at most {MAX_SCRATCH_SEQ_LENGTH}): attention "
+            f"memory and time grow with the square of the length ({L}x{L} scores per head and sequence) and the "
+            f"model would need {L + 2} position embeddings. Pass --max_seq_length {MAX_SCRATCH_SEQ_LENGTH} or less "
+            "(RoBERTa uses 512)."
+        )
+
+
+def given_field_names(argv: List[str], known) -> set:
+    """Field names passed as ``--name``, ``--name=value`` or ``--no_name`` (HfArgumentParser's bool complement)."""
+    names = set()
+    for token in argv:
+        if not token.startswith("--"):
+            continue
+        name = token[2:].split("=", 1)[0]
+        if name not in known and name.startswith("no_") and name[3:] in known:
+            name = name[3:]
+        if name in known:
+            names.add(name)
+    return names
+
+
 def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTrainingArguments, TrainingArguments]:
     """Parse ``hf-tpu train`` arguments.
 
@@ -271,6 +569,7 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTr
     parser.usage = SHORT_USAGE  # argparse errors print this, not every flag
     parser.allow_abbrev = False  # `--num_train_epoch` must not silently mean `--num_train_epochs`
     known = {f.name for dc in dataclass_types for f in fields(dc)}
+    given = given_field_names(argv, known)
     if argv and argv[0].endswith(".json"):
         # a config file, optionally followed by flags that override it
         path = os.path.abspath(argv[0])
@@ -288,7 +587,10 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTr
             raise ArgumentError(f"Config file {argv[0]} has unknown fields: {', '.join(unknown)}."
                                 + _suggest(unknown, known))
         parser.set_defaults(**data)
+        given |= set(data)
         argv = argv[1:]
+    # a passed --save_steps/--eval_steps means the steps strategy unless one is given
+    parser.set_defaults(**TrainingArguments.implied_by(given))
     *parsed, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if remaining:
         flags = [a for a in remaining if a.startswith("-")] or remaining
@@ -296,7 +598,10 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTr
             f"Unknown argument(s): {' '.join(flags)}." + _suggest([a.lstrip('-').split('=')[0] for a in flags], known)
             + " Run `hf-tpu train --help` for the list."
         )
-    return tuple(parsed)
+    model_args, data_args, training_args = parsed
+    training_args.check_user_flags(given)
+    check_arguments(model_args, data_args, training_args)
+    return model_args, data_args, training_args
 
 
 def _suggest(names, known) -> str:

@@ -326,11 +326,24 @@ def framework_versions() -> Dict[str, str]:
     return out
 
 
-def last_eval_results(log_history: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """``eval_loss``, ``perplexity`` and ``eval_accuracy`` of the newest evaluation in a log history ({} if none)."""
-    for entry in reversed(log_history):
-        if "eval_loss" in entry:
-            return {k: entry[k] for k in ("eval_loss", "perplexity", "eval_accuracy") if k in entry}
+def last_eval_results(log_history: List[Dict[str, Any]], training_args=None) -> Dict[str, Any]:
+    """``eval_loss``, ``perplexity`` and ``eval_accuracy`` of the newest evaluation in a log history ({} if none).
+
+    With ``training_args.load_best_model_at_end``: of the best evaluation (by ``metric_for_best_model`` and
+    ``greater_is_better``), the weights the output folder holds.
+    """
+    evals = [e for e in log_history if "eval_loss" in e]
+    if training_args is not None and getattr(training_args, "load_best_model_at_end", False):
+        from hf_tpu_ext.args import BEST_METRICS
+
+        key = BEST_METRICS[training_args.metric_for_best_model or "loss"]
+        sign = 1.0 if training_args.greater_is_better and key != "eval_loss" else -1.0
+        ranked = [e for e in evals if isinstance(e.get(key), (int, float)) and e.get("step", 0) > 0]
+        if ranked:
+            best = max(ranked, key=lambda e: sign * e[key])  # the first of equals, like the trainers
+            evals = [best]
+    if evals:
+        return {k: evals[-1][k] for k in ("eval_loss", "perplexity", "eval_accuracy") if k in evals[-1]}
     return {}
 
 
@@ -371,12 +384,13 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
         **model_fields,
         "hyperparameters": {
             "learning_rate": args.learning_rate,
-            "lr_scheduler": "linear warmup, then linear decay to 0",
+            "lr_scheduler": getattr(args, "lr_scheduler_type", "linear"),
             "warmup_steps": args.num_warmup_steps(total_steps),
             "optimizer": optimizer,
             "weight_decay": args.weight_decay,
             "max_grad_norm": args.max_grad_norm,
             "per_device_train_batch_size": args.per_device_train_batch_size,
+            "gradient_accumulation_steps": getattr(args, "gradient_accumulation_steps", 1),
             "global_batch_size": global_batch_size,
             "max_seq_length": data_args.max_seq_length,
             "mlm_probability": data_args.mlm_probability,
@@ -384,7 +398,7 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
             "total_steps": total_steps,
             "seed": args.seed,
         },
-        "eval_results": last_eval_results(log_history),
+        "eval_results": last_eval_results(log_history, training_args),
         "framework_versions": framework_versions(),
         "mask_token": mask_token,
     }

@@ -5,7 +5,8 @@ The README's "Argument reference" section is this script's output: `python scrip
 
 from dataclasses import MISSING, fields
 
-from hf_tpu_ext.args import DataTrainingArguments, ModelArguments, TrainingArguments
+from hf_tpu_ext.args import (DEFAULTS_DIFFERING_FROM_TRANSFORMERS, DataTrainingArguments, ModelArguments,
+                             TrainingArguments)
 
 
 def reference() -> str:
@@ -17,6 +18,13 @@ def reference() -> str:
             text = f.metadata.get("help", "").replace("|", "\\|")
             lines.append(f"| `--{f.name}` | `{default}` | {text} |")
         lines.append("")
+    defaults = {f.name: f.default for dc in (ModelArguments, DataTrainingArguments, TrainingArguments) for f in fields(dc)}
+    lines += ["#### Defaults that differ from transformers", "",
+              "| argument | here | transformers | why |", "|---|---|---|---|"]
+    for name, (theirs, why) in DEFAULTS_DIFFERING_FROM_TRANSFORMERS.items():
+        ours = {"report_to": "tensorboard"}.get(name, defaults[name])  # report_to: resolved from None
+        lines.append(f"| `--{name}` | `{ours}` | `{theirs}` | {why} |")
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -289,3 +289,85 @@ def test_train_from_tfrecord_shards(tmp_path):
     summary = json.loads((tmp_path / "o" / "training_summary.json").read_text())
     assert summary["model_config"]["vocab_size"] == 500
     assert summary["tokens_seen"] == 6 * 8 * 32
+
+
+# ----------------------------------------------------------------------------- TrainingArguments names
+
+
+def _weights(folder):
+    from safetensors.numpy import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_gradient_accumulation_equals_large_batch(tmp_path):
+    """4 accumulated micro-batches of 8 = one batch of 32 (dropout off): same weights after 5 optimizer steps."""
+    common = ("--max_steps", "5", "--do_eval", "false", "--save_strategy", "no", "--callbacks", "",
+              "--report_to", "none", "--logging_steps", "1")
+    accumulated = _train(tiny_train_args(tmp_path / "accum", *common, "--gradient_accumulation_steps", "4"))
+    args = tiny_train_args(tmp_path / "big", *common)
+    args[args.index("--per_device_train_batch_size") + 1] = "32"
+    big = _train(args)
+    assert accumulated["global_step"] == big["global_step"] == 5
+    assert accumulated["xla_step_traces"] == 1
+    a, b = _weights(tmp_path / "accum"), _weights(tmp_path / "big")
+    assert a.keys() == b.keys()
+    assert max(float(np.abs(a[k] - b[k]).max()) for k in a) <= 1e-5
+    # the logged step counts optimizer steps; each saw 32 sequences
+    state = json.loads((tmp_path / "accum" / "trainer_state.json").read_text())
+    assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4, 5]
+    assert state["train_batch_size"] == 32 and state["num_input_tokens_seen"] == 5 * 32 * 32
+    assert not (tmp_path / "accum" / "runs").exists()  # --report_to none: no TensorBoard files
+
+
+def test_run_mlm_style_json_config_trains_and_keeps_the_best_model(tmp_path):
+    """A run_mlm-style JSON config trains; with load_best_model_at_end the output folder holds the best evaluation.
+
+    ``metric_for_best_model accuracy`` with ``greater_is_better false`` picks an early evaluation (the lowest
+    accuracy), so the best differs from the last; save_total_limit 1 rotates its regular checkpoint away.
+    """
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run import train
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "old.txt").write_text("from an earlier run")  # overwrite_output_dir lets the run use the folder
+    base = dict(zip(tiny_train_args(out)[::2], tiny_train_args(out)[1::2]))
+    cfg = {k.lstrip("-"): v for k, v in base.items()}
+    cfg.update({
+        "do_train": True, "do_eval": True, "evaluation_strategy": "steps", "eval_steps": 2, "save_steps": 2,
+        "save_total_limit": 1, "max_steps": 6, "gradient_accumulation_steps": 2, "per_device_train_batch_size": 4,
+        "lr_scheduler_type": "cosine", "warmup_steps": 2, "report_to": "none", "line_by_line": False,
+        "pad_to_max_length": True, "overwrite_output_dir": True, "logging_steps": 1, "callbacks": "",
+        "load_best_model_at_end": True, "metric_for_best_model": "accuracy", "greater_is_better": False,
+    })
+    path = tmp_path / "run_mlm.json"
+    path.write_text(json.dumps(cfg))
+    results = train(*parse_args([str(path)]))
+    assert results["global_step"] == 6
+
+    state = json.loads((out / "trainer_state.json").read_text())
+    # the logged learning rate follows transformers' cosine schedule (warmup 2 of 6 steps, peak 1e-3)
+    from transformers.optimization import _get_cosine_schedule_with_warmup_lr_lambda as cosine
+
+    logged = {e["step"]: e["learning_rate"] for e in state["log_history"] if "loss" in e}
+    assert sorted(logged) == [1, 2, 3, 4, 5, 6]
+    for step, lr in logged.items():
+        assert lr == pytest.approx(1e-3 * cosine(step, num_warmup_steps=2, num_training_steps=6, num_cycles=0.5),
+                                   abs=1e-9)
+    evals = [e for e in state["log_history"] if "eval_loss" in e]
+    assert [e["step"] for e in evals] == [2, 4, 6]
+    best = min(evals, key=lambda e: e["eval_accuracy"])  # the first of equals, as the trainer keeps
+    assert state["best_global_step"] == best["step"] and state["best_metric"] == best["eval_accuracy"]
+    assert best["step"] != 6 and best["eval_loss"] != evals[-1]["eval_loss"]
+    # the exported model is the best one: its final evaluation repeats the best evaluation
+    all_results = json.loads((out / "all_results.json").read_text())
+    assert all_results["eval_loss"] == pytest.approx(best["eval_loss"], rel=1e-5)
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["eval_results"]["eval_loss"] == best["eval_loss"]
+    assert summary["hyperparameters"]["lr_scheduler"] == "cosine"
+    assert summary["hyperparameters"]["gradient_accumulation_steps"] == 2 and summary["global_batch_size"] == 8
+    # the last checkpoint (resume point) is still the last step; the best one's was rotated away
+    assert sorted(p.name for p in (out / "checkpoints").glob("ckpt-*.index")) == ["ckpt-6.index"]
+    assert json.loads((out / "checkpoints" / "best" / "model.json").read_text())["global_step"] == best["step"]
+    assert not (out / "runs").exists()

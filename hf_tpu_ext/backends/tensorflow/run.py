@@ -106,10 +106,13 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
     plan = _precision_plan(args, info.accelerator)
     args.bf16, args.jit_compile = plan.bf16, plan.jit_compile
     replicas = strategy.num_replicas_in_sync
-    global_batch = args.per_device_train_batch_size * replicas
+    # sequences per optimizer step: gradient accumulation splits them into micro-batches inside the step
+    global_batch = args.per_device_train_batch_size * replicas * args.gradient_accumulation_steps
     global_eval_batch = args.per_device_eval_batch_size * replicas
-    logger.info("strategy %s: %d replica(s) on %d %s device(s); global batch %d",
-                info.strategy_name, replicas, info.num_devices, info.accelerator, global_batch)
+    logger.info("strategy %s: %d replica(s) on %d %s device(s); global batch %d%s",
+                info.strategy_name, replicas, info.num_devices, info.accelerator, global_batch,
+                f" ({args.gradient_accumulation_steps} accumulated micro-batches)"
+                if args.gradient_accumulation_steps > 1 else "")
 
     # Hub access is checked before any data or compute work.
     push_callback = None
@@ -147,9 +150,10 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
             raise CorpusTooSmallError(
                 f"The TFRecord shards in {data_args.train_file} hold {num_train_blocks} training blocks of {L} tokens, "
                 f"fewer than one global batch of {global_batch} ({args.per_device_train_batch_size} per device x "
-                f"{replicas} replicas). Prepare more data or lower --per_device_train_batch_size."
+                f"{replicas} replicas x {args.gradient_accumulation_steps} accumulation steps). Prepare more data or "
+                "lower --per_device_train_batch_size / --gradient_accumulation_steps."
             )
-    has_eval = args.eval_strategy != "no" and blocks.get("validation") is not None
+    has_eval = args.do_eval and blocks.get("validation") is not None
     if has_eval and isinstance(blocks["validation"], np.ndarray):
         check_blocks(blocks, global_eval_batch, "validation")
 
@@ -206,7 +210,9 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
         eval_ds, eval_steps = make_eval_dataset(source, global_batch_size=global_eval_batch, seed=args.seed,
                                                 mask_fn=mask_fn, **kwargs)
 
-    summary_writer = tf.summary.create_file_writer(args.logging_dir) if info.is_chief else None
+    summary_writer = (tf.summary.create_file_writer(args.logging_dir)
+                      if info.is_chief and "tensorboard" in args.report_to else None)
+    trackio = _init_trackio(args, model_args) if info.is_chief and "trackio" in args.report_to else None
     run = RunContext(model_args, data_args, args, strategy, info, replicas, global_batch, L, spe, total,
                      eval_ds, eval_steps, tok, checkpointer, model.config, model, args.output_dir)
     callbacks = build_callbacks([c for c in args.callback_names if c != "push_to_hub"], run)
@@ -220,7 +226,7 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
 
     trainer = TFTrainer(model, optimizer, schedule, args, info, make_train, eval_ds, eval_steps, spe, total, L,
                         checkpointer=checkpointer, callbacks=callbacks, start_step=start_step,
-                        log_history=log_history, summary_writer=summary_writer)
+                        log_history=log_history, summary_writer=summary_writer, trackio=trackio)
     if info.is_chief:
         logger.info("precision %s, compiler path: %s (%s)", plan.precision, trainer.compiler_path, plan.reason)
 
@@ -235,10 +241,13 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
     train_metrics = trainer.train()
     train_metrics_holder.update(train_metrics)
     eval_metrics = trainer.evaluate() if has_eval else {}
-    if eval_metrics and not (trainer.log_history and trainer.log_history[-1].get("step") == train_metrics["global_step"]
+    # with the best model loaded, the final evaluation repeats the best one (same weights, same masks)
+    if eval_metrics and not trainer.loaded_best and not (trainer.log_history and trainer.log_history[-1].get("step") == train_metrics["global_step"]
                              and "eval_loss" in trainer.log_history[-1]):
         trainer._log(dict(eval_metrics, epoch=round(train_metrics["epoch"], 4), step=train_metrics["global_step"]))
     results = {**train_metrics, **eval_metrics}
+    if trackio is not None:
+        trackio.finish()
     if info.is_chief:
         _write_outputs(model_args, data_args, args, model, tok, trainer, results, summary_fn())
     trainer.end_training({**trainer.final_logs, **eval_metrics})
@@ -257,8 +266,18 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
     return results
 
 
+def _init_trackio(args, model_args):
+    """``trackio.init`` for ``--report_to trackio``: a local project named after ``output_dir``; returns the module."""
+    import trackio
+
+    trackio.init(project=os.path.basename(os.path.abspath(args.output_dir)),
+                 config={**args.to_sanitized_dict(), "model_name_or_path": model_args.model_name_or_path})
+    return trackio
+
+
 def _summary(model_args, data_args, args, info, model, trainer, train_metrics, corpus_description, tok):
     """The ``training_summary.json`` content (what the model card shows)."""
+    from hf_tpu_ext.backends.tensorflow.optimization import optimizer_description
     from hf_tpu_ext.backends.tensorflow.trainer import model_summary_fields
     from hf_tpu_ext.outputs import build_training_summary
 
@@ -269,7 +288,7 @@ def _summary(model_args, data_args, args, info, model, trainer, train_metrics, c
         global_batch_size=trainer.global_batch_size, global_step=int(model.optimizer.iterations.numpy()),
         steps_per_epoch=trainer.steps_per_epoch, total_steps=trainer.total_steps, train_metrics=train_metrics,
         log_history=trainer.log_history, model_fields=model_summary_fields(model),
-        optimizer=f"AdamW (beta1={args.adam_beta1}, beta2={args.adam_beta2}, epsilon={args.adam_epsilon})",
+        optimizer=optimizer_description(args),
         dataset_description=corpus_description, mask_token=tok.mask_token, jit_compile=args.jit_compile,
         steps_per_execution=args.steps_per_execution, compiler=trainer.compiler_path)
 
@@ -289,6 +308,7 @@ def _write_outputs(model_args, data_args, args, model, tok, trainer, results, su
         num_train_epochs=int(-(-trainer.total_steps // trainer.steps_per_epoch)), logging_steps=args.logging_steps,
         eval_steps=args.eval_steps, save_steps=args.save_steps, train_batch_size=trainer.global_batch_size,
         log_history=trainer.log_history, best_metric=trainer.best_metric,
+        best_global_step=trainer.best_global_step, best_model_checkpoint=trainer.best_model_checkpoint,
         num_input_tokens_seen=results["tokens_seen"],
         total_flos=results["tokens_seen"] * flops_per_token(
             model.config, data_args.max_seq_length, data_args.max_predictions_per_seq / data_args.max_seq_length),

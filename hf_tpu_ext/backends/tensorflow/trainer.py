@@ -16,8 +16,10 @@ the same update.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
+import os
 import statistics
 import time
 from typing import Any, Dict, List, Optional
@@ -30,6 +32,17 @@ from hf_tpu_ext.backends.tensorflow.model import count_parameters, masked_lm_sum
 from hf_tpu_ext.distributed import DistributedType
 
 logger = logging.getLogger("hf_tpu_ext")
+
+BEST_DIRNAME = "best"  # checkpoints/best/: weights of the best evaluation (load_best_model_at_end)
+
+
+def read_best_sidecar(prefix: str) -> Optional[dict]:
+    """``{"global_step", "metric", "value"}`` of the best-model weights at ``prefix``, or None."""
+    path = prefix + ".json"
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        return json.loads(f.read())
 
 
 @dataclasses.dataclass
@@ -76,11 +89,13 @@ class TFTrainer:
         seq_length: tokens per sequence.
         checkpointer: a ``TrainingCheckpointer`` (None: no checkpoints).
         callbacks: ``tf_keras`` callbacks driven by the loop.
+        summary_writer: TensorBoard writer of ``--report_to tensorboard`` (None: no event files).
+        trackio: the ``trackio`` module, initialised, for ``--report_to trackio`` (None: not used).
     """
 
     def __init__(self, model, optimizer, lr_schedule, training_args, strategy_info, make_train_dataset,
                  eval_dataset, eval_steps, steps_per_epoch, total_steps, seq_length, checkpointer=None,
-                 callbacks=(), start_step: int = 0, log_history=None, summary_writer=None):
+                 callbacks=(), start_step: int = 0, log_history=None, summary_writer=None, trackio=None):
         self.model = model
         self.optimizer = optimizer
         self.lr_schedule = lr_schedule
@@ -93,12 +108,32 @@ class TFTrainer:
         self.steps_per_epoch = steps_per_epoch
         self.total_steps = total_steps
         self.seq_length = seq_length
-        self.global_batch_size = training_args.per_device_train_batch_size * self.strategy.num_replicas_in_sync
+        # sequences per optimizer step (transformers' total_train_batch_size)
+        self.global_batch_size = (training_args.per_device_train_batch_size * self.strategy.num_replicas_in_sync
+                                  * int(getattr(training_args, "gradient_accumulation_steps", 1) or 1))
         self.checkpointer = checkpointer
         self.start_step = start_step
         self.log_history: List[Dict[str, Any]] = list(log_history or [])
         self.summary_writer = summary_writer
+        self.trackio = trackio  # the trackio module after trackio.init (--report_to trackio), or None
+        # best-model tracking (transformers' metric_for_best_model / greater_is_better; eval_loss, lower is
+        # better, when unset): the best so far of the restored history, then of this run's evaluations
+        from hf_tpu_ext.args import BEST_METRICS
+
+        self.best_key = BEST_METRICS[getattr(training_args, "metric_for_best_model", None) or "loss"]
+        self.greater_is_better = bool(getattr(training_args, "greater_is_better", None)) and self.best_key != "eval_loss"
         self.best_metric: Optional[float] = None
+        self.best_global_step: Optional[int] = None
+        self.best_model_checkpoint: Optional[str] = None
+        self.loaded_best = False
+        for entry in self.log_history:  # step 0 (eval_on_start) is the untrained baseline, never the best
+            if (entry.get("step", 0) > 0 and isinstance(entry.get(self.best_key), (int, float))
+                    and self._better(entry[self.best_key])):
+                self.best_metric, self.best_global_step = float(entry[self.best_key]), int(entry.get("step", 0))
+        if self.best_global_step is not None and checkpointer is not None:
+            side = read_best_sidecar(self._best_prefix())
+            if side and side.get("global_step") == self.best_global_step:
+                self.best_model_checkpoint = self._best_prefix()
         # Keras callbacks read model.optimizer (global step) and model.train_function (recompile guard)
         model.optimizer = optimizer
         # slots exist before the first trace, so the train function is traced (and compiled) exactly once
@@ -124,9 +159,11 @@ class TFTrainer:
                                   else "XLA per-replica forward/backward, update outside XLA")
         seed = int(args.seed)
 
-        def compute_gradients(batch, global_count, step, replica_id):
+        accum = int(getattr(args, "gradient_accumulation_steps", 1) or 1)
+
+        def micro_gradients(batch, global_count, key_step, replica_id):
             # counter-based dropout under XLA (XLA's own RNG is slow on CPU); TF's kernels otherwise
-            key = dropout_key(seed, step, replica_id) if use_xla else None
+            key = dropout_key(seed, key_step, replica_id) if use_xla else None
             with counter_based_dropout(key), tf.GradientTape() as tape:
                 loss_sum, _, count = masked_lm_sums(model, batch, training=True)
                 loss = loss_sum / global_count
@@ -134,6 +171,35 @@ class TFTrainer:
             # dense gradients: one all-reduce shape per variable, XLA/TPU friendly
             grads = [tf.convert_to_tensor(g) if g is not None else tf.zeros_like(v)
                      for g, v in zip(grads, model.trainable_variables)]
+            return loss_sum, count, grads
+
+        def compute_gradients(batch, global_count, step, replica_id):
+            """Gradient of ``loss_sum / global_count`` over the whole (replica) batch of ``accum`` micro-batches.
+
+            With ``gradient_accumulation_steps > 1`` the batch ``[accum * B, ...]`` is viewed as
+            ``[accum, B, ...]`` and a ``tf.while_loop`` (inside the compiled step) sums the micro-batch
+            gradients: static shapes, one program, one optimizer update. Every micro-batch divides by the count
+            of the whole batch, so the sum is the gradient of one ``accum * B`` batch.
+            """
+            if accum == 1:
+                return micro_gradients(batch, global_count, step, replica_id)
+
+            def split(v):
+                rows = v.shape[0] if v.shape[0] is not None else tf.shape(v)[0]
+                return tf.reshape(v, [accum, rows // accum] + v.shape.as_list()[1:])
+
+            micro = {k: split(v) for k, v in batch.items()}
+
+            def body(i, loss_sum, count, grads):
+                # one dropout key per micro-batch: (optimizer step, micro-batch) -> a distinct counter
+                l, c, g = micro_gradients({k: v[i] for k, v in micro.items()}, global_count,
+                                          step * accum + tf.cast(i, tf.int64), replica_id)
+                return i + 1, loss_sum + l, count + c, [a + b for a, b in zip(grads, g)]
+
+            zeros = [tf.zeros_like(v) for v in model.trainable_variables]
+            _, loss_sum, count, grads = tf.while_loop(
+                lambda i, *_: i < accum, body,
+                (tf.constant(0), tf.constant(0.0, tf.float32), tf.constant(0.0, tf.float32), zeros))
             return loss_sum, count, grads
 
         def apply_update(grads):
@@ -301,6 +367,8 @@ class TFTrainer:
         if self.checkpointer is not None and (self.checkpointer.latest is None
                                               or not self.checkpointer.latest.endswith(f"-{step}")):
             self._save(step)
+        if getattr(args, "load_best_model_at_end", False):
+            self.load_best_model()
         results = {
             "train_loss": train_loss_sum / max(train_loss_n, 1),
             "train_runtime": runtime,
@@ -326,8 +394,11 @@ class TFTrainer:
         if metrics:
             entry = dict(metrics, epoch=round(step / self.steps_per_epoch, 4), step=step)
             self._log(entry)
-            if self.best_metric is None or metrics["eval_loss"] < self.best_metric:
-                self.best_metric = metrics["eval_loss"]
+            value = metrics.get(self.best_key)
+            if value is not None and step > 0 and self._better(value):
+                self.best_metric, self.best_global_step = float(value), step
+                if getattr(self.args, "load_best_model_at_end", False):
+                    self._save_best(step)
         return metrics
 
     def _mfu_function(self, element_spec):
@@ -353,6 +424,47 @@ class TFTrainer:
         replicas = max(1, self.strategy.num_replicas_in_sync)
         return lambda tokens_per_second: tokens_per_second / replicas * fpt / peak
 
+    def _better(self, value: float) -> bool:
+        if value is None or not math.isfinite(value):
+            return False
+        if self.best_metric is None:
+            return True
+        return value > self.best_metric if self.greater_is_better else value < self.best_metric
+
+    # ------------------------------------------------------------------ best model
+    def _best_prefix(self) -> str:
+        return os.path.join(self.checkpointer.directory, BEST_DIRNAME, "model")
+
+    def _save_best(self, step: int) -> None:
+        """Model weights of the new best evaluation: ``checkpoints/best/model.*`` + ``model.json`` (every worker)."""
+        if self.checkpointer is None:
+            return
+        prefix = self._best_prefix()
+        tf.train.Checkpoint(model=self.model).write(prefix)
+        with tf.io.gfile.GFile(prefix + ".json", "w") as f:
+            f.write(json.dumps({"global_step": int(step), "metric": self.best_key, "value": self.best_metric}) + "\n")
+        self.best_model_checkpoint = prefix
+        if self.info.is_chief:
+            logger.info("new best %s=%.4g at step %d: weights kept in %s", self.best_key, self.best_metric, step,
+                        os.path.dirname(prefix))
+
+    def load_best_model(self) -> bool:
+        """Put the best evaluation's weights into the model (``load_best_model_at_end``); False when there is none.
+
+        Called after the last checkpoint is written, so resuming still continues from the last step.
+        """
+        if self.best_model_checkpoint is None:
+            if self.info.is_chief:
+                logger.warning("load_best_model_at_end: no best checkpoint was kept (no evaluation after step 0); "
+                               "the final weights are exported.")
+            return False
+        tf.train.Checkpoint(model=self.model).read(self.best_model_checkpoint).assert_existing_objects_matched()
+        self.loaded_best = True
+        if self.info.is_chief:
+            logger.info("loaded the best model: %s=%.4g at step %d (load_best_model_at_end)", self.best_key,
+                        self.best_metric, self.best_global_step)
+        return True
+
     def _log(self, entry: Dict[str, Any]):
         self.log_history.append(entry)
         if self.info.is_chief:
@@ -364,6 +476,9 @@ class TFTrainer:
                         tf.summary.scalar(("train/" if not k.startswith("eval") and k != "perplexity" else "eval/") + k,
                                           v, step=entry["step"])
             self.summary_writer.flush()
+        if self.trackio is not None and self.info.is_chief:
+            self.trackio.log({k: v for k, v in entry.items() if k != "step" and isinstance(v, (int, float))},
+                             step=entry["step"])
 
     def _save(self, step: int):
         if self.checkpointer is None:
@@ -395,22 +510,10 @@ def _format_entry(entry: Dict[str, Any]) -> str:
 
 
 def make_optimizer(training_args, total_steps: int):
-    """AdamW with linear warmup then linear decay to 0 (transformers' ``create_optimizer``).
+    """See :func:`hf_tpu_ext.backends.tensorflow.optimization.make_optimizer` (``--optim``, ``--lr_scheduler_type``)."""
+    from hf_tpu_ext.backends.tensorflow.optimization import make_optimizer as make
 
-    Returns:
-        ``(optimizer, schedule)``; create it under the strategy's scope.
-    """
-    from transformers import create_optimizer
-
-    return create_optimizer(
-        init_lr=training_args.learning_rate,
-        num_train_steps=max(total_steps, 1),
-        num_warmup_steps=training_args.num_warmup_steps(total_steps),
-        weight_decay_rate=training_args.weight_decay,
-        adam_beta1=training_args.adam_beta1,
-        adam_beta2=training_args.adam_beta2,
-        adam_epsilon=training_args.adam_epsilon,
-    )
+    return make(training_args, total_steps)
 
 
 def model_summary_fields(model) -> Dict[str, Any]:

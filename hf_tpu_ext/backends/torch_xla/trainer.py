@@ -61,17 +61,20 @@ _SAME_NAME_FIELDS = (
     "output_dir", "overwrite_output_dir", "per_device_train_batch_size", "per_device_eval_batch_size",
     "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "num_train_epochs", "max_steps",
     "logging_steps", "logging_dir", "eval_strategy", "eval_steps", "save_strategy", "save_steps",
-    "save_total_limit", "seed", "bf16", "disable_tqdm",
+    "save_total_limit", "seed", "bf16", "disable_tqdm", "gradient_accumulation_steps", "lr_scheduler_type",
+    "load_best_model_at_end", "greater_is_better", "do_train", "do_eval",
 )
+# our --optim names -> the torch optimizer the Trainer builds (the fused AdamW kernel fails on XLA devices)
+_TORCH_OPTIM = {"adamw": "adamw_torch", "adafactor": "adafactor", "sgd": "sgd"}
 
 
 def hf_training_arguments(args, total_steps: int, **overrides):
     """Our :class:`hf_tpu_ext.args.TrainingArguments` as ``transformers.TrainingArguments`` for XLA.
 
-    Same field names where transformers has them; fixed here: ``optim="adamw_torch"`` (non-fused),
-    ``dataloader_drop_last=True``, ``remove_unused_columns=False``, ``push_to_hub=False`` (our callback
-    pushes), linear schedule with ``warmup_steps`` resolved like the TF backend, TensorBoard in
-    ``logging_dir`` when installed.
+    Same field names where transformers has them; mapped here: every ``adamw*`` ``optim`` to the non-fused
+    ``adamw_torch``, ``metric_for_best_model`` to the logged key (``perplexity`` ranks like ``eval_loss``),
+    ``warmup_steps`` resolved like the TF backend, ``report_to`` as resolved by our arguments; fixed:
+    ``dataloader_drop_last=True``, ``remove_unused_columns=False``, ``push_to_hub=False`` (our callback pushes).
 
     Args:
         args: :class:`hf_tpu_ext.args.TrainingArguments`.
@@ -81,26 +84,25 @@ def hf_training_arguments(args, total_steps: int, **overrides):
     Returns:
         ``transformers.TrainingArguments``.
     """
-    import importlib.util
-
     from transformers import TrainingArguments as HFTrainingArguments
 
-    report_to = ["tensorboard"] if importlib.util.find_spec("tensorboard") else []
+    from hf_tpu_ext.args import BEST_METRICS, OPTIMIZERS
+
     # our TrainingArguments reuse transformers' names, so these fields carry over as they are
     kwargs = {name: getattr(args, name) for name in _SAME_NAME_FIELDS}
     kwargs["bf16"] = args.bf16 is True  # --bf16 auto/unset: float32 on this backend (no device check here)
     kwargs.update(
         max_grad_norm=args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else 0.0,
-        lr_scheduler_type="linear",
         warmup_steps=args.num_warmup_steps(total_steps),
+        metric_for_best_model=BEST_METRICS[args.metric_for_best_model] if args.metric_for_best_model else None,
         save_safetensors=True,
         data_seed=args.seed,
-        optim="adamw_torch",
+        optim=_TORCH_OPTIM[OPTIMIZERS[args.optim]],
         dataloader_drop_last=True,
         dataloader_num_workers=0,
         dataloader_pin_memory=False,
         remove_unused_columns=False,
-        report_to=report_to,
+        report_to=list(args.report_to) or "none",
         push_to_hub=False,
         save_only_model=False,
     )
@@ -321,7 +323,8 @@ def _train_here(model_args, data_args, training_args) -> Dict[str, Any]:
     t_total = time.perf_counter()
     info = xla_device_info()
     replicas = max(1, info.world_size)
-    global_batch = args.per_device_train_batch_size * replicas
+    # sequences per optimizer step (the Trainer's total_train_batch_size)
+    global_batch = args.per_device_train_batch_size * replicas * args.gradient_accumulation_steps
     global_eval_batch = args.per_device_eval_batch_size * replicas
     logger.info("torch_xla: %d process(es), %d %s device(s) (%s); global batch %d", info.world_size,
                 info.num_devices, info.accelerator, info.device_kind, global_batch)
@@ -346,7 +349,7 @@ def _train_here(model_args, data_args, training_args) -> Dict[str, Any]:
     tok, blocks, description = _load_text_blocks(model_args, data_args, args, resume_path is not None)
     L = data_args.max_seq_length
     check_blocks(blocks, global_batch, "train")
-    has_eval = args.eval_strategy != "no" and blocks.get("validation") is not None and len(blocks["validation"]) > 0
+    has_eval = args.do_eval and blocks.get("validation") is not None and len(blocks["validation"]) > 0
     if has_eval:
         check_blocks(blocks, global_eval_batch, "validation")
     steps_per_epoch = len(blocks["train"]) // global_batch
@@ -457,6 +460,7 @@ def _log_history(trainer) -> List[Dict[str, Any]]:
 def _summary(model_args, data_args, args, info, trainer, train_metrics, description, tok, global_batch,
              steps_per_epoch, total) -> Dict[str, Any]:
     """The ``training_summary.json`` content: the TF backend's keys, with ``backend: torch_xla``."""
+    from hf_tpu_ext.args import OPTIMIZERS
     from hf_tpu_ext.backends.torch_xla.model import model_summary_fields
     from hf_tpu_ext.outputs import build_training_summary
 
@@ -473,7 +477,9 @@ def _summary(model_args, data_args, args, info, trainer, train_metrics, descript
         global_step=int(trainer.state.global_step), steps_per_epoch=steps_per_epoch, total_steps=total,
         train_metrics=train_metrics, log_history=trainer.state.log_history,
         model_fields=model_summary_fields(trainer.model),
-        optimizer=f"AdamW, torch non-fused (beta1={args.adam_beta1}, beta2={args.adam_beta2}, epsilon={args.adam_epsilon})",
+        optimizer=(f"AdamW, torch non-fused (beta1={args.adam_beta1}, beta2={args.adam_beta2}, epsilon={args.adam_epsilon})"
+                   if _TORCH_OPTIM[OPTIMIZERS[args.optim]] == "adamw_torch" else _TORCH_OPTIM[OPTIMIZERS[args.optim]])
+        + f", {args.lr_scheduler_type} learning-rate schedule",
         dataset_description=description, mask_token=tok.mask_token,
         jit_compile=True,  # every torch_xla step is an XLA graph
         steps_per_execution=1)
@@ -489,7 +495,9 @@ def _write_outputs(model_args, data_args, args, trainer, tok, results, summary, 
     save_model_folder(trainer.model, out, tokenizer=tok)
     write_training_args(out, model_args, data_args, args)
     history = _log_history(trainer)
-    best = min((e["eval_loss"] for e in history if isinstance(e.get("eval_loss"), (int, float))), default=None)
+    best = trainer.state.best_metric
+    if best is None:  # no metric_for_best_model: the lowest eval_loss, as the TF backend records
+        best = min((e["eval_loss"] for e in history if isinstance(e.get("eval_loss"), (int, float))), default=None)
     state = TrainerState(
         global_step=results["global_step"], epoch=results["epoch"], max_steps=total,
         num_train_epochs=int(-(-total // steps_per_epoch)), logging_steps=args.logging_steps,

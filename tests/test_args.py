@@ -1,0 +1,269 @@
+"""`hf-tpu train` arguments: transformers' names and meanings, flags that always take effect, range checks."""
+
+import importlib.machinery
+import json
+import sys
+import types
+
+import pytest
+
+from hf_tpu_ext.args import (DEFAULTS_DIFFERING_FROM_TRANSFORMERS, DataTrainingArguments, ModelArguments,
+                             TrainingArguments, parse_args)
+from hf_tpu_ext.errors import ArgumentError
+
+
+def _training(*argv):
+    return parse_args(["--output_dir", "o", *argv])[2]
+
+
+def _error(*argv) -> str:
+    with pytest.raises(ArgumentError) as err:
+        parse_args(["--output_dir", "o", *argv])
+    return str(err.value)
+
+
+# ----------------------------------------------------------------------------- a passed flag takes effect
+
+
+@pytest.mark.parametrize("argv, strategy, value", [
+    (["--save_steps", "100"], "save_strategy", "steps"),
+    (["--save_steps", "500"], "save_strategy", "steps"),  # the default value, passed: still means steps
+    (["--eval_steps", "7"], "eval_strategy", "steps"),
+])
+def test_steps_flag_alone_implies_steps_strategy(argv, strategy, value):
+    args = _training(*argv)
+    assert getattr(args, strategy) == value
+    assert _training().save_strategy == "epoch" and _training().eval_strategy == "epoch"
+
+
+def test_steps_flag_with_another_strategy_is_refused():
+    assert _error("--save_steps", "100", "--save_strategy", "epoch") == (
+        "--save_steps 100 only applies with --save_strategy steps, but --save_strategy is epoch; drop --save_steps or "
+        "pass --save_strategy steps.")
+    assert _error("--eval_steps", "5", "--eval_strategy", "no") == (
+        "--eval_steps 5 only applies with --eval_strategy steps, but --eval_strategy is no; drop --eval_steps or pass "
+        "--eval_strategy steps.")
+    assert _error("--eval_steps", "5", "--do_eval", "false") == "--eval_steps 5 has no effect with --do_eval false; drop one of them."
+
+
+def test_steps_flag_from_json_config(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"output_dir": "o", "save_steps": 50}))
+    assert parse_args([str(cfg)])[2].save_strategy == "steps"
+    cfg.write_text(json.dumps({"output_dir": "o", "save_steps": 50, "save_strategy": "epoch"}))
+    with pytest.raises(ArgumentError, match="--save_steps 50 only applies with --save_strategy steps"):
+        parse_args([str(cfg)])
+
+
+def test_do_eval_and_the_old_evaluation_strategy(caplog):
+    off = _training("--do_eval", "false")
+    assert (off.do_eval, off.eval_strategy) == (False, "no")
+    assert _training().do_eval is True
+    assert _training("--eval_strategy", "no").do_eval is False
+    final_only = _training("--do_eval", "true", "--eval_strategy", "no")
+    assert (final_only.do_eval, final_only.eval_strategy) == (True, "no")
+    assert _error("--do_eval", "false", "--eval_strategy", "steps") == (
+        "--do_eval false turns evaluation off, but --eval_strategy steps asks for it; drop one of them.")
+    with caplog.at_level("WARNING", logger="hf_tpu_ext"):
+        assert _training("--evaluation_strategy", "steps").eval_strategy == "steps"
+    assert "--evaluation_strategy is deprecated (transformers renamed it in 4.46): use --eval_strategy steps." in caplog.text
+    assert _error("--evaluation_strategy", "steps", "--eval_strategy", "epoch") == (
+        "--evaluation_strategy steps and --eval_strategy epoch disagree; pass only --eval_strategy (the current name).")
+
+
+def test_do_train_false_and_fp16_are_refused_with_the_reason():
+    assert _error("--do_train", "false").startswith(
+        "--do_train false (evaluation only) is not supported: `hf-tpu train` always trains.")
+    assert _training("--do_train").do_train is True  # run_mlm's flag is accepted
+    assert _error("--fp16") == (
+        "--fp16 is not supported: CPUs and TPUs have no float16 compute and the XLA training step has no loss "
+        "scaling, which float16 needs. Use --bf16 true (bfloat16 mixed precision, no loss scaling needed) or "
+        "--bf16 auto (bfloat16 where the hardware has it), or float32.")
+
+
+def test_run_mlm_data_flags():
+    _, data_args, _ = parse_args(["--pad_to_max_length", "--line_by_line", "false"])
+    assert data_args.pad_to_max_length is True and data_args.line_by_line is False
+    assert _error("--line_by_line") == (
+        "--line_by_line true is not supported: the texts are concatenated and cut into full blocks of "
+        "--max_seq_length tokens (run_mlm's default grouping), so every position is a real token and every batch "
+        "has the same static shape for XLA. Drop --line_by_line (or pass --line_by_line false).")
+
+
+# ----------------------------------------------------------------------------- names with transformers' meaning
+
+
+def test_lr_scheduler_and_optim_names():
+    args = _training("--lr_scheduler_type", "cosine", "--optim", "sgd", "--gradient_accumulation_steps", "4")
+    assert (args.lr_scheduler_type, args.optim, args.gradient_accumulation_steps) == ("cosine", "sgd", 4)
+    assert _error("--lr_scheduler_type", "reduce_lr_on_plateau") == (
+        "--lr_scheduler_type 'reduce_lr_on_plateau' is not supported; choose one of: linear, cosine, "
+        "cosine_with_restarts, polynomial, constant, constant_with_warmup, inverse_sqrt.")
+    assert _error("--optim", "lion_32bit") == (
+        "--optim 'lion_32bit' is not supported; choose one of: adamw_torch, adamw_torch_fused, adamw_torch_xla, "
+        "adamw_tf, adamw, adafactor, sgd.")
+    assert _error("--optim", "adafactor").startswith(
+        "--optim adafactor is not available with --backend tensorflow: tf_keras has Adafactor only in its new "
+        "optimizer API")
+    assert _training("--optim", "adafactor", "--backend", "torch_xla").optim == "adafactor"
+    assert _error("--lr_scheduler_type", "constant", "--warmup_steps", "10") == (
+        "--lr_scheduler_type constant has no warmup (as in transformers); use --lr_scheduler_type "
+        "constant_with_warmup, or drop --warmup_steps/--warmup_ratio.")
+    assert _error("--warmup_steps", "10", "--warmup_ratio", "0.1") == (
+        "Both --warmup_steps 10 and --warmup_ratio 0.1 are set; pass one of them (transformers would silently use "
+        "warmup_steps).")
+    assert _error("--gradient_accumulation_steps", "0") == "--gradient_accumulation_steps must be >= 1, got 0."
+
+
+def test_best_model_arguments():
+    args = _training("--load_best_model_at_end")
+    assert (args.metric_for_best_model, args.greater_is_better) == ("loss", False)
+    assert _training("--metric_for_best_model", "accuracy").greater_is_better is True
+    assert _training("--metric_for_best_model", "perplexity").greater_is_better is False
+    # transformers' own wording for the strategy checks
+    assert _error("--load_best_model_at_end", "--eval_strategy", "steps") == (
+        "--load_best_model_at_end requires the save and eval strategy to match, but found\n- Evaluation strategy: "
+        "steps\n- Save strategy: epoch")
+    assert _error("--load_best_model_at_end", "--eval_steps", "30", "--save_steps", "45") == (
+        "--load_best_model_at_end requires the saving steps to be a round multiple of the evaluation steps, but "
+        "found 45, which is not a round multiple of 30.")
+    assert _training("--load_best_model_at_end", "--eval_steps", "30", "--save_steps", "60").save_strategy == "steps"
+    assert _error("--load_best_model_at_end", "--do_eval", "false").startswith(
+        "--load_best_model_at_end needs evaluations to compare")
+    assert _error("--metric_for_best_model", "bleu") == (
+        "--metric_for_best_model 'bleu' is not an evaluation metric of this trainer; choose one of: loss, eval_loss, "
+        "perplexity, eval_perplexity, accuracy, eval_accuracy.")
+
+
+def test_report_to(monkeypatch):
+    assert _training().report_to == ["tensorboard"]
+    assert _training("--report_to", "none").report_to == []
+    assert _training("--report_to", "all").report_to == ["tensorboard"]
+    assert _error("--report_to", "wandb") == (
+        "--report_to 'wandb' is not supported; choose from: tensorboard, trackio, all, none.")
+    assert _error("--report_to", "trackio") == (
+        "--report_to trackio needs the 'trackio' package, which is not installed: `pip install trackio`, or pass "
+        "--report_to none.")
+    fake = types.ModuleType("trackio")
+    fake.__spec__ = importlib.machinery.ModuleSpec("trackio", None)
+    monkeypatch.setitem(sys.modules, "trackio", fake)
+    assert _training("--report_to", "tensorboard", "trackio").report_to == ["tensorboard", "trackio"]
+    assert _training("--report_to", "all").report_to == ["tensorboard", "trackio"]
+
+
+# ----------------------------------------------------------------------------- range checks, up front
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--learning_rate", "nan"], "--learning_rate must be a finite number, got nan."),
+    (["--learning_rate", "inf"], "--learning_rate must be a finite number, got inf."),
+    (["--learning_rate", "0"], "--learning_rate must be in (0, inf), got 0.0."),
+    (["--weight_decay", "-0.1"], "--weight_decay must be in [0, inf), got -0.1."),
+    (["--adam_beta1", "1"], "--adam_beta1 must be in [0, 1), got 1.0."),
+    (["--adam_beta2", "nan"], "--adam_beta2 must be a finite number, got nan."),
+    (["--adam_epsilon", "0"], "--adam_epsilon must be in (0, inf), got 0.0."),
+    (["--max_grad_norm", "inf"], "--max_grad_norm must be a finite number, got inf."),
+    (["--warmup_ratio", "1.5"], "--warmup_ratio must be in [0, 1], got 1.5."),
+    (["--num_train_epochs", "nan"], "--num_train_epochs must be a finite number, got nan."),
+    (["--mlm_probability", "1"], "--mlm_probability must be in (0, 1), got 1.0."),
+    (["--mlm_probability", "nan"], "--mlm_probability must be a finite number, got nan."),
+    (["--hidden_dropout_prob", "1"], "--hidden_dropout_prob must be in [0, 1), got 1.0."),
+    (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be >= 1, got 0."),
+    (["--per_device_eval_batch_size", "-1"], "--per_device_eval_batch_size must be >= 1, got -1."),
+    (["--eval_steps", "0"], "--eval_steps must be >= 1, got 0."),
+])
+def test_hyper_parameters_checked_up_front(argv, message):
+    assert _error(*argv) == message
+
+
+def test_warmup_ratio_one_is_allowed():
+    assert _training("--warmup_ratio", "1").num_warmup_steps(10) == 10
+
+
+def test_max_seq_length_from_scratch_is_bounded():
+    assert _error("--max_seq_length", "100000") == (
+        "--max_seq_length 100000 is too long to train from scratch here (at most 4096): attention memory and time "
+        "grow with the square of the length (100000x100000 scores per head and sequence) and the model would need "
+        "100002 position embeddings. Pass --max_seq_length 4096 or less (RoBERTa uses 512).")
+    assert parse_args(["--max_seq_length", "4096"])[1].max_seq_length == 4096
+
+
+# ----------------------------------------------------------------------------- run_mlm-style JSON config
+
+
+def test_run_mlm_json_config_parses(tmp_path):
+    cfg = tmp_path / "run_mlm.json"
+    cfg.write_text(json.dumps({
+        "output_dir": "o", "overwrite_output_dir": True, "do_train": True, "do_eval": True,
+        "evaluation_strategy": "steps", "eval_steps": 10, "gradient_accumulation_steps": 2,
+        "lr_scheduler_type": "cosine", "report_to": "none", "line_by_line": False, "pad_to_max_length": True,
+        "optim": "adamw_torch", "fp16": False, "load_best_model_at_end": True, "save_steps": 10,
+        "metric_for_best_model": "eval_loss", "greater_is_better": False,
+    }))
+    _, data_args, args = parse_args([str(cfg)])
+    assert (args.eval_strategy, args.save_strategy, args.gradient_accumulation_steps) == ("steps", "steps", 2)
+    assert args.report_to == [] and args.lr_scheduler_type == "cosine" and data_args.pad_to_max_length
+
+
+# ----------------------------------------------------------------------------- schedules = transformers' formulas
+
+
+@pytest.mark.parametrize("kind", ["linear", "cosine", "cosine_with_restarts", "polynomial", "constant",
+                                  "constant_with_warmup", "inverse_sqrt"])
+def test_tf_schedule_matches_transformers(kind):
+    torch = pytest.importorskip("torch")
+    from transformers import get_scheduler
+
+    from hf_tpu_ext.backends.tensorflow.optimization import TransformersSchedule
+
+    lr, warmup, total = 1e-3, 0 if kind == "constant" else 4, 12
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=lr)
+    sched = get_scheduler(kind, opt, num_warmup_steps=warmup, num_training_steps=total)
+    expected = []
+    for _ in range(total + 2):
+        expected.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    ours = TransformersSchedule(kind, lr, warmup, total)
+    got = [float(ours(step)) for step in range(total + 2)]
+    assert got == pytest.approx(expected, rel=1e-5, abs=1e-10)
+
+
+def test_torch_backend_maps_the_names():
+    pytest.importorskip("accelerate")  # transformers.TrainingArguments with torch needs it
+    from hf_tpu_ext.backends.torch_xla.trainer import hf_training_arguments
+
+    _, _, ours = parse_args(["--output_dir", "o", "--backend", "torch_xla", "--optim", "adamw_torch_fused",
+                             "--gradient_accumulation_steps", "2", "--lr_scheduler_type", "cosine", "--warmup_ratio",
+                             "0.25", "--load_best_model_at_end", "--metric_for_best_model", "perplexity",
+                             "--report_to", "none"])
+    hf = hf_training_arguments(ours, 100)
+    assert (hf.optim, hf.gradient_accumulation_steps, hf.lr_scheduler_type, hf.warmup_steps) == (
+        "adamw_torch", 2, "cosine", 25)
+    assert (hf.load_best_model_at_end, hf.metric_for_best_model, hf.greater_is_better, hf.report_to) == (
+        True, "eval_loss", False, [])
+
+
+# ----------------------------------------------------------------------------- the README's defaults table
+
+
+def test_listed_default_differences_are_real():
+    from dataclasses import fields
+
+    from transformers import TrainingArguments as HF
+
+    ours = {f.name: f for dc in (ModelArguments, DataTrainingArguments, TrainingArguments) for f in fields(dc)}
+    theirs = {f.name: f.default for f in fields(HF)}
+    # transformers' __post_init__ values for None defaults, and run_mlm's own field
+    theirs.update(output_dir="trainer_output", report_to="all", max_seq_length=None)
+    if theirs["optim"] == "adamw_torch":  # transformers picks the fused kernel only when torch >= 2.8 is installed
+        theirs["optim"] = "adamw_torch_fused"
+    for name, (their_default, why) in DEFAULTS_DIFFERING_FROM_TRANSFORMERS.items():
+        assert name in ours and why, name
+        assert their_default == theirs[name], f"{name}: transformers' default is {theirs[name]!r}"
+        assert ours[name].default != their_default, f"{name}: same default as transformers"
+    # and every shared field with another default is listed (transformers turns disable_tqdm=None into False)
+    for name, f in ours.items():
+        if name in theirs and f.default != theirs[name] and not (name == "disable_tqdm" and f.default is False):
+            assert name in DEFAULTS_DIFFERING_FROM_TRANSFORMERS, f"{name} differs but is not listed"
