@@ -56,8 +56,8 @@ def _trainer(tiny_mlm, out, callbacks, max_steps=8, **overrides):
 def test_push_to_hub_final_state_resume_and_card(tiny_mlm, loopback_hub, tmp_path):
     from huggingface_hub import ModelCard
 
+    from hf_tpu_ext.callbacks.torch.push_to_hub import checkpoint_from_hub
     from hf_tpu_ext.hub.model_card import check_card_metadata
-    from hf_tpu_ext.hub.resume import download_last_checkpoint
 
     push = get_callback("push_to_hub", framework="torch", hub_model_id="alice/tiny-t5", hub_token=loopback_hub.token,
                         hub_strategy="checkpoint", backoff_seconds=0.01, license="apache-2.0")
@@ -70,7 +70,7 @@ def test_push_to_hub_final_state_resume_and_card(tiny_mlm, loopback_hub, tmp_pat
     assert "last-checkpoint/trainer_state.json" in files and "last-checkpoint/optimizer.pt" in files
     state = json.loads(files["last-checkpoint/trainer_state.json"])
     assert state["global_step"] == 8  # the final checkpoint landed
-    assert push.pushed_steps[-1] == 8
+    assert push.pushed_steps[-1] == 8 and push.report.final_pushed
     # the final weights on the Hub are the trained model's
     from safetensors.torch import load
 
@@ -84,10 +84,8 @@ def test_push_to_hub_final_state_resume_and_card(tiny_mlm, loopback_hub, tmp_pat
     assert card.data.pipeline_tag == "fill-mask" and card.data.license == "apache-2.0"
 
     # resume from the repo id: last-checkpoint/ comes back and the Trainer continues at step 8
-    local_ckpt = download_last_checkpoint(
-        "alice/tiny-t5", loopback_hub.token, str(tmp_path / "from-hub"),
-        is_checkpoint=lambda folder: os.path.isfile(os.path.join(folder, "trainer_state.json")),
-        kind="Trainer checkpoint")
+    local_ckpt = checkpoint_from_hub("alice/tiny-t5", str(tmp_path / "from-hub"), token=loopback_hub.token)
+    assert os.path.isfile(os.path.join(local_ckpt, "optimizer.pt"))
     resumed = _trainer(tiny_mlm, tmp_path / "resumed", [], max_steps=10)
     resumed.train(resume_from_checkpoint=local_ckpt)
     assert resumed.state.global_step == 10
