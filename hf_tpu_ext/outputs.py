@@ -52,6 +52,7 @@ SUMMARY_KEYS = (
     "train_runtime",
     "train_tokens_per_second",
     "base_model",
+    "initialized_from",
     "dataset_name",
     "dataset_config_name",
     "dataset_description",
@@ -233,7 +234,8 @@ def write_training_summary(output_dir: str, summary: Dict[str, Any]) -> str:
         global_step: optimizer steps done. epoch: epochs done (float).
         tokens_seen: training tokens consumed. train_runtime: training wall time in seconds.
         train_tokens_per_second: ``tokens_seen / train_runtime``.
-        base_model: repo id/folder continued from, ``None`` when trained from scratch.
+        base_model: Hub repo id continued from (``None`` from scratch or from a local folder).
+        initialized_from: the repo id or the local folder's name the weights came from (``None``: from scratch).
         dataset_name, dataset_config_name: Hub dataset (``None`` for local files/default corpus).
         dataset_description: one line describing the training text.
         num_parameters: trainable parameters.
@@ -361,6 +363,8 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
         model_fields: ``num_parameters``, ``model_type``, ``model_config`` of the trained model.
         optimizer: a readable optimizer description for the card's hyperparameter table.
     """
+    from hf_tpu_ext.hub.model_card import initialization_fields
+
     args = training_args
     return {
         "backend": backend,
@@ -377,7 +381,7 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
         "tokens_seen": global_step * global_batch_size * data_args.max_seq_length,
         "train_runtime": train_metrics.get("train_runtime"),
         "train_tokens_per_second": train_metrics.get("train_tokens_per_second"),
-        "base_model": model_args.model_name_or_path,
+        **initialization_fields(model_args.model_name_or_path),
         "dataset_name": data_args.dataset_name,
         "dataset_config_name": data_args.dataset_config_name,
         "dataset_description": dataset_description or data_args.dataset_name,

@@ -190,7 +190,15 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
         if steps:
             self._epoch = self._last_save_step / steps
 
+    def _note_eval(self, logs) -> None:
+        from hf_tpu_ext.hub.model_card import eval_results_from_logs
+
+        found = eval_results_from_logs(logs)
+        if found:
+            self._last_eval = found
+
     def on_train_batch_end(self, batch, logs=None):
+        self._note_eval(logs)
         step = self._global_step()
         steps = self._steps_per_epoch()
         if steps:
@@ -202,6 +210,7 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
             self._save_point(step, logs or {})
 
     def on_epoch_end(self, epoch, logs=None):
+        self._note_eval(logs)  # val_loss of a Keras script, eval_loss of hf-tpu train
         steps = self._steps_per_epoch()
         self._epoch = self._global_step() / steps if steps else float(epoch + 1)
         if self.save_strategy == "epoch":
@@ -344,6 +353,15 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
             except Exception as err:  # a summary problem must not stop training
                 logger.warning("summary_fn failed (%s: %s); the card uses what the output folder shows.",
                                type(err).__name__, err)
+        if summary is None:  # a plain Keras script: what the model and the logs show
+            from hf_tpu_ext.hub.model_card import initialization_fields, load_summary
+
+            summary = load_summary(self.output_dir)
+            for key, value in initialization_fields(getattr(self.model, "name_or_path", None)).items():
+                if summary.get(key) is None:
+                    summary[key] = value
+            if not summary.get("eval_results") and getattr(self, "_last_eval", None):
+                summary["eval_results"] = dict(self._last_eval)
         try:
             card = render_model_card(self.output_dir, repo_id=self.repo_id, summary=summary, **self.card_fields)
             validate_model_card(card, remote=False)

@@ -115,7 +115,44 @@ def _framework(backend: str, info: dict) -> str:
 
 
 def _is_hub_id(value) -> bool:
-    return isinstance(value, str) and bool(_REPO_ID.match(value)) and not os.path.isabs(value) and not value.startswith(".")
+    from hf_tpu_ext.hub.model_ref import is_hub_repo_id
+
+    return isinstance(value, str) and bool(_REPO_ID.match(value)) and is_hub_repo_id(value)
+
+
+def initialization_fields(name_or_path: Optional[str]) -> Dict[str, Optional[str]]:
+    """What a model was initialized from, for the summary and card.
+
+    Args:
+        name_or_path: ``--model_name_or_path`` or a model's ``name_or_path`` (``""``/None: from scratch).
+
+    Returns:
+        ``{"base_model": repo id or None, "initialized_from": name or None}``: ``base_model`` only for a Hub repo
+        id that is not a local path (the card's ``base_model`` metadata and link); ``initialized_from`` is the
+        repo id, or just the folder name of a local path (no machine path lands in a card).
+    """
+    if not name_or_path:
+        return {"base_model": None, "initialized_from": None}
+    if _is_hub_id(name_or_path):
+        return {"base_model": name_or_path, "initialized_from": name_or_path}
+    return {"base_model": None, "initialized_from": os.path.basename(os.path.normpath(str(name_or_path)))}
+
+
+def eval_results_from_logs(logs: Optional[dict]) -> Dict[str, float]:
+    """``eval_loss``/``perplexity``/``eval_accuracy`` from Keras or transformers logs (``val_loss`` and
+    ``val_accuracy`` are Keras' names); perplexity is ``exp(eval_loss)`` when not logged. Empty when none."""
+    logs = logs or {}
+    out: Dict[str, float] = {}
+    for key, names in (("eval_loss", ("eval_loss", "val_loss")), ("eval_accuracy", ("eval_accuracy", "val_accuracy")),
+                       ("perplexity", ("perplexity", "val_perplexity"))):
+        for name in names:
+            value = _finite(logs.get(name))
+            if value is not None:
+                out[key] = value
+                break
+    if "perplexity" not in out and "eval_loss" in out and out["eval_loss"] < 700:
+        out["perplexity"] = math.exp(out["eval_loss"])
+    return out
 
 
 def _framework_versions(summary: dict) -> List[Tuple[str, str]]:
@@ -160,6 +197,9 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
     accelerator = str(info.get("accelerator") or "").upper() or None
     name = info.get("model_name") or (repo_id.split("/")[-1] if repo_id else os.path.basename(os.path.abspath(output_dir)))
     base_model = info.get("base_model") or None
+    initialized_from = info.get("initialized_from") or None
+    if base_model and not _is_hub_id(base_model):  # a local folder: named, never linked or in the metadata
+        initialized_from, base_model = initialized_from or initialization_fields(base_model)["initialized_from"], None
     dataset_name = info.get("dataset_name") or None
     description = info.get("dataset_description") or ("the Hub dataset " + dataset_name if dataset_name else "a custom text corpus")
 
@@ -194,7 +234,7 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
         pipeline_tag="fill-mask",
         tags=tags,
         datasets=[dataset_name] if dataset_name else None,
-        base_model=base_model if _is_hub_id(base_model) else None,
+        base_model=base_model,
         model_name=name,
         eval_results=eval_results or None,
     )
@@ -208,9 +248,14 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
     if info.get("num_parameters"):
         size.append(f"{int(info['num_parameters']):,} parameters")
     shape = f" ({', '.join(size)})" if size else ""
+    from hf_tpu_ext.hub.model_ref import hub_url
+
     if base_model:
-        what = (f"This model continues the masked-language-model pre-training of [{base_model}]"
-                f"({'https://huggingface.co/' + base_model if _is_hub_id(base_model) else base_model}) on {description}.")
+        what = (f"This model continues the masked-language-model pre-training of [{base_model}]({hub_url(base_model)}) "
+                f"on {description} (fine-tuned from its weights).")
+    elif initialized_from:
+        what = (f"This model continues the masked-language-model pre-training of a local model folder "
+                f"(`{initialized_from}`, not on the Hub) on {description} (fine-tuned from its weights).")
     else:
         what = f"This model was pre-trained from scratch (randomly initialized weights) on {description} with masked language modeling."
     model_description = (f"A {arch}{shape} for the fill-mask task. {what} It was trained with "
@@ -257,7 +302,7 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
         model_description=model_description,
         model_ref=model_ref,
         mask_token=info.get("mask_token") or "<mask>",
-        data_description=(f"[{dataset_name}](https://huggingface.co/datasets/{dataset_name})" if dataset_name else
+        data_description=(f"[{dataset_name}]({hub_url(dataset_name, 'dataset')})" if dataset_name else
                           f"{description[0].upper() + description[1:]} (not a Hub dataset)."),
         procedure_intro=(f"Masked language modeling ({_finite(hyper.get('mlm_probability')) or 0.15:.0%} of the tokens "
                          "chosen per sequence, 80% masked / 10% random / 10% kept; the loss is computed at the chosen "

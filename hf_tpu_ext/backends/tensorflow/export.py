@@ -307,6 +307,7 @@ def load_tf_model(
     if not os.path.isfile(os.path.join(folder, CONFIG_NAME)):
         raise CheckpointError(f"{path_or_repo_id} has no {CONFIG_NAME}; it is not a transformers model folder.")
     config = AutoConfig.from_pretrained(folder)
+    config._name_or_path = str(path_or_repo_id)  # the repo id, not the cache snapshot (model cards use it)
     unknown = sorted(k for k in config_overrides if not hasattr(config, k))
     if unknown:
         raise ArgumentError(f"Unknown config attributes to override: {', '.join(unknown)} (not in {type(config).__name__}).")

@@ -1,0 +1,81 @@
+"""Model cards that tell the truth: base_model only for a Hub repo id, "continued from" when initialized from
+weights (also from a Keras script's push callback, with a model-index from val_loss), links at HF_ENDPOINT."""
+
+import math
+import os
+
+import pytest
+
+from hf_tpu_ext.hub.model_card import eval_results_from_logs, initialization_fields, render_model_card
+
+
+def _summary(**kw):
+    base = {"model_config": {"model_type": "roberta", "hidden_size": 64, "num_hidden_layers": 2,
+                             "architectures": ["RobertaForMaskedLM"]},
+            "mask_token": "<mask>", "eval_results": {"eval_loss": 2.5}}
+    base.update(kw)
+    return base
+
+
+def test_local_folder_is_named_not_linked_nor_base_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my-fill-mask-model").mkdir()
+    assert initialization_fields("my-fill-mask-model") == {"base_model": None, "initialized_from": "my-fill-mask-model"}
+    assert initialization_fields(str(tmp_path / "my-fill-mask-model")) == {
+        "base_model": None, "initialized_from": "my-fill-mask-model"}
+    assert initialization_fields(None) == {"base_model": None, "initialized_from": None}
+    # an older summary that recorded the local folder as base_model
+    for summary in (_summary(base_model="my-fill-mask-model"),
+                    _summary(**initialization_fields(str(tmp_path / "my-fill-mask-model")))):
+        card = render_model_card(str(tmp_path), repo_id="alice/continued", summary=summary)
+        text = str(card)
+        assert card.data.base_model is None and "base_model" not in text.split("---")[1]
+        assert ("continues the masked-language-model pre-training of a local model folder (`my-fill-mask-model`, not "
+                "on the Hub) on a custom text corpus (fine-tuned from its weights).") in text
+        assert "from scratch" not in text and "huggingface.co/my-fill-mask-model" not in text
+        assert str(tmp_path) not in text
+
+
+def test_hub_base_model_and_links_use_the_endpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.example.org/")
+    summary = _summary(**initialization_fields("FacebookAI/roberta-base"), dataset_name="wikitext")
+    assert summary["base_model"] == "FacebookAI/roberta-base"
+    card = render_model_card(str(tmp_path), repo_id="alice/continued", summary=summary)
+    text = str(card)
+    assert card.data.base_model == "FacebookAI/roberta-base"
+    assert ("continues the masked-language-model pre-training of [FacebookAI/roberta-base]"
+            "(https://hub.example.org/FacebookAI/roberta-base) on the Hub dataset wikitext (fine-tuned from its "
+            "weights).") in text
+    assert "[wikitext](https://hub.example.org/datasets/wikitext)" in text
+    assert "huggingface.co" not in text.replace("huggingface.co/docs", "")
+    scratch = str(render_model_card(str(tmp_path), summary=_summary()))
+    assert "was pre-trained from scratch (randomly initialized weights)" in scratch
+
+
+def test_eval_results_from_keras_logs():
+    assert eval_results_from_logs({"loss": 3.0, "val_loss": 2.0}) == {"eval_loss": 2.0, "perplexity": math.exp(2.0)}
+    assert eval_results_from_logs({"eval_loss": 1.0, "perplexity": 2.5, "eval_accuracy": 0.4}) == {
+        "eval_loss": 1.0, "eval_accuracy": 0.4, "perplexity": 2.5}
+    assert eval_results_from_logs({"loss": 3.0}) == {}
+    assert eval_results_from_logs({"val_loss": float("nan")}) == {}
+
+
+def test_script_push_callback_card_says_continued_with_model_index(trained_model_dir, tmp_path):
+    pytest.importorskip("tensorflow")
+    from hf_tpu_ext.backends.tensorflow.export import load_tf_model, save_model_folder
+    from hf_tpu_ext.callbacks.push_to_hub import PushToHubCallback
+
+    model = load_tf_model(str(trained_model_dir))  # what a script continuing from our folder does
+    assert model.name_or_path == str(trained_model_dir)
+    out = tmp_path / "script-out"
+    import tf_keras
+
+    model.compile(optimizer=tf_keras.optimizers.Adam(1e-4))  # a script's compile: model.optimizer.iterations
+    cb = PushToHubCallback(output_dir=str(out), save_fn=save_model_folder, hub_strategy="end", save_strategy="no")
+    cb.set_model(model)
+    cb.on_epoch_end(0, {"loss": 6.3, "val_loss": 6.0})
+    cb._write_model_folder()
+    text = (out / "README.md").read_text()
+    assert "from scratch" not in text
+    assert f"a local model folder (`{os.path.basename(str(trained_model_dir))}`, not on the Hub)" in text
+    assert "model-index" in text and "value: 6.0" in text and f"value: {round(math.exp(6.0), 6)}" in text
