@@ -142,7 +142,16 @@ def test_space_readme_render():
     text = render_space_readme("bob/m", "bob/s")
     assert _metadata(text.encode())["models"] == ["bob/m"]
     assert "bob/m" in text.split("---", 2)[2] and 'Client("bob/s")' in text
+    assert "[bob/m](https://huggingface.co/bob/m)" in text
     with pytest.raises(HubRepoError, match="sdk: gradio"):
         render_space_readme("bob/m", template="---\nsdk: docker\n---\nbody\n")
     with pytest.raises(HubRepoError, match="61 characters"):
         render_space_readme("bob/m", template="---\nsdk: gradio\nshort_description: " + "x" * 61 + "\n---\n")
+
+
+def test_space_readme_links_the_model_at_the_configured_endpoint(monkeypatch):
+    from hf_tpu_ext.hub.space import render_space_readme
+
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.example.org")
+    text = render_space_readme("bob/m", "bob/s")
+    assert "[bob/m](https://hub.example.org/bob/m)" in text and "huggingface.co/bob" not in text

@@ -38,6 +38,8 @@ def test_push_checkpoint_strategy_end_to_end(pushed_run, tmp_path):
         assert name in files, f"{name} not on the Hub: {sorted(files)}"
     # the final weights on the Hub are the local final weights
     assert files["model.safetensors"] == (out / "model.safetensors").read_bytes()
+    # and their TF copy for the stock TFAutoModelForMaskedLM.from_pretrained(..., use_safetensors=False)
+    assert files["tf_model.h5"] == (out / "tf_model.h5").read_bytes()
     # the last commit holds no optimizer state outside last-checkpoint/
     assert not [f for f in files if (f.endswith(".index") or ".data-" in f) and not f.startswith("last-checkpoint/")]
 

@@ -75,6 +75,10 @@ def render_space_readme(model_id: str, space_id: Optional[str] = None, template:
     if len(short) > SHORT_DESCRIPTION_MAX:
         raise HubRepoError(f"short_description is {len(short)} characters; the Hub allows {SHORT_DESCRIPTION_MAX}.")
     card.data.models = [model_id]
+    from hf_tpu_ext.hub.model_ref import hub_url
+
+    # the model's link points at the Hub the Space is deployed to (HF_ENDPOINT), not always huggingface.co
+    card.text = card.text.replace(f"https://huggingface.co/{TEMPLATE_MODEL_ID}", hub_url(model_id))
     card.text = card.text.replace(TEMPLATE_MODEL_ID, model_id)
     if space_id:
         card.text = card.text.replace(TEMPLATE_SPACE_ID, space_id)
