@@ -437,6 +437,24 @@ class TrainingArguments:
             if self._asked_eval_strategy != "no":
                 raise ArgumentError(f"--do_eval false turns evaluation off, but {eval_flag} {self._asked_eval_strategy} "
                                     "asks for it; drop one of them.")
+        hub_only = sorted(n for n in ("hub_model_id", "hub_strategy", "hub_private_repo", "hub_revision") if n in given)
+        if hub_only and not self.push_to_hub:
+            raise ArgumentError(f"{', '.join('--' + n for n in hub_only)} only appl{'ies' if len(hub_only) == 1 else 'y'} "
+                                f"when pushing: add --push_to_hub, or drop {'it' if len(hub_only) == 1 else 'them'}.")
+        if "save_total_limit" in given and self.save_strategy == "no":
+            raise ArgumentError("--save_total_limit limits saved checkpoints, but --save_strategy is no; drop one of them.")
+        if "logging_dir" in given and "tensorboard" not in self.report_to:
+            raise ArgumentError("--logging_dir is the TensorBoard folder, but --report_to does not include tensorboard; "
+                                "drop --logging_dir or add --report_to tensorboard.")
+        if self.backend == "torch_xla":
+            # the torch_xla backend runs every step as an XLA graph through transformers.Trainer, one step per call
+            ignored = [f for f in ("steps_per_execution", "tpu_name", "tpu_zone", "gcp_project") if f in given]
+            if "jit_compile" in given and self.jit_compile is False:
+                ignored.append("jit_compile")
+            if ignored:
+                raise ArgumentError(f"{', '.join('--' + n for n in ignored)} only appl{'ies' if len(ignored) == 1 else 'y'} "
+                                    "to --backend tensorflow (torch_xla compiles every step itself and finds its TPU "
+                                    f"through PJRT_DEVICE); drop {'it' if len(ignored) == 1 else 'them'}.")
         if "max_steps" in given and "num_train_epochs" in given and self.max_steps > 0:
             logger.info("--max_steps %d overrides --num_train_epochs %s (as in transformers).", self.max_steps,
                         self.num_train_epochs)

@@ -147,7 +147,8 @@ class TrainerState:
         num_input_tokens_seen: tokens consumed by training so far.
         log_history: one dict per log event, e.g. ``{"step": 10, "epoch": 0.1, "loss": 5.2, "learning_rate": 1e-4}``
             or ``{"step": 100, "eval_loss": 4.1, "perplexity": 60.3}``.
-        best_metric: best ``eval_loss`` so far (None before the first evaluation).
+        best_metric: best value of ``metric_for_best_model`` (default ``eval_loss``) so far (None before the
+            first evaluation).
         best_global_step: global step of ``best_metric``.
         best_model_checkpoint: checkpoint path of ``best_metric``.
         is_local_process_zero, is_world_process_zero: whether this process writes files.

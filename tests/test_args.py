@@ -46,6 +46,21 @@ def test_steps_flag_with_another_strategy_is_refused():
     assert _error("--eval_steps", "5", "--do_eval", "false") == "--eval_steps 5 has no effect with --do_eval false; drop one of them."
 
 
+def test_flags_without_effect_are_refused():
+    assert _error("--hub_model_id", "me/x", "--hub_strategy", "end") == (
+        "--hub_model_id, --hub_strategy only apply when pushing: add --push_to_hub, or drop them.")
+    assert _error("--save_total_limit", "3", "--save_strategy", "no") == (
+        "--save_total_limit limits saved checkpoints, but --save_strategy is no; drop one of them.")
+    assert _error("--logging_dir", "tb", "--report_to", "none") == (
+        "--logging_dir is the TensorBoard folder, but --report_to does not include tensorboard; drop --logging_dir "
+        "or add --report_to tensorboard.")
+    assert _error("--backend", "torch_xla", "--steps_per_execution", "10", "--report_to", "none") == (
+        "--steps_per_execution only applies to --backend tensorflow (torch_xla compiles every step itself and finds "
+        "its TPU through PJRT_DEVICE); drop it.")
+    assert _error("--hub_revision", "dev") == "--hub_revision only applies when pushing: add --push_to_hub, or drop it."
+    assert _training("--hub_model_id", "me/x", "--push_to_hub").hub_model_id == "me/x"
+
+
 def test_steps_flag_from_json_config(tmp_path):
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"output_dir": "o", "save_steps": 50}))
