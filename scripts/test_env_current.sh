@@ -10,10 +10,11 @@ PYTHON=$(command -v python3.11 || command -v python3)
 . .venv-current/bin/activate
 python -m pip install -q --upgrade pip
 # torch pinned and first: the CPU wheel (an unpinned torch pulls a multi-GB CUDA build); the rest at their
-# newest releases, so this environment follows what users get today
+# newest releases, so this environment follows what users get today. tensorflow: the Keras 3 TensorFlow
+# backend (keras-hub's tokenizers need it too, through tensorflow-text); datasets + evaluate: the masked_lm metric
 python -m pip install -q "torch==2.13.0"
-python -m pip install -q "torch==2.13.0" "jax[cpu]" "keras>=3.15" keras-hub "transformers>=5" "huggingface_hub>=1.0" \
-  gradio accelerate datasets evaluate "pytest>=8"
+python -m pip install -q "torch==2.13.0" "jax[cpu]" "keras>=3.15" keras-hub tensorflow "transformers>=5" \
+  "huggingface_hub>=1.0" gradio accelerate datasets evaluate "pytest>=8"
 python -m pip install -q -e ".[keras,torch,demo]"
 python -m pip check
 python - <<'PY'
