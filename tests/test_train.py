@@ -320,14 +320,27 @@ def test_gradient_accumulation_equals_large_batch(tmp_path):
     assert not (tmp_path / "accum" / "runs").exists()  # --report_to none: no TensorBoard files
 
 
-def test_run_mlm_style_json_config_trains_and_keeps_the_best_model(tmp_path):
+def test_run_mlm_style_json_config_trains_and_keeps_the_best_model(tmp_path, monkeypatch):
     """A run_mlm-style JSON config trains; with load_best_model_at_end the output folder holds the best evaluation.
 
     ``metric_for_best_model accuracy`` with ``greater_is_better false`` picks an early evaluation (the lowest
     accuracy), so the best differs from the last; save_total_limit 1 rotates its regular checkpoint away.
+    ``report_to trackio`` logs through a stand-in ``trackio`` module (the package is not a dependency).
     """
+    import importlib.machinery
+    import sys
+    import types
+
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.run import train
+
+    calls = []
+    trackio = types.ModuleType("trackio")
+    trackio.__spec__ = importlib.machinery.ModuleSpec("trackio", None)
+    trackio.init = lambda **kw: calls.append(("init", kw["project"], kw["config"]["lr_scheduler_type"]))
+    trackio.log = lambda metrics, step=None: calls.append(("log", step, dict(metrics)))
+    trackio.finish = lambda: calls.append(("finish",))
+    monkeypatch.setitem(sys.modules, "trackio", trackio)
 
     out = tmp_path / "o"
     out.mkdir()
@@ -337,7 +350,7 @@ def test_run_mlm_style_json_config_trains_and_keeps_the_best_model(tmp_path):
     cfg.update({
         "do_train": True, "do_eval": True, "evaluation_strategy": "steps", "eval_steps": 2, "save_steps": 2,
         "save_total_limit": 1, "max_steps": 6, "gradient_accumulation_steps": 2, "per_device_train_batch_size": 4,
-        "lr_scheduler_type": "cosine", "warmup_steps": 2, "report_to": "none", "line_by_line": False,
+        "lr_scheduler_type": "cosine", "warmup_steps": 2, "report_to": ["trackio"], "line_by_line": False,
         "pad_to_max_length": True, "overwrite_output_dir": True, "logging_steps": 1, "callbacks": "",
         "load_best_model_at_end": True, "metric_for_best_model": "accuracy", "greater_is_better": False,
     })
@@ -370,4 +383,9 @@ def test_run_mlm_style_json_config_trains_and_keeps_the_best_model(tmp_path):
     # the last checkpoint (resume point) is still the last step; the best one's was rotated away
     assert sorted(p.name for p in (out / "checkpoints").glob("ckpt-*.index")) == ["ckpt-6.index"]
     assert json.loads((out / "checkpoints" / "best" / "model.json").read_text())["global_step"] == best["step"]
-    assert not (out / "runs").exists()
+    assert not (out / "runs").exists()  # no tensorboard in report_to
+    # trackio saw every logged entry at its step, once initialised and finished once
+    assert calls[0] == ("init", "o", "cosine") and calls[-1] == ("finish",)
+    logged_to_trackio = [(c[1], c[2].get("loss", c[2].get("eval_loss"))) for c in calls if c[0] == "log"]
+    history = [(e["step"], e.get("loss", e.get("eval_loss"))) for e in state["log_history"]]
+    assert logged_to_trackio == history
