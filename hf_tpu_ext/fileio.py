@@ -49,8 +49,8 @@ def atomic_write_text(path: str, text: str) -> str:
 def check_writable_dir(path: str, option: str = "--output_dir") -> None:
     """Fail fast when ``path`` (a folder, existing or to be created) cannot be written; nothing is created.
 
-    Checks the folder itself when it exists, else its nearest existing parent (``os.access`` with write and
-    search rights; a file on the way is refused too).
+    Checks the folder itself when it exists, else its nearest existing parent: ``os.access`` with write and
+    search rights, then an empty folder created and removed there (a file on the way is refused too).
 
     Raises:
         OutputDirError: the folder or its parent is not writable, or a file stands where a folder is needed.
@@ -66,7 +66,12 @@ def check_writable_dir(path: str, option: str = "--output_dir") -> None:
         probe = parent
     if not os.path.isdir(probe):
         raise OutputDirError(f"{option} {path!r}: {probe!r} is a file, not a folder; choose another path.")
+    where = "it" if probe == target else f"its parent {probe!r}"
     if not os.access(probe, os.W_OK | os.X_OK):
-        where = "it" if probe == target else f"its parent {probe!r}"
         raise OutputDirError(f"{option} {path!r} is not writable: permission denied on {where}. Choose a folder you can "
                              "write to (or fix its permissions).")
+    try:  # what os.access cannot see: a read-only file system, /proc-like folders, root squash
+        os.rmdir(tempfile.mkdtemp(prefix=".hf-tpu-write-check-", dir=probe))
+    except OSError as err:
+        raise OutputDirError(f"{option} {path!r} is not writable: creating a folder in {where} failed "
+                             f"({err.strerror or type(err).__name__}). Choose a folder you can write to.") from None

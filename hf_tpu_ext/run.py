@@ -82,13 +82,13 @@ def check_data_files(data_args) -> None:
             check_data_file(path, option)
 
 
-def check_model_config(model_args, data_args) -> None:
-    """Check ``max_seq_length`` against the positions of a given model/config before any data work.
+def check_model_refs(model_args) -> None:
+    """``--model_name_or_path``, ``--config_name`` and ``--tokenizer_name`` each name an existing folder or Hub repo
+    (one bounded request per repo id; before TensorFlow is imported).
 
     Raises:
-        ArgumentError: the sequence is longer than the model's position embeddings allow, or a model, config or
-            tokenizer reference is neither a folder nor a valid repo id.
-        HubRepoError / HubAuthError: a repo id that does not exist or cannot be reached (named, in seconds).
+        ArgumentError: a missing local path or an invalid repo id.
+        HubRepoError / HubAuthError: a repo id that does not exist or cannot be reached (the endpoint is named).
     """
     from hf_tpu_ext.hub.model_ref import check_model_ref
 
@@ -97,6 +97,14 @@ def check_model_config(model_args, data_args) -> None:
         if value and not (option == "config_name" and os.path.isfile(value)):  # a config.json file is fine
             check_model_ref(value, f"--{option}", revision=model_args.model_revision if option != "tokenizer_name"
                             else None)
+
+
+def check_model_config(model_args, data_args) -> None:
+    """Check ``max_seq_length`` against the positions of a given model/config before any data work.
+
+    Raises:
+        ArgumentError: the sequence is longer than the model's position embeddings allow.
+    """
     name = model_args.model_name_or_path or model_args.config_name
     if not name:
         return
@@ -121,6 +129,7 @@ def train(model_args, data_args, training_args) -> Dict[str, Any]:
     """
     setup_logging()
     check_output_dir(training_args)
+    check_model_refs(model_args)
     check_backend(training_args)
 
     from hf_tpu_ext.callbacks import resolve_callbacks

@@ -116,6 +116,10 @@ def test_unwritable_output_folder(tmp_path):
     assert str(err.value) == f"--output_dir {str(tmp_path / 'afile' / 'out')!r}: {str(tmp_path / 'afile')!r} is a file, not a folder; choose another path."
     check_writable_dir(str(tmp_path / "new" / "out"))  # creatable: fine, nothing created
     assert not (tmp_path / "new").exists()
+    if os.path.isdir("/proc/self"):  # Linux: a folder nobody can create anything in, not even root
+        with pytest.raises(OutputDirError, match=r"^--output_dir '/proc/hf-tpu-out' is not writable: creating a "
+                                                 r"folder in its parent '/proc' failed \("):
+            check_writable_dir("/proc/hf-tpu-out")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         pytest.skip("root writes everywhere: the permission case needs a normal user")
     locked = tmp_path / "locked"
@@ -137,3 +141,22 @@ def test_latin1_file_says_not_utf8(tmp_path):
         _load_file(str(path), "text", "--train_file", str(tmp_path / "cache"))
     assert str(err.value) == (f"--train_file {path} is not UTF-8 text: the bytes at offset 27 do not decode as UTF-8 "
                               "(a Latin-1 or Windows-1252 file?). Convert it, e.g. `iconv -f latin1 -t utf-8 IN > OUT`.")
+
+
+def test_train_names_a_missing_model_before_importing_transformers(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    code = ("import sys; from hf_tpu_ext import cli; "
+            "rc = cli.main(['train', '--output_dir', 'o', '--model-name-or-path=user/some-model']); "
+            "print(rc, 'transformers' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+                          env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), HF_ENDPOINT=endpoint))
+    assert proc.stdout.split() == ["1", "False"], proc.stderr[-2000:]
+    assert proc.stderr == (
+        f"hf-tpu train: error: --model_name_or_path 'user/some-model' is not a local folder, and the Hub at {endpoint} "
+        "could not be reached to look it up (connection failed within 10 s). Check the network and HF_ENDPOINT, or set "
+        "HF_HUB_OFFLINE=1 to use the local cache.\n")

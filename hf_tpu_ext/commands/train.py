@@ -10,6 +10,10 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "torch_xla" in argv:  # keep transformers from importing TensorFlow before torch_xla
         os.environ.setdefault("USE_TF", "0")
+    from hf_tpu_ext.hub.model_ref import check_model_refs_in_argv
+
+    if "--help" not in argv and "-h" not in argv:
+        check_model_refs_in_argv(argv)  # a missing model is named before transformers (and torch) are imported
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.console import console_session
     from hf_tpu_ext.run import train

@@ -118,3 +118,42 @@ def check_model_ref(value: str, option: str = "--model_name_or_path", *, revisio
                            f"{'HTTP ' + str(status) if status else type(err).__name__} when looking it up; try again "
                            "later or check HF_ENDPOINT.") from None
     return "hub"
+
+
+MODEL_REF_OPTIONS = ("model_name_or_path", "config_name", "tokenizer_name")
+
+
+def check_model_refs_in_argv(argv) -> None:
+    """:func:`check_model_ref` on the model, config and tokenizer a command line names, before it is parsed.
+
+    ``hf-tpu train`` calls this first: importing transformers (to parse the arguments) also imports torch
+    where it is installed, which takes seconds to tens of seconds, and a missing model should be named
+    before that. Reads ``--name value``, ``--name=value`` and a leading JSON config file; anything it cannot
+    read is left to the real parser.
+
+    Raises:
+        ArgumentError, HubRepoError, HubAuthError: see :func:`check_model_ref`.
+    """
+    import json
+
+    argv = list(argv)
+    values = {}
+    if argv and argv[0].endswith(".json") and os.path.isfile(argv[0]):
+        try:
+            with open(argv[0], encoding="utf-8") as f:
+                data = json.load(f)
+            if isinstance(data, dict):
+                values.update({k: data[k] for k in MODEL_REF_OPTIONS + ("model_revision",) if isinstance(data.get(k), str)})
+        except (OSError, ValueError):
+            pass
+    for i, arg in enumerate(argv):
+        for name in MODEL_REF_OPTIONS + ("model_revision",):
+            for spelling in (f"--{name}", f"--{name.replace('_', '-')}"):
+                if arg == spelling and i + 1 < len(argv):
+                    values[name] = argv[i + 1]
+                elif arg.startswith(spelling + "="):
+                    values[name] = arg.split("=", 1)[1]
+    for name in MODEL_REF_OPTIONS:
+        value = values.get(name)
+        if value and not (name == "config_name" and os.path.isfile(value)):  # a config.json file is fine
+            check_model_ref(value, f"--{name}", revision=values.get("model_revision") if name != "tokenizer_name" else None)
