@@ -214,6 +214,12 @@ class TrainingArguments:
     )
     eval_on_start: bool = field(default=False, metadata={"help": "Evaluate once before the first step (the untrained baseline)."})
     eval_steps: Optional[int] = field(default=None, metadata={"help": "Evaluate every N global steps with eval_strategy=steps (default: logging_steps)."})
+    probe_file: Optional[str] = field(
+        default=None,
+        metadata={"help": "Cloze probes scored at each evaluation (TensorFlow backend): lines 'The capital of France is "
+                          "<mask>. => Paris', CSV or JSONL; top-1/top-5 accuracy and MRR go to the log history "
+                          "(probe_top1, probe_top5, probe_mrr) and the card. Same scoring as `hf-tpu probe`."},
+    )
     save_strategy: str = field(default="epoch", metadata={"help": "When to write a checkpoint: no, steps or epoch (--save_steps N alone means steps)."})
     save_steps: int = field(default=500, metadata={"help": "Checkpoint every N global steps with save_strategy=steps."})
     save_total_limit: Optional[int] = field(default=2, metadata={"help": "Checkpoints kept in output_dir (oldest removed first)."})
@@ -356,6 +362,8 @@ class TrainingArguments:
             self.eval_steps = self.logging_steps
         if isinstance(self.resume_from_checkpoint, str) and self.resume_from_checkpoint.lower() in ("false", "none", ""):
             self.resume_from_checkpoint = None
+        if self.probe_file:
+            self._check_probe_file()
         if self.hub_space_id and not self.push_to_hub:
             raise ArgumentError("--hub_space_id deploys a Space for the pushed model: add --push_to_hub (and --hub_model_id).")
         if self.logging_dir is None:
@@ -458,6 +466,19 @@ class TrainingArguments:
         if "max_steps" in given and "num_train_epochs" in given and self.max_steps > 0:
             logger.info("--max_steps %d overrides --num_train_epochs %s (as in transformers).", self.max_steps,
                         self.num_train_epochs)
+
+    def _check_probe_file(self) -> None:
+        """Parse ``probe_file`` now (a bad file fails before any data or compute work)."""
+        from hf_tpu_ext import probes
+        from hf_tpu_ext.errors import DataError
+
+        if self.backend != "tensorflow":
+            raise ArgumentError(f"--probe_file is scored by the TensorFlow backend's evaluation; with --backend "
+                                f"{self.backend} score the pushed revisions with `hf-tpu probe` instead.")
+        try:
+            probes.read_probe_file(self.probe_file)
+        except probes.ProbeError as err:
+            raise DataError(f"--probe_file {err}") from None
 
     @property
     def resume_latest(self) -> bool:

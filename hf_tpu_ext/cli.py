@@ -18,6 +18,7 @@ COMMANDS = {
     "callbacks": ("hf_tpu_ext.commands.callbacks", "List the registered callbacks."),
     "demo": ("hf_tpu_ext.commands.demo", "Launch the Gradio fill-mask demo for a model folder or repo id."),
     "deploy-space": ("hf_tpu_ext.commands.deploy_space", "Create a Hub Space running the fill-mask demo for a model."),
+    "probe": ("hf_tpu_ext.commands.probe", "Score cloze probes (top-1/top-5 accuracy, MRR) on a model or Hub revisions."),
 }
 
 

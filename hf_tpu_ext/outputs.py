@@ -330,12 +330,13 @@ def framework_versions() -> Dict[str, str]:
 
 
 def last_eval_results(log_history: List[Dict[str, Any]], training_args=None) -> Dict[str, Any]:
-    """``eval_loss``, ``perplexity`` and ``eval_accuracy`` of the newest evaluation in a log history ({} if none).
+    """``eval_loss``, ``perplexity``, ``eval_accuracy`` (and the ``probe_*`` scores of ``--probe_file``) of the
+    newest evaluation in a log history ({} if none).
 
     With ``training_args.load_best_model_at_end``: of the best evaluation (by ``metric_for_best_model`` and
     ``greater_is_better``), the weights the output folder holds.
     """
-    evals = [e for e in log_history if "eval_loss" in e]
+    evals = [e for e in log_history if "eval_loss" in e or "probe_mrr" in e]
     if training_args is not None and getattr(training_args, "load_best_model_at_end", False):
         from hf_tpu_ext.args import BEST_METRICS
 
@@ -346,7 +347,8 @@ def last_eval_results(log_history: List[Dict[str, Any]], training_args=None) -> 
             best = max(ranked, key=lambda e: sign * e[key])  # the first of equals, like the trainers
             evals = [best]
     if evals:
-        return {k: evals[-1][k] for k in ("eval_loss", "perplexity", "eval_accuracy") if k in evals[-1]}
+        keys = ("eval_loss", "perplexity", "eval_accuracy", "probe_top1", "probe_top5", "probe_mrr", "probe_n")
+        return {k: evals[-1][k] for k in keys if k in evals[-1]}
     return {}
 
 

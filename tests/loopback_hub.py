@@ -3,7 +3,8 @@
 It implements the part of the Hub API that ``huggingface_hub`` 0.36's :class:`~huggingface_hub.HfApi`,
 ``hf_hub_download`` and ``snapshot_download`` use: whoami, repo creation (models and Spaces), branches,
 preupload, ndjson commits (regular and LFS files, deletions), the Git LFS batch API with upload/verify
-URLs on this same server, repo info, tree and paths-info listings, ``resolve`` downloads, and
+URLs on this same server, repo info, tree and paths-info listings, commit and ref listings
+(``list_repo_commits``, ``list_repo_refs``), ``resolve`` downloads, and
 ``/api/validate-yaml`` (card metadata checks modelled on what the Hub rejects).
 
 Everything lives in memory: each repo keeps every commit (message, files, parent) so tests can inspect
@@ -21,7 +22,7 @@ route but answers them with an empty 200 body, :meth:`LoopbackHubServer.latency`
 
 Route names (for fault injection and :attr:`LoopbackHubServer.requests`): ``whoami``, ``create_repo``,
 ``validate_yaml``, ``repo_info``, ``tree``, ``paths_info``, ``preupload``, ``commit``, ``commits``,
-``branch``, ``lfs_batch``, ``lfs_upload``, ``lfs_verify``, ``resolve``.
+``refs``, ``branch``, ``lfs_batch``, ``lfs_upload``, ``lfs_verify``, ``resolve``.
 """
 
 from __future__ import annotations
@@ -380,6 +381,7 @@ def _routes():
         ("GET", "commits", re.compile(rf"^/api/{_TYPES}/{_REPO}/commits/(?P<rev>[^/]+)$")),
         ("POST", "branch", re.compile(rf"^/api/{_TYPES}/{_REPO}/branch/(?P<rev>[^/]+)$")),
         ("POST", "paths_info", re.compile(rf"^/api/{_TYPES}/{_REPO}/paths-info/(?P<rev>[^/]+)$")),
+        ("GET", "refs", re.compile(rf"^/api/{_TYPES}/{_REPO}/refs$")),
         ("GET", "tree", re.compile(rf"^/api/{_TYPES}/{_REPO}/tree/(?P<rev>[^/]+)(?:/(?P<path>.*))?$")),
         ("GET", "repo_info", re.compile(rf"^/api/{_TYPES}/{_REPO}(?:/revision/(?P<rev>[^/]+))?$")),
         ("POST", "lfs_batch", re.compile(rf"^/(?P<prefix>datasets/|spaces/)?{_REPO}\.git/info/lfs/objects/batch$")),
@@ -555,6 +557,15 @@ def _make_handler(hub: LoopbackHubServer):
             if repo.repo_type == "space":
                 info.update(sdk=repo.sdk, runtime={"stage": "RUNNING", "hardware": {"current": "cpu-basic", "requested": "cpu-basic"}})
             return 200, info, None
+
+        def do_refs(self, m, q, body, user):
+            """``list_repo_refs``: the branches (no tags, converts or pull requests on this server)."""
+            repo = hub._get_repo(self._type(m), m.group("repo_id"), user)
+            branches = [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": sha} for b, sha in sorted(repo.branches.items())]
+            refs = {"branches": branches, "tags": [], "converts": []}
+            if q.get("include_prs"):
+                refs["pullRequests"] = []
+            return 200, refs, None
 
         def _entry(self, path, f: StoredFile):
             entry = {"type": "file", "path": path, "size": len(f.content), "oid": f.blob_id}

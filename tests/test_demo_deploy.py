@@ -42,9 +42,11 @@ def test_deploy_space_uploads_demo(loopback_hub, pushed_model, monkeypatch, tmp_
     repo = loopback_hub.server.repo(SPACE_ID, "space")
     assert repo.sdk == "gradio"
     files = loopback_hub.server.files(SPACE_ID, "space")
-    assert {"app.py", "requirements.txt", "README.md", "model_id.txt"} <= set(files)
+    assert {"app.py", "probes.py", "requirements.txt", "README.md", "model_id.txt"} <= set(files)
     with open(os.path.join(DEMO_DIR, "app.py"), "rb") as f:
         assert files["app.py"] == f.read()
+    with open(os.path.join(REPO_ROOT, "hf_tpu_ext", "probes.py"), "rb") as f:
+        assert files["probes.py"] == f.read()
     with open(os.path.join(DEMO_DIR, "requirements.txt"), "rb") as f:
         assert files["requirements.txt"] == f.read()
     assert files["model_id.txt"].decode().strip() == MODEL_ID
@@ -53,6 +55,8 @@ def test_deploy_space_uploads_demo(loopback_hub, pushed_model, monkeypatch, tmp_
     assert meta["sdk"] == "gradio" and meta["sdk_version"] == gradio.__version__ and meta["app_file"] == "app.py"
     body = files["README.md"].decode()
     assert "your-username" not in body and f'Client("{SPACE_ID}")' in body
+    # the model is linked on the Hub the Space was deployed to, not on huggingface.co
+    assert f"[{MODEL_ID}]({loopback_hub.endpoint}/{MODEL_ID})" in body and "huggingface.co" not in body
     assert loopback_hub.token not in body
     # one commit holds the demo; a second deploy updates the same Space
     assert len(loopback_hub.server.commits(SPACE_ID, "space")) == 2  # initial commit + demo
@@ -66,6 +70,7 @@ def test_deploy_space_uploads_demo(loopback_hub, pushed_model, monkeypatch, tmp_
     app = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(app)
     assert app.default_model_id() == MODEL_ID
+    assert app.probes.__name__ == "fill_mask_probes"  # the uploaded probes.py, not hf_tpu_ext's
     predictor = app.FillMaskPredictor(app.default_model_id(), backend="torch")
     r = predictor.predict("the cat sat on the [MASK] .", 3)
     assert r["ok"] and len(r["masks"][0]) == 3 and "<mask>" not in r["filled"]

@@ -282,8 +282,11 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
     hyper = info.get("hyperparameters") or {}
     hyperparameter_rows = [(k, _fmt(v)) for k, v in hyper.items() if "token" not in k.lower() and v is not None]
     result_rows = []
+    probe_n = f" ({int(evals['probe_n'])} probes)" if _finite(evals.get("probe_n")) else ""
     for key, label in (("eval_loss", "Eval loss (mean cross-entropy over masked tokens, nats)"), ("perplexity", "Perplexity"),
-                       ("eval_accuracy", "Masked-token accuracy")):
+                       ("eval_accuracy", "Masked-token accuracy"), ("probe_top1", f"Cloze probes: top-1 accuracy{probe_n}"),
+                       ("probe_top5", f"Cloze probes: top-5 accuracy{probe_n}"),
+                       ("probe_mrr", f"Cloze probes: mean reciprocal rank{probe_n}")):
         value = _finite(evals.get(key))
         if value is not None:
             result_rows.append((label, _fmt(round(value, 4))))

@@ -1,11 +1,13 @@
 """Deploy the Gradio fill-mask demo (``spaces_demo/``) as a Hub Space for a pushed model.
 
-The Space gets four files in one commit:
+The Space gets five files in one commit:
 
 * ``app.py``: ``spaces_demo/app.py`` unchanged (PyTorch backend; it imports nothing from hf_tpu_ext);
-* ``requirements.txt``: ``spaces_demo/requirements.txt`` (torch CPU, transformers, gradio pinned, safetensors);
-* ``README.md``: ``spaces_demo/README.md`` with ``models: [<model_id>]`` in its metadata and the
-  placeholder model id in the body replaced;
+* ``probes.py``: ``hf_tpu_ext/probes.py`` unchanged (the framework-free probe scoring ``app.py`` loads);
+* ``requirements.txt``: ``spaces_demo/requirements.txt`` (CPU torch from PyTorch's index, every package pinned
+  to the versions tested);
+* ``README.md``: ``spaces_demo/README.md`` with ``models: [<model_id>]`` in its metadata, the placeholder
+  model id in the body replaced and the model linked at the configured Hub endpoint (``HF_ENDPOINT``);
 * ``model_id.txt``: the model id on one line. ``app.py`` shows ``$MODEL_ID`` when that Space variable is
   set, else this file's id, so the model can be changed in the Space settings without a new commit.
 """
@@ -57,7 +59,8 @@ def render_space_readme(model_id: str, space_id: Optional[str] = None, template:
 
     Returns:
         The README text: metadata ``models: [model_id]``, the template's other metadata unchanged, and
-        :data:`TEMPLATE_MODEL_ID` / :data:`TEMPLATE_SPACE_ID` in the body replaced by the ids.
+        :data:`TEMPLATE_MODEL_ID` / :data:`TEMPLATE_SPACE_ID` in the body replaced by the ids; the link
+        ``https://huggingface.co/<TEMPLATE_MODEL_ID>`` points at the model on the configured endpoint.
 
     Raises:
         HubRepoError: the template has no ``sdk: gradio`` metadata, or its ``short_description`` is
@@ -93,12 +96,17 @@ def space_files(model_id: str, space_id: Optional[str] = None) -> Dict[str, byte
         space_id: the Space's repo id (for the README's API example).
 
     Returns:
-        ``{"app.py": ..., "requirements.txt": ..., "README.md": ..., "model_id.txt": ...}`` (UTF-8 bytes).
+        ``{"app.py": ..., "probes.py": ..., "requirements.txt": ..., "README.md": ..., "model_id.txt": ...}``
+        (UTF-8 bytes).
     """
+    from hf_tpu_ext import probes
+
     files = {}
     for name in SPACE_FILES:
         with open(os.path.join(_demo_dir(), name), "rb") as f:
             files[name] = f.read()
+    with open(probes.__file__, "rb") as f:
+        files["probes.py"] = f.read()
     files["README.md"] = render_space_readme(model_id, space_id).encode("utf-8")
     files["model_id.txt"] = (model_id + "\n").encode("utf-8")
     return files

@@ -180,3 +180,49 @@ def evaluate_masked_lm(model, dataset, steps: Optional[int] = None, strategy: Op
         num_tokens=[int(round(v)) for v in values[:, 2]],
     )
     return metric.compute()
+
+
+def make_probe_scorer(model, tokenizer, probe_file: str, max_seq_length: int, batch_size: int = 64):
+    """A ``() -> {"probe_top1", "probe_top5", "probe_mrr", "probe_n"}`` scorer of a cloze probe file.
+
+    The probes are parsed and tokenized here, once (a probe longer than ``max_seq_length`` or an answer that
+    is not one word-level token fails now, before training); each call runs the model's forward pass on
+    batches padded to ``[batch_size, max_seq_length]`` (one trace) and ranks the answers with
+    :mod:`hf_tpu_ext.probes`, the scoring of ``hf-tpu probe`` and of the Space's ``/probe``.
+
+    Args:
+        model: the transformers TF masked LM being trained.
+        tokenizer: its tokenizer.
+        probe_file: path of the probe file (lines, CSV or JSONL; see :func:`hf_tpu_ext.probes.parse_probes`).
+        max_seq_length: the run's sequence length (longest probe allowed, and the padded length).
+        batch_size: probes per forward pass.
+
+    Raises:
+        DataError: the file cannot be parsed, or a probe cannot be scored with this tokenizer.
+    """
+    from hf_tpu_ext import probes
+    from hf_tpu_ext.errors import DataError
+
+    vocab_size = int(model.config.vocab_size)
+    try:
+        encoded = probes.encode_probes(probes.read_probe_file(probe_file), tokenizer, vocab_size, max_seq_length)
+    except probes.ProbeError as err:
+        raise DataError(f"--probe_file {err}") from None
+    blocked = probes.blocked_ids(tokenizer, vocab_size)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    @tf.function(reduce_retracing=True)
+    def gather(input_ids, attention_mask, mask_index):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, training=False).logits  # [B, L, V]
+        return tf.cast(tf.gather(logits, mask_index, axis=1, batch_dims=1), tf.float32)  # [B, V]
+
+    def mask_logits(input_ids, attention_mask, mask_index):
+        return gather(tf.constant(input_ids, tf.int32), tf.constant(attention_mask, tf.int32),
+                      tf.constant(mask_index, tf.int32)).numpy()
+
+    def score() -> Dict[str, float]:
+        result = probes.score_encoded(encoded, mask_logits, blocked, pad_id, batch_size=batch_size,
+                                      pad_to=max_seq_length)
+        return result.log_entry()
+
+    return score

@@ -229,6 +229,11 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
                         log_history=log_history, summary_writer=summary_writer, trackio=trackio)
     if info.is_chief:
         logger.info("precision %s, compiler path: %s (%s)", plan.precision, trainer.compiler_path, plan.reason)
+    if args.probe_file and args.eval_strategy != "no":
+        from hf_tpu_ext.backends.tensorflow.evaluation import make_probe_scorer
+
+        trainer.probe_scorer = make_probe_scorer(model, tok, args.probe_file, L,
+                                                 batch_size=max(8, args.per_device_eval_batch_size))
 
     def summary_fn():
         return _summary(model_args, data_args, args, info, model, trainer, train_metrics_holder, corpus_description,
@@ -240,10 +245,11 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
 
     train_metrics = trainer.train()
     train_metrics_holder.update(train_metrics)
-    eval_metrics = trainer.evaluate() if has_eval else {}
+    eval_metrics = trainer.evaluate() if has_eval or trainer.probe_scorer is not None else {}
     # with the best model loaded, the final evaluation repeats the best one (same weights, same masks)
-    if eval_metrics and not trainer.loaded_best and not (trainer.log_history and trainer.log_history[-1].get("step") == train_metrics["global_step"]
-                             and "eval_loss" in trainer.log_history[-1]):
+    if eval_metrics and not trainer.loaded_best and not (
+            trainer.log_history and trainer.log_history[-1].get("step") == train_metrics["global_step"]
+            and any(k in trainer.log_history[-1] for k in ("eval_loss", "probe_mrr"))):
         trainer._log(dict(eval_metrics, epoch=round(train_metrics["epoch"], 4), step=train_metrics["global_step"]))
     results = {**train_metrics, **eval_metrics}
     if trackio is not None:

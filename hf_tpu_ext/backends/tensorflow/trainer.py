@@ -134,6 +134,7 @@ class TFTrainer:
             side = read_best_sidecar(self._best_prefix())
             if side and side.get("global_step") == self.best_global_step:
                 self.best_model_checkpoint = self._best_prefix()
+        self.probe_scorer = None  # () -> dict of probe metrics, set by the run when --probe_file is given
         # Keras callbacks read model.optimizer (global step) and model.train_function (recompile guard)
         model.optimizer = optimizer
         # slots exist before the first trace, so the train function is traced (and compiled) exactly once
@@ -252,13 +253,17 @@ class TFTrainer:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> Dict[str, float]:
-        """Masked-LM metrics on the whole validation set: ``eval_loss``, ``perplexity``, ``eval_accuracy``."""
-        if self.eval_dataset is None or not self.eval_steps:
-            return {}
-        from hf_tpu_ext.backends.tensorflow.evaluation import evaluate_masked_lm
+        """Masked-LM metrics on the whole validation set: ``eval_loss``, ``perplexity``, ``eval_accuracy``; with
+        a ``probe_scorer`` (``--probe_file``) also ``probe_top1``, ``probe_top5``, ``probe_mrr``, ``probe_n``."""
+        metrics: Dict[str, float] = {}
+        if self.eval_dataset is not None and self.eval_steps:
+            from hf_tpu_ext.backends.tensorflow.evaluation import evaluate_masked_lm
 
-        metrics = evaluate_masked_lm(self.model, self.eval_dataset, steps=self.eval_steps, strategy=self.strategy)
-        return {k: float(v) for k, v in metrics.items() if k in ("eval_loss", "perplexity", "eval_accuracy")}
+            found = evaluate_masked_lm(self.model, self.eval_dataset, steps=self.eval_steps, strategy=self.strategy)
+            metrics = {k: float(v) for k, v in found.items() if k in ("eval_loss", "perplexity", "eval_accuracy")}
+        if self.probe_scorer is not None:  # --probe_file: probe_top1, probe_top5, probe_mrr, probe_n
+            metrics.update(self.probe_scorer())
+        return metrics
 
     # ------------------------------------------------------------------ loop
     def train(self) -> Dict[str, Any]:

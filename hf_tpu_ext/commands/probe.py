@@ -1,0 +1,101 @@
+"""``hf-tpu probe``: score a cloze probe set (top-1/top-5 accuracy, MRR) on a model folder or a Hub revision.
+
+The scoring is the Gradio test bench's (``spaces_demo/app.py``, ``/probe``) and the training run's
+(``--probe_file``): :mod:`hf_tpu_ext.probes`.
+
+Examples:
+    hf-tpu probe output/ probes.txt
+    hf-tpu probe alice/tiny-roberta@main probes.jsonl --json
+    hf-tpu probe alice/tiny-roberta@0a1b2c3,main probes.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import List, Optional, Tuple
+
+from hf_tpu_ext.errors import ArgumentError, DataError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``hf-tpu probe``."""
+    parser = argparse.ArgumentParser(
+        prog="hf-tpu probe",
+        description="Score cloze probes ('The capital of France is <mask>. => Paris' lines, CSV or JSONL) on a model: "
+                    "top-1/top-5 accuracy and mean reciprocal rank.")
+    parser.add_argument("model", help="Model folder, or Hub repo id with optional revisions: user/name[@rev[,rev...]].")
+    parser.add_argument("probe_file", help="Probe file: .txt lines 'sentence with <mask> => answer', .csv or .jsonl.")
+    parser.add_argument("--revision", default=None, help="Branch, tag or commit (instead of @rev).")
+    parser.add_argument("--backend", default=None, choices=("auto", "torch", "tensorflow"),
+                        help="Forward pass: torch when installed (auto), else TensorFlow.")
+    parser.add_argument("--batch_size", type=int, default=64, help="Probes per forward pass.")
+    parser.add_argument("--json", action="store_true", help="Print one JSON object per revision instead of a table.")
+    parser.add_argument("--ranks", action="store_true", help="With --json: include the answer's rank per probe.")
+    return parser
+
+
+def split_model_ref(ref: str) -> Tuple[str, List[Optional[str]]]:
+    """``"user/name@a,b"`` -> ``("user/name", ["a", "b"])``; a local folder or no ``@`` -> ``(ref, [None])``."""
+    if os.path.isdir(ref) or "@" not in ref:
+        return ref, [None]
+    model, _, revs = ref.rpartition("@")
+    return model, [r.strip() for r in revs.split(",") if r.strip()] or [None]
+
+
+def _check_model(model: str) -> None:
+    if os.path.isdir(model):
+        if not os.path.isfile(os.path.join(model, "config.json")):
+            raise ArgumentError(f"{model} has no config.json: give the output_dir of `hf-tpu train` or a Hub repo id.")
+        return
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(model)
+    except HFValidationError:
+        raise ArgumentError(f"{model!r} is neither a local folder nor a valid Hub repo id ('user/name').") from None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run ``hf-tpu probe``; prints one line (or JSON object) per revision.
+
+    Returns:
+        0.
+
+    Raises:
+        DataError: the probe file is missing, not UTF-8, malformed, or has probes this tokenizer cannot score.
+        ArgumentError: a bad model reference or batch size, or a model/revision that cannot be loaded.
+    """
+    args = build_parser().parse_args(argv)
+    from hf_tpu_ext import probes
+
+    if args.batch_size < 1:
+        raise ArgumentError(f"--batch_size must be >= 1, got {args.batch_size}.")
+    try:
+        probe_list = probes.read_probe_file(args.probe_file)  # before any model download
+    except probes.ProbeError as err:
+        raise DataError(str(err)) from None
+    model, revisions = split_model_ref(args.model)
+    if args.revision:
+        revisions = [args.revision]
+    _check_model(model)
+
+    from spaces_demo.app import FillMaskPredictor
+
+    for rev in revisions:
+        where = f"{model}@{rev}" if rev else model
+        try:
+            predictor = FillMaskPredictor(model, backend=args.backend, revision=rev)
+        except (OSError, ValueError, ImportError) as err:
+            raise ArgumentError(f"Cannot load {where}: {err}") from None
+        try:
+            result = predictor.score_probes(probe_list, batch_size=args.batch_size)
+        except probes.ProbeError as err:
+            raise DataError(f"{os.path.basename(args.probe_file)}: {err}") from None
+        if args.json:
+            print(json.dumps({"model": model, "revision": rev, **result.as_dict(with_ranks=args.ranks)}))
+        else:
+            print(f"{where}: probes={result.n} top1={result.top1:.4f} top5={result.top5:.4f} mrr={result.mrr:.4f} "
+                  f"({result.n / max(result.seconds, 1e-9):.0f} probes/s)")
+    return 0
