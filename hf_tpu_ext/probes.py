@@ -69,7 +69,8 @@ class Probe:
 
 
 def detect_format(text: str) -> str:
-    """Guess the format of pasted probe text: ``"jsonl"``, ``"lines"`` (any line has an arrow) or ``"csv"``."""
+    """Guess the format of pasted probe text: ``"jsonl"`` (starts with ``{``), ``"lines"`` (any line has an
+    arrow, or no separator at all), ``"tsv"`` (tabs, no commas) or ``"csv"``."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if not lines:
         return "lines"
@@ -79,7 +80,7 @@ def detect_format(text: str) -> str:
         return "lines"
     if "\t" in lines[0] and "," not in lines[0]:
         return "tsv"
-    return "csv"
+    return "csv" if "," in lines[0] else "lines"
 
 
 def _pick(keys: Sequence[str], wanted: Sequence[str]) -> Optional[str]:
@@ -203,8 +204,8 @@ def parse_probes(text: str, fmt: Optional[str] = None) -> List[Probe]:
 
 
 def read_probe_file(path: str | os.PathLike) -> List[Probe]:
-    """Read and parse a probe file; the format follows the extension (``.jsonl``/``.json``, ``.csv``,
-    ``.tsv``), else it is guessed from the content.
+    """Read and parse a probe file; the format follows the extension (``.txt`` lines, ``.jsonl``/``.json``,
+    ``.csv``, ``.tsv``), else it is guessed from the content.
 
     Raises:
         ProbeError: the file is missing, not UTF-8 text, or not a valid probe set (see :func:`parse_probes`).
@@ -218,7 +219,7 @@ def read_probe_file(path: str | os.PathLike) -> List[Probe]:
     except UnicodeDecodeError as err:
         raise ProbeError(f"Probe file {path} is not UTF-8 text (byte {err.start}); save it as UTF-8.") from None
     ext = os.path.splitext(path)[1].lower()
-    fmt = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv"}.get(ext)
+    fmt = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv", ".txt": "lines"}.get(ext)
     try:
         return parse_probes(text, fmt)
     except ProbeError as err:

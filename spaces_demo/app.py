@@ -702,8 +702,11 @@ class FillMaskBench:
         info = self.resolve(model, revision)
         try:
             predictor = self.cache.get(model, info["sha"] or "")
-        except OSError as err:
-            raise OSError(f"Revision {info['label']!r} of {model} has no loadable model: {err}") from None
+        except (OSError, ValueError) as err:  # e.g. the repo's initial commit: no config.json / tokenizer yet
+            reason = str(err).split("\n")[0]
+            reason = reason if len(reason) <= 160 else reason[:157] + "..."
+            raise OSError(f"Revision {info['label']!r} of {model} has no loadable model ({reason}); "
+                          "pick another revision.") from None
         if info.get("step") is None and info.get("kind") != "local":
             info = dict(info, step=_hub_step(model, info["sha"]))
         return predictor, info

@@ -1,0 +1,229 @@
+"""The Space as a test bench, end to end on the loopback Hub.
+
+One ``hf-tpu train --push_to_hub --hub_strategy all_checkpoints --probe_file probes.txt --hub_space_id ...`` run
+(20 steps, evaluation and pushes at steps 10 and 20) fills a model repo and deploys the Space; the Space's own
+files (``app.py`` + ``probes.py`` as uploaded) are then launched against the repo and driven with gradio_client:
+the revision list is the repo's commits, two revisions answer differently, and a 200-line probe file scores the
+same in the app, in ``hf-tpu probe`` and in the training log.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+
+import pytest
+
+from conftest import tiny_train_args
+from demo_support import free_port
+
+REPO = "alice/bench-mlm"
+SPACE = "alice/bench-mlm-demo"
+SENTENCE = "the <mask> of the module is used ."
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+
+def _patch_hub(mp: pytest.MonkeyPatch, endpoint: str, home) -> None:
+    """Point huggingface_hub at the loopback Hub for a whole module (what the ``loopback_hub`` fixture does)."""
+    from huggingface_hub import constants, file_download, hf_api
+
+    mp.setenv("HF_ENDPOINT", endpoint)
+    mp.setenv("HF_HUB_DISABLE_XET", "1")
+    mp.setenv("HF_HOME", str(home))
+    mp.delenv("HF_TOKEN", raising=False)
+    template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+    mp.setattr(constants, "ENDPOINT", endpoint)
+    mp.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+    mp.setattr(file_download, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+    mp.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    mp.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    mp.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
+    mp.setattr(constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
+    mp.setattr(hf_api.api, "endpoint", endpoint)
+
+
+def write_probe_file(path, tokenizer, n: int = 200, max_tokens: int = 30) -> int:
+    """``n`` cloze lines cut from the default corpus: a mid-sentence word that is one ``Ġword`` token masked."""
+    from hf_tpu_ext.data.corpus import default_corpus_texts
+
+    vocab = tokenizer.get_vocab()
+    lines = []
+    for text in default_corpus_texts():
+        words = text.split()
+        for start in range(0, max(0, len(words) - 10), 7):
+            window = words[start:start + 10]
+            for j in range(2, len(window)):
+                w = window[j]
+                if w.isalpha() and w.islower() and "\u0120" + w in vocab:
+                    sentence = " ".join(window[:j] + ["<mask>"] + window[j + 1:])
+                    if len(tokenizer(sentence.replace("<mask>", tokenizer.mask_token))["input_ids"]) <= max_tokens:
+                        lines.append(f"{sentence} \u21d2 {w}")
+                    break
+            if len(lines) == n:
+                path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+                return n
+    raise AssertionError(f"only {len(lines)} probe lines found")
+
+
+@pytest.fixture(scope="module")
+def bench(loopback_hub_server, trained_model_dir, tmp_path_factory):
+    """The pushed repo, the training results, and the deployed Space's app launched against the repo."""
+    from transformers import AutoTokenizer
+
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run import train
+    from hub_fixtures import ALICE_TOKEN
+
+    server = loopback_hub_server
+    server.reset()
+    tmp = tmp_path_factory.mktemp("bench")
+    with pytest.MonkeyPatch.context() as mp:
+        _patch_hub(mp, server.endpoint, tmp / "hf_home")
+        probe_path = tmp / "probes.txt"
+        write_probe_file(probe_path, AutoTokenizer.from_pretrained(trained_model_dir))
+        out = tmp / "run"
+        results = train(*parse_args(tiny_train_args(
+            out, "--max_steps", "20", "--save_strategy", "steps", "--save_steps", "10", "--eval_strategy", "steps",
+            "--eval_steps", "10", "--push_to_hub", "true", "--hub_model_id", REPO, "--hub_strategy", "all_checkpoints",
+            "--hub_token", ALICE_TOKEN, "--probe_file", str(probe_path), "--tokenizer_name", str(trained_model_dir),
+            "--hub_space_id", SPACE, "--learning_rate", "5e-3")))
+
+        # the Space exactly as deployed: its files in a folder of their own, app.py imported from there
+        space_dir = tmp / "space"
+        space_dir.mkdir()
+        for name, data in server.files(SPACE, "space").items():
+            (space_dir / name).write_bytes(data)
+        spec = importlib.util.spec_from_file_location("deployed_space_app", str(space_dir / "app.py"))
+        app = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(app)
+        mp.delenv("MODEL_ID", raising=False)
+        demo = app.build_demo(app.default_model_id(), backend="torch", cache_size=3)
+        demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
+        try:
+            from gradio_client import Client
+
+            yield {"server": server, "out": out, "results": results, "probe_path": probe_path, "app": app,
+                   "demo": demo, "client": Client(demo.local_url, verbose=False), "url": demo.local_url}
+        finally:
+            demo.close()
+            server.reset()
+
+
+def _commit(bench, title):
+    return next(c for c in reversed(bench["server"].commits(REPO)) if c["message"] == title)
+
+
+def _log_history(bench):
+    with open(bench["out"] / "trainer_state.json", encoding="utf-8") as f:
+        return json.load(f)["log_history"]
+
+
+def test_deployed_space_shows_the_repo(bench):
+    assert bench["app"].default_model_id() == REPO
+    assert bench["app"].probes.__name__ == "fill_mask_probes"  # the uploaded probes.py
+    assert bench["demo"].bench.model == REPO
+
+
+def test_revision_list_matches_the_repo_commits(bench):
+    commits = list(reversed(bench["server"].commits(REPO)))  # newest first
+    titles = [c["message"] for c in commits]
+    assert "Training in progress, step 10" in titles and "Checkpoint at step 10" in titles
+    assert titles[0] == "End of training"
+    listing = bench["client"].predict(api_name="/revisions")
+    branches = [r for r in listing if r["kind"] == "branch"]
+    assert [(b["value"], b["sha"]) for b in branches] == [("main", commits[0]["sha"])]
+    assert branches[0]["label"] == f"main (branch) · End of training · {commits[0]['sha'][:7]}"
+    listed = [r for r in listing if r["kind"] == "commit"]
+    assert [r["value"] for r in listed] == [c["sha"] for c in commits]
+    assert [r["label"] for r in listed] == [f"{c['message']} · {c['sha'][:7]}" for c in commits]
+    steps = {r["title"]: r["step"] for r in listed}
+    assert steps["Training in progress, step 10"] == 10 and steps["Checkpoint at step 20"] == 20
+    assert steps["End of training"] is None  # no step in the title: read from trainer_state.json when scored
+
+
+def test_two_revisions_give_different_answers(bench):
+    from spaces_demo.app import FillMaskPredictor
+
+    early, final = _commit(bench, "Training in progress, step 10")["sha"], _commit(bench, "End of training")["sha"]
+    both = bench["client"].predict(SENTENCE, 5, "", early, final, api_name="/compare")
+    a, b = both["a"], both["b"]
+    assert a["ok"] and b["ok"]
+    assert a["revision"]["sha"] == early and b["revision"]["sha"] == final and b["revision"]["step"] == 20
+    scores_a = [c["score"] for c in a["masks"][0]]
+    scores_b = [c["score"] for c in b["masks"][0]]
+    assert scores_a != pytest.approx(scores_b, rel=1e-2)
+    # the final revision is the local output folder's model
+    local = FillMaskPredictor(bench["out"], backend="torch").predict(SENTENCE, 5)
+    assert [c["token"] for c in b["masks"][0]] == [c["token"] for c in local["masks"][0]]
+    assert scores_b == pytest.approx([c["score"] for c in local["masks"][0]], rel=1e-5)
+    # a short sha and a branch name resolve to the same commits
+    assert bench["client"].predict(SENTENCE, 5, "", early[:7], api_name="/fill_mask")["masks"] == a["masks"]
+    assert bench["client"].predict(SENTENCE, 5, "", "main", api_name="/fill_mask")["masks"] == b["masks"]
+
+
+def test_initial_commit_is_refused_with_a_message(bench):
+    initial = bench["server"].commits(REPO)[0]
+    r = bench["client"].predict(SENTENCE, api_name="/fill_mask", revision=initial["sha"])
+    assert r["ok"] is False and r["masks"] == []
+    assert r["message"].startswith(f"Revision '{initial['message']} · {initial['sha'][:7]}' of {REPO} has no loadable model")
+
+
+def test_probe_scores_match_in_app_cli_and_training_log(bench, capsys):
+    from hf_tpu_ext import cli
+
+    history = {e["step"]: e for e in _log_history(bench) if "probe_mrr" in e}
+    assert sorted(history) == [10, 20] and history[20]["probe_n"] == 200
+    early, final = _commit(bench, "Training in progress, step 10")["sha"], _commit(bench, "End of training")["sha"]
+    text = bench["probe_path"].read_text(encoding="utf-8")
+    result = bench["client"].predict(text, f"{early},{final}", api_name="/probe")
+    assert result["ok"] is True and result["n"] == 200
+    assert result["message"] == "Scored 200 probes on 2 revisions."
+    rows = {r["step"]: r for r in result["rows"]}
+    assert sorted(rows) == [10, 20] and rows[10]["sha"] == early and rows[20]["sha"] == final
+    assert cli.main(["probe", f"{REPO}@{early},{final}", str(bench["probe_path"]), "--json"]) == 0
+    cli_rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [c["revision"] for c in cli_rows] == [early, final]
+    for step, cli_row in zip((10, 20), cli_rows):
+        app_row, logged = rows[step], history[step]
+        # app and CLI: the same code on the same PyTorch weights
+        assert (cli_row["n"], cli_row["top1"], cli_row["top5"], cli_row["mrr"]) == \
+            (app_row["n"], app_row["top1"], app_row["top5"], app_row["mrr"])
+        # training: TensorFlow's forward pass on the weights of that step
+        assert (logged["probe_n"], logged["probe_top1"], logged["probe_top5"]) == \
+            (app_row["n"], app_row["top1"], app_row["top5"])
+        assert logged["probe_mrr"] == pytest.approx(app_row["mrr"], abs=1e-9)
+    assert 0 < rows[20]["mrr"] <= 1 and rows[20]["lines_per_second"] > 0
+
+
+def test_probe_scores_land_in_the_card(bench):
+    card = bench["server"].files(REPO)["README.md"].decode()
+    last = [e for e in _log_history(bench) if "probe_mrr" in e][-1]
+    mrr = f"{last['probe_mrr']:.4f}".rstrip("0").rstrip(".")
+    assert f"| Cloze probes: mean reciprocal rank (200 probes) | {mrr} |" in card
+    assert "| Cloze probes: top-1 accuracy (200 probes) |" in card
+
+
+def test_models_cached_by_revision_least_recently_used_out(bench):
+    cache = bench["demo"].bench.cache
+    shas = [c["sha"] for c in reversed(bench["server"].commits(REPO)) if c["message"].startswith(("Training", "End"))]
+    assert len(shas) >= 3
+    for sha in shas[:3]:
+        bench["client"].predict(SENTENCE, api_name="/fill_mask", revision=sha)
+    assert cache.max_models == 3 and cache.keys() == [(REPO, sha) for sha in shas[:3]]
+    loads = cache.loads
+    bench["client"].predict(SENTENCE, api_name="/fill_mask", revision=shas[0])  # a hit: moves to the end
+    assert cache.loads == loads and cache.keys()[-1] == (REPO, shas[0])
+    bench["client"].predict(SENTENCE, api_name="/fill_mask", revision="main")
+    main_sha = bench["server"].commits(REPO)[-1]["sha"]
+    assert len(cache.keys()) == 3 and cache.keys()[-1] == (REPO, main_sha)
+    if main_sha not in shas[:3]:
+        assert (REPO, shas[1]) not in cache.keys()  # the least recently used went out
+
+
+def test_bad_model_b_is_refused(bench):
+    both = bench["client"].predict(SENTENCE, 5, "", "", "", "../etc", api_name="/compare")
+    assert both["a"]["ok"] is True and both["b"]["ok"] is False
+    assert re.match(r"'\.\./etc' is not a (valid )?Hub repo id", both["b"]["message"])
