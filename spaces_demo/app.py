@@ -666,8 +666,12 @@ class FillMaskBench:
             revision = (self.default_revision or "main") if model == self.model else "main"
         for refresh in (False, True):
             listing = self.revisions(model, refresh=refresh)
+            # the exact value first (a commit picked from the list keeps its own label), then a sha prefix
             for entry in listing:
-                if revision == entry["value"] or (entry["sha"] and _SHA_RE.match(revision) and entry["sha"].startswith(revision)):
+                if revision == entry["value"]:
+                    return entry
+            for entry in listing:
+                if entry["kind"] == "commit" and _SHA_RE.match(revision) and entry["sha"].startswith(revision):
                     return entry
         return {"value": revision, "label": revision, "kind": "unlisted", "sha": revision, "title": "",
                 "step": step_from_title(revision), "date": None}
@@ -829,7 +833,9 @@ def probe_frame(result: Dict[str, Any]):
         x = r["step"] if r["step"] is not None else i
         for key, name in (("top1", "top-1"), ("top5", "top-5"), ("mrr", "MRR")):
             records.append({"step": x, "score": r[key], "metric": name})
-    return pd.DataFrame(records, columns=["step", "score", "metric"])
+    frame = pd.DataFrame(records, columns=["step", "score", "metric"])
+    # typed even when empty: the chart's axes take their kind (quantitative, not categories) from the dtypes
+    return frame.astype({"step": "int64", "score": "float64", "metric": "object"})
 
 
 def _choices(listing: List[Dict[str, Any]]) -> List[Tuple[str, str]]:
@@ -947,11 +953,15 @@ def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str]
         choices_b = [("(none)", "")] + _choices(listing_b)
         a = rev_a if rev_a in values else bench.default_value()
         b = rev_b if rev_b in [v for _, v in choices_b] else ""
+        if choices == shown["a"] and choices_b == shown["b"] and a == rev_a and b == rev_b:
+            return gr.update(), gr.update(), gr.update()  # nothing new: leave the page's widgets alone
+        shown.update(a=choices, b=choices_b)
         return (gr.update(choices=choices, value=a), gr.update(choices=choices_b, value=b),
                 gr.update(choices=choices, value=[]))
 
     listing = bench.revisions()
     choices = _choices(listing)
+    shown = {"a": choices, "b": [("(none)", "")] + choices}  # what the page was built with / last updated to
     where = "local folder" if bench.local else "Hub repo"
     with gr.Blocks(title=f"Fill-mask: {bench.model}") as demo:
         gr.Markdown(
@@ -1005,12 +1015,11 @@ def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str]
                                               choices=choices, value=[], elem_id="probe-revisions")
                 score_btn = gr.Button("Score probe set", variant="primary")
                 probe_message = gr.Markdown(elem_id="probe-message")
-                with gr.Row():
-                    probe_table = gr.Dataframe(headers=PROBE_HEADERS, label="Scores per revision", interactive=False,
-                                               elem_id="probe-table", scale=1)
-                    probe_plot = gr.LinePlot(probe_frame({}), x="step", y="score", color="metric",
-                                             title="Probe scores across revisions", x_title="training step",
-                                             y_title="score", y_lim=[0, 1], elem_id="probe-plot", scale=1)
+                probe_table = gr.Dataframe(headers=PROBE_HEADERS, label="Scores per revision", interactive=False,
+                                           elem_id="probe-table")
+                probe_plot = gr.LinePlot(probe_frame({}), x="step", y="score", color="metric",
+                                         title="Probe scores across revisions", x_title="training step",
+                                         y_title="score", elem_id="probe-plot", height=320)
                 probe_raw = gr.JSON(visible=False)
 
         fill_group = dict(concurrency_id="fill_mask", concurrency_limit=concurrency_limit)

@@ -67,7 +67,8 @@ def test_page_shows_ranked_predictions(trained_model_dir):
             assert scores == sorted(scores, reverse=True) and all(0 < x <= 1 for x in scores)
             for special in ("<s>", "</s>", "<pad>", "<mask>", "<unk>"):
                 assert not any(special in c for c in tokens)
-            assert page.locator("#fill-mask-message").inner_text().strip() == "Filled 1 mask."
+            lines = [x.strip() for x in page.locator("#fill-mask-message").inner_text().splitlines() if x.strip()]
+            assert lines == [f"local folder {trained_model_dir.name}", "Filled 1 mask."]  # revision A's label
             page.screenshot(path=os.path.join(ARTIFACTS, "demo.png"), full_page=True)
 
             # no mask: a message says what to type (the mask token shown literally), no table rows
@@ -78,5 +79,122 @@ def test_page_shows_ranked_predictions(trained_model_dir):
                                    timeout=30_000)
             assert "put <mask> (or [MASK])" in message.inner_text()
             assert filled.input_value() == ""
+        finally:
+            browser.close()
+
+
+# --- the test bench: two revisions side by side, a probe set across revisions ----------------------------------
+
+BENCH_REPO = "alice/bench-browser"
+
+
+def _push_states(api, model_dir, tmp_path):
+    """Three commits of the session model: noisier weights stand in for earlier steps (cheap, deterministic)."""
+    import json
+    import shutil
+
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    weights = load_file(os.path.join(model_dir, "model.safetensors"))
+    rng = np.random.default_rng(0)
+    api.create_repo(BENCH_REPO)
+    for step, noise in ((10, 1.0), (20, 0.4), (None, 0.0)):
+        folder = tmp_path / f"state-{step}"
+        shutil.copytree(model_dir, folder, ignore=shutil.ignore_patterns("checkpoints", "runs", "*.png"))
+        noisy = {k: (v + noise * v.std() * rng.standard_normal(v.shape)).astype(v.dtype) if v.ndim > 1 and noise else v
+                 for k, v in weights.items()}
+        save_file(noisy, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        if step is None:
+            (folder / "trainer_state.json").write_text(json.dumps({"global_step": 30}))
+        api.upload_folder(repo_id=BENCH_REPO, folder_path=str(folder),
+                          commit_message=f"Training in progress, step {step}" if step else "End of training")
+
+
+def _pick(page, label, option):
+    """Choose a dropdown option (again if the page re-rendered the list under the click)."""
+    box = page.get_by_label(label, exact=True)
+    for attempt in range(3):
+        try:
+            page.locator("h1").first.click()  # blur: a focused dropdown does not reopen on a click
+            box.click()
+            page.get_by_role("option", name=option, exact=True).click(timeout=10_000)
+            page.wait_for_function("([l, want]) => document.querySelector(`input[aria-label=\"${l}\"]`).value === want",
+                                   arg=[label, option], timeout=5_000)
+            return
+        except Exception:
+            if attempt == 2:
+                raise
+
+
+def _table_tokens(page, elem_id):
+    cells = [c.strip() for c in page.locator(f"#{elem_id}").inner_text().splitlines() if c.strip()]
+    return [c for c in cells if re.fullmatch(r"'.*'", c)]
+
+
+def test_bench_side_by_side_and_probe_chart(trained_model_dir, loopback_hub, tmp_path):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from huggingface_hub import HfApi
+
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    _push_states(HfApi(endpoint=loopback_hub.endpoint, token=loopback_hub.token), str(trained_model_dir), tmp_path)
+    commits = list(reversed(loopback_hub.server.commits(BENCH_REPO)))  # newest first
+    label = {c["message"]: f"{c['message']} \u00b7 {c['sha'][:7]}" for c in commits}
+    sha = {c["message"]: c["sha"] for c in commits}
+    text = "the <mask> of the module is used ."
+    with launched_demo(BENCH_REPO, backend="torch") as (demo, url), sync_api.sync_playwright() as pw:
+        bench = demo.bench
+        early = bench.predictor(BENCH_REPO, sha["Training in progress, step 10"])[0].predict(text, 5)
+        final = bench.predictor(BENCH_REPO, sha["End of training"])[0].predict(text, 5)
+        want_a = [repr(c["token_str"]) for c in early["masks"][0]]
+        want_b = [repr(c["token_str"]) for c in final["masks"][0]]
+        assert want_a != want_b  # the two states really differ
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            page.goto(url, wait_until="domcontentloaded", timeout=60_000)
+            page.get_by_label("Sentence").wait_for(timeout=60_000)
+            # the page lists the repo's commits, newest first, by their titles
+            page.get_by_label("Revision A", exact=True).click()
+            options = page.get_by_role("option")
+            shown = [options.nth(i).inner_text().strip().lstrip("\u2713").strip() for i in range(options.count())]
+            assert shown[1:] == [label[c["message"]] for c in commits]
+            page.locator("h1").first.click()
+            _pick(page, "Revision A", label["Training in progress, step 10"])
+            _pick(page, "Revision B (optional)", label["End of training"])
+            page.get_by_label("Sentence").fill(text)
+            for attempt in range(3):  # an early click can be lost on a loaded machine
+                page.get_by_role("button", name="Fill", exact=True).click()
+                try:
+                    page.wait_for_function(
+                        "ids => ids.every(id => document.querySelector('#' + id).innerText.includes(\"'\"))",
+                        arg=["fill-mask-table", "fill-mask-table-b"], timeout=40_000)
+                    break
+                except sync_api.TimeoutError:
+                    if attempt == 2:
+                        raise
+            assert _table_tokens(page, "fill-mask-table") == want_a
+            assert _table_tokens(page, "fill-mask-table-b") == want_b
+            assert label["End of training"] in page.locator("#fill-mask-message-b").inner_text()
+            page.screenshot(path=os.path.join(ARTIFACTS, "bench-side-by-side.png"), full_page=True)
+
+            # probe set: three revisions ticked, a table row each and the chart
+            page.get_by_role("tab", name="Probe set").click()
+            vocab = demo.predictor.tokenizer.get_vocab()
+            words = sorted(t[1:] for t in vocab if t.startswith("\u0120") and t[1:].isascii() and t[1:].isalpha() and len(t) > 3)[:40]
+            probe_lines = [f"the {a} of the <mask> is {b} . \u21d2 {c}" for a, b, c in zip(words, words[1:], words[2:])]
+            page.locator("#probe-text textarea").fill("\n".join(probe_lines))
+            for title in ("Training in progress, step 10", "Training in progress, step 20", "End of training"):
+                page.get_by_label(label[title], exact=True).check()
+            page.get_by_role("button", name="Score probe set").click()
+            page.wait_for_function("() => /Scored|Not scored|Note/.test(document.querySelector('#probe-message').innerText)",
+                                   timeout=60_000)
+            assert page.locator("#probe-message").inner_text().strip() == f"Scored {len(probe_lines)} probes on 3 revisions."
+            table = page.locator("#probe-table").inner_text()
+            for title in ("Training in progress, step 10", "Training in progress, step 20", "End of training"):
+                assert label[title] in table
+            page.locator("#probe-plot canvas, #probe-plot svg").first.wait_for(timeout=30_000)
+            page.wait_for_timeout(1000)  # let the chart finish drawing before the screenshot
+            page.screenshot(path=os.path.join(ARTIFACTS, "bench-probe-chart.png"), full_page=True)
         finally:
             browser.close()

@@ -111,7 +111,7 @@ def predictor(trained_model_dir):
 
 def _spaced_words(tok, n):
     vocab = tok.get_vocab()
-    return sorted(t[1:] for t in vocab if t.startswith("\u0120") and t[1:].isalpha() and len(t) > 3)[:n]
+    return sorted(t[1:] for t in vocab if t.startswith("\u0120") and t[1:].isascii() and t[1:].isalpha() and len(t) > 3)[:n]
 
 
 def test_answer_token_depends_on_the_space_before_the_mask(predictor):
