@@ -192,7 +192,7 @@ def test_probe_cli_errors_are_fast_and_clear(trained_model_dir, tmp_path, capsys
     assert cli.main(["probe", str(trained_model_dir), str(tmp_path / "nope.jsonl")]) == 1
     assert capsys.readouterr().err.strip() == f"hf-tpu probe: error: Probe file {tmp_path / 'nope.jsonl'} does not exist."
     assert cli.main(["probe", "not a repo!", str(good)]) == 1
-    assert "'not a repo!' is neither a local folder nor a valid Hub repo id" in capsys.readouterr().err
+    assert "MODEL 'not a repo!' is neither an existing local folder nor a valid Hub repo id" in capsys.readouterr().err
     assert cli.main(["probe", str(tmp_path), str(good)]) == 1
     assert f"{tmp_path} has no config.json" in capsys.readouterr().err
     bad = tmp_path / "bad.txt"

@@ -44,17 +44,16 @@ def split_model_ref(ref: str) -> Tuple[str, List[Optional[str]]]:
     return model, [r.strip() for r in revs.split(",") if r.strip()] or [None]
 
 
-def _check_model(model: str) -> None:
+def _check_model(model: str, revisions: List[Optional[str]]) -> None:
+    """A model folder with config.json, or a repo (and revisions) that exists: answered in seconds."""
+    from hf_tpu_ext.hub.model_ref import check_model_ref
+
     if os.path.isdir(model):
         if not os.path.isfile(os.path.join(model, "config.json")):
             raise ArgumentError(f"{model} has no config.json: give the output_dir of `hf-tpu train` or a Hub repo id.")
         return
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(model)
-    except HFValidationError:
-        raise ArgumentError(f"{model!r} is neither a local folder nor a valid Hub repo id ('user/name').") from None
+    for rev in revisions:
+        check_model_ref(model, "MODEL", revision=rev)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -66,6 +65,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     Raises:
         DataError: the probe file is missing, not UTF-8, malformed, or has probes this tokenizer cannot score.
         ArgumentError: a bad model reference or batch size, or a model/revision that cannot be loaded.
+        HubRepoError, HubAuthError: the repo or a revision does not exist or cannot be reached (named at once).
     """
     args = build_parser().parse_args(argv)
     from hf_tpu_ext import probes
@@ -79,7 +79,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     model, revisions = split_model_ref(args.model)
     if args.revision:
         revisions = [args.revision]
-    _check_model(model)
+    _check_model(model, revisions)
 
     from spaces_demo.app import FillMaskPredictor
 
