@@ -92,7 +92,7 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
 
     from hf_tpu_ext.backends.tensorflow.checkpoint import TrainingCheckpointer
     from hf_tpu_ext.backends.tensorflow.model import build_model
-    from hf_tpu_ext.backends.tensorflow.strategy import resolve_strategy
+    from hf_tpu_ext.backends.tensorflow.strategy import configure_host_memory, resolve_strategy
     from hf_tpu_ext.backends.tensorflow.trainer import RunContext, TFTrainer, make_optimizer
     from hf_tpu_ext.callbacks import build_callbacks
     from hf_tpu_ext.data.blocks import check_blocks
@@ -101,6 +101,7 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
 
     args = training_args
     t_total = time.perf_counter()
+    host_memory = configure_host_memory()  # before TensorFlow's first allocation
     info = resolve_strategy(args.tpu_name, args.tpu_zone, args.gcp_project)
     strategy = info.strategy
     plan = _precision_plan(args, info.accelerator)
@@ -109,10 +110,11 @@ def train_tensorflow(model_args, data_args, training_args, callback_classes) -> 
     # sequences per optimizer step: gradient accumulation splits them into micro-batches inside the step
     global_batch = args.per_device_train_batch_size * replicas * args.gradient_accumulation_steps
     global_eval_batch = args.per_device_eval_batch_size * replicas
-    logger.info("strategy %s: %d replica(s) on %d %s device(s); global batch %d%s",
+    logger.info("strategy %s: %d replica(s) on %d %s device(s); global batch %d%s; host memory: %s",
                 info.strategy_name, replicas, info.num_devices, info.accelerator, global_batch,
                 f" ({args.gradient_accumulation_steps} accumulated micro-batches)"
-                if args.gradient_accumulation_steps > 1 else "")
+                if args.gradient_accumulation_steps > 1 else "",
+                ", ".join(k for k, v in host_memory.items() if v) or "defaults")
 
     # Hub access is checked before any data or compute work.
     push_callback = None

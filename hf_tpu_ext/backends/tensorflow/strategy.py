@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Optional
+from typing import Dict, Optional
 
 import tensorflow as tf
 
@@ -107,6 +107,42 @@ def resolve_strategy(tpu_name: Optional[str] = None, tpu_zone: Optional[str] = N
     device = gpus[0].name if gpus else cpus[0].name
     strategy = tf.distribute.OneDeviceStrategy(device)
     return StrategyInfo(strategy, DistributedType.NO, "GPU" if gpus else "CPU", 1, 1, 1, False, True)
+
+
+#: glibc mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+
+
+def configure_host_memory() -> Dict[str, bool]:
+    """Keep the host allocator from returning memory to the OS between steps (the "slow mode" of a CPU step).
+
+    Measured on the small benchmark preset (benchmarks/NOTES.md, "steady fp32 speed"): with TensorFlow's default
+    CPU allocator and glibc's malloc, every step page-faulted 66-84 thousand fresh 4 KiB pages with XLA and
+    ~240 thousand with TensorFlow's kernels (the step's temporaries are ``mmap``-ed and unmapped again, and
+    glibc's dynamic mmap threshold moves with the allocation history, so processes differ). With
+    TensorFlow's BFC allocator for CPU memory (``TF_CPU_ALLOCATOR_USE_BFC``, read when TensorFlow creates its
+    CPU allocator) and glibc told not to ``mmap`` (``M_MMAP_MAX=0``) nor trim the heap below 1 GiB
+    (``M_TRIM_THRESHOLD``), the steady steps fault no page at all. Memory freed by a step is kept for the
+    next one (peak RSS does not grow). An explicit ``TF_CPU_ALLOCATOR_USE_BFC`` in the environment is kept.
+
+    Call it before TensorFlow allocates its first tensor (``hf-tpu train`` does, first thing).
+
+    Returns:
+        ``{"bfc_allocator": bool, "malloc_tuned": bool}``: what is in effect (``malloc_tuned`` is False off glibc).
+    """
+    import os
+
+    os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+    tuned = False
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        tuned = bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to tune
+        pass
+    return {"bfc_allocator": os.environ["TF_CPU_ALLOCATOR_USE_BFC"].lower() in ("1", "true"), "malloc_tuned": tuned}
 
 
 def split_cpu(num_devices: int) -> None:
