@@ -69,6 +69,7 @@ class StepTimer(tf_keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
         self.begins: List[float] = []
+        self.first_step_end_wall: Optional[float] = None  # time.time() when the first step finished
 
     @classmethod
     def from_run(cls, run) -> "StepTimer":
@@ -79,6 +80,18 @@ class StepTimer(tf_keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self.begins.append(time.perf_counter())
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.first_step_end_wall is None:
+            self.first_step_end_wall = time.time()
+
+    def first_step_latency(self) -> Optional[float]:
+        """Seconds from this process's start (``psutil``) to the end of the first training step (None before it)."""
+        if self.first_step_end_wall is None:
+            return None
+        import psutil
+
+        return self.first_step_end_wall - psutil.Process().create_time()
 
     @property
     def intervals(self) -> List[float]:

@@ -60,8 +60,17 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 RESULTS_MD = REPO_ROOT / "benchmarks" / "RESULTS.md"
 RECIPES = ("hf_tpu", "plain", "plain_xla")
-# hf-tpu train with --jit_compile false: what the XLA step (and its counter-based dropout) buys
-EXTRA_RECIPES = ("hf_tpu_no_xla",)
+# hf-tpu train with --jit_compile false: what the XLA step (and its counter-based dropout) buys; bf16 mixed
+# precision on both compiler paths (--bf16 true alone picks the path per device: hf_tpu_ext/precision.py)
+EXTRA_RECIPES = ("hf_tpu_no_xla", "hf_tpu_bf16", "hf_tpu_bf16_no_xla")
+RECIPE_FLAGS = {
+    "hf_tpu": [],
+    "hf_tpu_no_xla": ["--jit_compile", "false"],
+    "hf_tpu_bf16": ["--bf16", "true", "--jit_compile", "true"],
+    "hf_tpu_bf16_no_xla": ["--bf16", "true", "--jit_compile", "false"],
+}
+#: prepare-data tokenizing processes compared (1 and N)
+PREPARE_PROCS = (1, 2)
 ALL_RECIPES = RECIPES + EXTRA_RECIPES
 HUB_LATENCY_SECONDS = 0.2
 PUSH_EVERY_STEPS = 20
@@ -153,7 +162,7 @@ def _train_argv(preset: Preset, workdir: Path, out: Path, steps: int, callbacks:
 
 
 def job_hf_tpu(preset: Preset, workdir: Path, callbacks: str = "throughput,xla_recompile_guard,bench_step_timer",
-               steps: Optional[int] = None, extra=()) -> Dict[str, Any]:
+               steps: Optional[int] = None, extra=(), evaluate: bool = False) -> Dict[str, Any]:
     """``hf-tpu train`` through :func:`hf_tpu_ext.run.train`; returns step timings, traces and RSS."""
     _setup_devices(preset)
     from benchmarks import step_timer
@@ -162,7 +171,10 @@ def job_hf_tpu(preset: Preset, workdir: Path, callbacks: str = "throughput,xla_r
 
     steps = steps or preset.steps
     out = workdir / f"out-{os.getpid()}"
-    results = train(*parse_args(_train_argv(preset, workdir, out, steps, callbacks, extra)))
+    argv = _train_argv(preset, workdir, out, steps, callbacks, extra)
+    if evaluate:  # one evaluation after the last step (not inside any timed step interval)
+        argv += ["--eval_strategy", "steps", "--eval_steps", str(steps)]
+    results = train(*parse_args(argv))
     timer = step_timer.last_instance()
     summary = timer.summary(preset.warmup)
     summary.update(
@@ -170,7 +182,14 @@ def job_hf_tpu(preset: Preset, workdir: Path, callbacks: str = "throughput,xla_r
         xla_step_compilations=int(results["xla_step_traces"]),
         final_loss=float(results["train_loss"]),
         peak_rss_mb=_peak_rss_mb(),
+        first_step_latency_seconds=timer.first_step_latency(),
+        eval_loss=results.get("eval_loss"),
+        perplexity=results.get("perplexity"),
     )
+    summary_json = out / "training_summary.json"
+    if summary_json.is_file():
+        info = json.loads(summary_json.read_text())
+        summary.update(precision=info.get("precision"), compiler=info.get("compiler"))
     shutil.rmtree(out, ignore_errors=True)
     return summary
 
@@ -237,6 +256,7 @@ def job_plain(preset: Preset, workdir: Path, jit_compile: bool) -> Dict[str, Any
         train_step_compilations=int(model.train_function.experimental_get_tracing_count()),
         final_loss=float(history.history["loss"][-1]),
         peak_rss_mb=_peak_rss_mb(),
+        first_step_latency_seconds=timer.first_step_latency(),
     )
     return summary
 
@@ -275,13 +295,23 @@ def job_pipeline(preset: Preset, workdir: Path) -> Dict[str, Any]:
     return {"tokens_per_second": rate, "batches": preset.pipeline_batches}
 
 
-def job_prepare_data(preset: Preset, workdir: Path) -> Dict[str, Any]:
-    """``hf-tpu prepare-data`` on the benchmark text (trains the BPE tokenizer every recipe then uses)."""
+def job_prepare_data(preset: Preset, workdir: Path, num_proc: Optional[int] = None) -> Dict[str, Any]:
+    """``hf-tpu prepare-data`` on the benchmark text.
+
+    Without ``num_proc`` it trains the BPE tokenizer every recipe then uses (``workdir/prepared``); with it, it
+    re-tokenizes the same text with that tokenizer in ``num_proc`` processes (``workdir/prepared-np<N>``).
+    """
     from hf_tpu_ext.commands.prepare_data import main as prepare_main
 
     data = data_file()
-    argv = ["--output_path", str(workdir / "prepared"), "--max_seq_length", str(preset.seq_length),
-            "--vocab_size", str(preset.vocab_size), "--num_shards", "2"]
+    if num_proc is None:
+        out = workdir / "prepared"
+        argv = ["--vocab_size", str(preset.vocab_size)]
+    else:
+        out = workdir / f"prepared-np{num_proc}"
+        argv = ["--tokenizer_name", str(workdir / "prepared" / "tokenizer"), "--num_proc", str(num_proc),
+                "--overwrite_output_path", "true"]
+    argv += ["--output_path", str(out), "--max_seq_length", str(preset.seq_length), "--num_shards", "2"]
     if data is not None:
         argv += ["--train_file", str(data)]
     buffer = io.StringIO()
@@ -294,8 +324,9 @@ def job_prepare_data(preset: Preset, workdir: Path) -> Dict[str, Any]:
     if not m:
         raise RuntimeError(f"Unexpected prepare-data output:\n{text}")
     tokens, seconds = int(m.group(1)), float(m.group(2))
-    manifest = json.loads((workdir / "prepared" / "manifest.json").read_text())
+    manifest = json.loads((out / "manifest.json").read_text())
     return {"tokens": tokens, "tokenize_seconds": seconds, "tokens_per_second": tokens / max(seconds, 1e-9),
+            "num_proc": num_proc or 1,
             "total_seconds": total, "end_to_end_tokens_per_second": tokens / max(total, 1e-9),
             "vocab_size": int(manifest.get("vocab_size") or manifest.get("metadata", {}).get("vocab_size") or 0)}
 
@@ -304,14 +335,14 @@ def run_job(name: str, preset: Preset, workdir: Path) -> Dict[str, Any]:
     """Run one benchmark part in this process (called in a child process by :func:`main`)."""
     if name == "prepare_data":
         return job_prepare_data(preset, workdir)
+    if name.startswith("prepare_data_np"):
+        return job_prepare_data(preset, workdir, num_proc=int(name[len("prepare_data_np"):]))
     if name == "probe":
         return job_probe(preset, workdir)
     if name == "pipeline":
         return job_pipeline(preset, workdir)
-    if name == "hf_tpu":
-        return job_hf_tpu(preset, workdir)
-    if name == "hf_tpu_no_xla":
-        return job_hf_tpu(preset, workdir, extra=["--jit_compile", "false"])
+    if name in RECIPE_FLAGS:
+        return job_hf_tpu(preset, workdir, extra=RECIPE_FLAGS[name], evaluate=True)
     if name == "plain":
         return job_plain(preset, workdir, jit_compile=False)
     if name == "plain_xla":
@@ -369,7 +400,7 @@ def _child(name: str, preset: Preset, workdir: Path, env_extra: Optional[Dict[st
     env.update(env_extra or {})
     result_path = workdir / f"{name}.json"
     cmd = [sys.executable, "-m", "benchmarks.train_throughput", "--preset", preset.name, "--job", name,
-           "--workdir", str(workdir)]
+           "--workdir", str(workdir), "--steps", str(preset.steps)]
     print(f"[bench] {name} ...", flush=True)
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -385,18 +416,31 @@ def _child(name: str, preset: Preset, workdir: Path, env_extra: Optional[Dict[st
     return result
 
 
-def best_run(runs: List[Dict[str, Any]], key: str = "ms_per_step") -> Dict[str, Any]:
-    """The run with the smallest ``key`` among the successful ``runs`` (a job's error when all failed).
+def median_run(runs: List[Dict[str, Any]], key: str = "ms_per_step") -> Dict[str, Any]:
+    """The successful run with the median ``key`` (a job's error when all failed), with the spread of all runs.
 
-    Taking the fastest of repeated runs removes slow spells of a shared machine (measured here: whole runs
-    ~14% slower), the same for every recipe. The result lists every run's value under ``runs_<key>``.
+    The rounds run round-robin, so a slow spell of the shared machine hits every recipe; the median keeps
+    one slow (or lucky) round from deciding a ratio. The result holds ``key`` = the median of the runs,
+    ``runs_<key>`` (every run, in order), ``fastest_<key>``, ``spread_<key>`` = ``max / median - 1`` (how
+    much the slowest round lost) and the median ``first_step_latency_seconds``.
     """
+    import statistics
+
     ok = [r for r in runs if "error" not in r and r.get(key) is not None]
     if not ok:
         return runs[-1]
-    best = dict(min(ok, key=lambda r: r[key]))
-    best[f"runs_{key}"] = [round(r[key], 2) for r in ok]
-    return best
+    values = [r[key] for r in ok]
+    median = statistics.median(values)
+    chosen = dict(min(ok, key=lambda r: (abs(r[key] - median), r[key])))
+    chosen[key] = median
+    chosen[f"runs_{key}"] = [round(v, 2) for v in values]
+    chosen[f"fastest_{key}"] = round(min(values), 2)
+    chosen[f"spread_{key}"] = round(max(values) / median - 1.0, 4)
+    latencies = [r["first_step_latency_seconds"] for r in ok if r.get("first_step_latency_seconds") is not None]
+    if latencies:
+        chosen["first_step_latency_seconds"] = statistics.median(latencies)
+        chosen["runs_first_step_latency_seconds"] = [round(v, 2) for v in latencies]
+    return chosen
 
 
 def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
@@ -447,10 +491,13 @@ def assemble(preset: Preset, parts: Dict[str, Dict[str, Any]], machine: Dict[str
         }
         if name != "hf_tpu" and peak:
             entry["mfu_executed"] = round(tps * fpt_full / peak, 4)
-        if "xla_step_compilations" in part:
-            entry["xla_step_compilations"] = part["xla_step_compilations"]
-        if "runs_ms_per_step" in part:
-            entry["runs_ms_per_step"] = part["runs_ms_per_step"]
+        for key in ("xla_step_compilations", "runs_ms_per_step", "fastest_ms_per_step", "spread_ms_per_step",
+                    "runs_first_step_latency_seconds", "precision", "compiler"):
+            if key in part:
+                entry[key] = part[key]
+        for key in ("first_step_latency_seconds", "eval_loss", "perplexity"):
+            if part.get(key) is not None:
+                entry[key] = round(float(part[key]), 4)
         recipes[name] = entry
 
     pipeline = parts.get("pipeline") or {}
@@ -472,7 +519,28 @@ def assemble(preset: Preset, parts: Dict[str, Dict[str, Any]], machine: Dict[str
     else:
         overhead["error"] = (none.get("error") or push.get("error") or "not run")
     hf_tps = recipes["hf_tpu"]["tokens_per_second"]
+    plain_tps = recipes["plain"]["tokens_per_second"]
+    # the path `hf-tpu train --bf16 true` takes on this machine (hf_tpu_ext/precision.py)
+    from hf_tpu_ext.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags, resolve_precision
+
+    native = bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS) if machine.get("accelerator", "CPU") == "CPU" else True
+    bf16_plan = resolve_precision(True, None, machine.get("accelerator", "CPU"), native)
+    bf16_default = "hf_tpu_bf16" if bf16_plan.jit_compile else "hf_tpu_bf16_no_xla"
+    prep1, prepn = parts.get(f"prepare_data_np{PREPARE_PROCS[0]}") or {}, parts.get(f"prepare_data_np{PREPARE_PROCS[-1]}") or {}
+
+    def ppl_change(name):
+        a, b = recipes[name].get("perplexity"), recipes["hf_tpu"].get("perplexity")
+        return a / b - 1.0 if a and b else None
+
     ratios = {
+        "hf_tpu_bf16_default_vs_plain": _ratio(recipes[bf16_default]["tokens_per_second"], plain_tps),
+        "hf_tpu_bf16_vs_plain": _ratio(recipes["hf_tpu_bf16"]["tokens_per_second"], plain_tps),
+        "hf_tpu_bf16_no_xla_vs_plain": _ratio(recipes["hf_tpu_bf16_no_xla"]["tokens_per_second"], plain_tps),
+        "bf16_default_perplexity_change": ppl_change(bf16_default),
+        "hf_tpu_slowest_round_vs_median": recipes["hf_tpu"].get("spread_ms_per_step"),
+        "prepare_data_np_vs_1": _ratio(prepn.get("tokens_per_second"), prep1.get("tokens_per_second")),
+        "first_step_latency_hf_tpu_vs_plain": _ratio(recipes["hf_tpu"].get("first_step_latency_seconds"),
+                                                     recipes["plain"].get("first_step_latency_seconds")),
         "hf_tpu_vs_plain": _ratio(hf_tps, recipes["plain"]["tokens_per_second"]),
         "hf_tpu_vs_plain_xla": _ratio(hf_tps, recipes["plain_xla"]["tokens_per_second"]),
         "hf_tpu_no_xla_vs_plain": _ratio(recipes["hf_tpu_no_xla"]["tokens_per_second"],
@@ -481,7 +549,7 @@ def assemble(preset: Preset, parts: Dict[str, Dict[str, Any]], machine: Dict[str
         "input_pipeline_vs_training": _ratio(pipeline.get("tokens_per_second"), hf_tps),
         "callback_overhead_mean": overhead.get("overhead_mean"),
     }
-    ratios = {k: (round(v, 3) if v is not None else None) for k, v in ratios.items()}
+    ratios = {k: (round(v, 4) if v is not None else None) for k, v in ratios.items()}
     machine = dict(machine, load_average_end=[round(x, 2) for x in os.getloadavg()])
     return {
         "preset": preset.name,
@@ -501,10 +569,17 @@ def assemble(preset: Preset, parts: Dict[str, Dict[str, Any]], machine: Dict[str
         "recipes": recipes,
         "input_pipeline": pipeline,
         "prepare_data": parts.get("prepare_data"),
+        "prepare_data_num_proc": {str(n): parts.get(f"prepare_data_np{n}") for n in PREPARE_PROCS},
+        "bf16_default_recipe": bf16_default,
+        "bf16_default_path": {"precision": bf16_plan.precision, "compiler": bf16_plan.compiler,
+                              "native_bf16": bf16_plan.native_bf16, "reason": bf16_plan.reason},
         "callback_overhead": overhead,
         "ratios": ratios,
-        "targets": {"hf_tpu_vs_plain": 1.5, "hf_tpu_vs_plain_xla": 1.0, "input_pipeline_vs_training": 5.0,
-                    "callback_overhead_mean_max": 0.03, "train_step_compilations": 1},
+        "targets": {"hf_tpu_vs_plain": 1.6, "hf_tpu_vs_plain_xla": 1.0, "input_pipeline_vs_training": 5.0,
+                    "callback_overhead_mean_max": 0.03, "train_step_compilations": 1,
+                    "hf_tpu_bf16_default_vs_plain": 2.2, "bf16_default_perplexity_change_abs_max": 0.02,
+                    "hf_tpu_slowest_round_vs_median_max": 0.05, "prepare_data_np_vs_1": 1.8,
+                    "first_step_latency_hf_tpu_vs_plain_max": 1.0},
     }
 
 
@@ -518,18 +593,22 @@ def _x(value) -> str:
 
 def markdown_table(result: Dict[str, Any]) -> str:
     """A Markdown table of the recipes of one result (for the README section)."""
-    lines = ["| recipe | tokens/s | ms/step | compile s | train-step compilations | peak RSS MB | MFU |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| recipe | precision, compiler | tokens/s | ms/step (median of rounds) | rounds ms/step | slowest round "
+             "| first step s | eval perplexity | train-step compilations | peak RSS MB | MFU |",
+             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for name in ALL_RECIPES:
         r = result["recipes"].get(name)
         if r is None:
             continue
         if r.get("error"):
-            lines.append(f"| `{name}` | failed: {r['error'][:80]} | | | | | |")
+            lines.append(f"| `{name}` | failed: {r['error'][:80]} | | | | | | | | | |")
             continue
-        lines.append(f"| `{name}` | {_fmt(r['tokens_per_second'])} | {_fmt(r['ms_per_step'], '.1f')} | "
-                     f"{_fmt(r['compile_seconds'], '.1f')} | {r['train_step_compilations']} | "
-                     f"{_fmt(r['peak_rss_mb'], '.0f')} | {_fmt(r['mfu'], '.1%')} |")
+        path = f"{r['precision']}, {r.get('compiler')}" if r.get("precision") else "n/a"
+        rounds = ", ".join(f"{v:.0f}" for v in r.get("runs_ms_per_step") or [])
+        lines.append(f"| `{name}` | {path} | {_fmt(r['tokens_per_second'])} | {_fmt(r['ms_per_step'], '.1f')} | "
+                     f"{rounds} | {_fmt(r.get('spread_ms_per_step'), '+.1%')} | "
+                     f"{_fmt(r.get('first_step_latency_seconds'), '.1f')} | {_fmt(r.get('perplexity'), ',.1f')} | "
+                     f"{r['train_step_compilations']} | {_fmt(r['peak_rss_mb'], '.0f')} | {_fmt(r['mfu'], '.1%')} |")
     return "\n".join(lines)
 
 
@@ -543,30 +622,50 @@ RESULTS_HEADER = (
     "compilations | MFU hf_tpu | hf_tpu no-XLA tok/s (/plain) | pipeline x | prepare-data tok/s | callbacks overhead |\n"
     "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 )
+RESULTS_HEADER_V2 = (
+    "\n## With bf16, rounds' spread, first-step latency and prepare-data processes (from 2026-12-01)\n\n"
+    "tokens/s: the median of the rounds' median step times (rounds alternate recipes); slowest round: how much "
+    "the slowest round of `hf_tpu` lost against that median; bf16 default: the path `--bf16 true` takes on this "
+    "machine (hf_tpu_ext/precision.py); ppl change: its eval perplexity after the same steps against fp32 "
+    "`hf_tpu`; first step: process start to the first finished step, hf_tpu / plain; prepare-data: tokenization "
+    "tokens/s with 1 and N processes; load: the 1-minute load average at the start and the end.\n\n"
+    "| date | preset | machine; load | hf_tpu tok/s | plain tok/s | hf/plain | slowest round | bf16 XLA tok/s | "
+    "bf16 TF-kernels tok/s | bf16 default /plain | bf16 ppl change | first step s (hf / plain) | prepare-data tok/s "
+    "1 proc / N (x) | callbacks overhead |\n"
+    "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|\n"
+)
 
 
 def results_row(result: Dict[str, Any]) -> str:
-    """One ``RESULTS.md`` row of a result."""
+    """One ``RESULTS.md`` row of a result (the table under :data:`RESULTS_HEADER_V2`)."""
     m, r, q = result["machine"], result["recipes"], result["ratios"]
+    load_end = (m.get("load_average_end") or [None])[0]
     machine = (f"{m['cpu']}, {m['cpu_cores']} cores, {m['memory_gb']} GB; load {m['load_average_start'][0]:.1f}"
+               + (f"-{load_end:.1f}" if load_end is not None else "")
                + (f"; {result['flops']['probe']['device_kind']}" if (result["flops"].get("probe") or {}).get(
                    "device_kind", "CPU") != "CPU" else ""))
-    prep = (result.get("prepare_data") or {}).get("tokens_per_second")
-    return (f"| {result['date']} | {result['preset']} | {machine} | {_fmt(r['hf_tpu']['tokens_per_second'])} | "
-            f"{_fmt(r['plain']['tokens_per_second'])} | {_fmt(r['plain_xla']['tokens_per_second'])} | "
-            f"{_x(q['hf_tpu_vs_plain'])} | {_x(q['hf_tpu_vs_plain_xla'])} | "
-            f"{r['hf_tpu']['train_step_compilations']} | {_fmt(r['hf_tpu']['mfu'], '.1%')} | "
-            f"{_fmt(r.get('hf_tpu_no_xla', {}).get('tokens_per_second'))} "
-            f"({_x(q.get('hf_tpu_no_xla_vs_plain'))}) | "
-            f"{_fmt(q['input_pipeline_vs_training'], ',.0f')}x | {_fmt(prep)} | "
-            f"{_fmt(q['callback_overhead_mean'], '+.1%')} |\n")
+    procs = result.get("prepare_data_num_proc") or {}
+    p1, pn = (procs.get(str(PREPARE_PROCS[0])) or {}), (procs.get(str(PREPARE_PROCS[-1])) or {})
+    hf, plain = r["hf_tpu"], r["plain"]
+    return (f"| {result['date']} | {result['preset']} | {machine} | {_fmt(hf['tokens_per_second'])} | "
+            f"{_fmt(plain['tokens_per_second'])} | {_x(q['hf_tpu_vs_plain'])} | "
+            f"{_fmt(q.get('hf_tpu_slowest_round_vs_median'), '+.1%')} | "
+            f"{_fmt((r.get('hf_tpu_bf16') or {}).get('tokens_per_second'))} | "
+            f"{_fmt((r.get('hf_tpu_bf16_no_xla') or {}).get('tokens_per_second'))} | "
+            f"{_x(q.get('hf_tpu_bf16_default_vs_plain'))} | {_fmt(q.get('bf16_default_perplexity_change'), '+.2%')} | "
+            f"{_fmt(hf.get('first_step_latency_seconds'), '.1f')} / {_fmt(plain.get('first_step_latency_seconds'), '.1f')} | "
+            f"{_fmt(p1.get('tokens_per_second'))} / {_fmt(pn.get('tokens_per_second'))} "
+            f"({_x(q.get('prepare_data_np_vs_1'))}) | {_fmt(q['callback_overhead_mean'], '+.1%')} |\n")
 
 
 def append_results_row(result: Dict[str, Any], path: Path = RESULTS_MD) -> None:
-    """Append :func:`results_row` to ``RESULTS.md`` (created with its header when missing)."""
+    """Append :func:`results_row` to ``RESULTS.md`` (created with its headers when missing)."""
     if not path.is_file():
         path.write_text(RESULTS_HEADER)
+    text = path.read_text()
     with path.open("a") as f:
+        if RESULTS_HEADER_V2.strip().splitlines()[0] not in text:
+            f.write(RESULTS_HEADER_V2)
         f.write(results_row(result))
 
 
@@ -580,10 +679,12 @@ def draw_chart(result: Dict[str, Any], path: Path) -> None:
     names = [n for n in ALL_RECIPES if (result["recipes"].get(n) or {}).get("tokens_per_second")]
     values = [result["recipes"][n]["tokens_per_second"] for n in names]
     labels = {"hf_tpu": "hf-tpu train", "plain": "plain recipe", "plain_xla": "plain + jit_compile",
-              "hf_tpu_no_xla": "hf-tpu train\n--jit_compile false"}
-    fig, ax = plt.subplots(figsize=(7.2, 4.2), dpi=120)
-    bars = ax.bar([labels[n] for n in names], values, color=[{"hf_tpu": "#ff9d00", "plain": "#7f7f7f", "plain_xla": "#4c72b0",
-                                                         "hf_tpu_no_xla": "#ffc266"}[n] for n in names])
+              "hf_tpu_no_xla": "hf-tpu train\n--jit_compile false", "hf_tpu_bf16": "hf-tpu train\n--bf16 (XLA)",
+              "hf_tpu_bf16_no_xla": "hf-tpu train\n--bf16 (TF kernels)"}
+    fig, ax = plt.subplots(figsize=(9.6, 4.4), dpi=120)
+    colors = {"hf_tpu": "#ff9d00", "plain": "#7f7f7f", "plain_xla": "#4c72b0", "hf_tpu_no_xla": "#ffc266",
+              "hf_tpu_bf16": "#d62728", "hf_tpu_bf16_no_xla": "#ff9896"}
+    bars = ax.bar([labels[n] for n in names], values, color=[colors[n] for n in names])
     for bar, value, name in zip(bars, values, names):
         mfu = result["recipes"][name].get("mfu")
         text = f"{value:,.0f}" + (f"\nMFU {mfu:.1%}" if mfu is not None else "")
@@ -621,12 +722,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--skip", default="", help="comma-separated parts not to run (e.g. callbacks_push,plain_xla)")
     parser.add_argument("--results_dir", default=str(RESULTS_DIR), help="where <preset>.json and the chart go")
     parser.add_argument("--no_results_md", action="store_true", help="do not append a row to benchmarks/RESULTS.md")
+    parser.add_argument("--steps", type=int, help="optimizer steps per recipe run (default: the preset's)")
     parser.add_argument("--repeats", type=int, default=3,
-                        help="runs of each recipe and callback run, round-robin; the fastest counts (default 3)")
+                        help="runs of each recipe and callback run, round-robin; the median counts (default 3)")
     parser.add_argument("--job", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     preset = PRESETS[args.preset]
+    if args.steps:
+        preset = dataclasses.replace(preset, steps=args.steps)
 
     if args.job:  # child: one part, result as JSON in the workdir
         workdir = Path(args.workdir)
@@ -644,6 +748,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         if "error" in parts["prepare_data"]:
             print("[bench] prepare-data failed; nothing else can run (the recipes use its tokenizer).")
             return 1
+        prep_runs: Dict[str, List[Dict[str, Any]]] = {}
+        for _ in range(max(1, args.repeats)):  # tokenizing processes 1 and N, alternating
+            for n in PREPARE_PROCS:
+                if "prepare_data_np" not in skip:
+                    prep_runs.setdefault(f"prepare_data_np{n}", []).append(_child(f"prepare_data_np{n}", preset, workdir))
+        for name, name_runs in prep_runs.items():
+            parts[name] = median_run(name_runs, "tokenize_seconds")
         for name in ("probe", "pipeline"):
             if name not in skip:
                 parts[name] = _child(name, preset, workdir)
@@ -665,7 +776,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 finally:
                     server.close()
         for name, name_runs in runs.items():
-            parts[name] = best_run(name_runs, "ms_per_step_mean" if name.startswith("callbacks_") else "ms_per_step")
+            parts[name] = median_run(name_runs, "ms_per_step_mean" if name.startswith("callbacks_") else "ms_per_step")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -7,18 +7,22 @@ import pytest
 from benchmarks import train_throughput as tt
 
 
-def _part(ms, compilations=1):
+def _part(ms, compilations=1, ppl=None, latency=20.0):
     return {"steps_measured": 10, "ms_per_step": ms, "ms_per_step_mean": ms * 1.1, "first_step_seconds": 5.0,
             "compile_seconds": 5.0 - ms / 1e3, "train_step_compilations": compilations, "final_loss": 7.0,
-            "peak_rss_mb": 1500.0}
+            "peak_rss_mb": 1500.0, "perplexity": ppl, "first_step_latency_seconds": latency}
 
 
 @pytest.fixture(scope="module")
 def result():
     parts = {"prepare_data": {"tokens_per_second": 3e5, "vocab_size": 8000},
              "probe": {"peak_flops": 2e11, "device_kind": "CPU"}, "pipeline": {"tokens_per_second": 4.096e6},
-             "hf_tpu": _part(500.0), "plain": _part(1000.0, 2), "plain_xla": {"error": "XLA failed"},
-             "hf_tpu_no_xla": _part(600.0), "callbacks_none": _part(400.0), "callbacks_push": _part(410.0)}
+             "hf_tpu": tt.median_run([_part(500.0, ppl=1000.0), _part(520.0, ppl=1000.0), _part(490.0, ppl=1000.0)]),
+             "plain": _part(1000.0, 2, latency=25.0), "plain_xla": {"error": "XLA failed"},
+             "hf_tpu_no_xla": _part(600.0), "hf_tpu_bf16": _part(480.0, ppl=1010.0),
+             "hf_tpu_bf16_no_xla": _part(400.0, ppl=1015.0),
+             "prepare_data_np1": {"tokens_per_second": 1e5}, "prepare_data_np2": {"tokens_per_second": 1.9e5},
+             "callbacks_none": _part(400.0), "callbacks_push": _part(410.0)}
     machine = {"cpu": "Test CPU", "cpu_cores": 2, "memory_gb": 8.0, "load_average_start": [0.5, 0.5, 0.5]}
     return tt.assemble(tt.PRESETS["small"], parts, machine)
 
@@ -45,6 +49,17 @@ def test_assemble_recipes_ratios_and_mfu(result):
     assert result["recipes"]["plain"]["train_step_compilations"] == 2
     assert result["recipes"]["plain"]["mfu_executed"] > result["recipes"]["plain"]["mfu"]
     assert result["ratios"]["hf_tpu_vs_plain"] == pytest.approx(2.0)
+    assert hf["runs_ms_per_step"] == [500.0, 520.0, 490.0] and hf["spread_ms_per_step"] == pytest.approx(0.04)
+    assert result["ratios"]["hf_tpu_slowest_round_vs_median"] == pytest.approx(0.04)
+    assert result["ratios"]["prepare_data_np_vs_1"] == pytest.approx(1.9)
+    assert result["ratios"]["first_step_latency_hf_tpu_vs_plain"] == pytest.approx(20.0 / 25.0)
+    assert result["ratios"]["hf_tpu_bf16_vs_plain"] == pytest.approx(1000.0 / 480.0, abs=1e-4)
+    assert result["ratios"]["hf_tpu_bf16_no_xla_vs_plain"] == pytest.approx(2.5)
+    # the recipe `--bf16 true` maps to on this machine's CPU (TF kernels with native bf16, else XLA)
+    default = result["bf16_default_recipe"]
+    assert default in ("hf_tpu_bf16", "hf_tpu_bf16_no_xla")
+    assert result["ratios"]["bf16_default_perplexity_change"] == pytest.approx(
+        {"hf_tpu_bf16": 0.01, "hf_tpu_bf16_no_xla": 0.015}[default])
     assert result["ratios"]["input_pipeline_vs_training"] == pytest.approx(1000.0)
     assert result["callback_overhead"]["overhead_median"] == pytest.approx(0.025)
     json.dumps(result)  # JSON-able
@@ -63,18 +78,26 @@ def test_results_row_and_table(result, tmp_path):
     tt.append_results_row(result, path)
     lines = path.read_text().splitlines()
     rows = [ln for ln in lines if ln.startswith(f"| {result['date']}")]
-    assert len(rows) == 2
-    assert "| 4,096 | 2,048 | n/a | 2.00x | n/a | 1 |" in rows[0]
+    assert len(rows) == 2 and sum(ln.startswith("## With bf16") for ln in lines) == 1  # the v2 header once
+    assert "| 4,096 | 2,048 | 2.00x | +4.0% | 4,267 | 5,120 | " in rows[0]
+    assert "| 20.0 / 25.0 | 100,000 / 190,000 (1.90x) |" in rows[0]
     assert "Test CPU, 2 cores" in rows[0]
     table = tt.markdown_table(result)
     assert "| `plain_xla` | failed: XLA failed |" in table
-    assert "| `hf_tpu` | 4,096 | 500.0 |" in table
+    assert "| `hf_tpu` | n/a | 4,096 | 500.0 | 500, 520, 490 | +4.0% | 20.0 | 1,000.0 | 1 |" in table
 
 
-def test_best_run_picks_fastest_successful_run_and_lists_all():
-    runs = [{"ms_per_step": 360.0, "x": 1}, {"error": "boom"}, {"ms_per_step": 320.5, "x": 2}]
-    best = tt.best_run(runs)
-    assert best["x"] == 2 and best["runs_ms_per_step"] == [360.0, 320.5]
-    assert tt.best_run([{"error": "a"}, {"error": "b"}]) == {"error": "b"}
-    mean_best = tt.best_run([{"ms_per_step_mean": 5.0}, {"ms_per_step_mean": 4.0}], "ms_per_step_mean")
-    assert mean_best["runs_ms_per_step_mean"] == [5.0, 4.0] and mean_best["ms_per_step_mean"] == 4.0
+def test_median_run_keeps_every_round_and_the_spread():
+    runs = [{"ms_per_step": 360.0, "x": 1, "first_step_latency_seconds": 30.0}, {"error": "boom"},
+            {"ms_per_step": 320.5, "x": 2, "first_step_latency_seconds": 20.0},
+            {"ms_per_step": 340.0, "x": 3, "first_step_latency_seconds": 25.0}]
+    med = tt.median_run(runs)
+    assert med["x"] == 3 and med["ms_per_step"] == 340.0 and med["runs_ms_per_step"] == [360.0, 320.5, 340.0]
+    assert med["fastest_ms_per_step"] == 320.5 and med["spread_ms_per_step"] == pytest.approx(360.0 / 340.0 - 1, abs=1e-4)
+    assert med["first_step_latency_seconds"] == 25.0
+    two = tt.median_run([{"ms_per_step": 300.0}, {"ms_per_step": 400.0}])
+    assert two["ms_per_step"] == 350.0 and two["spread_ms_per_step"] == pytest.approx(400 / 350 - 1, abs=1e-4)
+    assert tt.median_run([{"error": "a"}, {"error": "b"}]) == {"error": "b"}
+    mean = tt.median_run([{"ms_per_step_mean": 5.0}, {"ms_per_step_mean": 4.0}, {"ms_per_step_mean": 6.0}],
+                         "ms_per_step_mean")
+    assert mean["runs_ms_per_step_mean"] == [5.0, 4.0, 6.0] and mean["ms_per_step_mean"] == 5.0
