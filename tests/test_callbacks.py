@@ -225,9 +225,10 @@ def test_weighted_median():
 
 def test_throughput_counts_steps_per_execution(monkeypatch):
     from hf_tpu_ext.callbacks import throughput as module
+    from hf_tpu_ext.callbacks import throughput_meter
 
     clock = iter(0.5 * i for i in range(10_000))  # every clock read advances 0.5 s
-    monkeypatch.setattr(module.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(throughput_meter.time, "perf_counter", lambda: next(clock))
     cb = module.ThroughputCallback(global_batch_size=4, seq_length=8, num_replicas=2, flops_per_token=1000.0,
                                    peak_flops=1e6, warmup_steps=2, log_every=2)
     model = _tiny_model(steps_per_execution=2)

@@ -8,23 +8,9 @@ from typing import Any, Dict, List, Optional
 import tf_keras
 
 from hf_tpu_ext.callbacks import read_global_step, register_callback
+from hf_tpu_ext.metrics.masked_lm import metric_keys  # noqa: F401  (re-export; framework-free)
 
 logger = logging.getLogger("hf_tpu_ext")
-
-
-def metric_keys(prefix: str = "eval_") -> Dict[str, str]:
-    """Log key per result of :func:`evaluate_masked_lm` for a prefix.
-
-    With the default ``"eval_"`` the keys are transformers' ``run_mlm`` names: ``eval_loss``,
-    ``perplexity``, ``eval_accuracy``, ``eval_tokens``; another prefix ``p`` gives ``p + "loss"``,
-    ``p + "perplexity"``, ``p + "accuracy"``, ``p + "tokens"``.
-    """
-    return {
-        "eval_loss": prefix + "loss",
-        "perplexity": "perplexity" if prefix == "eval_" else prefix + "perplexity",
-        "eval_accuracy": prefix + "accuracy",
-        "eval_tokens": prefix + "tokens",
-    }
 
 
 @register_callback("masked_lm_metrics")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Dict
 
 _lock = threading.Lock()
 _cached = None
@@ -33,4 +34,19 @@ def load_masked_lm_metric(cached: bool = True):
         return metric
 
 
-__all__ = ["METRIC_DIR", "load_masked_lm_metric"]
+def metric_keys(prefix: str = "eval_") -> Dict[str, str]:
+    """Log key per result of the ``masked_lm`` metric for a prefix.
+
+    With the default ``"eval_"`` the keys are transformers' ``run_mlm`` names: ``eval_loss``,
+    ``perplexity``, ``eval_accuracy``, ``eval_tokens``; another prefix ``p`` gives ``p + "loss"``,
+    ``p + "perplexity"``, ``p + "accuracy"``, ``p + "tokens"``.
+    """
+    return {
+        "eval_loss": prefix + "loss",
+        "perplexity": "perplexity" if prefix == "eval_" else prefix + "perplexity",
+        "eval_accuracy": prefix + "accuracy",
+        "eval_tokens": prefix + "tokens",
+    }
+
+
+__all__ = ["METRIC_DIR", "load_masked_lm_metric", "metric_keys"]

@@ -1,0 +1,189 @@
+"""Framework-free core of the ``throughput`` callbacks (tf_keras and Keras 3): clock, step counts, rates.
+
+The framework's callback class mixes :class:`ThroughputMeter` in before its ``Callback`` base and may
+override :meth:`ThroughputMeter._iterations` (the optimizer step count, or None to count batch indices).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from hf_tpu_ext.callbacks import read_global_step
+
+logger = logging.getLogger("hf_tpu_ext")
+
+
+def _weighted_median(values: List[Tuple[float, int]]) -> Optional[float]:
+    """Median of per-step times given as ``(seconds_per_step, steps)`` pairs (each call counts ``steps`` times)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    total = sum(n for _, n in ordered)
+    half, seen = total / 2.0, 0
+    for i, (v, n) in enumerate(ordered):
+        seen += n
+        if seen > half:
+            return v
+        if seen == half:  # even count split between two values
+            return (v + ordered[i + 1][0]) / 2.0
+    return ordered[-1][0]
+
+
+class ThroughputMeter:
+    """Samples/s, tokens/s, median step time and MFU from Keras batch hooks (see the framework classes)."""
+
+    def __init__(self, global_batch_size: int, seq_length: int, num_replicas: int = 1,
+                 flops_per_token: Optional[float] = None, peak_flops: Optional[float] = None,
+                 measure_peak: bool = False, peak_dtype: str = "float32", warmup_steps: int = 2,
+                 log_every: int = 100):
+        super().__init__()
+        from hf_tpu_ext.errors import ArgumentError
+
+        for name, value in (("global_batch_size", global_batch_size), ("seq_length", seq_length),
+                            ("num_replicas", num_replicas)):
+            if int(value) < 1:
+                raise ArgumentError(f"{type(self).__name__}: {name} must be >= 1, got {value}.")
+        if warmup_steps < 0:
+            raise ArgumentError(f"{type(self).__name__}: warmup_steps must be >= 0, got {warmup_steps}.")
+        self.global_batch_size = int(global_batch_size)
+        self.seq_length = int(seq_length)
+        self.num_replicas = int(num_replicas)
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops
+        self.measure_peak = measure_peak
+        self.peak_dtype = peak_dtype
+        self.warmup_steps = int(warmup_steps)
+        self.log_every = int(log_every or 0)
+        self.summary: Dict[str, Any] = {}
+        self._supports_tf_logs = True  # we never read the logs: do not force a host copy of them
+        self._reset_run()
+
+    # ------------------------------------------------------------------ state
+    def _reset_run(self):
+        self._calls: List[Tuple[float, int]] = []  # (seconds per step, steps) after warm-up, whole run
+        self._measured_steps = 0
+        self._measured_seconds = 0.0
+        self._all_steps = 0
+        self._all_seconds = 0.0
+        self._reset_epoch()
+        self._fit_steps = 0
+        self._t0 = None
+        self._last_iterations = None
+        self._next_log = None
+
+    def _reset_epoch(self):
+        self._epoch_steps = self._epoch_seconds = 0
+        self._epoch_all_steps = self._epoch_all_seconds = 0
+        self._epoch_calls: List[Tuple[float, int]] = []
+
+    def _iterations(self) -> Optional[int]:
+        return read_global_step(self.model)  # one scalar read; waits for the call's steps to finish
+
+    def _rates(self, steps: int, seconds: float) -> Dict[str, float]:
+        samples = steps * self.global_batch_size / max(seconds, 1e-12)
+        tokens = samples * self.seq_length
+        rates = {
+            "samples_per_second": samples,
+            "tokens_per_second": tokens,
+            "tokens_per_second_per_replica": tokens / self.num_replicas,
+        }
+        if self.flops_per_token and self.peak_flops:
+            rates["mfu"] = rates["tokens_per_second_per_replica"] * self.flops_per_token / self.peak_flops
+        return rates
+
+    # ------------------------------------------------------------------ hooks
+    def on_train_begin(self, logs=None):
+        if self.measure_peak and self.peak_flops is None:
+            from hf_tpu_ext.flops import measure_peak_flops
+
+            self.peak_flops = measure_peak_flops(self.peak_dtype)
+            logger.info("Measured peak: %.3g FLOP/s (%s matmul probe).", self.peak_flops, self.peak_dtype)
+        self._reset_run()  # summary and medians cover one fit / one training run
+        self._last_iterations = self._iterations()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._reset_epoch()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._batch_begin = batch
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._t0 is None:
+            return
+        now = self._iterations()
+        seconds = time.perf_counter() - self._t0
+        if now is not None and self._last_iterations is not None:
+            steps = now - self._last_iterations
+        else:  # no optimizer: Keras passes the first and last batch index of the call
+            steps = int(batch) - int(self._batch_begin) + 1
+        self._last_iterations = now
+        self._t0 = None
+        if steps <= 0:
+            return
+        in_warmup = self._fit_steps < self.warmup_steps
+        self._fit_steps += steps
+        self._all_steps += steps
+        self._all_seconds += seconds
+        self._epoch_all_steps += steps
+        self._epoch_all_seconds += seconds
+        if not in_warmup:
+            self._calls.append((seconds / steps, steps))
+            self._epoch_calls.append((seconds / steps, steps))
+            self._measured_steps += steps
+            self._measured_seconds += seconds
+            self._epoch_steps += steps
+            self._epoch_seconds += seconds
+        if logs is not None:
+            logs.update(self._rates(steps, seconds))
+        if now is None:  # no optimizer step to read: steps counted in this fit
+            now = self._fit_steps
+        if self.log_every:
+            if self._next_log is None:
+                self._next_log = (now // self.log_every + 1) * self.log_every
+            if now >= self._next_log:
+                self._next_log = (now // self.log_every + 1) * self.log_every
+                median = _weighted_median(self._calls)
+                if logs is not None and median is not None:
+                    logs["step_time_ms_median"] = median * 1e3
+                rates = self._rates(self._measured_steps, self._measured_seconds) if self._measured_steps else self._rates(steps, seconds)
+                logger.info(
+                    "step %d: %.1f samples/s, %.0f tokens/s (%.0f per replica), median step %.1f ms%s",
+                    now, rates["samples_per_second"], rates["tokens_per_second"], rates["tokens_per_second_per_replica"],
+                    (median or seconds / steps) * 1e3, f", MFU {rates['mfu']:.1%}" if "mfu" in rates else "",
+                )
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        if self._epoch_steps:
+            logs.update(self._rates(self._epoch_steps, self._epoch_seconds))
+            logs["step_time_ms_median"] = _weighted_median(self._epoch_calls) * 1e3
+        elif self._epoch_all_steps:  # only warm-up steps in this epoch: report them rather than nothing
+            logs.update(self._rates(self._epoch_all_steps, self._epoch_all_seconds))
+            logs["step_time_ms_median"] = self._epoch_all_seconds / self._epoch_all_steps * 1e3
+
+    def on_train_end(self, logs=None):
+        steps, seconds = (self._measured_steps, self._measured_seconds) if self._measured_steps else (
+            self._all_steps, self._all_seconds)
+        summary: Dict[str, Any] = {
+            "global_batch_size": self.global_batch_size,
+            "seq_length": self.seq_length,
+            "num_replicas": self.num_replicas,
+            "warmup_steps": self.warmup_steps,
+            "steps_measured": steps,
+            "seconds_measured": seconds,
+            "flops_per_token": self.flops_per_token,
+            "peak_flops": self.peak_flops,
+        }
+        if steps:
+            summary.update(self._rates(steps, seconds))
+            median = _weighted_median(self._calls)
+            summary["step_time_ms_median"] = (median if median is not None else seconds / steps) * 1e3
+            summary["step_time_ms_mean"] = seconds / steps * 1e3
+        if "mfu" in summary and not math.isfinite(summary["mfu"]):
+            summary.pop("mfu")
+        self.summary = summary

@@ -1,0 +1,197 @@
+"""Our four Keras 3 callbacks in a stock keras-hub ``fit`` (tests/scripts/keras_hub_mlm.py), JAX and TensorFlow.
+
+Each backend runs in its own process (``KERAS_BACKEND`` is fixed at import): the script's ``main()`` trains a
+tiny ``RobertaMaskedLM`` (2 layers, hidden 64, tokenizer from a vocabulary made in the script) with
+``hub_strategy="checkpoint"`` against the loopback Hub, then the harness below loads the pushed preset with
+``RobertaMaskedLM.from_preset("hf://...")``, restores ``last-checkpoint/`` into a fresh model, and forces a
+recompilation (a short last batch). What the compiler reported is recorded independently of the guard:
+a ``jax.monitoring`` listener on JAX, XLA's own dump folder (the test's ``XLA_FLAGS``) on TensorFlow.
+
+Environment: the current-releases venv (scripts/test_env_current.sh) with keras>=3.15, keras-hub (which
+pulls tensorflow-text and tensorflow: the TensorFlow backend), jax[cpu], evaluate and datasets (the
+``masked_lm`` metric module).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("keras")
+pytest.importorskip("keras_hub")
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+SCRIPT = SCRIPTS / "keras_hub_mlm.py"
+REPO = "alice/tiny-keras-hub"
+
+HARNESS = textwrap.dedent("""
+    import json, os, sys
+    backend = os.environ["KERAS_BACKEND"]
+    compiled = []  # what the compiler reports, recorded beside the guard
+    if backend == "jax":
+        import jax.monitoring
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda event, seconds, **kw: compiled.append(kw.get("fun_name"))
+            if event == "/jax/core/compile/backend_compile_duration" else None)
+    sys.path.insert(0, sys.argv[1])
+    import keras, keras_hub, numpy as np, tensorflow as tf
+    import keras_hub_mlm
+    from hf_tpu_ext.errors import RecompilationError
+
+    out = {}
+    model, history, callbacks = keras_hub_mlm.main(sys.argv[3:])
+    push, throughput, guard, metrics = callbacks[1:]
+    out["classes"] = [type(c).__module__ + ":" + type(c).__name__ for c in callbacks[1:]]
+    out["history"] = history.history
+    out["pushed_steps"], out["final_pushed"] = push.pushed_steps, push.report.final_pushed
+    out["throughput"], out["metrics"] = throughput.summary, metrics.history
+    out["guard_after_fit"] = [e["fun_name"] for e in guard.compiled]
+    out["compiled_after_fit"] = list(compiled)
+
+    # the final preset, from the Hub through HF_ENDPOINT, computes what the trained model computes
+    x = keras.tree.map_structure(np.asarray, next(iter(metrics.eval_dataset))[0])
+    loaded = keras_hub.models.RobertaMaskedLM.from_preset("hf://" + push.repo_id)
+    mine = keras.Model.predict_on_batch(model, x)
+    theirs = keras.Model.predict_on_batch(loaded, x)
+    out["logits_shape"] = list(mine.shape)
+    out["max_abs_diff"] = float(np.max(np.abs(np.asarray(mine) - np.asarray(theirs))))
+
+    # resume: last-checkpoint/ into a freshly built, compiled model (weights and optimizer state)
+    fresh = keras_hub.models.RobertaMaskedLM(backbone=keras_hub.models.RobertaBackbone.from_config(
+        model.backbone.get_config()), preprocessor=model.preprocessor)
+    fresh.compile(optimizer=keras.optimizers.AdamW(1e-3))
+    state = type(push).restore_from_hub(fresh, push.repo_id)
+    out["resume_state"] = state
+    out["resume_iterations"] = int(keras.ops.convert_to_numpy(fresh.optimizer.iterations))
+    out["resume_weights_equal"] = all(np.array_equal(a, b) for a, b in zip(fresh.get_weights(), model.get_weights()))
+
+    # a forced recompilation: 20 samples in batches of 8, the last one short
+    before = len(compiled)
+    short = tf.data.Dataset.from_tensor_slices(keras_hub_mlm.sentences(20, 7)).batch(8)
+    try:
+        model.fit(short, epochs=1, callbacks=[guard], verbose=0)
+        out["raised"] = None
+    except RecompilationError as e:
+        out["raised"] = str(e)
+    out["guard_final"] = [e["fun_name"] for e in guard.compiled]
+    out["compiled_in_short_fit"] = compiled[before:]
+    out["guard_module_ids"] = [e.get("module_id") for e in guard.compiled]
+    print("RESULT " + json.dumps(out, default=str))
+""")
+
+
+def _marked_block(source: str):
+    begin, end = source.index("    # >>> hf-tpu-ext\n"), source.index("    # <<< hf-tpu-ext\n")
+    return source[begin:end + len("    # <<< hf-tpu-ext\n")]
+
+
+def test_script_diff_is_the_import_and_the_callbacks_list():
+    source = SCRIPT.read_text()
+    block = _marked_block(source)
+    stock = source.replace(block, "")
+    compile(stock, str(SCRIPT), "exec")  # the script without our lines is a complete program
+    assert "hf_tpu_ext" not in stock and "get_callback" not in stock
+    lines = [line.strip() for line in block.splitlines()[1:-1]]
+    assert lines[0] == "from hf_tpu_ext.callbacks import get_callback"
+    assert lines[1] == "callbacks += [" and lines[-1] == "]"
+    calls = [re.match(r'get_callback\("(\w+)", framework="keras"', line) for line in lines[2:-1]]
+    assert [m.group(1) for m in calls if m] == ["push_to_hub", "throughput", "xla_recompile_guard",
+                                               "masked_lm_metrics"]
+    assert "callbacks=callbacks" in stock  # the stock fit already takes a callbacks list
+
+
+def _run(backend, tmp_path, loopback_hub, extra_env=None):
+    env = dict(os.environ, KERAS_BACKEND=backend, HF_ENDPOINT=loopback_hub.endpoint, HF_TOKEN=loopback_hub.token,
+               HF_HUB_DISABLE_XET="1", HF_HOME=str(tmp_path / "hf_home"), TF_CPP_MIN_LOG_LEVEL="2",
+               JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(filter(None, [str(SCRIPTS.parent.parent),
+                                                                              os.environ.get("PYTHONPATH")])))
+    env.update(extra_env or {})
+    args = ["--output_dir", str(tmp_path / "out"), "--hub_model_id", REPO, "--epochs", "2"]
+    proc = subprocess.run([sys.executable, "-c", HARNESS, str(SCRIPTS), "--", *args], capture_output=True,
+                          text=True, env=env, timeout=900)
+    assert proc.returncode == 0 and "RESULT " in proc.stdout, proc.stderr[-5000:]
+    return json.loads(proc.stdout.split("RESULT ", 1)[1])
+
+
+def _check_common(out, loopback_hub, tmp_path, train_step_name):
+    from huggingface_hub import ModelCard
+
+    from hf_tpu_ext.hub.model_card import check_card_metadata
+
+    assert out["classes"] == [
+        "hf_tpu_ext.callbacks.keras.push_to_hub:PushToHubCallback",
+        "hf_tpu_ext.callbacks.keras.throughput:ThroughputCallback",
+        "hf_tpu_ext.callbacks.keras.xla_recompile_guard:XLARecompileGuard",
+        "hf_tpu_ext.callbacks.keras.masked_lm_metrics:MaskedLMMetrics",
+    ]
+    # 64 samples / batch 8 = 8 steps per epoch: a push per epoch, then the final state
+    assert out["pushed_steps"] == [8, 16, 16] and out["final_pushed"] is True
+    files = loopback_hub.server.files(REPO)
+    preset = {"config.json", "task.json", "metadata.json", "model.weights.h5", "tokenizer.json",
+              "preprocessor.json", "README.md"}
+    assert preset <= set(files), sorted(files)
+    assert {"last-checkpoint/checkpoint.weights.h5", "last-checkpoint/trainer_state.json"} <= set(files)
+    assert json.loads(files["last-checkpoint/trainer_state.json"]) == {"global_step": 16, "epoch": 2}
+    assert not any(name.startswith("checkpoints/") for name in files)
+    card = ModelCard(files["README.md"].decode())
+    assert card.data.library_name == "keras-hub" and card.data.pipeline_tag == "fill-mask"
+    assert {"keras-hub", "keras", "roberta"} <= set(card.data.tags)
+    assert check_card_metadata(card.data.to_dict()) == []
+    assert 'keras_hub.models.RobertaMaskedLM.from_preset("hf://alice/tiny-keras-hub")' in card.text
+    assert "(end of training: step 16, epoch 2)" in card.text
+    # the final preset loads back through HF_ENDPOINT and computes the same logits
+    assert out["logits_shape"][0] == 8 and out["logits_shape"][1] == 6
+    assert out["max_abs_diff"] <= 1e-5
+    # resume from the repo's last-checkpoint/: weights and optimizer state
+    assert out["resume_state"] == {"global_step": 16, "epoch": 2}
+    assert out["resume_iterations"] == 16 and out["resume_weights_equal"] is True
+
+    h = out["history"]
+    assert h["xla_compilations"] == [1, 1]
+    assert len(h["eval_loss"]) == 2 and all(t == h["eval_tokens"][0] > 0 for t in h["eval_tokens"])
+    assert h["perplexity"][-1] == pytest.approx(__import__("math").exp(h["eval_loss"][-1]))
+    assert 0.0 <= h["eval_accuracy"][-1] <= 1.0
+    assert [m["step"] for m in out["metrics"]] == [8, 16]
+    t = out["throughput"]
+    assert (t["global_batch_size"], t["seq_length"], t["steps_measured"]) == (8, 32, 14)
+    assert t["tokens_per_second"] == pytest.approx(t["samples_per_second"] * 32) and t["samples_per_second"] > 0
+    assert t["flops_per_token"] > 0
+
+    # the forced recompilation (batch 4 after 8) raised, with the compiler's count
+    assert out["raised"].startswith(f"The train step ({train_step_name}) was XLA-compiled again at batch 2 of the "
+                                    "epoch (compilation 2, 1 expected)")
+
+
+def test_keras_hub_fit_on_jax(tmp_path, loopback_hub):
+    out = _run("jax", tmp_path, loopback_hub, {"XLA_FLAGS": "--xla_backend_optimization_level=0"})
+    _check_common(out, loopback_hub, tmp_path, "jit(train_step)")
+    # exactly what JAX reported: one train-step compilation during fit (the metric's jit(stats), the
+    # model's initialisers and predict compile outside train steps), one more for the short batch
+    assert out["guard_after_fit"] == ["jit(train_step)"]
+    assert [f for f in out["compiled_after_fit"] if "train_step" in f] == ["jit(train_step)"]
+    assert "jit(stats)" in out["compiled_after_fit"]
+    assert out["guard_final"] == ["jit(train_step)", "jit(train_step)"]
+    assert [f for f in out["compiled_in_short_fit"] if "train_step" in f] == ["jit(train_step)"]
+    assert out["throughput"]["flops_source"] == "xla"
+
+
+def test_keras_hub_fit_on_tensorflow(tmp_path, loopback_hub):
+    dump = tmp_path / "xla_dump"
+    out = _run("tensorflow", tmp_path, loopback_hub,
+               {"XLA_FLAGS": f"--xla_dump_to={dump} --xla_backend_optimization_level=0"})
+    # exactly what XLA reported: its dump has one module id per compilation; the train step's module is
+    # the tf.function one_step_on_data (a_inference_one_step_on_data_<n>__): compiled for batch 8, then 4
+    modules = {int(m.group(1)): m.group(2) for m in (re.match(r"module_(\d+)\.([^.]+)", f) for f in os.listdir(dump)) if m}
+    ids = out["guard_module_ids"]
+    assert modules[ids[0]].startswith("a_inference_one_step_on_data_")
+    # the same train function compiled twice; predict's one_step_on_data (another tf.function) is not counted
+    assert ids == [i for i, name in sorted(modules.items()) if name == modules[ids[0]]] and len(ids) == 2
+    assert len([name for name in modules.values() if name.startswith("a_inference_one_step_on_data_")]) == 3
+    assert out["guard_after_fit"] == ["one_step_on_data"] and out["guard_final"] == ["one_step_on_data"] * 2
+    _check_common(out, loopback_hub, tmp_path, "one_step_on_data")
+    assert out["throughput"]["flops_source"] == "analytic"
