@@ -195,3 +195,81 @@ def test_keras_hub_fit_on_tensorflow(tmp_path, loopback_hub):
     assert out["guard_after_fit"] == ["one_step_on_data"] and out["guard_final"] == ["one_step_on_data"] * 2
     _check_common(out, loopback_hub, tmp_path, "one_step_on_data")
     assert out["throughput"]["flops_source"] == "analytic"
+
+
+# ---------------------------------------------------------------------------------------------- fast checks
+def _tiny_keras_model():
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    return model
+
+
+def test_push_to_hub_is_chief_only(monkeypatch, tmp_path):
+    import hf_tpu_ext.callbacks.keras.push_to_hub as module
+
+    monkeypatch.setattr(module, "process_index", lambda: 1)
+    push = module.PushToHubCallback(output_dir=str(tmp_path / "out"), hub_model_id="alice/x", hub_token="hf_bad")
+    push.set_model(_tiny_keras_model())
+    # no preflight (the bad token is never sent), no save, no push on a non-chief process
+    push.on_train_begin()
+    push.on_epoch_end(0, {"loss": 1.0})
+    push.on_train_end()
+    assert push.pusher is None and push.pushed_steps == [] and push.report is None
+    assert not (tmp_path / "out").exists()
+
+
+def test_push_to_hub_preflight_fails_before_training(loopback_hub, tmp_path):
+    from hf_tpu_ext.callbacks import get_callback
+    from hf_tpu_ext.errors import ArgumentError, HubAuthError
+
+    push = get_callback("push_to_hub", framework="keras", output_dir=str(tmp_path / "out"), hub_model_id="alice/x",
+                        hub_token="hf_not_a_valid_token_000000000000")
+    push.set_model(_tiny_keras_model())
+    with pytest.raises(HubAuthError) as err:
+        push.on_train_begin()
+    assert "hf_not_a_valid_token" not in str(err.value)
+    assert ("model", "alice/x") not in loopback_hub.server.repos  # nothing created with a bad token
+    with pytest.raises(ArgumentError, match="save_strategy='steps' needs save_steps >= 1"):
+        get_callback("push_to_hub", framework="keras", output_dir=str(tmp_path), save_strategy="steps")
+
+
+def test_push_a_plain_keras_model_and_resume_errors(loopback_hub, tmp_path):
+    """A non-keras-hub Keras 3 model is pushed as model.keras with a Keras card; no checkpoint -> clear error."""
+    import keras
+    import numpy as np
+    from huggingface_hub import ModelCard, hf_hub_download
+
+    from hf_tpu_ext.callbacks import get_callback
+    from hf_tpu_ext.errors import CheckpointError
+
+    model = _tiny_keras_model()
+    push = get_callback("push_to_hub", model=model, output_dir=str(tmp_path / "out"), hub_model_id="alice/plain",
+                        hub_token=loopback_hub.token, save_strategy="no", backoff_seconds=0.01)
+    assert type(push).__module__ == "hf_tpu_ext.callbacks.keras.push_to_hub"
+    x = np.ones((8, 3), "float32")
+    model.fit(x, np.zeros((8, 2), "float32"), batch_size=4, epochs=1, verbose=0, callbacks=[push])
+    assert push.pushed_steps == [2] and push.report.final_pushed
+    files = loopback_hub.server.files("alice/plain")
+    assert {"model.keras", "README.md"} <= set(files) and not any(f.startswith("last-checkpoint/") for f in files)
+    card = ModelCard(files["README.md"].decode())
+    assert card.data.library_name == "keras" and "keras.saving.load_model" in card.text
+    loaded = keras.saving.load_model(hf_hub_download("alice/plain", "model.keras", token=loopback_hub.token))
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0), atol=1e-6)
+    with pytest.raises(CheckpointError, match="alice/plain has no last-checkpoint/ folder with a Keras 3 checkpoint"):
+        type(push).restore_from_hub(_tiny_keras_model(), "alice/plain", token=loopback_hub.token)
+
+
+def test_guard_and_metrics_arguments():
+    from hf_tpu_ext.callbacks import get_callback
+    from hf_tpu_ext.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="action must be 'warn' or 'raise'"):
+        get_callback("xla_recompile_guard", framework="keras", action="ignore")
+    with pytest.raises(ArgumentError, match="MaskedLMMetrics needs an eval_dataset"):
+        get_callback("masked_lm_metrics", framework="keras", eval_dataset=None)
+    metrics = get_callback("masked_lm_metrics", framework="keras", eval_dataset=[("only x",)])
+    metrics.set_model(_tiny_keras_model())
+    with pytest.raises(ArgumentError, match=r"each eval batch must be \(x, y, sample_weight\)"):
+        metrics.evaluate()

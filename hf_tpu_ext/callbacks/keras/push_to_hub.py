@@ -274,7 +274,7 @@ class PushToHubCallback(keras.callbacks.Callback):
             return
         self.preflight()
         iterations = getattr(getattr(self._model, "optimizer", None), "iterations", None)
-        self._step0 = int(keras.ops.convert_to_numpy(iterations)) if iterations is not None else 0
+        self._step0 = int(keras.ops.convert_to_numpy(getattr(iterations, "value", iterations))) if iterations is not None else 0
         self._steps = 0
 
     def on_train_batch_begin(self, batch, logs=None):
