@@ -245,21 +245,6 @@ def test_tf_schedule_matches_transformers(kind):
     assert got == pytest.approx(expected, rel=1e-5, abs=1e-10)
 
 
-def test_torch_backend_maps_the_names():
-    pytest.importorskip("accelerate")  # transformers.TrainingArguments with torch needs it
-    from hf_tpu_ext.backends.torch_xla.trainer import hf_training_arguments
-
-    _, _, ours = parse_args(["--output_dir", "o", "--backend", "torch_xla", "--optim", "adamw_torch_fused",
-                             "--gradient_accumulation_steps", "2", "--lr_scheduler_type", "cosine", "--warmup_ratio",
-                             "0.25", "--load_best_model_at_end", "--metric_for_best_model", "perplexity",
-                             "--report_to", "none"])
-    hf = hf_training_arguments(ours, 100)
-    assert (hf.optim, hf.gradient_accumulation_steps, hf.lr_scheduler_type, hf.warmup_steps) == (
-        "adamw_torch", 2, "cosine", 25)
-    assert (hf.load_best_model_at_end, hf.metric_for_best_model, hf.greater_is_better, hf.report_to) == (
-        True, "eval_loss", False, [])
-
-
 # ----------------------------------------------------------------------------- the README's defaults table
 
 
@@ -282,3 +267,25 @@ def test_listed_default_differences_are_real():
     for name, f in ours.items():
         if name in theirs and f.default != theirs[name] and not (name == "disable_tqdm" and f.default is False):
             assert name in DEFAULTS_DIFFERING_FROM_TRANSFORMERS, f"{name} differs but is not listed"
+
+
+def test_optim_sgd_is_torch_sgd_with_weight_decay():
+    """``--optim sgd``: ``w - lr * (g + weight_decay * w)`` (torch.optim.SGD), no decay on biases/LayerNorm."""
+    import numpy as np
+    import tensorflow as tf
+
+    from hf_tpu_ext.backends.tensorflow.optimization import SGDWithWeightDecay, make_optimizer
+
+    args = _training("--optim", "sgd", "--learning_rate", "0.1", "--weight_decay", "0.5",
+                     "--lr_scheduler_type", "constant")
+    opt, schedule = make_optimizer(args, total_steps=10)
+    assert isinstance(opt, SGDWithWeightDecay) and float(schedule(3)) == pytest.approx(0.1)
+    kernel = tf.Variable([1.0, -2.0], name="dense/kernel")
+    bias = tf.Variable([1.0, -2.0], name="dense/bias")
+    grad = tf.constant([0.5, 0.5])
+    opt.apply_gradients([(grad, kernel), (grad, bias)])
+    np.testing.assert_allclose(kernel.numpy(), [1.0 - 0.1 * (0.5 + 0.5 * 1.0), -2.0 - 0.1 * (0.5 - 0.5 * 2.0)], rtol=1e-6)
+    np.testing.assert_allclose(bias.numpy(), [1.0 - 0.05, -2.0 - 0.05], rtol=1e-6)
+    # an adamw name with weight decay: transformers' AdamWeightDecay, LayerNorm/bias excluded
+    adamw, _ = make_optimizer(_training("--optim", "adamw_torch_fused"), total_steps=10)
+    assert type(adamw).__name__ == "AdamWeightDecay" and adamw._exclude_from_weight_decay == ["LayerNorm", "layer_norm", "bias"]

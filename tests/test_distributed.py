@@ -26,7 +26,8 @@ def _weights(out):
 
 
 def test_four_replicas_match_one_device(tmp_path):
-    """4 replicas x 8 and 1 device x 32 on the same data (dropout off): same loss after 10 steps."""
+    """4 replicas x 8, 4 replicas x 4 x 2 accumulated and 1 device x 32 on the same data (dropout off): same loss
+    after 10 steps."""
     common = ["--max_steps", "10", "--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no",
               "--callbacks", "", "--jit_compile", "true"]  # XLA per replica under MirroredStrategy
     mirrored = tmp_path / "mirrored"
@@ -43,6 +44,13 @@ def test_four_replicas_match_one_device(tmp_path):
     assert sorted(a) == list(range(1, 11)) and sorted(b) == list(range(1, 11))
     assert abs(a[10] - b[10]) <= 1e-4, (a[10], b[10])
     assert a[10] < a[1]  # it trained
+    # 4 replicas x 4 x 2 accumulated micro-batches: the same 32 sequences per optimizer step, the same loss
+    accumulated = tmp_path / "accumulated"
+    args = tiny_train_args(accumulated, *common, "--gradient_accumulation_steps", "2")
+    args[args.index("--per_device_train_batch_size") + 1] = "4"
+    run_train_script(["--split_cpu", "4", *args])
+    c = _losses(accumulated)
+    assert sorted(c) == list(range(1, 11)) and abs(c[10] - b[10]) <= 1e-4, (c[10], b[10])
 
 
 def test_kill_and_resume_gives_same_weights(tmp_path):

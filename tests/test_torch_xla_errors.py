@@ -189,3 +189,20 @@ def test_throughput_windows_leave_out_warmup_and_evaluation(monkeypatch):
     # at the log the window of step 5 was still open: steps 2 and 3 in 0.4 s
     assert history[-1]["tokens_per_second"] == pytest.approx(2 * 8 * 32 / 0.4)
     assert history[-1]["step_time_ms_median"] == pytest.approx(200.0)
+
+
+def test_torch_backend_maps_transformers_argument_names():
+    """Our TrainingArguments names reach transformers.TrainingArguments with their meaning."""
+    pytest.importorskip("accelerate")  # transformers.TrainingArguments with torch needs it
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.backends.torch_xla.trainer import hf_training_arguments
+
+    _, _, ours = parse_args(["--output_dir", "o", "--backend", "torch_xla", "--optim", "adamw_torch_fused",
+                             "--gradient_accumulation_steps", "2", "--lr_scheduler_type", "cosine", "--warmup_ratio",
+                             "0.25", "--load_best_model_at_end", "--metric_for_best_model", "perplexity",
+                             "--report_to", "none"])
+    hf = hf_training_arguments(ours, 100)
+    assert (hf.optim, hf.gradient_accumulation_steps, hf.lr_scheduler_type, hf.warmup_steps) == (
+        "adamw_torch", 2, "cosine", 25)
+    assert (hf.load_best_model_at_end, hf.metric_for_best_model, hf.greater_is_better, hf.report_to) == (
+        True, "eval_loss", False, [])
