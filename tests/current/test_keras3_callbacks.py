@@ -50,6 +50,8 @@ HARNESS = textwrap.dedent("""
     out["history"] = history.history
     out["pushed_steps"], out["final_pushed"] = push.pushed_steps, push.report.final_pushed
     out["throughput"], out["metrics"] = throughput.summary, metrics.history
+    from hf_tpu_ext.callbacks.keras.throughput import analytic_flops_per_token
+    out["analytic_flops"] = analytic_flops_per_token(model, 32)
     out["guard_after_fit"] = [e["fun_name"] for e in guard.compiled]
     out["compiled_after_fit"] = list(compiled)
 
@@ -178,6 +180,8 @@ def test_keras_hub_fit_on_jax(tmp_path, loopback_hub):
     assert out["guard_final"] == ["jit(train_step)", "jit(train_step)"]
     assert [f for f in out["compiled_in_short_fit"] if "train_step" in f] == ["jit(train_step)"]
     assert out["throughput"]["flops_source"] == "xla"
+    # XLA's count of the real graph is close to Kaplan/PaLM's formula (biases, softmax, LayerNorm on top)
+    assert 0.9 <= out["throughput"]["flops_per_token"] / out["analytic_flops"] <= 1.5
 
 
 def test_keras_hub_fit_on_tensorflow(tmp_path, loopback_hub):
@@ -195,6 +199,7 @@ def test_keras_hub_fit_on_tensorflow(tmp_path, loopback_hub):
     assert out["guard_after_fit"] == ["one_step_on_data"] and out["guard_final"] == ["one_step_on_data"] * 2
     _check_common(out, loopback_hub, tmp_path, "one_step_on_data")
     assert out["throughput"]["flops_source"] == "analytic"
+    assert out["throughput"]["flops_per_token"] == out["analytic_flops"]
 
 
 # ---------------------------------------------------------------------------------------------- fast checks

@@ -71,6 +71,29 @@ def analytic_flops_per_token(model, seq_length: int) -> Optional[float]:
     return flops_per_token(shape, seq_length)
 
 
+def device_peak_flops() -> Optional[float]:
+    """Datasheet peak FLOP/s of one device (:func:`hf_tpu_ext.flops.known_peak_flops`) for the compute dtype of
+    ``keras.config.dtype_policy()``: on JAX from ``jax.devices()[0].device_kind`` (names the TPU generation,
+    e.g. ``"TPU v4"``), on TensorFlow from :func:`hf_tpu_ext.flops.default_device_kind`; None for CPUs and
+    unknown devices (no MFU then)."""
+    from hf_tpu_ext.flops import known_peak_flops
+
+    try:
+        if backend_name() == "jax":
+            import jax
+
+            kind = jax.devices()[0].device_kind
+        elif backend_name() == "tensorflow":
+            from hf_tpu_ext.flops import default_device_kind
+
+            kind = default_device_kind()
+        else:
+            return None
+    except Exception:  # no device information: no MFU rather than a failed fit
+        return None
+    return known_peak_flops(kind, keras.config.dtype_policy().compute_dtype)
+
+
 @register_callback("throughput", framework="keras")
 class ThroughputCallback(ThroughputMeter, keras.callbacks.Callback):
     """Log samples/s, tokens/s (per replica), median step time and MFU in a Keras 3 ``fit``.
@@ -94,7 +117,8 @@ class ThroughputCallback(ThroughputMeter, keras.callbacks.Callback):
         seq_length: tokens per sequence.
         num_replicas: replicas (devices) the global batch is split over.
         flops_per_token: training FLOPs per token (default: counted as above).
-        peak_flops: peak FLOP/s of one device (see :func:`hf_tpu_ext.flops.known_peak_flops`); no MFU without it.
+        peak_flops: peak FLOP/s of one device (default: :func:`device_peak_flops`, the datasheet value of a
+            known GPU/TPU); no MFU without it (CPUs).
         measure_peak, peak_dtype, warmup_steps, log_every: as in the tf_keras callback.
 
     Raises:
@@ -114,6 +138,8 @@ class ThroughputCallback(ThroughputMeter, keras.callbacks.Callback):
         return None  # JAX keeps the optimizer step outside the variable mid-epoch: count batch indices
 
     def on_train_begin(self, logs=None):
+        if self.peak_flops is None and not self.measure_peak:
+            self.peak_flops = device_peak_flops()
         if not self.flops_per_token:
             model = self._model
             forward = jax_forward_flops(model, self.seq_length) if backend_name() == "jax" else None
