@@ -146,8 +146,12 @@ class XLARecompileGuard(tf_keras.callbacks.Callback):
 
     @classmethod
     def from_run(cls, run) -> "XLARecompileGuard":
-        """Configure for hf-tpu-ext's trainer: warn (the trainer's own function has one static signature)."""
-        return cls()
+        """Configure for hf-tpu-ext's trainer: warn, counting traces only.
+
+        The trainer's XLA functions are traced with ``reduce_retracing=False`` on static shapes, so each XLA
+        compilation is a new trace there; XLA_FLAGS is left as the user set it.
+        """
+        return cls(count_xla_compilations=False)
 
     @property
     def compilations(self) -> int:
