@@ -35,7 +35,7 @@ def test_parse_bf16():
     ("auto", None, "GPU", True, (True, True, "bf16 mixed", "XLA")),
     ("auto", None, "GPU", False, (False, True, "float32", "XLA")),
     (True, None, "CPU", True, (True, False, "bf16 mixed", "TensorFlow kernels (oneDNN)")),
-    (True, None, "CPU", False, (True, True, "bf16 mixed", "XLA")),  # emulated: no reason to leave XLA
+    (True, None, "CPU", False, (True, False, "bf16 mixed", "TensorFlow kernels (oneDNN)")),  # emulated: still faster
     (True, True, "CPU", True, (True, True, "bf16 mixed", "XLA")),  # an explicit --jit_compile is kept
     (False, False, "GPU", True, (False, False, "float32", "TensorFlow kernels")),
 ])
