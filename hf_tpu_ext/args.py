@@ -276,6 +276,7 @@ class TrainingArguments:
     hub_private_repo: Optional[bool] = field(default=None, metadata={"help": "Create the repo private."})
     hub_revision: Optional[str] = field(default=None, metadata={"help": "Branch to push to; unset pushes to main."})
     hub_space_id: Optional[str] = field(default=None, metadata={"help": "Deploy the fill-mask demo to this Space when training ends."})
+    hub_allow_push_failure: bool = field(default=False, metadata={"help": "Exit 0 even when the final push to the Hub failed (the failure is still logged and in training_summary.json)."})
     license: Optional[str] = field(default="apache-2.0", metadata={"help": "License written in the model card."})
     language: Optional[str] = field(default="en", metadata={"help": "Language written in the model card."})
 

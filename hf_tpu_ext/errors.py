@@ -72,3 +72,19 @@ class RecompilationError(HfTpuExtError, RuntimeError):
 
 class MissingExtraError(BackendError, ImportError):
     """A framework (or other optional package group) is not installed; the message names the pip extra."""
+
+
+class HubPushError(HubError):
+    """The final state of a run could not be pushed to the Hub (the local output folder is complete)."""
+
+
+class TrainingInterrupted(HfTpuExtError):
+    """SIGINT (Ctrl-C) or SIGTERM stopped the run; the message is one line with the command that resumes it.
+
+    Attributes:
+        step: the global step reached when the signal came.
+    """
+
+    def __init__(self, message: str, step: int = 0):
+        super().__init__(message)
+        self.step = step

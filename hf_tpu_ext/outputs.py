@@ -153,6 +153,7 @@ class TrainerState:
         best_model_checkpoint: checkpoint path of ``best_metric``.
         is_local_process_zero, is_world_process_zero: whether this process writes files.
         total_flos: floating point operations of the training so far.
+        train_runtime: training wall time so far in seconds, summed over every resumed segment of the run.
     """
 
     global_step: int = 0
@@ -171,6 +172,7 @@ class TrainerState:
     is_local_process_zero: bool = True
     is_world_process_zero: bool = True
     total_flos: float = 0.0
+    train_runtime: float = 0.0
 
     def save(self, path: str) -> str:
         """Write the state as JSON to ``path`` (atomically). Returns ``path``."""

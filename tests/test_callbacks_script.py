@@ -69,7 +69,7 @@ def test_history_has_masked_lm_metrics(script_run):
 
 
 def test_callback_numbers_equal_direct_evaluation(script_run):
-    from hf_tpu_ext.backends.tensorflow.evaluation import evaluate_masked_lm
+    from hf_tpu_ext.metrics.masked_lm_tf import evaluate_masked_lm
 
     direct = evaluate_masked_lm(script_run["model"], script_run["eval_ds"])
     h = script_run["history"]
@@ -83,7 +83,7 @@ def test_callback_numbers_equal_direct_evaluation(script_run):
 def test_every_n_steps_evaluation(script_run):
     from hf_tpu_ext.callbacks import get_callback
 
-    from hf_tpu_ext.backends.tensorflow.evaluation import make_eval_step
+    from hf_tpu_ext.metrics.masked_lm_tf import make_eval_step
 
     model = script_run["model"]
     start = int(model.optimizer.iterations.numpy())
@@ -99,7 +99,7 @@ def test_every_n_steps_evaluation(script_run):
 
 
 def test_evaluation_errors(script_run):
-    from hf_tpu_ext.backends.tensorflow.evaluation import evaluate_masked_lm
+    from hf_tpu_ext.metrics.masked_lm_tf import evaluate_masked_lm
     from hf_tpu_ext.errors import DataError
 
     with pytest.raises(DataError, match="yielded no batch"):

@@ -191,14 +191,15 @@ def test_resume_continues_at_the_same_global_step(xla_run, tmp_path):
                                 "--resume_from_checkpoint", "true")) == 0
     assert {n: (resumed / n).read_bytes() for n in before} == before
 
-    with pytest.raises(Exception) as err:  # nothing to resume from
-        from hf_tpu_ext.args import parse_args
-        from hf_tpu_ext.backends.torch_xla.trainer import resolve_resume
+    # nothing to resume from: the training run says so before any data work
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.errors import CheckpointError
+    from hf_tpu_ext.training_run import train
 
-        empty = tmp_path / "empty"
-        empty.mkdir()
-        resolve_resume(parse_args(["--output_dir", str(empty), "--resume_from_checkpoint", "true"])[2], None)
-    assert "has no checkpoint-<step>/ folder" in str(err.value)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CheckpointError, match="found no checkpoint"):
+        train(*parse_args(["--output_dir", str(empty), "--backend", "torch_xla", "--resume_from_checkpoint", "true"]))
 
 
 # ------------------------------------------------------------------------------ callbacks in a Trainer + Hub

@@ -17,7 +17,7 @@ logger = logging.getLogger("hf_tpu_ext")
 class MaskedLMMetrics(tf_keras.callbacks.Callback):
     """Evaluate masked-LM loss, perplexity and accuracy on device (per epoch or every N steps).
 
-    Uses :func:`hf_tpu_ext.backends.tensorflow.evaluation.evaluate_masked_lm`: per-replica sums reduced
+    Uses :func:`hf_tpu_ext.metrics.masked_lm_tf.evaluate_masked_lm`: per-replica sums reduced
     with ``strategy.reduce(SUM)``, so only three scalars per batch reach the host. Works with hf-tpu-ext's
     batches (``masked_lm_positions``...) and transformers' (``labels`` with -100), in ``model.fit`` and in
     hf-tpu-ext's trainer.
@@ -84,7 +84,7 @@ class MaskedLMMetrics(tf_keras.callbacks.Callback):
 
     def evaluate(self) -> Dict[str, Any]:
         """Run one evaluation now; returns (and stores in ``self.results``) the prefixed results."""
-        from hf_tpu_ext.backends.tensorflow.evaluation import evaluate_masked_lm
+        from hf_tpu_ext.metrics.masked_lm_tf import evaluate_masked_lm
 
         raw = evaluate_masked_lm(self.model, self.eval_dataset, steps=self.eval_steps, strategy=self.strategy,
                                  jit_compile=self.jit_compile)

@@ -1,4 +1,9 @@
-"""``hf-tpu train``: see :func:`hf_tpu_ext.run.train` and the README's argument reference."""
+"""``hf-tpu train``: see :mod:`hf_tpu_ext.training_run` and the README's argument reference.
+
+Exit status: 0 when the run finished and (with ``--push_to_hub``) its final state is on the Hub; 130 after
+SIGINT/SIGTERM (one line on stderr: ``interrupted at step N; resume with: hf-tpu train ...``); other errors
+as ``hf-tpu`` reports them (non-zero).
+"""
 
 import json
 import sys
@@ -16,11 +21,19 @@ def main(argv=None) -> int:
         check_model_refs_in_argv(argv)  # a missing model is named before transformers (and torch) are imported
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.console import console_session
-    from hf_tpu_ext.run import train
+    from hf_tpu_ext.errors import TrainingInterrupted
+    from hf_tpu_ext.training_run import train
 
     model_args, data_args, training_args = parse_args(argv)
-    with console_session(training_args.log_level):  # log lines above the progress bar, no Hub upload bars
-        results = train(model_args, data_args, training_args)
+    try:
+        with console_session(training_args.log_level):  # log lines above the progress bar, no Hub upload bars
+            results = train(model_args, data_args, training_args, argv=argv)
+    except TrainingInterrupted as err:
+        print(str(err), file=sys.stderr, flush=True)
+        return 130
+    except KeyboardInterrupt:  # before the run took over the signals (arguments, imports): nothing to resume
+        print("interrupted before training started; nothing was written.", file=sys.stderr, flush=True)
+        return 130
     print(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}, indent=2))
     return 0
 

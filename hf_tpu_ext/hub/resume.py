@@ -52,7 +52,7 @@ def _is_tf_checkpoint(folder: str) -> bool:
 
 def download_last_checkpoint(spec: str, token: Optional[str], local_dir: str,
                              is_checkpoint: Callable[[str], bool] = _is_tf_checkpoint,
-                             kind: str = "checkpoint") -> str:
+                             kind: str = "checkpoint", also: Tuple[str, ...] = ()) -> str:
     """Download ``last-checkpoint/`` of a Hub repo and return the folder to restore from.
 
     Args:
@@ -62,6 +62,7 @@ def download_last_checkpoint(spec: str, token: Optional[str], local_dir: str,
         is_checkpoint: whether the downloaded folder holds a checkpoint this backend restores (default: a
             TensorFlow ``ckpt-N.index``).
         kind: how the error message names the expected checkpoint.
+        also: files at the repo root to download too (e.g. the tokenizer's, so a resume never trains another).
 
     Returns:
         The local ``last-checkpoint`` folder (holds ``ckpt-N.index``, ``ckpt-N.data-*``, ``checkpoint``), which
@@ -78,7 +79,7 @@ def download_last_checkpoint(spec: str, token: Optional[str], local_dir: str,
 
     repo_id, revision = parse_repo_spec(spec)
     hub_call(f"download {LAST_CHECKPOINT}/ of {spec}", snapshot_download, token, repo_id, revision=revision,
-             allow_patterns=[f"{LAST_CHECKPOINT}/*"], local_dir=local_dir, token=token, endpoint=constants.ENDPOINT)
+             allow_patterns=[f"{LAST_CHECKPOINT}/*", *also], local_dir=local_dir, token=token, endpoint=constants.ENDPOINT)
     folder = os.path.join(local_dir, LAST_CHECKPOINT)
     if not is_checkpoint(folder):
         raise CheckpointError(

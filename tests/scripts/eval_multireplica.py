@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 import tf_keras  # noqa: E402
 from transformers import RobertaConfig, TFRobertaForMaskedLM  # noqa: E402
 
-from hf_tpu_ext.backends.tensorflow.evaluation import evaluate_masked_lm  # noqa: E402
+from hf_tpu_ext.metrics.masked_lm_tf import evaluate_masked_lm  # noqa: E402
 from hf_tpu_ext.callbacks import get_callback  # noqa: E402
 
 VOCAB, L, P, N = 300, 32, 5, 10  # 10 sequences in batches of 4: the last batch (2) is split unevenly

@@ -285,8 +285,9 @@ class TrainingCheckpointer:
             f.write(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
         # CheckpointManager deleted the old .index/.data files; drop their sidecars too.
         for old in before - set(self.manager.checkpoints):
-            if tf.io.gfile.exists(sidecar_path(old)):
-                tf.io.gfile.remove(sidecar_path(old))
+            for extra in (sidecar_path(old), old + ".trainer_state.json"):  # the run's state saved with it
+                if tf.io.gfile.exists(extra):
+                    tf.io.gfile.remove(extra)
         return path
 
     def restore(self, path_or_dir: Optional[str] = None) -> int:

@@ -10,10 +10,11 @@ mean cross-entropy over masked tokens as the stock model's ``labels=-100`` loss.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
-import tensorflow as tf
 
+# the masked-position loss lives with the evaluation code (callbacks use it without importing a backend)
+from hf_tpu_ext.metrics.masked_lm_tf import masked_lm_logits, masked_lm_sums  # noqa: F401
 from hf_tpu_ext.model_config import build_config, check_positions, dropout_overrides
 
 
@@ -50,42 +51,6 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
     model = TFAutoModelForMaskedLM.from_config(config)
     model(model.dummy_inputs, training=False)
     return model
-
-
-def masked_lm_logits(model, batch: Dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
-    """Vocabulary logits at the masked positions only.
-
-    Args:
-        model: a ``TFRobertaForMaskedLM`` (anything with ``.roberta`` and ``.lm_head`` like it).
-        batch: the training batch dict (see ARCHITECTURE.md): ``input_ids``/``attention_mask`` int32 [B, L],
-            ``masked_lm_positions`` int32 [B, P].
-        training: dropout on/off.
-
-    Returns:
-        float logits [B, P, vocab_size] (float32, or the compute dtype under mixed precision).
-    """
-    encoder = getattr(model, model.base_model_prefix)
-    hidden = encoder(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], training=training
-    )[0]  # [B, L, H]
-    gathered = tf.gather(hidden, batch["masked_lm_positions"], batch_dims=1)  # [B, P, H]
-    return model.lm_head(gathered, training=training)
-
-
-def masked_lm_sums(model, batch: Dict[str, tf.Tensor], training: bool = False) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Sums for the masked-LM loss and accuracy of one (per-replica) batch.
-
-    Returns:
-        ``(loss_sum, num_correct, num_tokens)``, float32 scalars: the summed cross-entropy (nats) over the
-        masked tokens, how many of them the argmax predicts right, and how many there are
-        (``sum(masked_lm_weights)``). Mean loss = ``loss_sum / num_tokens``; perplexity = ``exp`` of it.
-    """
-    logits = tf.cast(masked_lm_logits(model, batch, training=training), tf.float32)
-    labels = batch["masked_lm_ids"]
-    weights = tf.cast(batch["masked_lm_weights"], tf.float32)
-    token_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)  # [B, P]
-    correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
-    return tf.reduce_sum(token_loss * weights), tf.reduce_sum(correct * weights), tf.reduce_sum(weights)
 
 
 def count_parameters(model) -> int:

@@ -91,11 +91,14 @@ class TFTrainer:
         callbacks: ``tf_keras`` callbacks driven by the loop.
         summary_writer: TensorBoard writer of ``--report_to tensorboard`` (None: no event files).
         trackio: the ``trackio`` module, initialised, for ``--report_to trackio`` (None: not used).
+        log_history: list the log entries are appended to (kept, not copied).
+        on_save: ``on_save(global_step, checkpoint_prefix)`` after every checkpoint (all processes).
     """
 
     def __init__(self, model, optimizer, lr_schedule, training_args, strategy_info, make_train_dataset,
                  eval_dataset, eval_steps, steps_per_epoch, total_steps, seq_length, checkpointer=None,
-                 callbacks=(), start_step: int = 0, log_history=None, summary_writer=None, trackio=None):
+                 callbacks=(), start_step: int = 0, log_history=None, summary_writer=None, trackio=None,
+                 on_save=None):
         self.model = model
         self.optimizer = optimizer
         self.lr_schedule = lr_schedule
@@ -113,7 +116,9 @@ class TFTrainer:
                                   * int(getattr(training_args, "gradient_accumulation_steps", 1) or 1))
         self.checkpointer = checkpointer
         self.start_step = start_step
-        self.log_history: List[Dict[str, Any]] = list(log_history or [])
+        # the caller's list, appended to in place (the training run saves it with every checkpoint)
+        self.log_history: List[Dict[str, Any]] = log_history if log_history is not None else []
+        self.on_save = on_save
         self.summary_writer = summary_writer
         self.trackio = trackio  # the trackio module after trackio.init (--report_to trackio), or None
         # best-model tracking (transformers' metric_for_best_model / greater_is_better; eval_loss, lower is
@@ -257,7 +262,7 @@ class TFTrainer:
         a ``probe_scorer`` (``--probe_file``) also ``probe_top1``, ``probe_top5``, ``probe_mrr``, ``probe_n``."""
         metrics: Dict[str, float] = {}
         if self.eval_dataset is not None and self.eval_steps:
-            from hf_tpu_ext.backends.tensorflow.evaluation import evaluate_masked_lm
+            from hf_tpu_ext.metrics.masked_lm_tf import evaluate_masked_lm
 
             found = evaluate_masked_lm(self.model, self.eval_dataset, steps=self.eval_steps, strategy=self.strategy)
             metrics = {k: float(v) for k, v in found.items() if k in ("eval_loss", "perplexity", "eval_accuracy")}
@@ -492,6 +497,8 @@ class TFTrainer:
         path = self.checkpointer.save(step, epoch=step / self.steps_per_epoch)
         if self.info.is_chief:
             logger.info("saved checkpoint %s", path)
+        if self.on_save is not None:
+            self.on_save(step, path)
 
 
 def _gpu_kind() -> str:

@@ -10,7 +10,6 @@ import dataclasses
 import glob
 import importlib.util
 import os
-from typing import Dict, Optional
 
 from hf_tpu_ext.errors import BackendError
 
@@ -101,19 +100,3 @@ def xla_device_info() -> XLADeviceInfo:
             kind = "GPU"
     return XLADeviceInfo(accelerator=accelerator, device_kind=kind, num_devices=int(xr.global_runtime_device_count()),
                          world_size=int(xr.world_size()), process_index=int(xr.global_ordinal()), device=device)
-
-
-def compile_counts() -> Dict[str, Optional[int]]:
-    """XLA graph compilations of this process so far, from ``torch_xla.debug.metrics``.
-
-    Returns:
-        ``{"compile_time_count": int, "uncached_compile": int}``: samples of the ``CompileTime`` metric and
-        the ``UncachedCompile`` counter (0 before the first compilation; both ``None`` without torch_xla).
-    """
-    try:
-        import torch_xla.debug.metrics as met
-    except Exception:
-        return {"compile_time_count": None, "uncached_compile": None}
-    data = met.metric_data("CompileTime")
-    return {"compile_time_count": int(data[0]) if data else 0,
-            "uncached_compile": int(met.counter_value("UncachedCompile") or 0)}

@@ -13,8 +13,9 @@ sequence (:func:`masked_lm_sums`), not at all ``L``.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
+from hf_tpu_ext.metrics.masked_lm_torch import masked_lm_sums  # noqa: F401  (the masked-position loss)
 from hf_tpu_ext.model_config import build_config, check_positions, dropout_overrides  # noqa: F401 (re-exported)
 
 
@@ -59,51 +60,6 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
     model = AutoModelForMaskedLM.from_config(config, attn_implementation="eager")
     model.to(torch.float32)
     return model
-
-
-def _encoder_and_head(model):
-    base = getattr(model, model.base_model_prefix, None)
-    head = getattr(model, "lm_head", None) or getattr(getattr(model, "cls", None), "predictions", None)
-    return base, head
-
-
-def masked_lm_sums(model, input_ids, labels, max_predictions: int, attention_mask=None) -> Tuple[Any, Any, Any]:
-    """Summed cross-entropy, correct predictions and count over the masked positions, all on device.
-
-    Only ``P = max_predictions`` positions per sequence go through the LM head: they are picked with
-    ``topk`` over ``labels != -100`` (static shape ``[B, P]``), so the graph does not depend on the data.
-
-    Args:
-        model: a ``*ForMaskedLM`` with ``lm_head`` (RoBERTa) or ``cls.predictions`` (BERT).
-        input_ids: int64 ``[B, L]``.
-        labels: int64 ``[B, L]``, -100 where nothing is predicted (at most ``P`` labels per row).
-        max_predictions: ``P``.
-        attention_mask: optional ``[B, L]``.
-
-    Returns:
-        ``(loss_sum, num_correct, num_tokens)``: float32 scalar tensor (nats), and two float32 scalar tensors.
-    """
-    import torch
-    import torch.nn.functional as F
-
-    base, head = _encoder_and_head(model)
-    selected = (labels != -100)
-    if base is None or head is None:  # other architectures: the full head, same sums
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-        gathered_labels = labels
-    else:
-        hidden = base(input_ids=input_ids, attention_mask=attention_mask)[0]  # [B, L, H]
-        P = min(int(max_predictions), labels.shape[1])
-        score, positions = torch.topk(selected.to(torch.int32), P, dim=1)  # [B, P]
-        hidden = torch.gather(hidden, 1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
-        logits = head(hidden)  # [B, P, V]
-        gathered_labels = torch.where(score > 0, torch.gather(labels, 1, positions), torch.full_like(positions, -100))
-    flat_logits = logits.reshape(-1, logits.shape[-1]).float()
-    flat_labels = gathered_labels.reshape(-1)
-    loss_sum = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
-    valid = flat_labels != -100
-    correct = ((flat_logits.argmax(-1) == flat_labels) & valid).sum().to(torch.float32)
-    return loss_sum, correct, valid.sum().to(torch.float32)
 
 
 def count_parameters(model) -> int:

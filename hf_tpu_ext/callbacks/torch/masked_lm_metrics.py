@@ -16,7 +16,7 @@ logger = logging.getLogger("hf_tpu_ext")
 class MaskedLMMetricsCallback(TrainerCallback):
     """Evaluate masked-LM loss, perplexity and accuracy on the device (per epoch or every N steps).
 
-    Uses :func:`hf_tpu_ext.backends.torch_xla.evaluation.evaluate_masked_lm`: sums stay on the device and
+    Uses :func:`hf_tpu_ext.metrics.masked_lm_torch.evaluate_masked_lm`: sums stay on the device and
     reach the host once per evaluation; the numbers come from the package's ``masked_lm`` metric module,
     like the TensorFlow callback's. Works with any collator whose batches have ``input_ids`` and ``labels``
     (-100 where nothing is predicted), e.g. ``DataCollatorForLanguageModeling``.
@@ -74,7 +74,7 @@ class MaskedLMMetricsCallback(TrainerCallback):
         from torch.utils.data import DataLoader
         from transformers import default_data_collator
 
-        from hf_tpu_ext.backends.torch_xla.evaluation import evaluate_masked_lm
+        from hf_tpu_ext.metrics.masked_lm_torch import evaluate_masked_lm
 
         loader = DataLoader(self.eval_dataset, batch_size=self.batch_size, shuffle=False, drop_last=True,
                             collate_fn=self.data_collator or default_data_collator)

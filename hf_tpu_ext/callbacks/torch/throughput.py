@@ -5,12 +5,16 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any, Dict, List, Optional
+from collections import deque
+from typing import Any, Dict, Optional
 
 from transformers import TrainerCallback
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.torch import wait_device
+
+#: measured windows the step-time median looks back over: memory stays flat however long the run is
+MEDIAN_WINDOW = 10_000
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -78,7 +82,7 @@ class ThroughputCallback(TrainerCallback):
         self._win_start: Optional[float] = None
         self._win_step: Optional[int] = None
         self._win_dirty = False
-        self._step_times: List[float] = []  # seconds per step of each measured window
+        self._step_times: "deque[float]" = deque(maxlen=MEDIAN_WINDOW)  # seconds per step of the last windows
         self._measured_steps = 0
         self._measured_seconds = 0.0
 

@@ -2,13 +2,59 @@
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Any, Dict, Optional, Tuple
+
+
+
+def _encoder_and_head(model):
+    base = getattr(model, model.base_model_prefix, None)
+    head = getattr(model, "lm_head", None) or getattr(getattr(model, "cls", None), "predictions", None)
+    return base, head
+
+
+def masked_lm_sums(model, input_ids, labels, max_predictions: int, attention_mask=None) -> Tuple[Any, Any, Any]:
+    """Summed cross-entropy, correct predictions and count over the masked positions, all on device.
+
+    Only ``P = max_predictions`` positions per sequence go through the LM head: they are picked with
+    ``topk`` over ``labels != -100`` (static shape ``[B, P]``), so the graph does not depend on the data.
+
+    Args:
+        model: a ``*ForMaskedLM`` with ``lm_head`` (RoBERTa) or ``cls.predictions`` (BERT).
+        input_ids: int64 ``[B, L]``.
+        labels: int64 ``[B, L]``, -100 where nothing is predicted (at most ``P`` labels per row).
+        max_predictions: ``P``.
+        attention_mask: optional ``[B, L]``.
+
+    Returns:
+        ``(loss_sum, num_correct, num_tokens)``: float32 scalar tensor (nats), and two float32 scalar tensors.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    base, head = _encoder_and_head(model)
+    selected = (labels != -100)
+    if base is None or head is None:  # other architectures: the full head, same sums
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        gathered_labels = labels
+    else:
+        hidden = base(input_ids=input_ids, attention_mask=attention_mask)[0]  # [B, L, H]
+        P = min(int(max_predictions), labels.shape[1])
+        score, positions = torch.topk(selected.to(torch.int32), P, dim=1)  # [B, P]
+        hidden = torch.gather(hidden, 1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))
+        logits = head(hidden)  # [B, P, V]
+        gathered_labels = torch.where(score > 0, torch.gather(labels, 1, positions), torch.full_like(positions, -100))
+    flat_logits = logits.reshape(-1, logits.shape[-1]).float()
+    flat_labels = gathered_labels.reshape(-1)
+    loss_sum = F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
+    valid = flat_labels != -100
+    correct = ((flat_logits.argmax(-1) == flat_labels) & valid).sum().to(torch.float32)
+    return loss_sum, correct, valid.sum().to(torch.float32)
 
 
 def evaluate_masked_lm(model, dataloader, max_predictions: int, max_batches: Optional[int] = None) -> Dict[str, float]:
     """Loss, perplexity and accuracy over the masked tokens of every batch of ``dataloader``.
 
-    The per-batch sums of :func:`~hf_tpu_ext.backends.torch_xla.model.masked_lm_sums` are added on the
+    The per-batch sums of :func:`masked_lm_sums` are added on the
     device; the three totals reach the host once at the end and go through the package's ``masked_lm``
     ``evaluate`` metric, so both backends compute the numbers the same way. Under several processes the
     totals are summed over all of them (``xm.all_reduce``).
@@ -29,7 +75,6 @@ def evaluate_masked_lm(model, dataloader, max_predictions: int, max_batches: Opt
     """
     import torch
 
-    from hf_tpu_ext.backends.torch_xla.model import masked_lm_sums
     from hf_tpu_ext.metrics.masked_lm import load_masked_lm_metric
 
     device = next(model.parameters()).device

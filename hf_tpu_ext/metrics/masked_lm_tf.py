@@ -9,7 +9,7 @@ the data is split over replicas.
 Two batch formats are understood (decided from the batch's keys at trace time):
 
 - hf-tpu-ext's format (ARCHITECTURE.md): ``masked_lm_positions``/``masked_lm_ids``/``masked_lm_weights``;
-  the LM head runs only at the masked positions (:func:`hf_tpu_ext.backends.tensorflow.model.masked_lm_sums`).
+  the LM head runs only at the masked positions (:func:`masked_lm_sums`).
 - transformers' stock format: ``labels`` int [B, L] with -100 where no prediction is made (as
   ``DataCollatorForLanguageModeling`` writes it), inside the feature dict or as the ``y`` of an
   ``(x, y)`` element; the model's full logits [B, L, V] are computed on device.
@@ -22,7 +22,6 @@ from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
 
-from hf_tpu_ext.backends.tensorflow.model import masked_lm_sums
 
 IGNORE_INDEX = -100
 _FORMAT_HELP = (
@@ -32,6 +31,43 @@ _FORMAT_HELP = (
 
 # model -> {(id(strategy), jit_compile): tf.function}; a cached function is traced once per input shape
 _STEP_CACHE: "weakref.WeakKeyDictionary[Any, Dict[Tuple[int, Optional[bool]], Any]]" = weakref.WeakKeyDictionary()
+
+
+
+def masked_lm_logits(model, batch: Dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
+    """Vocabulary logits at the masked positions only.
+
+    Args:
+        model: a ``TFRobertaForMaskedLM`` (anything with ``.roberta`` and ``.lm_head`` like it).
+        batch: the training batch dict (see ARCHITECTURE.md): ``input_ids``/``attention_mask`` int32 [B, L],
+            ``masked_lm_positions`` int32 [B, P].
+        training: dropout on/off.
+
+    Returns:
+        float logits [B, P, vocab_size] (float32, or the compute dtype under mixed precision).
+    """
+    encoder = getattr(model, model.base_model_prefix)
+    hidden = encoder(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], training=training
+    )[0]  # [B, L, H]
+    gathered = tf.gather(hidden, batch["masked_lm_positions"], batch_dims=1)  # [B, P, H]
+    return model.lm_head(gathered, training=training)
+
+
+def masked_lm_sums(model, batch: Dict[str, tf.Tensor], training: bool = False) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Sums for the masked-LM loss and accuracy of one (per-replica) batch.
+
+    Returns:
+        ``(loss_sum, num_correct, num_tokens)``, float32 scalars: the summed cross-entropy (nats) over the
+        masked tokens, how many of them the argmax predicts right, and how many there are
+        (``sum(masked_lm_weights)``). Mean loss = ``loss_sum / num_tokens``; perplexity = ``exp`` of it.
+    """
+    logits = tf.cast(masked_lm_logits(model, batch, training=training), tf.float32)
+    labels = batch["masked_lm_ids"]
+    weights = tf.cast(batch["masked_lm_weights"], tf.float32)
+    token_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)  # [B, P]
+    correct = tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32)
+    return tf.reduce_sum(token_loss * weights), tf.reduce_sum(correct * weights), tf.reduce_sum(weights)
 
 
 def _split_element(element) -> Tuple[Dict[str, tf.Tensor], Optional[tf.Tensor]]:

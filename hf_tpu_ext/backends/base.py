@@ -1,0 +1,151 @@
+"""The contract between the training run (:mod:`hf_tpu_ext.training_run`) and a backend.
+
+A backend builds the model, fits it, saves/restores its checkpoints and exports the model folder. Everything
+else of ``hf-tpu train`` -- checks, output folder, resume, data, trainer state, outputs, card, pushes, Space,
+signals -- belongs to the training run, once for every backend. Backends never import the training run, the
+callbacks or the Hub pusher: the run hands them the callbacks to drive and a ``on_save`` hook.
+
+Order of calls made by the training run::
+
+    backend.setup(training_args)               # devices/strategy: num_replicas, is_chief (no files written)
+    backend.find_checkpoint(...) / checkpoint_info(...)   # resume checks, before any data work
+    backend.build(tokenizer, blocks, plan)     # model, optimizer, datasets (no files written)
+    backend.restore(path) -> global step       # resume only
+    backend.fit(callbacks, on_save) -> metrics # on_save(step, checkpoint_path) after every checkpoint
+    backend.export(folder, tokenizer)          # config.json, model.safetensors (PyTorch names), tokenizer
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, List, Optional, Protocol, runtime_checkable
+
+#: ``on_save(global_step, checkpoint_path)``: called by :meth:`Backend.fit` after each checkpoint is written.
+SaveHook = Callable[[int, str], None]
+
+
+@dataclasses.dataclass
+class RunPlan:
+    """Sizes of a run, fixed before the model is built.
+
+    Attributes:
+        global_batch_size: sequences per optimizer step (per-device batch x replicas).
+        eval_batch_size: sequences per evaluation step (all replicas).
+        seq_length: tokens per sequence (``max_seq_length``).
+        steps_per_epoch: optimizer steps per pass over the training blocks (``num_train_blocks // global``).
+        total_steps: optimizer steps of the whole run (``max_steps`` or epochs x steps_per_epoch).
+        num_train_blocks: training sequences available.
+        has_eval: whether there is a validation split to evaluate on.
+    """
+
+    global_batch_size: int
+    eval_batch_size: int
+    seq_length: int
+    steps_per_epoch: int
+    total_steps: int
+    num_train_blocks: int
+    has_eval: bool
+
+
+@dataclasses.dataclass
+class CheckpointInfo:
+    """What a checkpoint says about the run that wrote it (read without building a model).
+
+    Attributes:
+        path: what :meth:`Backend.restore` accepts (TF: a ``ckpt-N`` prefix; torch: a ``checkpoint-N/`` folder).
+        global_step: optimizer steps done when it was written.
+        model_config: shape fields (``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
+            ``intermediate_size``, ``vocab_size``, ``max_position_embeddings``) when recorded, else ``{}``.
+        trainer_state: the ``trainer_state.json`` saved with it (a dict), or ``None`` for older checkpoints.
+    """
+
+    path: str
+    global_step: int
+    model_config: Dict[str, Any]
+    trainer_state: Optional[Dict[str, Any]] = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A training backend (TensorFlow, torch_xla). See the module doc for the order of calls.
+
+    Attributes:
+        name: ``"tensorflow"`` or ``"torch_xla"`` (written into ``training_summary.json``).
+        callback_kind: the callback framework the backend drives (``"tf_keras"`` or ``"torch"``).
+        supports_tfrecord: whether ``--train_file`` may be ``hf-tpu prepare-data`` TFRecord shards.
+        needs_remote_data: the accelerator reads data from Cloud Storage only (a TPU Node).
+        num_replicas: data-parallel replicas (after :meth:`setup`).
+        is_chief: whether this process writes files and talks to the Hub (after :meth:`setup`).
+    """
+
+    name: str
+    callback_kind: str
+    supports_tfrecord: bool
+    needs_remote_data: bool
+    num_replicas: int
+    is_chief: bool
+
+    def setup(self, training_args) -> None:
+        """Pick devices/strategy; nothing is written. Raises ``BackendError``/``ArgumentError``."""
+
+    def device_summary(self) -> Dict[str, Any]:
+        """``accelerator``, ``num_devices``, ``strategy``, ``num_replicas``, ``num_workers`` for the summary."""
+
+    def find_checkpoints(self, folder: str) -> List[str]:
+        """Checkpoints of a run folder (or a checkpoint folder), newest first; ``[]`` when none."""
+
+    def checkpoint_info(self, path: str) -> CheckpointInfo:
+        """Read and verify one checkpoint (every file readable, not truncated).
+
+        Raises:
+            CheckpointError: it cannot be read; the message names the file.
+        """
+
+    def is_checkpoint_folder(self, folder: str) -> bool:
+        """Whether a downloaded Hub ``last-checkpoint/`` folder holds a checkpoint of this backend."""
+
+    def build(self, model_args, data_args, training_args, tokenizer, blocks, plan: RunPlan) -> None:
+        """Build the model, optimizer and datasets (no files written)."""
+
+    def restore(self, path: str) -> int:
+        """Restore weights and optimizer state; returns the global step. Raises ``CheckpointError``."""
+
+    def run_context(self) -> Any:
+        """The object a callback's ``from_run(run)`` reads (model, tokenizer, sizes, ...)."""
+
+    def fit(self, callbacks: list, on_save: SaveHook, start_step: int,
+            log_history: List[Dict[str, Any]]) -> Dict[str, Any]:
+        """Train from ``start_step`` to ``plan.total_steps``; the final step is always checkpointed.
+
+        Args:
+            callbacks: built callback instances of :attr:`callback_kind`.
+            on_save: called after every checkpoint (the final one included).
+            start_step: the restored global step (0 for a fresh run).
+            log_history: the run's log history so far; the backend appends its log entries to this list.
+
+        Returns:
+            Metrics of this process's training segment: ``train_runtime`` (s), ``train_tokens_per_second``,
+            ``train_steps_per_second``, ``train_samples_per_second``, ``global_step`` (and backend extras).
+        """
+
+    def current_step(self) -> int:
+        """Optimizer steps done so far (read when a signal stops the run)."""
+
+    def end_training(self, logs: Dict[str, Any]) -> None:
+        """Fire the callbacks' ``on_train_end`` if the backend's loop did not (after the outputs are written)."""
+
+    def evaluate(self) -> Dict[str, float]:
+        """``eval_loss``, ``perplexity``, ``eval_accuracy`` on the whole validation split ({} without one)."""
+
+    def export(self, folder: str, tokenizer) -> List[str]:
+        """Write ``config.json``, ``model.safetensors`` (PyTorch names) and the tokenizer into ``folder``."""
+
+    def export_checkpoint(self, path: str, folder: str) -> str:
+        """Copy one checkpoint into ``folder`` so it restores on its own (Hub ``last-checkpoint/``)."""
+
+    def model_config(self) -> Any:
+        """The built model's ``PretrainedConfig`` (for the FLOPs count)."""
+
+    def model_summary(self) -> Dict[str, Any]:
+        """``num_parameters``, ``model_type``, ``model_config``, ``optimizer`` (text), ``jit_compile``,
+        ``steps_per_execution``, ``compiler`` (the compiler path in words) for ``training_summary.json``."""

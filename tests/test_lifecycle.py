@@ -1,0 +1,292 @@
+"""The training run's lifecycle: kill -9 at every phase and resume, truncated checkpoints, resume inputs, signals.
+
+Kills use the test hook ``HF_TPU_EXT_TEST_KILL_AT=<phase>`` of :mod:`hf_tpu_ext.training_run` (the process
+SIGKILLs itself there). Runs are tiny (2 layers, hidden 64, 20 steps) and run without XLA to keep them short.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pytest
+from conftest import REPO_ROOT, TESTS_DIR, run_train_script, tiny_train_args
+
+REPO = "alice/lifecycle"
+TIMING_KEYS = ("tokens_per_second", "train_runtime", "eval_runtime")
+# 20 steps, a checkpoint and an evaluation every 10 (multiples of logging_steps=5), pushes with each save
+COMMON = ["--max_steps", "20", "--save_strategy", "steps", "--save_steps", "10", "--eval_strategy", "steps",
+          "--eval_steps", "10", "--callbacks", "", "--jit_compile", "false", "--push_to_hub", "true",
+          "--hub_strategy", "checkpoint"]
+COMPLETE = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "training_args.json",
+            "trainer_state.json", "all_results.json", "training_summary.json", "loss_curve.png", "README.md",
+            "run_state.json"]
+
+
+def _weights(folder):
+    from safetensors.numpy import load_file
+
+    return load_file(os.path.join(folder, "model.safetensors"))
+
+
+def _state(folder):
+    state = json.loads((folder / "trainer_state.json").read_text())
+    history = [{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in state["log_history"]]
+    return state, history
+
+
+def _assert_same_run(out, ref):
+    """Same global step, log history (losses to 1e-5), best metric and step, and weights (1e-5) as ``ref``."""
+    state, history = _state(out)
+    ref_state, ref_history = _state(ref)
+    assert state["global_step"] == ref_state["global_step"] == 20
+    assert [sorted(e) for e in history] == [sorted(e) for e in ref_history]
+    for a, b in zip(history, ref_history):
+        for k, v in b.items():
+            assert a[k] == pytest.approx(v, abs=1e-5), (k, a, b)
+    assert state["best_metric"] == pytest.approx(ref_state["best_metric"], abs=1e-5)
+    assert state["best_global_step"] == ref_state["best_global_step"] == 20
+    assert state["epoch"] == ref_state["epoch"] and state["num_input_tokens_seen"] == ref_state["num_input_tokens_seen"]
+    a, b = _weights(out), _weights(ref)
+    assert a.keys() == b.keys()
+    assert max(float(np.abs(a[k] - b[k]).max()) for k in a) <= 1e-5
+    results = json.loads((out / "all_results.json").read_text())
+    ref_results = json.loads((ref / "all_results.json").read_text())
+    assert results["train_loss"] == pytest.approx(ref_results["train_loss"], abs=1e-5)  # the whole run, all 20 steps
+
+
+def _run(out, hub, repo, *extra, kill_at=None):
+    env = {"HF_TPU_EXT_TEST_KILL_AT": kill_at} if kill_at else {"HF_TPU_EXT_TEST_KILL_AT": ""}
+    args = tiny_train_args(out, *COMMON, "--hub_model_id", repo, "--hub_token", hub.token, *extra)
+    proc = run_train_script(args, env=env, check=False)
+    if kill_at:
+        assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    else:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_kill_at_every_phase_then_resume_ends_like_an_uninterrupted_run(loopback_hub, tmp_path):
+    """kill -9 at each phase boundary in turn (each resume is killed at the next one), then a last resume:
+    the folder is complete, the Hub holds the final state and trainer_state/weights equal a straight run's."""
+    hub = loopback_hub
+    ref, out = tmp_path / "straight", tmp_path / "killed"
+    _run(ref, hub, "alice/straight")
+    resume = ["--resume_from_checkpoint", "true"]
+
+    _run(out, hub, REPO, kill_at="train")  # right after the first checkpoint (step 10)
+    assert (out / "checkpoints" / "ckpt-10.index").is_file() and not (out / "checkpoints" / "ckpt-20.index").exists()
+    saved = json.loads((out / "checkpoints" / "ckpt-10.trainer_state.json").read_text())
+    assert saved["global_step"] == 10 and [e["step"] for e in saved["log_history"]] == [5, 10, 10]
+    assert saved["best_global_step"] == 10
+
+    _run(out, hub, REPO, *resume, kill_at="checkpoint")  # trained to 20, killed before the export
+    assert (out / "checkpoints" / "ckpt-20.index").is_file()
+    assert json.loads((out / "run_state.json").read_text())["phases"] == {"train": "done"}
+
+    _run(out, hub, REPO, *resume, kill_at="export")  # model written, run files not
+    assert (out / "model.safetensors").is_file()
+    assert "export" not in json.loads((out / "run_state.json").read_text())["phases"]
+
+    _run(out, hub, REPO, *resume, kill_at="card")
+    _run(out, hub, REPO, *resume, kill_at="push")  # the final push is queued, the process dies
+    phases = json.loads((out / "run_state.json").read_text())["phases"]
+    assert phases == {"train": "done", "export": "done", "card": "done"}
+
+    proc = _run(out, hub, REPO, *resume)
+    assert "at global step 20" in proc.stderr
+    assert "nothing to do" not in proc.stderr
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == sorted(COMPLETE)
+    assert json.loads((out / "run_state.json").read_text())["phases"]["push"] == "pushed"
+    _assert_same_run(out, ref)
+
+    files = hub.server.files(REPO)
+    assert hub.server.commits(REPO)[0]["message"] == "End of training"  # newest first
+    assert files["model.safetensors"] == (out / "model.safetensors").read_bytes()
+    assert json.loads(files["last-checkpoint/trainer_state.json"])["global_step"] == 20
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["hub_pushes"]["final_pushed"] is True
+
+    # a resume of the finished run changes nothing
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    proc = _run(out, hub, REPO, *resume)
+    assert "nothing to do" in proc.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+    # resuming from the Hub repo, whose checkpoint is at max_steps, into a new folder: export, card, no training
+    fresh = tmp_path / "from-hub"
+    args = tiny_train_args(fresh, *COMMON[:-4], "--resume_from_checkpoint", REPO, "--hub_token", hub.token)
+    proc = run_train_script(args, env={"HF_TPU_EXT_TEST_KILL_AT": ""})
+    assert "finishing: export, card" in proc.stderr
+    assert (fresh / "tokenizer.json").read_bytes() == (out / "tokenizer.json").read_bytes()
+    _assert_same_run(fresh, ref)
+
+
+@pytest.fixture
+def hf_log(caplog):
+    """caplog that also sees the ``hf_tpu_ext`` logger (it does not propagate to the root logger)."""
+    logger = logging.getLogger("hf_tpu_ext")
+    logger.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger="hf_tpu_ext")
+    yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+def _copy_run(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _train(args):
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.training_run import train
+
+    return train(*parse_args(args))
+
+
+def test_truncated_newest_checkpoint_falls_back_to_the_older_one(tmp_path, trained_model_dir, hf_log):
+    from hf_tpu_ext.errors import CheckpointError
+
+    run = _copy_run(trained_model_dir, tmp_path / "run")
+    data = run / "checkpoints" / "ckpt-30.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 3])
+    # named explicitly: a typed error that names the checkpoint and its files, no traceback of TF's
+    with pytest.raises(CheckpointError, match=r"ckpt-30 cannot be read .*ckpt-30\.data-00000-of-00001"):
+        _train(tiny_train_args(tmp_path / "o", "--max_steps", "30",
+                               "--resume_from_checkpoint", str(run / "checkpoints" / "ckpt-30")))
+    assert not (tmp_path / "o").exists()
+    # --resume_from_checkpoint true: a warning, then the intact ckpt-20 and 10 more steps
+    results = _train(tiny_train_args(run, "--max_steps", "30", "--save_strategy", "steps", "--save_steps", "10",
+                                     "--eval_strategy", "steps", "--eval_steps", "15", "--jit_compile", "true",
+                                     "--callbacks", "", "--resume_from_checkpoint", "true"))
+    assert "ckpt-30 cannot be read" in hf_log.text and "Falling back" in hf_log.text
+    assert "ckpt-20 at global step 20" in hf_log.text
+    assert results["global_step"] == 30
+    state = json.loads((run / "trainer_state.json").read_text())
+    assert [e["step"] for e in state["log_history"] if "loss" in e] == [5, 10, 15, 20, 25, 30]
+    assert [e["step"] for e in state["log_history"] if "eval_loss" in e] == [15, 30]
+
+
+def test_resume_into_a_new_folder_with_another_train_file_keeps_the_tokenizer(tmp_path, trained_model_dir):
+    text = tmp_path / "other.txt"
+    text.write_text("\n".join(f"Completely different words number {i} about gardens and rivers." for i in range(600)))
+    out = tmp_path / "new"
+    results = _train(tiny_train_args(out, "--max_steps", "32", "--eval_strategy", "no", "--save_strategy", "no",
+                                     "--callbacks", "", "--train_file", str(text),
+                                     "--resume_from_checkpoint", str(trained_model_dir / "checkpoints")))
+    assert results["global_step"] == 32
+    assert (out / "tokenizer.json").read_bytes() == (trained_model_dir / "tokenizer.json").read_bytes()
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert min(e["step"] for e in state["log_history"] if "loss" in e) <= 30  # the history of the checkpoint
+
+
+def _checksums(folder):
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_tfrecord_validation_smaller_than_a_batch_changes_nothing(tmp_path, trained_model_dir):
+    from hf_tpu_ext.commands.prepare_data import main as prepare
+    from hf_tpu_ext.errors import CorpusTooSmallError
+
+    shards = tmp_path / "shards"
+    assert prepare(["--vocab_size", "400", "--max_seq_length", "32", "--num_shards", "1", "--output_path",
+                    str(shards), "--max_train_samples", "64", "--max_eval_samples", "4"]) == 0
+    existing = _copy_run(trained_model_dir, tmp_path / "existing")
+    before = _checksums(existing)
+    args = tiny_train_args(existing, "--train_file", str(shards), "--max_steps", "4", "--eval_strategy", "steps",
+                           "--eval_steps", "2", "--overwrite_output_dir", "true")
+    for flag in ("--max_train_samples", "--max_eval_samples", "--vocab_size"):
+        i = args.index(flag)
+        del args[i:i + 2]
+    with pytest.raises(CorpusTooSmallError, match="hold 4 validation blocks .* fewer than one global batch of 8"):
+        _train(args)
+    assert _checksums(existing) == before
+    new = tmp_path / "new"
+    args[args.index(str(existing))] = str(new)
+    with pytest.raises(CorpusTooSmallError):
+        _train(args)
+    assert not new.exists()  # the corrected rerun is not refused for a non-empty folder
+
+
+def test_bad_numbers_and_unwritable_folder_fail_before_any_work(tmp_path):
+    from hf_tpu_ext.errors import ArgumentError, OutputDirError
+
+    with pytest.raises(ArgumentError, match="learning_rate"):
+        _train(tiny_train_args(tmp_path / "o", "--learning_rate", "nan"))
+    assert not (tmp_path / "o").exists()
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        start = time.perf_counter()
+        with pytest.raises(OutputDirError, match="not writable"):
+            _train(tiny_train_args(locked / "o", "--max_steps", "2"))
+        assert time.perf_counter() - start < 5
+    finally:
+        locked.chmod(0o700)
+
+
+def test_training_that_raises_reports_pending_pushes_and_cleans_staging(loopback_hub, tmp_path, hf_log):
+    import tf_keras
+
+    from hf_tpu_ext.callbacks import register_callback
+
+    @register_callback("test_raise_at_step_7", "Test only: raise FloatingPointError at step 7.")
+    class RaiseAtStep(tf_keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) >= 7:
+                raise FloatingPointError("Training loss became nan at global step 7")
+
+    loopback_hub.server.latency(3.0, route="commit")  # the step-5 push is still uploading at step 7
+    before = set(os.listdir(tempfile.gettempdir()))
+    with pytest.raises(FloatingPointError, match="global step 7"):
+        _train(tiny_train_args(tmp_path / "o", "--max_steps", "20", "--save_strategy", "steps", "--save_steps", "5",
+                               "--eval_strategy", "no", "--callbacks", "test_raise_at_step_7", "--push_to_hub", "true",
+                               "--hub_model_id", REPO, "--hub_token", loopback_hub.token))
+    assert "Training in progress, step 5" in hf_log.text and "not uploaded" in hf_log.text
+    left = {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith(("hf-tpu-push", "hf-tpu-ckpt"))}
+    assert not left
+
+
+def test_sigint_during_a_pushing_run_stops_with_the_resume_line(loopback_hub, tmp_path):
+    loopback_hub.server.latency(2.0, route="commit")
+    out = tmp_path / "o"
+    args = tiny_train_args(out, "--max_steps", "100000", "--save_strategy", "steps", "--save_steps", "5",
+                           "--eval_strategy", "no", "--callbacks", "", "--jit_compile", "false",
+                           "--push_to_hub", "true", "--hub_model_id", REPO, "--hub_token", loopback_hub.token)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, str(TESTS_DIR / "scripts" / "run_train.py"), *args], env=env,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        lines = []
+        for line in proc.stderr:  # wait until a push is queued
+            lines.append(line)
+            if "saved checkpoint" in line and "ckpt-10" in line:
+                break
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+        elapsed = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, "".join(lines[-20:]) + rest[-3000:]
+    assert elapsed < 10, elapsed
+    last = rest.strip().splitlines()[-1]
+    assert last.startswith("interrupted at step 1")
+    hint = ("; resume with: hf-tpu train " + " ".join(
+        shlex.quote(a) for a in args if a not in ("--hub_token", loopback_hub.token)) + " --resume_from_checkpoint true")
+    assert last.endswith(hint), last
+    assert "Traceback" not in rest
+    assert loopback_hub.token not in rest
