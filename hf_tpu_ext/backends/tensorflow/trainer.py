@@ -22,6 +22,7 @@ import math
 import os
 import statistics
 import time
+from collections import deque
 from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
@@ -43,6 +44,9 @@ def read_best_sidecar(prefix: str) -> Optional[dict]:
         return None
     with tf.io.gfile.GFile(path) as f:
         return json.loads(f.read())
+
+#: training steps the run's median step time looks back over (a bounded buffer, not one entry per step)
+STEADY_WINDOW = 10_000
 
 
 @dataclasses.dataclass
@@ -297,7 +301,8 @@ class TFTrainer:
         # call (tracing + XLA compilation) is left out when later calls exist; median step: robust to the
         # slower first steps after compilation and to a busy host
         window_times: List[float] = []  # seconds per step, one entry per step
-        steady_times: List[float] = []
+        # the last STEADY_WINDOW steps only: memory stays flat however long the run is
+        steady_times: "deque[float]" = deque(maxlen=STEADY_WINDOW)
         first_call = None
         tokens_per_second: Optional[float] = None
         t_start = time.perf_counter()
@@ -323,7 +328,7 @@ class TFTrainer:
                     first_call = [call_secs / n] * n
                 else:
                     window_times += [call_secs / n] * n
-                    steady_times += [call_secs / n] * n
+                    steady_times.extend([call_secs / n] * n)
                 if not math.isfinite(loss):
                     raise FloatingPointError(
                         f"Training loss became {loss} at global step {step + n}; lower --learning_rate or use "
