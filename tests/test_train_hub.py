@@ -95,7 +95,11 @@ def test_resume_from_hub_last_checkpoint(pushed_run, tmp_path):
     assert res["global_step"] == 16
     state = json.loads((resumed / "trainer_state.json").read_text())
     steps = [e["step"] for e in state["log_history"] if "loss" in e]
-    assert steps and min(steps) > 12  # continued from the pushed step 12, not from 0
+    assert steps == [5, 10, 12, 15, 16]  # continued from the pushed step 12, not from 0
+    # the history up to step 12 is the pushed checkpoint's (trainer_state.json travels with last-checkpoint/)
+    pushed = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert [e for e in state["log_history"] if e["step"] <= 12] == pushed
+    assert (resumed / "tokenizer.json").read_bytes() == (out / "tokenizer.json").read_bytes()
 
 
 def test_bad_token_fails_before_training(loopback_hub, tmp_path):
