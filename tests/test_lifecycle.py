@@ -275,7 +275,7 @@ def test_sigint_during_a_pushing_run_stops_with_the_resume_line(loopback_hub, tm
                 break
         start = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=30)
+        _, rest = proc.communicate(timeout=30)
         elapsed = time.monotonic() - start
     finally:
         if proc.poll() is None:
