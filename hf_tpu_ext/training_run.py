@@ -567,7 +567,7 @@ class TrainingRun:
             results["segment_train_tokens_per_second"] = fit_metrics.get("train_tokens_per_second")
         from hf_tpu_ext.outputs import last_eval_results
 
-        results.update(last_eval_results(self.log_history))
+        results.update(last_eval_results(self.log_history, self.args))  # the best one with load_best_model_at_end
         return {k: v for k, v in results.items() if v is not None}
 
     def _summary(self, results: Dict[str, Any]) -> Dict[str, Any]:
