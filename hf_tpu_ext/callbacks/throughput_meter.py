@@ -9,12 +9,16 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from typing import Any, Dict, List, Optional, Tuple
 
 from hf_tpu_ext.callbacks import read_global_step
 
 logger = logging.getLogger("hf_tpu_ext")
 
+
+#: device calls the step-time medians look back over: memory stays flat however long the run is
+MEDIAN_WINDOW = 10_000
 
 def _weighted_median(values: List[Tuple[float, int]]) -> Optional[float]:
     """Median of per-step times given as ``(seconds_per_step, steps)`` pairs (each call counts ``steps`` times)."""
@@ -63,7 +67,8 @@ class ThroughputMeter:
 
     # ------------------------------------------------------------------ state
     def _reset_run(self):
-        self._calls: List[Tuple[float, int]] = []  # (seconds per step, steps) after warm-up, whole run
+        # (seconds per step, steps) of the last MEDIAN_WINDOW calls after warm-up; the totals cover the whole run
+        self._calls: "deque[Tuple[float, int]]" = deque(maxlen=MEDIAN_WINDOW)
         self._measured_steps = 0
         self._measured_seconds = 0.0
         self._all_steps = 0
@@ -77,7 +82,7 @@ class ThroughputMeter:
     def _reset_epoch(self):
         self._epoch_steps = self._epoch_seconds = 0
         self._epoch_all_steps = self._epoch_all_seconds = 0
-        self._epoch_calls: List[Tuple[float, int]] = []
+        self._epoch_calls: "deque[Tuple[float, int]]" = deque(maxlen=MEDIAN_WINDOW)
 
     def _iterations(self) -> Optional[int]:
         return read_global_step(self.model)  # one scalar read; waits for the call's steps to finish
