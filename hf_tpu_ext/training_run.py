@@ -57,7 +57,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 #: model-shape flags that a resumed checkpoint decides (a flag left unset takes the checkpoint's value)
 SHAPE_FLAGS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 #: seconds an interrupted run waits for pending pushes before reporting them (a second Ctrl-C stops waiting)
-INTERRUPT_PUSH_WAIT_SECONDS = 5.0
+INTERRUPT_PUSH_WAIT_SECONDS = 3.0
 
 
 def _test_kill(phase: str) -> None:

@@ -259,7 +259,7 @@ def test_training_that_raises_reports_pending_pushes_and_cleans_staging(loopback
 
 
 def test_sigint_during_a_pushing_run_stops_with_the_resume_line(loopback_hub, tmp_path):
-    loopback_hub.server.latency(2.0, route="commit")
+    loopback_hub.server.latency(1.0, route="commit")  # uploads are still in flight when the signal comes
     out = tmp_path / "o"
     args = tiny_train_args(out, "--max_steps", "100000", "--save_strategy", "steps", "--save_steps", "5",
                            "--eval_strategy", "no", "--callbacks", "", "--jit_compile", "false",
