@@ -205,6 +205,17 @@ def split_card(text: str) -> Tuple[object, str]:
     return yaml.safe_load(match.group(1)), text[match.end():]
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that went away mid-reply (a killed test process) is not an error worth a traceback."""
+
+    def handle_error(self, request, client_address):
+        import sys
+
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
+
 class LoopbackHubServer:
     """An in-memory Hub on ``127.0.0.1:<free port>`` served from a background thread.
 
@@ -225,7 +236,7 @@ class LoopbackHubServer:
         self._lock = threading.RLock()
         self.reset()
         handler = _make_handler(self)
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
         self.endpoint = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="loopback-hub", daemon=True)
@@ -258,10 +269,12 @@ class LoopbackHubServer:
         for status in statuses:
             self.fail_next(1, status, route, headers)
 
-    def empty_reply_next(self, n: int = 1, route: str = "commit") -> None:
-        """Carry out the next ``n`` requests of ``route`` but answer each with HTTP 200 and an empty body."""
+    def empty_reply_next(self, n: int = 1, route: str = "commit", apply: bool = True) -> None:
+        """Answer the next ``n`` requests of ``route`` with HTTP 200 and an empty body; ``apply``: carry them
+        out first (the reply is lost), else drop them (e.g. a proxy that answered on its own)."""
         with self._lock:
-            self._faults.append({"n": int(n), "status": 200, "route": route, "headers": {}, "empty": True})
+            self._faults.append({"n": int(n), "status": 200, "route": route, "headers": {}, "empty": True,
+                                 "apply": bool(apply)})
 
     def latency(self, seconds: float, route: Optional[str] = None) -> None:
         """Delay each request of ``route`` (None: every route) by ``seconds``; 0 removes the delay."""
@@ -460,6 +473,9 @@ def _make_handler(hub: LoopbackHubServer):
             if delay:
                 time.sleep(delay)
             fault = hub._take_fault(route)
+            if fault is not None and fault.get("empty") and not fault.get("apply"):
+                record["status"] = 200
+                return self._send(200, b"")
             if fault is not None and not fault.get("empty"):
                 status = fault["status"]
                 record["status"] = status

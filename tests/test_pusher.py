@@ -262,6 +262,37 @@ def test_empty_200_commit_reply_is_not_recommitted(loopback_hub, tmp_path, caplo
     assert [r["route"] for r in loopback_hub.server.requests][-2:] == ["commit", "commits"]
 
 
+def test_empty_200_reply_of_a_commit_that_did_not_land_is_retried(loopback_hub, tmp_path):
+    folder = _model_folder(tmp_path / "out")
+    pusher = HubPusher("lostcommit", token=loopback_hub.token, backoff_seconds=0.01)
+    pusher.preflight()
+    loopback_hub.server.empty_reply_next(1, route="commit", apply=False)
+    pusher.push_save(str(folder), step=3, final=True)
+    report = pusher.finish(30)
+    assert [c["message"] for c in loopback_hub.server.commits("alice/lostcommit")] == ["initial commit",
+                                                                                      "End of training"]
+    assert report.final_pushed and report.outcomes[-1].attempts == 2
+    assert [r["route"] for r in loopback_hub.server.requests if r["route"] in ("commit", "commits")] == [
+        "commit", "commits", "commit"]
+
+
+def test_second_interrupt_stops_waiting(loopback_hub, tmp_path, own_tmp, caplog):
+    import threading
+
+    loopback_hub.server.latency(5.0, route="commit")
+    folder = _model_folder(tmp_path / "out")
+    pusher = HubPusher("waiting", token=loopback_hub.token, output_dir=str(folder), backoff_seconds=0.01)
+    pusher.preflight()
+    pusher.push_save(str(folder), step=1, final=True)
+    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        pusher.finish()  # no timeout: only Ctrl-C ends the wait
+    assert time.monotonic() - t0 < 3
+    assert "Interrupted again: 1 push(es) to alice/waiting not finished (End of training)" in caplog.text
+    assert _staging_dirs(own_tmp) == [] and not pusher.report().final_pushed
+
+
 def test_push_command_retries_503_and_429(loopback_hub, tmp_path, capsys):
     from hf_tpu_ext.cli import main
 
@@ -297,13 +328,21 @@ def test_push_command_include_checkpoint_trainer_folder(loopback_hub, tmp_path, 
 
 # ---- report, cleanup, interrupts ------------------------------------------------------------------
 def test_report_to_dict_bounded_and_without_token(loopback_hub, tmp_path, monkeypatch):
+    import threading
+
     monkeypatch.setattr(push_queue, "REPORT_LIMIT", 3)
     folder = _model_folder(tmp_path / "out")
+    def workers():
+        return [t for t in threading.enumerate() if t.name.startswith("hf-tpu-push-")]
+
+    assert workers() == []
     pusher = HubPusher("many", token=loopback_hub.token, backoff_seconds=0.01)
     pusher.preflight()
     for step in range(1, 6):
         pusher.push_save(str(folder), step=step, final=step == 5)
         pusher._queue.wait(30)
+        assert os.listdir(pusher.staging_root) == []  # no per-push leftovers
+    assert len(workers()) == 1  # one worker, however many pushes
     loopback_hub.server.fail_next(1, status=400, route="commit")
     pusher.push_save(str(folder), step=6)
     report = pusher.finish(30)
@@ -316,6 +355,7 @@ def test_report_to_dict_bounded_and_without_token(loopback_hub, tmp_path, monkey
         loopback_hub.server.commits("alice/many")[-1]["sha"]
     text = json.dumps(data)
     assert loopback_hub.token not in text and data["repo_id"] == "alice/many"
+    assert workers() == []  # the worker ended with finish()
 
 
 def test_exception_in_training_reports_pending_and_cleans_staging(loopback_hub, tmp_path, own_tmp, caplog):
@@ -374,7 +414,8 @@ def test_process_exit_paths_clean_staging(loopback_hub, tmp_path, how):
         proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert time.monotonic() - t0 < 10
-    assert proc.returncode == {"raise": 1, "sigterm": 143, "sigint": -signal.SIGINT}[how], err
+    # an uncaught KeyboardInterrupt ends Python with SIGINT (-2), or 1 where finalization reports an error
+    assert proc.returncode in {"raise": (1,), "sigterm": (143,), "sigint": (-signal.SIGINT, 1)}[how], err
     assert _staging_dirs(tmp) == []
     assert "push(es) to alice/child not finished" in err
     assert {"raise": "FloatingPointError", "sigterm": "SIGTERM", "sigint": "KeyboardInterrupt"}[how] in err

@@ -1,0 +1,188 @@
+"""Soak benchmark of the Hub push path: does memory grow with pushes?
+
+A pusher-only training loop (no model compute, so the push path is all that can grow): every "step" sleeps
+``--step_ms``; every ``--push_every`` steps the model folder is rewritten (a fresh ``--weights_kb`` KB
+``model.safetensors``, config, tokenizer files) and pushed with ``hub_strategy="checkpoint"`` (model +
+``last-checkpoint/``) to a loopback Hub served by a *separate* process (its in-memory repos are not
+counted). The RSS of this process (psutil) is sampled every ``--sample_every`` steps; the figure is the
+least-squares slope of RSS over steps after a warm-up, in MB per 1,000 steps, plus the staging folders and
+threads left at the end. A benchmark, not a test: it prints figures and asserts nothing.
+
+Usage (from the repository root; ``tests/`` holds the loopback Hub):
+    python -m benchmarks.soak_push [--minutes 5] [--push_every 20] [--step_ms 5]
+
+To measure another checkout (e.g. the code before a change), run the script with ``PYTHONPATH`` pointing
+at that checkout; it uses :class:`~hf_tpu_ext.hub.pusher.HubPusher` when present, else the older
+``hub.push_queue`` API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import List, Tuple
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOKEN = "hf_alice_loopback_secret_token_0123"  # a loopback-only test token (tests/hub_fixtures.py)
+
+_SERVER = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from hub_fixtures import USERS
+from loopback_hub import LoopbackHubServer
+server = LoopbackHubServer(USERS)
+print(server.endpoint, flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+def start_hub() -> Tuple[subprocess.Popen, str]:
+    """A loopback Hub in its own process; returns (process, endpoint)."""
+    proc = subprocess.Popen([sys.executable, "-c", _SERVER, os.path.join(REPO_ROOT, "tests")],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return proc, proc.stdout.readline().strip()
+
+
+def slope_per_1000(points: List[Tuple[int, float]]) -> float:
+    """Least-squares slope of (step, MB) points, in MB per 1,000 steps."""
+    n = len(points)
+    if n < 2:
+        return float("nan")
+    mx = sum(p[0] for p in points) / n
+    my = sum(p[1] for p in points) / n
+    var = sum((p[0] - mx) ** 2 for p in points)
+    return 1000.0 * sum((p[0] - mx) * (p[1] - my) for p in points) / var if var else float("nan")
+
+
+def write_model_folder(folder: str, step: int, weights_kb: int) -> None:
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(os.urandom(weights_kb * 1024))
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"model_type": "roberta", "step": step}, f)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"mask_token": "<mask>"}, f)
+
+
+def write_checkpoint(folder: str, step: int, weights_kb: int) -> None:
+    os.makedirs(folder, exist_ok=True)
+    for name in os.listdir(folder):
+        os.remove(os.path.join(folder, name))
+    with open(os.path.join(folder, f"ckpt-{step}.data-00000-of-00001"), "wb") as f:
+        f.write(os.urandom(2 * weights_kb * 1024))
+    with open(os.path.join(folder, f"ckpt-{step}.index"), "wb") as f:
+        f.write(os.urandom(512))
+    with open(os.path.join(folder, "trainer_state.json"), "w") as f:
+        json.dump({"global_step": step}, f)
+
+
+class _Pusher:
+    """The new HubPusher, or the older push_queue API of a checkout that predates it."""
+
+    def __init__(self, repo_id: str, output_dir: str):
+        try:
+            from hf_tpu_ext.hub.pusher import HubPusher
+        except ImportError:
+            HubPusher = None
+        self.new = HubPusher is not None
+        if self.new:
+            self.pusher = HubPusher(repo_id, token=TOKEN, hub_strategy="checkpoint", output_dir=output_dir,
+                                    backoff_seconds=0.05)
+            self.pusher.preflight()
+        else:
+            from hf_tpu_ext.hub.push_queue import open_push_queue
+
+            self.repo_id, self.token, self.queue = open_push_queue(output_dir, repo_id, TOKEN, backoff_seconds=0.05)
+
+    def push(self, folder: str, checkpoint: str, step: int) -> None:
+        if self.new:
+            self.pusher.push_save(folder, step=step, checkpoint_folder=checkpoint)
+        else:
+            from hf_tpu_ext.hub.push_queue import submit_model_folder
+
+            submit_model_folder(self.queue, folder, f"Training in progress, step {step}", self.token,
+                                ["checkpoints/*", "last-checkpoint/*", "*.index", "*.data-*"])
+            self.queue.submit(checkpoint, path_in_repo="last-checkpoint", commit_message=f"Checkpoint at step {step}",
+                              delete_patterns=["*"], key="last-checkpoint")
+
+    def finish(self):
+        if self.new:
+            report = self.pusher.finish(600)
+            return report.counts["pushed"], report.counts["superseded"], report.counts["failed"]
+        report = self.queue.wait(600)
+        self.queue.close(timeout=0)
+        return len(report.pushed), len(report.superseded), len(report.failed)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=5.0, help="Length of the loop (default 5).")
+    parser.add_argument("--push_every", type=int, default=20, help="Steps between pushes (default 20).")
+    parser.add_argument("--step_ms", type=float, default=5.0, help="Sleep per simulated step, ms (default 5).")
+    parser.add_argument("--weights_kb", type=int, default=400, help="Size of model.safetensors, KB (default 400).")
+    parser.add_argument("--sample_every", type=int, default=500, help="Steps between RSS samples (default 500).")
+    parser.add_argument("--warmup", type=float, default=0.2, help="Fraction of samples left out of the slope.")
+    args = parser.parse_args(argv)
+
+    import psutil
+
+    server, endpoint = start_hub()
+    os.environ.update(HF_ENDPOINT=endpoint, HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
+                      HF_HOME=tempfile.mkdtemp(prefix="soak-hf-home-"))
+    tmp = tempfile.mkdtemp(prefix="soak-push-")
+    os.environ["TMPDIR"] = tmp  # the staging folders land here, so the leftovers can be counted
+    tempfile.tempdir = None
+    work = tempfile.mkdtemp(prefix="run-", dir=tmp)
+    folder, checkpoint = os.path.join(work, "out"), os.path.join(work, "out", "last-checkpoint")
+    process = psutil.Process()
+    try:
+        pusher = _Pusher("alice/soak", folder)
+        threads_before = threading.active_count()
+        samples: List[Tuple[int, float]] = []
+        deadline = time.monotonic() + args.minutes * 60
+        step, pushes = 0, 0
+        t0 = time.monotonic()
+        while time.monotonic() < deadline:
+            step += 1
+            time.sleep(args.step_ms / 1000.0)
+            if step % args.push_every == 0:
+                write_model_folder(folder, step, args.weights_kb)
+                write_checkpoint(checkpoint, step, args.weights_kb)
+                pusher.push(folder, checkpoint, step)
+                pushes += 1
+            if step % args.sample_every == 0:
+                samples.append((step, process.memory_info().rss / 2 ** 20))
+        elapsed = time.monotonic() - t0
+        landed, superseded, failed = pusher.finish()
+        gc.collect()
+        rss_end = process.memory_info().rss / 2 ** 20
+        kept = samples[int(len(samples) * args.warmup):]
+        staging = [n for n in os.listdir(tmp) if n.startswith("hf-tpu-push-")]
+        result = {
+            "code": "HubPusher" if pusher.new else "push_queue (before HubPusher)",
+            "minutes": round(elapsed / 60, 2), "steps": step, "pushes_submitted": pushes, "commits_landed": landed,
+            "superseded": superseded, "failed": failed,
+            "rss_mb_first_sample": round(samples[0][1], 1) if samples else None,
+            "rss_mb_last_sample": round(samples[-1][1], 1) if samples else None,
+            "rss_mb_after_finish": round(rss_end, 1),
+            "rss_growth_mb_per_1000_steps": round(slope_per_1000(kept), 3),
+            "rss_growth_mb_per_1000_pushes": round(slope_per_1000(kept) * args.push_every, 2),
+            "staging_folders_left": len(staging), "extra_threads_left": threading.active_count() - threads_before,
+        }
+        print(json.dumps(result, indent=2))
+        return 0
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
