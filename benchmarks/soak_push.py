@@ -8,8 +8,14 @@ counted). The RSS of this process (psutil) is sampled every ``--sample_every`` s
 least-squares slope of RSS over steps after a warm-up, in MB per 1,000 steps, plus the staging folders and
 threads left at the end. A benchmark, not a test: it prints figures and asserts nothing.
 
+``--mode train`` measures a whole tiny-model ``hf-tpu train`` run instead (2 layers, hidden 64, 32-token
+blocks, ``--push_to_hub true --hub_strategy checkpoint``, a save and push every ``--push_every`` steps): the
+RSS of the training process is sampled every ``--sample_seconds`` against the global step its log shows,
+and the run is stopped with SIGINT at the end of ``--minutes``.
+
 Usage (from the repository root; ``tests/`` holds the loopback Hub):
     python -m benchmarks.soak_push [--minutes 5] [--push_every 20] [--step_ms 5]
+    python -m benchmarks.soak_push --mode train [--minutes 5] [--push_every 50]
 
 To measure another checkout (e.g. the code before a change), run the script with ``PYTHONPATH`` pointing
 at that checkout; it uses :class:`~hf_tpu_ext.hub.pusher.HubPusher` when present, else the older
@@ -22,6 +28,9 @@ import argparse
 import gc
 import json
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -122,6 +131,58 @@ class _Pusher:
         return len(report.pushed), len(report.superseded), len(report.failed)
 
 
+TINY_TRAIN_ARGS = [
+    "--hidden_size", "64", "--num_hidden_layers", "2", "--num_attention_heads", "2", "--intermediate_size", "128",
+    "--vocab_size", "500", "--max_seq_length", "32", "--per_device_train_batch_size", "8",
+    "--max_train_samples", "512", "--eval_strategy", "no", "--logging_steps", "50", "--disable_tqdm", "true",
+]
+_STEP = re.compile(rb"\bstep (\d+)\b")
+
+
+def soak_train(args, tmp: str) -> dict:
+    """The ``--mode train`` measurement: (step, RSS MB) of an ``hf-tpu train`` child process."""
+    import psutil
+
+    out = os.path.join(tmp, "train-out")
+    log_path = os.path.join(tmp, "train.log")
+    cmd = [sys.executable, "-m", "hf_tpu_ext", "train", "--output_dir", out, *TINY_TRAIN_ARGS,
+           "--max_steps", "10000000", "--save_strategy", "steps", "--save_steps", str(args.push_every),
+           "--save_total_limit", "2", "--push_to_hub", "true", "--hub_model_id", "alice/soak-train",
+           "--hub_strategy", "checkpoint", "--hub_token", TOKEN]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd())
+    child = psutil.Process(proc.pid)
+    samples: List[Tuple[int, float]] = []
+    deadline = time.monotonic() + args.minutes * 60
+    t0 = time.monotonic()
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(args.sample_seconds)
+        with open(log_path, "rb") as f:
+            steps = _STEP.findall(f.read())
+        step = int(steps[-1]) if steps else 0
+        if step > 0:
+            samples.append((step, child.memory_info().rss / 2 ** 20))
+    elapsed = time.monotonic() - t0
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    kept = samples[int(len(samples) * args.warmup):]
+    with open(log_path, "rb") as f:
+        text = f.read()
+    return {
+        "mode": "train", "minutes": round(elapsed / 60, 2), "steps": samples[-1][0] if samples else 0,
+        "pushes_queued": text.count(b"Queued push"), "commits_landed": text.count(b"hf_tpu_ext.hub: Pushed"),
+        "rss_mb_first_sample": round(samples[0][1], 1) if samples else None,
+        "rss_mb_last_sample": round(samples[-1][1], 1) if samples else None,
+        "rss_growth_mb_per_1000_steps": round(slope_per_1000(kept), 3),
+        "exit_status_after_sigint": proc.returncode,
+        "staging_folders_left": len([n for n in os.listdir(tmp) if n.startswith("hf-tpu-push-")]),
+    }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=5.0, help="Length of the loop (default 5).")
@@ -130,19 +191,30 @@ def main(argv=None) -> int:
     parser.add_argument("--weights_kb", type=int, default=400, help="Size of model.safetensors, KB (default 400).")
     parser.add_argument("--sample_every", type=int, default=500, help="Steps between RSS samples (default 500).")
     parser.add_argument("--warmup", type=float, default=0.2, help="Fraction of samples left out of the slope.")
+    parser.add_argument("--mode", choices=("pusher", "train"), default="pusher",
+                        help="pusher: a pusher-only loop (default); train: a tiny `hf-tpu train` run.")
+    parser.add_argument("--sample_seconds", type=float, default=5.0, help="--mode train: seconds between samples.")
     args = parser.parse_args(argv)
 
     import psutil
 
     server, endpoint = start_hub()
-    os.environ.update(HF_ENDPOINT=endpoint, HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
-                      HF_HOME=tempfile.mkdtemp(prefix="soak-hf-home-"))
     tmp = tempfile.mkdtemp(prefix="soak-push-")
+    os.environ.update(HF_ENDPOINT=endpoint, HF_HUB_DISABLE_XET="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
+                      HF_HOME=os.path.join(tmp, "hf-home"))
     os.environ["TMPDIR"] = tmp  # the staging folders land here, so the leftovers can be counted
     tempfile.tempdir = None
     work = tempfile.mkdtemp(prefix="run-", dir=tmp)
     folder, checkpoint = os.path.join(work, "out"), os.path.join(work, "out", "last-checkpoint")
     process = psutil.Process()
+    if args.mode == "train":
+        try:
+            print(json.dumps(soak_train(args, tmp), indent=2))
+            return 0
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+            shutil.rmtree(tmp, ignore_errors=True)
     try:
         pusher = _Pusher("alice/soak", folder)
         threads_before = threading.active_count()
@@ -182,6 +254,7 @@ def main(argv=None) -> int:
     finally:
         server.terminate()
         server.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -154,6 +154,22 @@ def test_checkpoint_lands_while_saves_outpace_uploads(loopback_hub, tmp_path):
     assert state["global_step"] == 12  # the newest save always lands in the end
 
 
+def test_final_push_without_checkpoint_keeps_the_replaced_pushs_checkpoint(loopback_hub, tmp_path):
+    loopback_hub.server.latency(0.5, route="commit")
+    out = _model_folder(tmp_path / "out")
+    pusher = HubPusher("inherit", token=loopback_hub.token, hub_strategy="checkpoint", backoff_seconds=0.01)
+    pusher.preflight()
+    pusher.push_save(str(out), step=1, checkpoint_folder=str(_checkpoint(tmp_path / "c1", 1)))
+    _wait_in_flight(pusher._queue)
+    pusher.push_save(str(out), step=2, checkpoint_folder=str(_checkpoint(tmp_path / "c2", 2)))
+    pusher.push_save(str(out), step=2, final=True)  # replaces step 2's push, which alone carried ckpt-2
+    report = pusher.finish(30)
+    assert report.superseded == ["Training in progress, step 2"] and report.final_pushed
+    final = loopback_hub.server.commits("alice/inherit")[-1]
+    assert final["message"] == "End of training" and "last-checkpoint/ckpt-2.index" in final["added"]
+    assert not [p for p in final["files"] if p.startswith("last-checkpoint/ckpt-1")]
+
+
 def test_replaced_push_keeps_its_place_in_line(loopback_hub, tmp_path):
     loopback_hub.server.latency(0.3, route="commit")
     folder = tmp_path / "f"

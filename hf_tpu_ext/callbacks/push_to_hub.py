@@ -29,7 +29,7 @@ import tf_keras
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.errors import ArgumentError, ModelCardError
-from hf_tpu_ext.hub.pusher import HUB_STRATEGIES, LAST_CHECKPOINT, HubPusher
+from hf_tpu_ext.hub.pusher import HUB_STRATEGIES, LAST_CHECKPOINT, HubPusher, note_step
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -78,7 +78,8 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
 
     Attributes:
         repo_id: the full repo id after :meth:`preflight`.
-        pushed_steps: global steps at which a push was submitted, in order (the final push included).
+        pushed_steps: global steps at which a push was submitted, in order (the final push included; the
+            last 100).
         report: the :class:`~hf_tpu_ext.hub.push_queue.PushReport` after training ended.
 
     Raises:
@@ -334,7 +335,7 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
         if prefix is not None:
             folder = self._checkpoint_folder(prefix, step, os.path.join(self.output_dir, LAST_CHECKPOINT))
         self.pusher.push_save(self.output_dir, step=step, checkpoint_folder=folder, final=final)
-        self.pushed_steps.append(step)
+        note_step(self.pushed_steps, step)
 
     def _write_model_folder(self) -> None:
         """Weights, config, tokenizer and the card (checked locally here; the Hub checks it in the push job)."""

@@ -143,6 +143,7 @@ class _Job:
     final: bool = False
     push_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     attempts: int = 0
+    inherit: Tuple[str, ...] = ()
 
 
 def _as_list(patterns: Patterns) -> Optional[List[str]]:
@@ -290,7 +291,7 @@ class PushQueue:
                delete_patterns: Patterns = None, key: str = "model",
                before_upload: Optional[Callable[[str], None]] = None,
                also: Sequence[Tuple[Union[str, os.PathLike], str]] = (), step: Optional[int] = None,
-               final: bool = False) -> None:
+               final: bool = False, inherit: Sequence[str] = ()) -> None:
         """Snapshot ``folder`` (and ``also``) now and upload it in the background, in one commit.
 
         Only the local copy is done in the caller's thread.
@@ -310,6 +311,9 @@ class PushQueue:
             also: ``(folder, prefix)`` pairs copied whole under ``prefix/`` of the snapshot (same commit).
             step: the global step of this save (for the report).
             final: the push of the final state (``report.final_pushed`` says whether it landed).
+            inherit: snapshot folders (``also`` prefixes, e.g. ``"last-checkpoint"``) that this push takes over
+                from the pending push it replaces when it has none of its own, so replacing a push never
+                drops a checkpoint that only the replaced one carried.
 
         Raises:
             RuntimeError: the queue is closed.
@@ -338,7 +342,7 @@ class PushQueue:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         job = _Job(key, staging, path_in_repo, commit_message, _as_list(delete_patterns), seq, before_upload,
-                   None if step is None else int(step), bool(final))
+                   None if step is None else int(step), bool(final), inherit=tuple(inherit))
         with self._cond:
             if self._closed:  # closed while copying
                 shutil.rmtree(staging, ignore_errors=True)
@@ -347,6 +351,7 @@ class PushQueue:
                 if old.key == key:
                     self._pending[i] = job  # takes the older push's place in the line
                     job.final = job.final or old.final
+                    self._take_over(old, job)
                     self._record(old, "superseded")
                     shutil.rmtree(old.staging, ignore_errors=True)
                     logger.info("Push %r superseded by %r before it started.", old.commit_message, commit_message)
@@ -405,6 +410,15 @@ class PushQueue:
         return report
 
     # ---- worker ----------------------------------------------------------------------------------
+    @staticmethod
+    def _take_over(old: _Job, job: _Job) -> None:
+        """Move ``old``'s snapshot folders named in ``job.inherit`` into ``job``'s when ``job`` lacks them."""
+        for prefix in job.inherit:
+            theirs, ours = os.path.join(old.staging, prefix), os.path.join(job.staging, prefix)
+            if os.path.isdir(theirs) and not os.path.exists(ours):
+                shutil.move(theirs, ours)
+                job.delete_patterns = sorted(set(job.delete_patterns or []) | set(old.delete_patterns or []))
+
     def _record(self, job: _Job, status: str, oid: Optional[str] = None, url: Optional[str] = None,
                 error: Optional[str] = None) -> None:
         """Book an outcome (call with ``self._cond`` held)."""

@@ -41,14 +41,14 @@ from typing import Optional
 
 from hf_tpu_ext.args import HUB_STRATEGIES  # the flag's choices: defined once, with the argument
 from hf_tpu_ext.errors import ArgumentError, HubError
-from hf_tpu_ext.hub.push_queue import STAGING_PREFIX, PushQueue, PushReport
+from hf_tpu_ext.hub.push_queue import REPORT_LIMIT, STAGING_PREFIX, PushQueue, PushReport
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
 __all__ = ["HUB_STRATEGIES", "MODEL_IGNORE_PATTERNS", "LAST_CHECKPOINT", "LAST_CHECKPOINT_DELETE_PATTERNS",
            "CHECKPOINT_PREFIX", "STAGING_PREFIX", "HubPusher", "PushReport", "checkpoint_folder_name",
-           "log_push_report"]
+           "log_push_report", "note_step"]
 
 # What of an output folder never goes into a model push: optimizer state (TensorFlow checkpoint shards,
 # the Trainer's checkpoint folders), local checkpoint folders, temp and hidden files, pickled arguments.
@@ -59,6 +59,13 @@ CHECKPOINT_PREFIX = "checkpoint-"
 # (older ckpt-N shards, rng states of other ranks): what lands there is exactly one checkpoint
 LAST_CHECKPOINT_DELETE_PATTERNS = (f"{LAST_CHECKPOINT}/*",)
 DEFAULT_PUSH_TIMEOUT = 600.0
+
+
+def note_step(steps: list, step: int, limit: int = REPORT_LIMIT) -> None:
+    """Append ``step`` to a list of pushed steps, keeping the last ``limit`` (memory stays flat)."""
+    steps.append(int(step))
+    if len(steps) > limit:
+        del steps[: len(steps) - limit]
 
 
 def checkpoint_folder_name(step: int) -> str:
@@ -165,7 +172,8 @@ class HubPusher:
 
     Attributes:
         repo_id: the full ``"namespace/name"`` after :meth:`preflight`.
-        pushed_steps: the steps of the saves that were queued, in order (the final push included).
+        pushed_steps: the steps of the saves that were queued, in order (the final push included; the last
+            ``REPORT_LIMIT``).
 
     Raises:
         ArgumentError: an unknown ``hub_strategy``.
@@ -291,12 +299,13 @@ class HubPusher:
         if model_folder is not None or also:
             self._queue.submit(model_folder, commit_message=message, ignore_patterns=list(MODEL_IGNORE_PATTERNS),
                                delete_patterns=delete, key="model", before_upload=check_card, also=also,
-                               step=step, final=final)
+                               step=step, final=final,
+                               inherit=(LAST_CHECKPOINT,) if self.hub_strategy == "checkpoint" else ())
         if checkpoint_folder is not None and self.hub_strategy == "all_checkpoints":
             name = checkpoint_folder_name(step)
             self._queue.submit(checkpoint_folder, path_in_repo=name, commit_message=f"Checkpoint at step {step}",
                                key=name, step=step)
-        self.pushed_steps.append(step)
+        note_step(self.pushed_steps, step)
         if final:
             self._final_step = step
 

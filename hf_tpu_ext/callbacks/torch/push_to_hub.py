@@ -31,7 +31,7 @@ from transformers import TrainerCallback
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.errors import ArgumentError, ModelCardError
-from hf_tpu_ext.hub.pusher import HUB_STRATEGIES, HubPusher, checkpoint_folder_name
+from hf_tpu_ext.hub.pusher import HUB_STRATEGIES, HubPusher, checkpoint_folder_name, note_step
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -107,7 +107,8 @@ class PushToHubCallback(TrainerCallback):
 
     Attributes:
         repo_id: the full repo id after :meth:`preflight`.
-        pushed_steps: global steps at which a push was submitted, in order (the final push included).
+        pushed_steps: global steps at which a push was submitted, in order (the final push included; the
+            last 100).
         report: the :class:`~hf_tpu_ext.hub.push_queue.PushReport` after the final push.
 
     Raises:
@@ -215,7 +216,7 @@ class PushToHubCallback(TrainerCallback):
         if self.pusher is None or self.hub_strategy == "end":
             return
         self.pusher.push_save(self.output_dir, step=step, checkpoint_folder=checkpoint)
-        self.pushed_steps.append(step)
+        note_step(self.pushed_steps, step)
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
         if self.push_final_on_train_end and model is not None:
@@ -248,7 +249,7 @@ class PushToHubCallback(TrainerCallback):
         if self.pusher is None:
             return None
         self.pusher.push_save(self.output_dir, step=step, checkpoint_folder=final_checkpoint, final=True)
-        self.pushed_steps.append(step)
+        note_step(self.pushed_steps, step)
         if self._owns_pusher:
             self.report = self.pusher.finish(self.push_timeout)
         else:
