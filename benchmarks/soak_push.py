@@ -147,8 +147,10 @@ def soak_train(args, tmp: str) -> dict:
     log_path = os.path.join(tmp, "train.log")
     cmd = [sys.executable, "-m", "hf_tpu_ext", "train", "--output_dir", out, *TINY_TRAIN_ARGS,
            "--max_steps", "10000000", "--save_strategy", "steps", "--save_steps", str(args.push_every),
-           "--save_total_limit", "2", "--push_to_hub", "true", "--hub_model_id", "alice/soak-train",
-           "--hub_strategy", "checkpoint", "--hub_token", TOKEN]
+           "--save_total_limit", "2"]
+    if not args.no_push:  # --no_push: the same saves without pushes, to tell the push path from the rest
+        cmd += ["--push_to_hub", "true", "--hub_model_id", "alice/soak-train", "--hub_strategy", "checkpoint",
+                "--hub_token", TOKEN]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd())
     child = psutil.Process(proc.pid)
@@ -173,7 +175,7 @@ def soak_train(args, tmp: str) -> dict:
     with open(log_path, "rb") as f:
         text = f.read()
     return {
-        "mode": "train", "minutes": round(elapsed / 60, 2), "steps": samples[-1][0] if samples else 0,
+        "mode": "train" + (" (saves, no pushes)" if args.no_push else ""), "minutes": round(elapsed / 60, 2), "steps": samples[-1][0] if samples else 0,
         "pushes_queued": text.count(b"Queued push"), "commits_landed": text.count(b"hf_tpu_ext.hub: Pushed"),
         "rss_mb_first_sample": round(samples[0][1], 1) if samples else None,
         "rss_mb_last_sample": round(samples[-1][1], 1) if samples else None,
@@ -194,6 +196,7 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", choices=("pusher", "train"), default="pusher",
                         help="pusher: a pusher-only loop (default); train: a tiny `hf-tpu train` run.")
     parser.add_argument("--sample_seconds", type=float, default=5.0, help="--mode train: seconds between samples.")
+    parser.add_argument("--no_push", action="store_true", help="--mode train: save without pushing (a baseline).")
     args = parser.parse_args(argv)
 
     import psutil

@@ -329,6 +329,28 @@ def test_push_command_retries_503_and_429(loopback_hub, tmp_path, capsys):
     assert rc == 1 and "Could not push" in err and "HTTP 503" in err and loopback_hub.token not in err
 
 
+def test_push_command_ctrl_c(loopback_hub, tmp_path):
+    loopback_hub.server.latency(20.0, route="commit")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = _model_folder(tmp_path / "slow-run")
+    env = dict(os.environ, TMPDIR=str(tmp), HF_ENDPOINT=loopback_hub.endpoint, HF_HUB_DISABLE_XET="1",
+               PYTHONPATH=REPO_ROOT, HF_HOME=str(tmp_path / "home"))
+    proc = subprocess.Popen([sys.executable, "-m", "hf_tpu_ext", "push", str(out), "--hub_token", loopback_hub.token],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not [r for r in loopback_hub.server.requests if r["route"] == "commit"]:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 10
+    assert proc.returncode == 130 and "hf-tpu push: interrupted before the upload landed" in err
+    assert "Traceback" not in err and loopback_hub.token not in err
+    assert _staging_dirs(tmp) == []
+
+
 def test_push_command_include_checkpoint_trainer_folder(loopback_hub, tmp_path, capsys):
     from hf_tpu_ext.cli import main
 

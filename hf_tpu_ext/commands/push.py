@@ -129,11 +129,18 @@ def push(output_dir: str, hub_model_id: Optional[str] = None, hub_token: Optiona
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of ``hf-tpu push``; prints the commit URL. Returns 0."""
+    """Entry point of ``hf-tpu push``; prints the commit URL. Returns 0, or 130 when interrupted (Ctrl-C)."""
+    import sys
+
     args = build_parser().parse_args(argv)
-    url = push(args.output_dir, args.hub_model_id, args.hub_token, private=args.private, revision=args.revision,
-               commit_message=args.commit_message, include_checkpoint=args.include_checkpoint,
-               max_retries=args.max_retries, timeout=args.timeout, license=args.license,
-               language=args.language, dataset_name=args.dataset_name)
+    try:
+        url = push(args.output_dir, args.hub_model_id, args.hub_token, private=args.private, revision=args.revision,
+                   commit_message=args.commit_message, include_checkpoint=args.include_checkpoint,
+                   max_retries=args.max_retries, timeout=args.timeout, license=args.license,
+                   language=args.language, dataset_name=args.dataset_name)
+    except KeyboardInterrupt:
+        print("hf-tpu push: interrupted before the upload landed; nothing local changed, run the command again.",
+              file=sys.stderr)
+        return 130
     print(url)
     return 0
