@@ -423,6 +423,21 @@ def test_exception_in_training_reports_pending_and_cleans_staging(loopback_hub, 
         pusher.push_save(str(folder), step=3)
 
 
+def test_staging_folders_of_killed_processes_are_removed(loopback_hub, own_tmp):
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = own_tmp / f"hf-tpu-push-{done.stdout.strip()}-abc123"
+    (dead / "000001").mkdir(parents=True)
+    (dead / "000001" / "model.safetensors").write_bytes(b"\0" * 64)
+    alive = own_tmp / f"hf-tpu-push-{os.getppid()}-def456"  # a running process's folder stays
+    alive.mkdir()
+    pusher = HubPusher("stale", token=loopback_hub.token)
+    pusher.preflight()
+    assert not dead.exists() and alive.is_dir()
+    assert os.path.basename(pusher.staging_root).startswith(f"hf-tpu-push-{os.getpid()}-")
+    pusher.close()
+    assert sorted(_staging_dirs(own_tmp)) == [alive.name]
+
+
 _CHILD = textwrap.dedent("""
     import os, sys, time, logging
     logging.basicConfig(level=logging.INFO)

@@ -13,7 +13,8 @@ commit whose reply is lost or unreadable (an empty 200, a dropped connection) is
 commit list by a per-push id before it is sent again, so it is never committed twice.
 
 The report keeps totals and the last :data:`REPORT_LIMIT` outcomes: memory stays flat however long a run
-pushes. Staging folders live under one ``hf-tpu-push-*`` temp folder that :meth:`PushQueue.close` removes.
+pushes. Staging folders live under one ``hf-tpu-push-<pid>-*`` temp folder that :meth:`PushQueue.close`
+removes; a new queue removes those of processes that ended without cleaning up (``kill -9``).
 
 Example:
     >>> q = PushQueue("alice/my-model", token)
@@ -211,6 +212,40 @@ def _describe(err: BaseException) -> str:
     return f"HTTP {status}: {first}" if status is not None else first
 
 
+def remove_stale_staging(tmp: Optional[str] = None) -> List[str]:
+    """Remove the ``hf-tpu-push-<pid>-*`` staging folders of processes that no longer run (e.g. killed with -9).
+
+    A folder whose process id is alive (or cannot be checked) is left alone.
+
+    Returns:
+        The folders removed.
+    """
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for name in names:
+        rest = name[len(STAGING_PREFIX):] if name.startswith(STAGING_PREFIX) else ""
+        pid = rest.split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or another user's): not ours to touch
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OSError, OverflowError):
+            continue
+        path = os.path.join(tmp, name)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    if removed:
+        logger.info("Removed %d staging folder(s) of ended processes: %s", len(removed), ", ".join(removed))
+    return removed
+
+
 def copy_tree(src: str, dest: str, allow: Optional[List[str]] = None, ignore: Optional[List[str]] = None) -> int:
     """Copy the files of ``src`` into ``dest`` (created), filtered like ``upload_folder``; return the file count.
 
@@ -269,7 +304,8 @@ class PushQueue:
         self._dropped: Deque[str] = collections.deque(maxlen=REPORT_LIMIT)  # pending when the queue closed
         self._closed = False
         self._seq = 0
-        self._staging_root = tempfile.mkdtemp(prefix=STAGING_PREFIX)
+        remove_stale_staging()
+        self._staging_root = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-")
         self._thread = threading.Thread(target=self._run, name=f"hf-tpu-push-{repo_id}", daemon=True)
         self._thread.start()
 
