@@ -107,7 +107,7 @@ def test_kill_at_every_phase_then_resume_ends_like_an_uninterrupted_run(loopback
     _assert_same_run(out, ref)
 
     files = hub.server.files(REPO)
-    assert hub.server.commits(REPO)[0]["message"] == "End of training"  # newest first
+    assert hub.server.commits(REPO)[-1]["message"] == "End of training"  # the newest commit
     assert files["model.safetensors"] == (out / "model.safetensors").read_bytes()
     assert json.loads(files["last-checkpoint/trainer_state.json"])["global_step"] == 20
     summary = json.loads((out / "training_summary.json").read_text())
