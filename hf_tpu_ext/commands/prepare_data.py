@@ -112,6 +112,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         int: 0 on success.
 
     Raises:
+        MissingExtraError: TensorFlow or datasets not installed (``pip install 'hf-tpu-ext[tensorflow]'``).
         DataError, TokenizerError, CorpusTooSmallError: bad data or tokenizer (the CLI prints them).
         OutputDirError: ``--output_path`` already holds shards and ``--overwrite_output_path`` is not set.
         SystemExit: unknown flags or ``--help`` (argparse).
@@ -126,6 +127,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.usage = "%(prog)s --output_path PATH [--name value ...]   (every argument: %(prog)s --help)"
     model_args, data_args, prep_args = parser.parse_args_into_dataclasses(args=argv)
 
+    from hf_tpu_ext.extras import require_extra
+
+    # before the data modules import datasets/TensorFlow: the install command, not a ModuleNotFoundError
+    require_extra("tensorflow", "hf-tpu prepare-data", ("tensorflow", "datasets", "transformers"))
     from hf_tpu_ext.data.blocks import tokenize_into_blocks
     from hf_tpu_ext.data.loading import describe_data_source, is_tfrecord_source, load_text_datasets
     from hf_tpu_ext.data.sharding import permutation_order

@@ -56,6 +56,24 @@ def _check_model(model: str, revisions: List[Optional[str]]) -> None:
         check_model_ref(model, "MODEL", revision=rev)
 
 
+def _check_frameworks(backend: Optional[str]) -> None:
+    """The framework of ``--backend`` (or, for auto, PyTorch or TensorFlow) is installed; checked without importing it.
+
+    Raises:
+        MissingExtraError: names the pip extra to install.
+    """
+    from hf_tpu_ext.errors import MissingExtraError
+    from hf_tpu_ext.extras import missing_for, require_extra
+
+    if backend == "torch":
+        require_extra("torch", "hf-tpu probe --backend torch", ("torch",))
+    elif backend == "tensorflow":
+        require_extra("tensorflow", "hf-tpu probe --backend tensorflow", ("tensorflow",))
+    elif missing_for("torch", ("torch",)) and missing_for("tensorflow", ("tensorflow",)):
+        raise MissingExtraError("hf-tpu probe runs the model with PyTorch or TensorFlow, and neither is installed: "
+                                "pip install 'hf-tpu-ext[torch]' (or '[tensorflow]').")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run ``hf-tpu probe``; prints one line (or JSON object) per revision.
 
@@ -66,8 +84,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         DataError: the probe file is missing, not UTF-8, malformed, or has probes this tokenizer cannot score.
         ArgumentError: a bad model reference or batch size, or a model/revision that cannot be loaded.
         HubRepoError, HubAuthError: the repo or a revision does not exist or cannot be reached (named at once).
+        MissingExtraError: neither PyTorch nor TensorFlow (or not the ``--backend`` one) is installed.
     """
     args = build_parser().parse_args(argv)
+    _check_frameworks(args.backend)
     from hf_tpu_ext import probes
 
     if args.batch_size < 1:
