@@ -120,21 +120,14 @@ def check_backend(training_args) -> None:
 
     Raises:
         MissingExtraError: the TensorFlow backend without ``pip install 'hf-tpu-ext[tensorflow]'``.
-        BackendError: ``--backend torch_xla`` without torch_xla.
+        MissingExtraError: ``--backend torch_xla`` without ``pip install 'hf-tpu-ext[torch-xla]'``.
     """
-    if training_args.backend != "torch_xla":
-        from hf_tpu_ext.extras import require_extra
+    from hf_tpu_ext.extras import require_extra
 
+    if training_args.backend != "torch_xla":
         require_extra("tensorflow", "the TensorFlow backend")
     else:
-        import importlib.util
-
-        if importlib.util.find_spec("torch_xla") is None:
-            raise BackendError(
-                "--backend torch_xla needs PyTorch/XLA, which is not installed. Install it with "
-                "`pip install torch==2.9.1 torch_xla==2.9.0 accelerate` (torch_xla needs exactly torch 2.9.x), "
-                "or use the default --backend tensorflow."
-            )
+        require_extra("torch-xla", "--backend torch_xla")
 
 
 def check_data_files(data_args) -> None:

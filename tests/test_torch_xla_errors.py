@@ -1,5 +1,6 @@
 """Backend selection errors and the torch callback registry; no torch_xla needed (these run in every venv)."""
 
+import importlib.util
 import subprocess
 import sys
 import warnings
@@ -9,7 +10,7 @@ import pytest
 
 from hf_tpu_ext.errors import ArgumentError, BackendError, RecompilationError, UnknownCallbackError
 
-INSTALL = "pip install torch==2.9.1 torch_xla==2.9.0"
+INSTALL = "pip install 'hf-tpu-ext[torch-xla]'"
 
 # `hf-tpu train` with importlib's view of torch_xla removed: the same path as a venv without torch_xla
 _NO_TORCH_XLA = (
@@ -29,15 +30,19 @@ def test_unknown_backend_is_an_argument_error_listing_the_backends():
     assert str(err.value) == "Unknown --backend 'jax'; choose one of: tensorflow, torch_xla."
 
 
-def test_cli_backend_torch_xla_without_torch_xla_names_the_install_command(tmp_path):
+@pytest.mark.parametrize("report_to", [[], ["--report_to", "none"]])
+def test_cli_backend_torch_xla_without_torch_xla_names_the_extra(tmp_path, report_to):
+    # the extra is checked first: without it, --report_to tensorboard (the default) would be named first
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-c", _NO_TORCH_XLA, "train", "--backend", "torch_xla", "--output_dir",
-                           str(out), "--max_steps", "2"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("hf-tpu train: error: --backend torch_xla needs PyTorch/XLA, which is not installed.")
-    assert INSTALL in last
-    assert not out.exists()  # nothing written before the check
+    missing = ", ".join(m for m in ("torch", "torch_xla", "transformers", "accelerate")
+                        if m == "torch_xla" or importlib.util.find_spec(m) is None)
+    for spelling in (["--backend", "torch_xla"], ["--backend=torch_xla"]):
+        proc = subprocess.run([sys.executable, "-c", _NO_TORCH_XLA, "train", *spelling, "--output_dir", str(out),
+                               "--max_steps", "1", *report_to], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        assert proc.stderr.strip().splitlines()[-1] == (
+            f"hf-tpu train: error: --backend torch_xla needs: {INSTALL} (missing: {missing}).")
+        assert not out.exists()  # nothing written before the check
 
 
 def test_require_torch_xla_messages(monkeypatch):

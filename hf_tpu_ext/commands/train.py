@@ -6,15 +6,38 @@ as ``hf-tpu`` reports them (non-zero).
 """
 
 import json
+import os
 import sys
 
 
-def main(argv=None) -> int:
-    import os
+def _backend_in_argv(argv) -> str:
+    """The ``--backend`` a command line asks for (``--backend X``, ``--backend=X`` or a leading JSON config)."""
+    backend = "tensorflow"
+    if argv and argv[0].endswith(".json") and os.path.isfile(argv[0]):
+        try:
+            with open(argv[0], encoding="utf-8") as f:
+                data = json.load(f)
+            if isinstance(data, dict) and isinstance(data.get("backend"), str):
+                backend = data["backend"]
+        except (OSError, ValueError):
+            pass
+    for i, arg in enumerate(argv):
+        if arg == "--backend" and i + 1 < len(argv):
+            backend = argv[i + 1]
+        elif arg.startswith("--backend="):
+            backend = arg.split("=", 1)[1]
+    return backend
 
+
+def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "torch_xla" in argv:  # keep transformers from importing TensorFlow before torch_xla
         os.environ.setdefault("USE_TF", "0")
+    if _backend_in_argv(argv) == "torch_xla" and "--help" not in argv and "-h" not in argv:
+        from hf_tpu_ext.extras import require_extra
+
+        # first: the extra also brings what other flags need (tensorboard for --report_to, accelerate)
+        require_extra("torch-xla", "--backend torch_xla")
     from hf_tpu_ext.hub.model_ref import check_model_refs_in_argv
 
     if "--help" not in argv and "-h" not in argv:

@@ -13,7 +13,7 @@ import os
 
 from hf_tpu_ext.errors import BackendError
 
-INSTALL_HINT = ("`pip install torch==2.9.1 torch_xla==2.9.0 accelerate` (torch_xla needs exactly torch 2.9.x), "
+INSTALL_HINT = ("`pip install 'hf-tpu-ext[torch-xla]'` (torch_xla 2.9 needs exactly torch 2.9.x), "
                 "or use the default --backend tensorflow")
 
 
