@@ -11,6 +11,11 @@ def test_argument_reference_is_current():
                          capture_output=True, text=True, check=True).stdout
     readme = (REPO_ROOT / "README.md").read_text()
     assert out.strip() in readme, "README argument reference is stale: run scripts/argument_reference.py"
+    # pasted once: each of its section titles appears exactly once in the README
+    titles = [line for line in out.splitlines() if line.startswith("#### ")]
+    assert titles == ["#### Model (`ModelArguments`)", "#### Data (`DataTrainingArguments`)",
+                      "#### Training (`TrainingArguments`)", "#### Defaults that differ from transformers"]
+    assert {title: readme.count(title) for title in titles} == {title: 1 for title in titles}
     assert out.count("| `--") >= 60
 
 
