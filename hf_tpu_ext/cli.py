@@ -22,8 +22,20 @@ COMMANDS = {
 }
 
 
+def _version() -> str:
+    """The installed distribution's version (the package's own ``__version__`` when run from a source tree)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("hf-tpu-ext")
+    except metadata.PackageNotFoundError:
+        from hf_tpu_ext import __version__
+
+        return __version__
+
+
 def _usage() -> str:
-    lines = ["usage: hf-tpu <command> [<args>]", "", "commands:"]
+    lines = ["usage: hf-tpu <command> [<args>]", "       hf-tpu --version", "", "commands:"]
     width = max(len(n) for n in COMMANDS)
     for name, (_, help_text) in COMMANDS.items():
         lines.append(f"  {name.ljust(width)}  {help_text}")
@@ -37,6 +49,9 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
+        return 0
+    if argv[0] in ("--version", "-V", "version"):
+        print(f"hf-tpu-ext {_version()}")
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:

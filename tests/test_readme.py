@@ -58,3 +58,16 @@ def test_packaging_layers_match_the_readme_and_the_extras_module():
     test_sh = (REPO_ROOT / "scripts" / "test.sh").read_text()
     assert 'pip install -q -e ".[tensorflow,demo,test]"' in test_sh and "scripts/test_env_*.sh" in test_sh
     assert {"test_env_current.sh", "test_env_torch_xla.sh"} <= {p.name for p in (REPO_ROOT / "scripts").glob("test_env_*.sh")}
+
+
+def test_cli_version():
+    from importlib.metadata import version
+
+    for flag in ("--version", "-V"):
+        out = subprocess.run([sys.executable, "-m", "hf_tpu_ext", flag], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == f"hf-tpu-ext {version('hf-tpu-ext')}\n"
+        assert out.stderr == ""
+    usage = subprocess.run([sys.executable, "-m", "hf_tpu_ext", "--help"], capture_output=True, text=True,
+                           check=True).stdout
+    assert usage.splitlines()[:2] == ["usage: hf-tpu <command> [<args>]", "       hf-tpu --version"]
