@@ -31,7 +31,8 @@ API (``gradio_client``; only the first argument of each endpoint is required)::
 Concurrency: single-sentence requests (``/fill_mask``, ``/compare`` and the page's Fill button) share one
 queue (``concurrency_id="fill_mask"``) and are batched (``batch=True``: up to 16 queued sentences run as one
 forward pass); probe sets have their own queue (one at a time, scored 64 probes per forward pass), so a
-probe set never holds up single sentences.
+probe set never holds up single sentences. PyTorch runs one intra-op thread per request
+(``FILL_MASK_TORCH_THREADS``, default 1): the parallel requests use the cores instead.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ BACKEND_ENV = "FILL_MASK_BACKEND"
 MODEL_ENV = "MODEL_ID"
 REVISION_ENV = "MODEL_REVISION"
 CACHE_ENV = "MODEL_CACHE_SIZE"
+THREADS_ENV = "FILL_MASK_TORCH_THREADS"
 MODEL_ID_FILE = "model_id.txt"
 DEFAULT_TOP_K = 5
 DEFAULT_CONCURRENCY_LIMIT = 4
@@ -821,7 +823,7 @@ def probe_rows(result: Dict[str, Any]) -> List[list]:
 
 
 def probe_frame(result: Dict[str, Any]):
-    """Long-format ``pandas.DataFrame`` (``step``, ``score``, ``metric``) for the chart across revisions.
+    """Long-format ``pandas.DataFrame`` (``step``, ``score``, ``metric``) of a probe result, by step.
 
     Revisions without a known step are placed by their order instead (x = 0, 1, ...).
     """
@@ -834,8 +836,29 @@ def probe_frame(result: Dict[str, Any]):
         for key, name in (("top1", "top-1"), ("top5", "top-5"), ("mrr", "MRR")):
             records.append({"step": x, "score": r[key], "metric": name})
     frame = pd.DataFrame(records, columns=["step", "score", "metric"])
-    # typed even when empty: the chart's axes take their kind (quantitative, not categories) from the dtypes
-    return frame.astype({"step": "int64", "score": "float64", "metric": "object"})
+    return frame.astype({"step": "float64", "score": "float64", "metric": "object"})
+
+
+def probe_chart(result: Dict[str, Any]):
+    """A matplotlib figure: top-1, top-5 and MRR (y, 0 to 1) against the training step (x) per revision."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display in a Space
+    from matplotlib.figure import Figure
+
+    frame = probe_frame(result)
+    fig = Figure(figsize=(9, 3.2), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    for metric, group in frame.groupby("metric", sort=False):
+        ax.plot(group["step"], group["score"], marker="o", label=metric)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("score")
+    ax.set_title("Probe scores across revisions")
+    ax.grid(alpha=0.3)
+    if len(frame):
+        ax.legend(loc="lower right")
+    return fig
 
 
 def _choices(listing: List[Dict[str, Any]]) -> List[Tuple[str, str]]:
@@ -854,7 +877,8 @@ def _batched(fn):
 
 def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str] = None,
                revision: Optional[str] = None, concurrency_limit: int = DEFAULT_CONCURRENCY_LIMIT,
-               predictor: Optional[FillMaskPredictor] = None, cache_size: Optional[int] = None):
+               predictor: Optional[FillMaskPredictor] = None, cache_size: Optional[int] = None,
+               torch_threads: Optional[int] = None):
     """Build the Gradio app (queued, not launched).
 
     Args:
@@ -865,6 +889,8 @@ def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str]
             their own queue).
         predictor: an already loaded :class:`FillMaskPredictor` of the default revision.
         cache_size: models kept loaded (default ``$MODEL_CACHE_SIZE`` or 4).
+        torch_threads: PyTorch intra-op threads of the process (default ``$FILL_MASK_TORCH_THREADS`` or 1: the
+            server's parallel requests use the cores; 0 leaves torch's default).
 
     Returns:
         A ``gr.Blocks`` with the endpoints ``/fill_mask``, ``/compare``, ``/probe``, ``/revisions`` (see the
@@ -877,6 +903,13 @@ def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str]
     """
     import gradio as gr
 
+    threads = torch_threads if torch_threads is not None else int(os.environ.get(THREADS_ENV) or 1)
+    if threads > 0 and select_backend(backend) == "torch":
+        import torch
+
+        # Requests run in parallel threads (batches, the probe queue); intra-op threads on top of them
+        # oversubscribe the cores, and OpenMP's spinning then made a probe set 5-10x slower on 2 cores.
+        torch.set_num_threads(threads)
     if predictor is not None:
         model_id_or_path = model_id_or_path or predictor.model_id
     model_id_or_path = model_id_or_path or default_model_id()
@@ -934,7 +967,7 @@ def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str]
         chosen = list(picked or []) or [r for r in (rev_a, rev_b) if r is not None]
         result = bench.probe(text, chosen or [""])
         status = ("" if result["ok"] else "**Note:** ") + html.escape(result["message"])
-        return probe_rows(result), probe_frame(result), status, result
+        return probe_rows(result), probe_chart(result), status, result
 
     def read_upload(path):
         if not path:
@@ -1017,9 +1050,7 @@ def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str]
                 probe_message = gr.Markdown(elem_id="probe-message")
                 probe_table = gr.Dataframe(headers=PROBE_HEADERS, label="Scores per revision", interactive=False,
                                            elem_id="probe-table")
-                probe_plot = gr.LinePlot(probe_frame({}), x="step", y="score", color="metric",
-                                         title="Probe scores across revisions", x_title="training step",
-                                         y_title="score", elem_id="probe-plot", height=320)
+                probe_plot = gr.Plot(label="Probe scores across revisions", elem_id="probe-plot")
                 probe_raw = gr.JSON(visible=False)
 
         fill_group = dict(concurrency_id="fill_mask", concurrency_limit=concurrency_limit)

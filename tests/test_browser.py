@@ -193,7 +193,7 @@ def test_bench_side_by_side_and_probe_chart(trained_model_dir, loopback_hub, tmp
             table = page.locator("#probe-table").inner_text()
             for title in ("Training in progress, step 10", "Training in progress, step 20", "End of training"):
                 assert label[title] in table
-            page.locator("#probe-plot canvas, #probe-plot svg").first.wait_for(timeout=30_000)
+            page.locator("#probe-plot img").first.wait_for(timeout=30_000)  # the matplotlib chart
             page.wait_for_timeout(1000)  # let the chart finish drawing before the screenshot
             page.screenshot(path=os.path.join(ARTIFACTS, "bench-probe-chart.png"), full_page=True)
         finally:

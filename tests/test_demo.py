@@ -368,7 +368,8 @@ def test_space_requirements_pinned_to_the_tested_versions():
     # CPU torch: PyTorch's CPU index, and the +cpu build pinned (PyPI's Linux torch pulls CUDA libraries)
     assert lines[0] == "--extra-index-url https://download.pytorch.org/whl/cpu"
     pins = dict(line.split("==") for line in lines[1:])
-    assert set(pins) == {"torch", "numpy", "safetensors", "tokenizers", "transformers", "huggingface_hub", "gradio"}
+    assert set(pins) == {"torch", "numpy", "safetensors", "tokenizers", "transformers", "huggingface_hub", "gradio",
+                         "matplotlib"}
     assert pins.pop("torch") == version("torch").split("+")[0] + "+cpu"
     for name, pinned in pins.items():
         assert pinned == version(name), name

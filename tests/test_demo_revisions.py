@@ -59,6 +59,8 @@ def write_probe_file(path, tokenizer, n: int = 200, max_tokens: int = 30) -> int
                 w = window[j]
                 if w.isalpha() and w.islower() and "\u0120" + w in vocab:
                     sentence = " ".join(window[:j] + ["<mask>"] + window[j + 1:])
+                    if sentence.startswith("#") or "=>" in sentence or "\u21d2" in sentence:
+                        break  # a comment line or an arrow inside the sentence would change the probe
                     if len(tokenizer(sentence.replace("<mask>", tokenizer.mask_token))["input_ids"]) <= max_tokens:
                         lines.append(f"{sentence} \u21d2 {w}")
                     break
