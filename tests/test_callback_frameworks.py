@@ -181,3 +181,43 @@ def test_keras_entry_point_group(tmp_path, monkeypatch, clean_registry):
     assert registry.callback_frameworks()["k3_plugin"] == ["keras"]
     cls = registry.get_callback_class("k3_plugin", framework="keras")
     assert (cls.__module__, cls.__name__) == ("hftpu_k3_plugin", "K3Plugin")
+
+
+def test_trainer_script_without_framework_gets_the_torch_callbacks(tmp_path):
+    # transformers 4 with TensorFlow installed loads tf_keras on `from transformers import Trainer`
+    code = textwrap.dedent("""
+        import sys
+        from transformers import Trainer, TrainerCallback
+        from hf_tpu_ext.callbacks import get_callback
+        cb = get_callback("throughput", seq_length=32, global_batch_size=8)
+        push = get_callback("push_to_hub", output_dir=sys.argv[1], hub_model_id="me/m")
+        print("LOADED", "tf_keras" in sys.modules, "torch" in sys.modules)
+        print(type(cb).__module__, isinstance(cb, TrainerCallback), hasattr(cb, "on_init_end"))
+        print(type(push).__module__, isinstance(push, TrainerCallback))
+    """)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-3:] == [
+        "LOADED True True",
+        "hf_tpu_ext.callbacks.torch.throughput True True",
+        "hf_tpu_ext.callbacks.torch.push_to_hub True",
+    ]
+
+
+def test_several_frameworks_loaded_without_a_trainer_asks_for_framework(monkeypatch):
+    import tf_keras  # noqa: F401
+    import torch  # noqa: F401
+
+    monkeypatch.delitem(sys.modules, "transformers.trainer", raising=False)
+    assert registry.loaded_frameworks() == ["tf_keras", "torch"]
+    with pytest.raises(ArgumentError) as err:
+        registry.get_callback("throughput", seq_length=32, global_batch_size=8)
+    assert str(err.value) == (
+        "Cannot tell which framework the callback is for: tf_keras, torch are loaded in this process. "
+        "Pass framework='tf_keras', 'keras' or 'torch', or model= (the model or Trainer it is used with).")
+    monkeypatch.setitem(sys.modules, "transformers.trainer", sys.modules.get("transformers"))
+    assert registry.default_framework() == "torch"
+    # only one framework loaded: that one, whatever else is installed
+    monkeypatch.delitem(sys.modules, "torch")
+    assert registry.loaded_frameworks() == ["tf_keras"]
+    assert registry.default_framework() == "tf_keras"

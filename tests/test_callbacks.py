@@ -56,7 +56,7 @@ def test_unknown_callback_lists_known_names():
     assert {"masked_lm_metrics", "push_to_hub", "throughput", "xla_recompile_guard"} <= set(listed)
     assert isinstance(err.value, KeyError)
     with pytest.raises(UnknownCallbackError, match="Unknown callback 'bar'"):
-        registry.get_callback("bar")
+        registry.get_callback("bar", framework="tf_keras")
 
 
 def test_builtin_classes_resolve_lazily_and_are_keras_callbacks():
@@ -66,7 +66,7 @@ def test_builtin_classes_resolve_lazily_and_are_keras_callbacks():
     assert [c.__name__ for c in classes] == ["ThroughputCallback", "XLARecompileGuard", "MaskedLMMetrics"]
     assert all(issubclass(c, tf_keras.callbacks.Callback) for c in classes)
     assert registry._REGISTRY["throughput"] is classes[0]  # the string entry was replaced by the class
-    cb = registry.get_callback("throughput", global_batch_size=8, seq_length=16)
+    cb = registry.get_callback("throughput", framework="tf_keras", global_batch_size=8, seq_length=16)
     assert (cb.global_batch_size, cb.seq_length, cb.num_replicas) == (8, 16, 1)
 
 
@@ -136,7 +136,7 @@ def test_entry_point_callbacks(tmp_path, monkeypatch, clean_registry):
     assert cls.__name__ == "PluginCallback" and cls.__module__ == "hftpu_plugin_mod"
     assert registry.resolve_callbacks(["throughput"])[0].__name__ == "ThroughputCallback"
     with pytest.raises(ArgumentError, match="not a tf_keras.callbacks.Callback subclass"):
-        registry.get_callback("broken_cb")
+        registry.get_callback("broken_cb", framework="tf_keras")
     with pytest.raises(UnknownCallbackError, match="broken_cb, masked_lm_metrics, plugin_cb, push_to_hub"):
         registry.resolve_callbacks(["nope"])
 
@@ -145,8 +145,8 @@ def test_import_failure_breaks_only_that_callback(clean_registry):
     registry._REGISTRY["ghost"] = "hf_tpu_ext.callbacks.no_such_module:Ghost"
     registry._DESCRIPTIONS["ghost"] = "Missing on purpose."
     with pytest.raises(registry.CallbackImportError, match="Callback 'ghost' .* could not be imported"):
-        registry.get_callback_class("ghost")
-    assert registry.get_callback_class("xla_recompile_guard").__name__ == "XLARecompileGuard"
+        registry.get_callback_class("ghost", framework="tf_keras")
+    assert registry.get_callback_class("xla_recompile_guard", framework="tf_keras").__name__ == "XLARecompileGuard"
 
 
 # ---------------------------------------------------------------------------------------------- FLOPs

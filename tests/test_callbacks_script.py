@@ -26,10 +26,10 @@ def script_run():
     _, model, train_ds, eval_ds = script.build(args)
     fpt = flops_per_token(model.config, args.max_length)  # the stock model runs its head at every position
     callbacks = [
-        get_callback("throughput", global_batch_size=args.batch_size, seq_length=args.max_length,
+        get_callback("throughput", model=model, global_batch_size=args.batch_size, seq_length=args.max_length,
                      flops_per_token=fpt, peak_flops=1e12),
-        get_callback("xla_recompile_guard", action="raise"),
-        get_callback("masked_lm_metrics", eval_dataset=eval_ds),
+        get_callback("xla_recompile_guard", model=model, action="raise"),
+        get_callback("masked_lm_metrics", model=model, eval_dataset=eval_ds),
     ]
     history = script.train(model, train_ds, eval_ds, args, callbacks=callbacks)
     return dict(script=script, args=args, model=model, train_ds=train_ds, eval_ds=eval_ds, fpt=fpt,
@@ -90,7 +90,7 @@ def test_every_n_steps_evaluation(script_run):
     step_fn = make_eval_step(model, model.distribute_strategy, None)  # the cached one the callback uses
     traces = step_fn.experimental_get_tracing_count()
     assert traces >= 1
-    cb = get_callback("masked_lm_metrics", eval_dataset=script_run["eval_ds"], eval_steps=1, every_n_steps=2)
+    cb = get_callback("masked_lm_metrics", model=script_run["model"], eval_dataset=script_run["eval_ds"], eval_steps=1, every_n_steps=2)
     history = model.fit(script_run["train_ds"], epochs=1, callbacks=[cb], verbose=0)
     # steps_per_execution=2: calls end at start+2, +4, +6, each crossing a multiple of 2
     assert [e["step"] for e in cb.history] == [start + 2, start + 4, start + 6]

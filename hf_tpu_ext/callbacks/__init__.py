@@ -10,9 +10,11 @@ Every built-in name exists for three frameworks:
   :mod:`hf_tpu_ext.callbacks.torch`, for ``--backend torch_xla`` and any ``Trainer`` script (extra ``[torch]``).
 
 :func:`get_callback` picks the implementation for the model it is used with (``model=``: a tf_keras model, a
-Keras 3 model, a torch module or a ``Trainer``), or the ``framework=`` argument; with neither, the first
-framework the process has imported, in the order tf_keras, keras, torch (tf_keras first: importing
-TensorFlow also loads Keras 3), else the first one installed. Pass ``framework=`` where several are loaded.
+Keras 3 model, a torch module or a ``Trainer``), or the ``framework=`` argument; with neither, the one
+framework the process has imported, or torch in a ``Trainer`` script (``transformers.trainer`` imported),
+else the first one installed when none is imported (see :func:`default_framework`); where several are
+loaded outside a Trainer script it raises :class:`~hf_tpu_ext.errors.ArgumentError`: pass ``framework=``
+or ``model=``.
 
 Built-in callbacks are registered as ``"module:Class"`` strings with a one-line description, so importing
 this package (``hf-tpu callbacks``, argument checks) imports no framework; a callback's module is imported
@@ -178,19 +180,43 @@ def _keras3_loaded() -> bool:
     return str(version).split(".")[0].isdigit() and int(str(version).split(".")[0]) >= 3
 
 
+def loaded_frameworks() -> List[str]:
+    """The callback frameworks this process has imported, in :data:`FRAMEWORKS` order (nothing is imported).
+
+    Keras 3 counts only when tf_keras is not loaded: importing TensorFlow (which tf_keras does) loads Keras 3
+    as a side effect, so a loaded Keras 3 next to tf_keras says nothing about the script.
+    """
+    loaded = []
+    if "tf_keras" in sys.modules:
+        loaded.append("tf_keras")
+    elif _keras3_loaded():
+        loaded.append("keras")
+    if "torch" in sys.modules:
+        loaded.append("torch")
+    return loaded
+
+
 def default_framework() -> str:
     """The framework :func:`get_callback` uses without ``model=`` or ``framework=``.
 
-    The first framework the process has imported, in the order tf_keras, keras (Keras 3), torch (tf_keras
-    first: importing TensorFlow also loads Keras 3, and transformers 4 loads TensorFlow when installed); if
-    none is imported yet, the first one installed; else ``"tf_keras"`` (whose error names the extra).
+    Rules, in order: the one framework the process has loaded (see :func:`loaded_frameworks`); ``"torch"``
+    when ``transformers.trainer`` is loaded (a ``Trainer`` script: transformers 4 with TensorFlow installed
+    also loads tf_keras, so several frameworks are loaded there); with none loaded, the first one installed
+    (order tf_keras, keras, torch), else ``"tf_keras"`` (whose error names the extra).
+
+    Raises:
+        ArgumentError: several frameworks are loaded and no ``Trainer`` is; pass ``framework=`` or ``model=``.
     """
-    if "tf_keras" in sys.modules:
-        return "tf_keras"
-    if _keras3_loaded():
-        return "keras"
-    if "torch" in sys.modules:
+    loaded = loaded_frameworks()
+    if len(loaded) == 1:
+        return loaded[0]
+    if "transformers.trainer" in sys.modules:
         return "torch"
+    if loaded:
+        raise ArgumentError(
+            f"Cannot tell which framework the callback is for: {', '.join(loaded)} are loaded in this process. "
+            "Pass framework='tf_keras', 'keras' or 'torch', or model= (the model or Trainer it is used with)."
+        )
     from hf_tpu_ext.extras import missing_for
 
     for fw in FRAMEWORKS:
@@ -204,8 +230,8 @@ def pick_framework(framework: Optional[str] = None, model: Any = None, *, backen
     """The framework for a callback: ``framework=`` (or ``backend=``), else ``model``'s, else :func:`default_framework`.
 
     Raises:
-        ArgumentError: an unknown framework name, a model of no known framework, or a ``framework`` that is
-            not the model's.
+        ArgumentError: an unknown framework name, a model of no known framework, a ``framework`` that is
+            not the model's, or neither given while several frameworks are loaded (see :func:`default_framework`).
     """
     named = _framework_arg(framework, backend)
     if model is not None:
@@ -530,6 +556,7 @@ __all__ = [
     "framework_of",
     "get_callback",
     "get_callback_class",
+    "loaded_frameworks",
     "normalize_backend",
     "normalize_framework",
     "pick_framework",

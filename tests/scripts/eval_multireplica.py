@@ -93,9 +93,9 @@ def main():
     with strategy.scope():
         mirrored.compile(optimizer=tf_keras.optimizers.SGD(0.1))
     callbacks = [
-        get_callback("throughput", global_batch_size=4, seq_length=L, num_replicas=NUM_REPLICAS, warmup_steps=1),
-        get_callback("xla_recompile_guard", action="raise"),
-        get_callback("masked_lm_metrics", eval_dataset=ds(stock), prefix="val_"),
+        get_callback("throughput", framework="tf_keras", global_batch_size=4, seq_length=L, num_replicas=NUM_REPLICAS, warmup_steps=1),
+        get_callback("xla_recompile_guard", framework="tf_keras", action="raise"),
+        get_callback("masked_lm_metrics", framework="tf_keras", eval_dataset=ds(stock), prefix="val_"),
     ]
     history = mirrored.fit(train, epochs=2, steps_per_epoch=3, callbacks=callbacks, verbose=0)
     out["fit_history"] = {k: [float(x) for x in v] for k, v in history.history.items()}
