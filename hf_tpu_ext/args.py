@@ -365,6 +365,8 @@ class TrainingArguments:
             self.resume_from_checkpoint = None
         if self.probe_file:
             self._check_probe_file()
+        if self.hub_model_id is not None:
+            check_repo_id(self.hub_model_id, "--hub_model_id")  # before TensorFlow starts, not at the first push
         if self.hub_space_id and not self.push_to_hub:
             raise ArgumentError("--hub_space_id deploys a Space for the pushed model: add --push_to_hub (and --hub_model_id).")
         if self.logging_dir is None:
@@ -525,6 +527,37 @@ def _check_number(name: str, value, low=None, high=None, low_open=False, high_op
         hi = "inf" if high is None else f"{high:g}"
         interval = f"{'(' if low_open or low is None else '['}{lo}, {hi}{')' if high_open or high is None else ']'}"
         raise ArgumentError(f"--{name} must be in {interval}, got {value!r}.")
+
+
+def check_repo_id(repo_id: str, flag: str) -> str:
+    """Refuse a Hub repo id of the wrong form at once (before any start-up or network request).
+
+    Uses ``huggingface_hub.utils.validate_repo_id`` (no request); its reason is kept, its ``repo_type`` hint
+    (meant for Python callers) dropped.
+
+    Args:
+        repo_id: ``"user/name"`` or ``"name"``.
+        flag: the option to name, e.g. ``"--hub_model_id"``.
+
+    Returns:
+        ``repo_id`` unchanged.
+
+    Raises:
+        ArgumentError: e.g. ``--hub_model_id 'bad repo//x' is not a valid Hub repo id: repo id must be in the
+            form 'repo_name' or 'namespace/repo_name'. Use the form 'user/name'.``
+    """
+    import re
+
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        reason = str(err).replace(" Use `repo_type` argument if needed.", "")
+        reason = re.sub(r":\s*'[^\n]*'\.?$", ".", reason)  # the id is named in our message already
+        raise ArgumentError(f"{flag} {repo_id!r} is not a valid Hub repo id: {reason[:1].lower()}{reason[1:]} "
+                            "Use the form 'user/name'.") from None
+    return repo_id
 
 
 def _resolve_report_to(value, backend: str) -> List[str]:

@@ -160,3 +160,41 @@ def test_train_names_a_missing_model_before_importing_transformers(tmp_path):
         f"hf-tpu train: error: --model_name_or_path 'user/some-model' is not a local folder, and the Hub at {endpoint} "
         "could not be reached to look it up (connection failed within 10 s). Check the network and HF_ENDPOINT, or set "
         "HF_HUB_OFFLINE=1 to use the local cache.\n")
+
+
+BAD_REPO_REASON = ("is not a valid Hub repo id: repo id must be in the form 'repo_name' or 'namespace/repo_name'. "
+                   "Use the form 'user/name'.")
+
+
+def test_malformed_hub_model_id_fails_in_the_argument_checks(tmp_path, capsys):
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.cli import main
+
+    with pytest.raises(ArgumentError) as err:
+        parse_args(["--output_dir", str(tmp_path / "o"), "--push_to_hub", "true", "--hub_model_id", "bad repo//x"])
+    assert str(err.value) == f"--hub_model_id 'bad repo//x' {BAD_REPO_REASON}"
+    with pytest.raises(ArgumentError) as err:
+        parse_args(["--output_dir", str(tmp_path / "o"), "--push_to_hub", "true", "--hub_model_id", "a--b/c"])
+    assert str(err.value) == "--hub_model_id 'a--b/c' is not a valid Hub repo id: cannot have -- or .. in repo_id. " \
+                             "Use the form 'user/name'."
+    assert not (tmp_path / "o").exists()
+
+    # hf-tpu push: before the output folder is read or the Hub is asked
+    assert main(["push", str(tmp_path / "missing"), "--hub_model_id", "bad repo//x"]) == 1
+    assert capsys.readouterr().err.strip() == f"hf-tpu push: error: --hub_model_id 'bad repo//x' {BAD_REPO_REASON}"
+
+
+def test_push_callbacks_refuse_a_malformed_repo_id_at_construction(tmp_path):
+    from hf_tpu_ext.callbacks.push_to_hub import PushToHubCallback as TfKerasPushToHub
+    from hf_tpu_ext.callbacks.torch.push_to_hub import PushToHubCallback as TorchPushToHub
+    from hf_tpu_ext.hub.pusher import HubPusher
+
+    for cls in (TfKerasPushToHub, TorchPushToHub):
+        with pytest.raises(ArgumentError) as err:
+            cls(output_dir=str(tmp_path), hub_model_id="bad repo//x")
+        assert str(err.value) == f"hub_model_id 'bad repo//x' {BAD_REPO_REASON}"
+    with pytest.raises(ArgumentError) as err:
+        HubPusher("bad repo//x", output_dir=str(tmp_path))
+    assert str(err.value) == f"repo_id 'bad repo//x' {BAD_REPO_REASON}"
+    assert TorchPushToHub(output_dir=str(tmp_path), hub_model_id="user/name").hub_model_id == "user/name"
+    assert os.listdir(tmp_path) == []

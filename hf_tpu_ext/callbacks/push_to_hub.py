@@ -27,6 +27,7 @@ from typing import Callable, List, Optional
 
 import tf_keras
 
+from hf_tpu_ext.args import check_repo_id
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.errors import ArgumentError, ModelCardError
 from hf_tpu_ext.hub.pusher import HUB_STRATEGIES, LAST_CHECKPOINT, HubPusher, note_step
@@ -83,7 +84,8 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
         report: the :class:`~hf_tpu_ext.hub.push_queue.PushReport` after training ended.
 
     Raises:
-        ArgumentError: an invalid strategy/mode, or ``save_strategy="steps"`` without ``save_steps >= 1``.
+        ArgumentError: an invalid strategy/mode, a malformed ``hub_model_id``, or ``save_strategy="steps"`` without
+            ``save_steps >= 1``.
     """
 
     def __init__(self, output_dir: str, save_strategy: str = "epoch", save_steps: Optional[int] = None, tokenizer=None,
@@ -103,6 +105,8 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
             raise ArgumentError("save_strategy='steps' needs save_steps >= 1 (global optimizer steps between pushes).")
         if mode not in ("min", "max"):
             raise ArgumentError(f"mode must be 'min' or 'max', got {mode!r}.")
+        if hub_model_id is not None:
+            check_repo_id(hub_model_id, "hub_model_id")  # at construction, not at the first push
         self.output_dir = os.fspath(output_dir)
         self.save_strategy, self.save_steps = save_strategy, int(save_steps) if save_steps else None
         self.tokenizer, self.hub_model_id, self.hub_strategy = tokenizer, hub_model_id, hub_strategy

@@ -91,13 +91,18 @@ def push(output_dir: str, hub_model_id: Optional[str] = None, hub_token: Optiona
         The commit URL.
 
     Raises:
-        ArgumentError: ``output_dir`` is not a model folder, or has no checkpoint for ``include_checkpoint``.
+        ArgumentError: a malformed ``hub_model_id``; ``output_dir`` is not a model folder, or has no checkpoint for
+            ``include_checkpoint``.
         HubAuthError, HubRepoError, HubError: see :meth:`hf_tpu_ext.hub.pusher.HubPusher.preflight`; HubError
             also when the upload failed after its retries or did not finish within ``timeout``.
         ModelCardError: the card does not validate.
     """
+    from hf_tpu_ext.args import check_repo_id
     from hf_tpu_ext.hub.model_card import load_summary, render_model_card, validate_model_card
     from hf_tpu_ext.hub.pusher import HubPusher
+
+    if hub_model_id is not None:
+        check_repo_id(hub_model_id, "--hub_model_id")
 
     if not os.path.isfile(os.path.join(output_dir, "config.json")) or not os.path.isfile(
             os.path.join(output_dir, "model.safetensors")):

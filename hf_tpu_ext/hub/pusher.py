@@ -39,7 +39,7 @@ import threading
 import weakref
 from typing import Optional
 
-from hf_tpu_ext.args import HUB_STRATEGIES  # the flag's choices: defined once, with the argument
+from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id  # the flag's choices: defined once, with the argument
 from hf_tpu_ext.errors import ArgumentError, HubError
 from hf_tpu_ext.hub.push_queue import REPORT_LIMIT, STAGING_PREFIX, PushQueue, PushReport
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
@@ -187,6 +187,8 @@ class HubPusher:
             raise ArgumentError(f"hub_strategy must be one of {', '.join(HUB_STRATEGIES)}, got {hub_strategy!r}.")
         if repo_id is None and output_dir is None:
             raise ArgumentError("HubPusher needs a repo_id (or an output_dir whose name becomes the repo name).")
+        if repo_id is not None:
+            check_repo_id(repo_id, "repo_id")  # a malformed id fails here, not at the first push
         self.repo_id = repo_id
         self.hub_strategy, self.private, self.revision = hub_strategy, private, revision
         self.output_dir = os.fspath(output_dir) if output_dir is not None else None

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional
 
 import keras
 
+from hf_tpu_ext.args import check_repo_id
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.keras import process_index
 from hf_tpu_ext.errors import ArgumentError, CheckpointError
@@ -144,6 +145,8 @@ class PushToHubCallback(keras.callbacks.Callback):
             raise ArgumentError(f"save_strategy must be one of {', '.join(SAVE_STRATEGIES)}, got {save_strategy!r}.")
         if save_strategy == "steps" and (save_steps is None or int(save_steps) < 1):
             raise ArgumentError("save_strategy='steps' needs save_steps >= 1 (global optimizer steps between pushes).")
+        if hub_model_id is not None:
+            check_repo_id(hub_model_id, "hub_model_id")  # on every process, at construction
         self.output_dir = os.fspath(output_dir)
         self.hub_strategy, self.save_strategy = hub_strategy, save_strategy
         self.save_steps = int(save_steps) if save_steps else None

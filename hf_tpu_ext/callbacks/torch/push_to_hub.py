@@ -29,6 +29,7 @@ from typing import Callable, List, Optional
 
 from transformers import TrainerCallback
 
+from hf_tpu_ext.args import check_repo_id
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.errors import ArgumentError, ModelCardError
 from hf_tpu_ext.hub.pusher import HUB_STRATEGIES, HubPusher, checkpoint_folder_name, note_step
@@ -123,6 +124,8 @@ class PushToHubCallback(TrainerCallback):
                  save_fn: Optional[Callable] = None, pusher: Optional[HubPusher] = None, **card_fields):
         if hub_strategy not in HUB_STRATEGIES:
             raise ArgumentError(f"hub_strategy must be one of {', '.join(HUB_STRATEGIES)}, got {hub_strategy!r}.")
+        if hub_model_id is not None:
+            check_repo_id(hub_model_id, "hub_model_id")  # at construction, not at the first push
         self.output_dir = os.fspath(output_dir) if output_dir else None
         self.hub_model_id, self.hub_strategy = hub_model_id, hub_strategy
         self.hub_private_repo, self.hub_revision = hub_private_repo, hub_revision
