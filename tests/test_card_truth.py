@@ -79,3 +79,66 @@ def test_script_push_callback_card_says_continued_with_model_index(trained_model
     assert "from scratch" not in text
     assert f"a local model folder (`{os.path.basename(str(trained_model_dir))}`, not on the Hub)" in text
     assert "model-index" in text and "value: 6.0" in text and f"value: {round(math.exp(6.0), 6)}" in text
+
+
+def _card_text(folder, files, **summary_kw):
+    folder.mkdir(exist_ok=True)
+    for name in files:
+        (folder / name).write_bytes(b"x")
+    return str(render_model_card(str(folder), repo_id="alice/m", summary=_summary(**summary_kw)))
+
+
+def test_tf_only_folder_card_shows_tensorflow_loaders_only(tmp_path):
+    text = _card_text(tmp_path / "tf", ["tf_model.h5", "config.json"], backend="tensorflow")
+    assert ("The weights are stored in TensorFlow format only (`tf_model.h5`), so load them with TensorFlow "
+            "(transformers 4.x):") in text
+    assert 'model = TFAutoModelForMaskedLM.from_pretrained("alice/m")' in text
+    assert 'fill_mask = pipeline("fill-mask", model="alice/m", framework="tf")' in text
+    assert 'For PyTorch, convert them while loading: `AutoModelForMaskedLM.from_pretrained("alice/m", from_tf=True)`.' in text
+    assert "model.safetensors" not in text and "use_safetensors=False" not in text
+
+
+def test_both_formats_card_shows_both_and_pytorch_only_claims_no_h5(tmp_path):
+    both = _card_text(tmp_path / "both", ["model.safetensors", "tf_model.h5"], backend="tensorflow")
+    assert "The weights are stored as PyTorch-format `model.safetensors`" in both
+    assert 'fill_mask = pipeline("fill-mask", model="alice/m")' in both
+    assert "With TensorFlow (transformers 4.x), the repo also holds the same weights as `tf_model.h5`:" in both
+    assert 'TFAutoModelForMaskedLM.from_pretrained("alice/m", use_safetensors=False)' in both
+    pt = _card_text(tmp_path / "pt", ["model.safetensors"], backend="pytorch", accelerator="cpu")
+    assert "The weights are stored as PyTorch-format `model.safetensors`" in pt
+    assert "tf_model.h5" not in pt and "TFAutoModelForMaskedLM" not in pt
+
+
+def test_trainer_card_names_the_real_framework_and_fills_progress(tmp_path):
+    text = _card_text(tmp_path / "pt", ["model.safetensors"], backend="pytorch", accelerator="cpu",
+                      global_step=12, epoch=2.0, global_batch_size=8)
+    assert "It was trained with hf-tpu-ext using PyTorch (transformers Trainer) on CPU." in text
+    assert "PyTorch/XLA" not in text
+    for row in ("| Backend | pytorch |", "| Accelerator | CPU |", "| Optimizer steps | 12 |", "| Epochs | 2 |",
+                "| Global batch size (sequences) | 8 |"):
+        assert row in text
+    xla = _card_text(tmp_path / "xla", ["model.safetensors"], backend="torch_xla")
+    assert "It was trained with hf-tpu-ext using PyTorch/XLA." in xla
+
+
+def test_torch_push_callback_card_fills_trainer_progress(tmp_path):
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    import torch
+
+    from hf_tpu_ext.callbacks.torch.push_to_hub import PushToHubCallback
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"x")
+    cb = PushToHubCallback(output_dir=str(out))
+    args = SimpleNamespace(train_batch_size=4, gradient_accumulation_steps=2, world_size=1, device=torch.device("cpu"))
+    cb._remember(args, SimpleNamespace(global_step=30, epoch=3.0))
+    cb._write_card()
+    text = (out / "README.md").read_text()
+    assert "It was trained with hf-tpu-ext using PyTorch (transformers Trainer) on CPU." in text
+    for row in ("| Optimizer steps | 30 |", "| Epochs | 3 |", "| Global batch size (sequences) | 8 |",
+                "| Accelerator | CPU |"):
+        assert row in text
+    assert "tf_model.h5" not in text

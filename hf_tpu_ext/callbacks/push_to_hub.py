@@ -367,6 +367,13 @@ class PushToHubCallback(tf_keras.callbacks.Callback):
                     summary[key] = value
             if not summary.get("eval_results") and getattr(self, "_last_eval", None):
                 summary["eval_results"] = dict(self._last_eval)
+            from hf_tpu_ext.callbacks import read_global_step
+
+            # what Keras knows; a batch size comes only from card_fields (global_batch_size=), fit does not say
+            progress = {"global_step": read_global_step(self.model), "epoch": self._epoch or None}
+            for key, value in progress.items():
+                if summary.get(key) is None and value is not None:
+                    summary[key] = value
         try:
             card = render_model_card(self.output_dir, repo_id=self.repo_id, summary=summary, **self.card_fields)
             validate_model_card(card, remote=False)

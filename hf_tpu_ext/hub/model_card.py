@@ -108,10 +108,34 @@ def _duration(seconds) -> str:
 
 
 def _framework(backend: str, info: dict) -> str:
-    """The training framework in words: "TensorFlow + XLA", "TensorFlow" (its own kernels) or "PyTorch/XLA"."""
-    if backend != "tensorflow":
+    """The training framework in words, from the backend and device the run really used.
+
+    ``"tensorflow"``: "TensorFlow + XLA" (or "TensorFlow" when ``jit_compile`` is False); ``"torch_xla"``:
+    "PyTorch/XLA"; any other (``"pytorch"``: a plain transformers ``Trainer``): "PyTorch (transformers
+    Trainer) on <accelerator>" (the summary's ``accelerator``, e.g. CPU or GPU; "CPU/GPU" when unknown).
+    """
+    if backend == "tensorflow":
+        return "TensorFlow" if info.get("jit_compile") is False else "TensorFlow + XLA"
+    if backend == "torch_xla":
         return "PyTorch/XLA"
-    return "TensorFlow" if info.get("jit_compile") is False else "TensorFlow + XLA"
+    return f"PyTorch (transformers Trainer) on {str(info.get('accelerator') or 'CPU/GPU').upper().replace('CUDA', 'GPU')}"
+
+
+# weight files transformers' PyTorch and TensorFlow loaders read (single file or sharded index)
+_PT_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_TF_WEIGHTS = ("tf_model.h5", "tf_model.h5.index.json")
+
+
+def weight_formats(output_dir: str) -> Dict[str, bool]:
+    """Which weight formats a model folder holds: ``{"pytorch": bool, "tensorflow": bool}``.
+
+    ``pytorch``: ``model.safetensors`` / ``pytorch_model.bin`` (or their sharded index); ``tensorflow``:
+    ``tf_model.h5`` (or its index). The card's usage snippets show only the loaders these files serve.
+    """
+    def has(names):
+        return any(os.path.isfile(os.path.join(output_dir, n)) for n in names)
+
+    return {"pytorch": has(_PT_WEIGHTS), "tensorflow": has(_TF_WEIGHTS)}
 
 
 def _is_hub_id(value) -> bool:
@@ -292,6 +316,9 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
             result_rows.append((label, _fmt(round(value, 4))))
 
     model_ref = repo_id or name
+    formats = weight_formats(output_dir)
+    if not (formats["pytorch"] or formats["tensorflow"]):  # a card rendered before the weights are written
+        formats = {"pytorch": backend != "tensorflow", "tensorflow": backend == "tensorflow"}
     limitations = (
         "This is a masked language model: it predicts tokens hidden behind the mask token and is meant as a "
         "starting point for fine-tuning (classification, token classification), not for open-ended generation. "
@@ -304,6 +331,8 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
         model_name=name,
         model_description=model_description,
         model_ref=model_ref,
+        has_pytorch_weights=formats["pytorch"],
+        has_tf_weights=formats["tensorflow"],
         mask_token=info.get("mask_token") or "<mask>",
         data_description=(f"[{dataset_name}]({hub_url(dataset_name, 'dataset')})" if dataset_name else
                           f"{description[0].upper() + description[1:]} (not a Hub dataset)."),

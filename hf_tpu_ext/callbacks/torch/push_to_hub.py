@@ -209,6 +209,7 @@ class PushToHubCallback(TrainerCallback):
         if not self._is_chief:
             return
         step = int(state.global_step)
+        self._remember(args, state)
         checkpoint = os.path.join(args.output_dir, checkpoint_folder_name(step))
         if not os.path.isdir(checkpoint):
             logger.warning("on_save at step %d: no %s; nothing pushed.", step, checkpoint)
@@ -222,8 +223,19 @@ class PushToHubCallback(TrainerCallback):
         note_step(self.pushed_steps, step)
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
+        self._remember(args, state)
         if self.push_final_on_train_end and model is not None:
             self.finish(model, int(state.global_step))
+
+    def _remember(self, args, state) -> None:
+        """The Trainer's progress for the card: steps, epoch, global batch size and the device type."""
+        self._progress = {"global_step": int(state.global_step), "epoch": state.epoch}
+        try:  # transformers' own arithmetic: per-device batch x accumulation x processes
+            self._progress["global_batch_size"] = int(
+                args.train_batch_size * args.gradient_accumulation_steps * max(1, args.world_size))
+            self._progress["accelerator"] = {"cuda": "GPU"}.get(args.device.type, args.device.type.upper())
+        except Exception:  # a partial args object: the card says n/a for what it lacks
+            pass
 
     # ---- final push ------------------------------------------------------------------------------
     def finish(self, model, step: int, write: bool = True):
@@ -288,6 +300,9 @@ class PushToHubCallback(TrainerCallback):
         if summary is None:
             summary = load_summary(self.output_dir)
             summary.setdefault("backend", self._backend)
+            for key, value in (getattr(self, "_progress", None) or {}).items():
+                if summary.get(key) is None and value is not None:
+                    summary[key] = value
         try:
             card = render_model_card(self.output_dir, repo_id=self.repo_id, summary=summary, **self.card_fields)
             validate_model_card(card, remote=False)
