@@ -12,7 +12,8 @@ With the default ``--log_level passive`` (transformers' name and default):
   directly. The filter is a process, not a thread, so it drains the pipe even when this process dies:
   a fatal ``F...`` line (and anything else that is not a log line) still shows.
 - transformers' "TensorFlow and JAX classes are deprecated" warning is dropped; other warnings stay.
-- huggingface_hub's own progress bars (the upload bars of background pushes) are off during training.
+- huggingface_hub's own progress bars (the upload bars of background pushes) and datasets' ("Filter",
+  "Tokenizing train") are off during training.
 - hf_tpu_ext's (and transformers') log lines are written with ``tqdm.write`` while a progress bar is
   open (:func:`console_session`), so no line is glued onto the bar.
 
@@ -183,12 +184,15 @@ def setup_logging(log_level: str = "passive") -> None:
 @contextlib.contextmanager
 def console_session(log_level: str = "passive") -> Iterator[None]:
     """The terminal of a training command: :func:`setup_logging`, log lines through tqdm's
-    ``logging_redirect_tqdm`` (never glued onto a progress bar), huggingface_hub's progress bars off unless
-    the level is verbose (restored on exit)."""
+    ``logging_redirect_tqdm`` (never glued onto a progress bar), huggingface_hub's and datasets' progress
+    bars (uploads; "Filter", "Tokenizing train") off unless the level is verbose (restored on exit)."""
+    import importlib.util
+
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     setup_logging(log_level)
     hub_bars_were_off: Optional[bool] = None
+    datasets_bars_were_off: Optional[bool] = None
     if str(log_level).lower() not in VERBOSE_LEVELS:
         try:
             from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
@@ -197,6 +201,11 @@ def console_session(log_level: str = "passive") -> Iterator[None]:
             disable_progress_bars()
         except ImportError:
             pass
+        if importlib.util.find_spec("datasets") is not None:  # the TensorFlow and torch_xla extras bring it
+            import datasets
+
+            datasets_bars_were_off = datasets.are_progress_bars_disabled()
+            datasets.disable_progress_bars()
     loggers = [logging.getLogger("hf_tpu_ext"), logging.getLogger("transformers")]
     try:
         with logging_redirect_tqdm(loggers=loggers):
@@ -206,3 +215,7 @@ def console_session(log_level: str = "passive") -> Iterator[None]:
             from huggingface_hub.utils import enable_progress_bars
 
             enable_progress_bars()
+        if datasets_bars_were_off is False:
+            import datasets
+
+            datasets.enable_progress_bars()

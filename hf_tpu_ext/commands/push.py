@@ -137,7 +137,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``hf-tpu push``; prints the commit URL. Returns 0, or 130 when interrupted (Ctrl-C)."""
     import sys
 
+    from huggingface_hub.utils import disable_progress_bars
+
     args = build_parser().parse_args(argv)
+    disable_progress_bars()  # this process only: the commit URL (or one error line) is the output, no upload bars
     try:
         url = push(args.output_dir, args.hub_model_id, args.hub_token, private=args.private, revision=args.revision,
                    commit_message=args.commit_message, include_checkpoint=args.include_checkpoint,
