@@ -57,3 +57,50 @@ def test_torch_compile_recompilation_after_warmup_raises():
     assert str(err.value).startswith("torch.compile compiled 1 new graph(s) at global step 4 (window: a plain train "
                                      "step), after warm-up; 2 in all.")
     assert guard.compilations_after_warmup == 1
+
+
+
+def test_throughput_figures_reach_the_printed_trainer_log(capsys):
+    # the Trainer's own wiring (no accelerate needed): the default callbacks, the user's, then the printer
+    # (Trainer.__init__ adds PrinterCallback/ProgressCallback after the user's callbacks)
+    import ast
+
+    from transformers import RobertaConfig, RobertaForMaskedLM, TrainerControl, TrainerState
+    from transformers.trainer import DEFAULT_CALLBACKS
+    from transformers.trainer_callback import CallbackHandler, PrinterCallback
+
+    config = RobertaConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=64, max_position_embeddings=40)
+    model = RobertaForMaskedLM(config)
+    cb = get_callback("throughput", framework="torch", seq_length=32, warmup_steps=1, peak_flops=1e12)
+    handler = CallbackHandler(DEFAULT_CALLBACKS + [cb], model, None, None, None)
+    handler.add_callback(PrinterCallback)
+    args = SimpleNamespace(per_device_train_batch_size=2, world_size=1, gradient_accumulation_steps=1,
+                           logging_first_step=False, logging_strategy="no", eval_strategy="no", save_strategy="no",
+                           disable_tqdm=True, bf16=False)
+    state, control = TrainerState(), TrainerControl()
+    state.is_local_process_zero = state.is_world_process_zero = True
+    handler.on_train_begin(args, state, control)
+    batch = torch.randint(5, 100, (2, 32))
+    for step in range(8):
+        state.global_step = step
+        handler.on_step_begin(args, state, control)
+        model(input_ids=batch, labels=batch).loss.backward()
+        if step in (3, 7):
+            state.global_step = step + 1
+            logs = {"loss": 4.5, "learning_rate": 1e-4}
+            state.log_history.append({**logs, "step": state.global_step})  # what Trainer.log does first
+            handler.on_log(args, state, control, logs)
+    state.global_step = 8
+    handler.on_train_end(args, state, control)
+    printed = [ast.literal_eval(line) for line in capsys.readouterr().out.splitlines()
+               if line.startswith("{") and "'loss'" in line]
+    assert len(printed) == 2
+    for logs in printed:
+        for key in ("samples_per_second", "tokens_per_second", "tokens_per_second_per_replica",
+                    "step_time_ms_median", "model_flops_per_second", "mfu"):
+            assert logs[key] > 0, key
+        assert logs["tokens_per_second"] == pytest.approx(logs["samples_per_second"] * 32, rel=1e-3)
+        assert logs["mfu"] == pytest.approx(logs["model_flops_per_second"] / 1e12, rel=1e-3)
+    assert state.log_history[-1]["mfu"] == printed[-1]["mfu"]
+    assert cb.summary["mfu"] > 0 and cb.summary["global_batch_size"] == 2

@@ -29,7 +29,8 @@ class ThroughputCallback(TrainerCallback):
     (tracing and XLA compilation) and windows holding an evaluation or a checkpoint save are left out, as
     the Keras callback times only the train function.
 
-    At every Trainer log (``on_log``) the rates so far are added to the log entry in ``state.log_history``
+    At every Trainer log (``on_log``) the rates so far are added to the logged dict (so the Trainer's printed
+    log line shows them) and to the log entry in ``state.log_history``, and logged to the ``hf_tpu_ext`` logger
     (``samples_per_second``, ``tokens_per_second``, ``tokens_per_second_per_replica``,
     ``step_time_ms_median``; ``model_flops_per_second`` and ``mfu`` when known). After training ``self.summary`` holds the run's numbers.
 
@@ -160,9 +161,13 @@ class ThroughputCallback(TrainerCallback):
             return
         rates = self._rates(self._measured_steps, self._measured_seconds)
         rates["step_time_ms_median"] = self._median_ms()
+        rounded = {k: round(v, 6) for k, v in rates.items()}
+        # ``logs`` is the dict the Trainer's printer/progress callback shows: it runs after the user's
+        # callbacks (the Trainer adds it last), so the figures appear in the printed log line too
+        logs.update(rounded)
         entry = state.log_history[-1] if state.log_history else None
         if entry is not None and entry.get("step") == state.global_step and "loss" in entry:
-            entry.update({k: round(v, 6) for k, v in rates.items()})
+            entry.update(rounded)
         logger.info("step %d: %.1f samples/s, %.0f tokens/s (%.0f per replica), median step %.1f ms%s",
                     state.global_step, rates["samples_per_second"], rates["tokens_per_second"],
                     rates["tokens_per_second_per_replica"], rates["step_time_ms_median"],
