@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Set
 
 from transformers import TrainerCallback
 
@@ -69,12 +69,30 @@ def checkpoint_from_hub(spec: str, local_dir: str, token: Optional[str] = None) 
                                     kind="Trainer checkpoint (trainer_state.json)")
 
 
+def tied_weight_aliases(model) -> Set[str]:
+    """State-dict names that alias an earlier entry (tied weights: the same parameter object).
+
+    ``RobertaForMaskedLM`` ties ``lm_head.decoder.weight`` to the word embeddings and ``lm_head.decoder.bias``
+    to ``lm_head.bias``. A host copy of device tensors (XLA, CUDA) loses that sharing, so ``save_pretrained``
+    would write each alias as a second tensor; these names are left out instead (transformers re-ties them on
+    load), giving the layout of both backends' exports.
+    """
+    seen, aliases = set(), set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            aliases.add(name)
+        seen.add(id(tensor))
+    return aliases
+
+
 def save_model_folder(model, folder: str, tokenizer=None) -> None:
     """Default model-folder writer: ``save_pretrained`` of a CPU copy of the weights (any device), tokenizer.
 
-    ``.to("cpu")`` moves XLA/CUDA tensors to the host without importing torch_xla.
+    ``.to("cpu")`` moves XLA/CUDA tensors to the host without importing torch_xla; tied weights are written
+    once (see :func:`tied_weight_aliases`).
     """
-    state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    aliases = tied_weight_aliases(model)
+    state = {k: v.detach().to("cpu") for k, v in model.state_dict().items() if k not in aliases}
     model.save_pretrained(folder, state_dict=state, safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
@@ -146,6 +164,7 @@ class PushToHubCallback(TrainerCallback):
         self._last_checkpoint: Optional[str] = None
         self._last_checkpoint_step: Optional[int] = None
         self._backend = "pytorch"  # the card's backend when no summary says: "torch_xla" on an XLA device
+        self._tied_aliases: Set[str] = set()  # weight names the model folder leaves out (tied weights)
 
     def __repr__(self):  # the token stays out of logs and tracebacks
         return (f"PushToHubCallback(output_dir={self.output_dir!r}, hub_model_id={self.hub_model_id!r}, "
@@ -202,6 +221,8 @@ class PushToHubCallback(TrainerCallback):
         model = kwargs.get("model")
         device = getattr(getattr(model, "device", None), "type", None)
         self._backend = "torch_xla" if device == "xla" else "pytorch"
+        if model is not None:
+            self._tied_aliases = tied_weight_aliases(model)
         self._finished = False
         self.preflight()  # raises out of trainer.train() before the first step
 
@@ -281,10 +302,31 @@ class PushToHubCallback(TrainerCallback):
             src = os.path.join(checkpoint, name)
             if os.path.isfile(src) and not any(fnmatch.fnmatch(name, p) for p in TRAINER_STATE_FILES):
                 tmp = os.path.join(self.output_dir, f".{name}.tmp")
-                shutil.copy2(src, tmp)
+                if name != "model.safetensors" or not self._copy_weights_untied(src, tmp):
+                    shutil.copy2(src, tmp)
                 os.replace(tmp, os.path.join(self.output_dir, name))  # a reader never sees half a file
         if self.tokenizer is not None and not os.path.isfile(os.path.join(checkpoint, "tokenizer_config.json")):
             self.tokenizer.save_pretrained(self.output_dir)
+
+    def _copy_weights_untied(self, src: str, dst: str) -> bool:
+        """Write ``src`` (a checkpoint's ``model.safetensors``) to ``dst`` without the tied-weight aliases.
+
+        The Trainer saves an XLA model through a host copy, which writes each tied weight twice. Returns
+        False (nothing written) when the file holds no alias, so a plain copy does.
+        """
+        if not self._tied_aliases:
+            return False
+        from safetensors import safe_open
+        from safetensors.torch import save_file
+
+        with safe_open(src, framework="pt") as f:
+            names = list(f.keys())
+            if not self._tied_aliases.intersection(names):
+                return False
+            metadata = f.metadata() or {"format": "pt"}
+            state = {k: f.get_tensor(k) for k in names if k not in self._tied_aliases}
+        save_file(state, dst, metadata=metadata)
+        return True
 
     def _write_card(self) -> None:
         """A fill-mask card checked locally here (the Hub checks it in the push job)."""
