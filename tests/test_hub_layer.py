@@ -316,9 +316,12 @@ def test_push_command(loopback_hub, tmp_path, capsys):
                 "runs/events.out", "checkpoint-5/ckpt-5.index"):
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_bytes(b"state")
+    from huggingface_hub.utils import are_progress_bars_disabled
+
     rc = main(["push", str(out), "--hub_token", loopback_hub.token, "--private", "--license", "mit"])
     assert rc == 0
     url = capsys.readouterr().out.strip()
+    assert not are_progress_bars_disabled()  # restored for the rest of the process
     (last,) = loopback_hub.server.commits("alice/my-run")[-1:]
     assert url == f"{loopback_hub.endpoint}/alice/my-run/commit/{last['sha']}"
     assert loopback_hub.server.repo("alice/my-run").private is True
@@ -330,3 +333,18 @@ def test_push_command(loopback_hub, tmp_path, capsys):
     rc = main(["push", str(out), "--hub_model_id", "bob/x", "--hub_token", loopback_hub.token])
     err = capsys.readouterr().err
     assert rc == 1 and "cannot write to namespace 'bob'" in err and loopback_hub.token not in err
+
+
+def test_push_command_hides_upload_bars_while_it_pushes(tmp_path, monkeypatch, capsys):
+    from huggingface_hub.utils import are_progress_bars_disabled
+
+    from hf_tpu_ext.cli import main
+    from hf_tpu_ext.commands import push as push_command
+
+    seen = []
+    monkeypatch.setattr(push_command, "push", lambda *a, **k: seen.append(are_progress_bars_disabled()) or "url")
+    assert not are_progress_bars_disabled()
+    assert main(["push", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "url\n"
+    assert seen == [True]  # huggingface_hub's upload bars off during the push
+    assert not are_progress_bars_disabled()  # and back on afterwards

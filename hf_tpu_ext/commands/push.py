@@ -137,10 +137,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``hf-tpu push``; prints the commit URL. Returns 0, or 130 when interrupted (Ctrl-C)."""
     import sys
 
-    from huggingface_hub.utils import disable_progress_bars
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     args = build_parser().parse_args(argv)
-    disable_progress_bars()  # this process only: the commit URL (or one error line) is the output, no upload bars
+    bars_were_off = are_progress_bars_disabled()
+    disable_progress_bars()  # the commit URL (or one error line) is the output, no upload bars
     try:
         url = push(args.output_dir, args.hub_model_id, args.hub_token, private=args.private, revision=args.revision,
                    commit_message=args.commit_message, include_checkpoint=args.include_checkpoint,
@@ -150,5 +151,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("hf-tpu push: interrupted before the upload landed; nothing local changed, run the command again.",
               file=sys.stderr)
         return 130
+    finally:
+        if not bars_were_off:
+            enable_progress_bars()
     print(url)
     return 0
