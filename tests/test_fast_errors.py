@@ -58,11 +58,13 @@ def test_unreachable_endpoint_is_named(monkeypatch):
 def test_train_refuses_a_missing_model_before_any_data_work(loopback_hub, tmp_path, monkeypatch):
     from hf_tpu_ext import run
     from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.data import run_data
 
     def no_data(*args, **kwargs):
         raise AssertionError("data loaded before the model reference was checked")
 
-    monkeypatch.setattr(run, "load_text_blocks", no_data)
+    # the training run imports the data path from hf_tpu_ext.data.run_data when it needs it
+    monkeypatch.setattr(run_data, "load_text_blocks", no_data)
     args = parse_args(["--output_dir", str(tmp_path / "o"), "--model_name_or_path", "does-not-exist"])
     with pytest.raises(HubRepoError, match=r"^--model_name_or_path 'does-not-exist' is neither an existing local folder "
                                            r"nor a model repo on http://127\.0\.0\.1"):
