@@ -204,17 +204,16 @@ def test_trainer_script_without_framework_gets_the_torch_callbacks(tmp_path):
     ]
 
 
-def test_several_frameworks_loaded_without_a_trainer_asks_for_framework(monkeypatch):
+def test_keras_script_with_torch_loaded_gets_the_keras_callback(monkeypatch):
     import tf_keras  # noqa: F401
     import torch  # noqa: F401
 
+    # transformers 4's TF classes import torch when it is installed: with no Trainer loaded, the script is Keras
     monkeypatch.delitem(sys.modules, "transformers.trainer", raising=False)
     assert registry.loaded_frameworks() == ["tf_keras", "torch"]
-    with pytest.raises(ArgumentError) as err:
-        registry.get_callback("throughput", seq_length=32, global_batch_size=8)
-    assert str(err.value) == (
-        "Cannot tell which framework the callback is for: tf_keras, torch are loaded in this process. "
-        "Pass framework='tf_keras', 'keras' or 'torch', or model= (the model or Trainer it is used with).")
+    assert registry.default_framework() == "tf_keras"
+    cb = registry.get_callback("throughput", global_batch_size=8, seq_length=32)
+    assert isinstance(cb, tf_keras.callbacks.Callback)
     monkeypatch.setitem(sys.modules, "transformers.trainer", sys.modules.get("transformers"))
     assert registry.default_framework() == "torch"
     # only one framework loaded: that one, whatever else is installed

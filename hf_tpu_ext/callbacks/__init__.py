@@ -12,9 +12,8 @@ Every built-in name exists for three frameworks:
 :func:`get_callback` picks the implementation for the model it is used with (``model=``: a tf_keras model, a
 Keras 3 model, a torch module or a ``Trainer``), or the ``framework=`` argument; with neither, the one
 framework the process has imported, or torch in a ``Trainer`` script (``transformers.trainer`` imported),
-else the first one installed when none is imported (see :func:`default_framework`); where several are
-loaded outside a Trainer script it raises :class:`~hf_tpu_ext.errors.ArgumentError`: pass ``framework=``
-or ``model=``.
+else the Keras framework loaded beside torch (outside a Trainer script torch is a side effect of
+transformers' TF classes), else the first one installed when none is imported (see :func:`default_framework`).
 
 Built-in callbacks are registered as ``"module:Class"`` strings with a one-line description, so importing
 this package (``hf-tpu callbacks``, argument checks) imports no framework; a callback's module is imported
@@ -201,22 +200,21 @@ def default_framework() -> str:
 
     Rules, in order: the one framework the process has loaded (see :func:`loaded_frameworks`); ``"torch"``
     when ``transformers.trainer`` is loaded (a ``Trainer`` script: transformers 4 with TensorFlow installed
-    also loads tf_keras, so several frameworks are loaded there); with none loaded, the first one installed
-    (order tf_keras, keras, torch), else ``"tf_keras"`` (whose error names the extra).
-
-    Raises:
-        ArgumentError: several frameworks are loaded and no ``Trainer`` is; pass ``framework=`` or ``model=``.
+    also loads tf_keras, so several frameworks are loaded there); else the one Keras framework loaded beside
+    torch (the torch callbacks are ``TrainerCallback``s, and transformers 4's TF classes import torch when it
+    is installed); with none loaded, the first one installed (order tf_keras, keras, torch), else
+    ``"tf_keras"`` (whose error names the extra).
     """
     loaded = loaded_frameworks()
     if len(loaded) == 1:
         return loaded[0]
     if "transformers.trainer" in sys.modules:
         return "torch"
-    if loaded:
-        raise ArgumentError(
-            f"Cannot tell which framework the callback is for: {', '.join(loaded)} are loaded in this process. "
-            "Pass framework='tf_keras', 'keras' or 'torch', or model= (the model or Trainer it is used with)."
-        )
+    # the torch callbacks are TrainerCallbacks: with no Trainer loaded, a loaded torch is a side effect (transformers
+    # 4's TF classes import it when installed), so a Keras framework beside it is the script's
+    keras_side = [fw for fw in loaded if fw != "torch"]
+    if keras_side:
+        return keras_side[0]  # loaded_frameworks() holds at most one Keras framework
     from hf_tpu_ext.extras import missing_for
 
     for fw in FRAMEWORKS:
@@ -231,7 +229,7 @@ def pick_framework(framework: Optional[str] = None, model: Any = None, *, backen
 
     Raises:
         ArgumentError: an unknown framework name, a model of no known framework, a ``framework`` that is
-            not the model's, or neither given while several frameworks are loaded (see :func:`default_framework`).
+            not the model's.
     """
     named = _framework_arg(framework, backend)
     if model is not None:
