@@ -65,13 +65,17 @@ def main(argv=None) -> int:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         if console_script:
             filter_native_stderr()
+    if console_script:
+        import hf_tpu_ext.console as console
+
+        console.whole_process = True  # an interrupted command may end the process at once (console.exit_now)
     module = importlib.import_module(COMMANDS[name][0])
     try:
-        return int(module.main(rest) or 0)
+        code = int(module.main(rest) or 0)
     except HfTpuExtError as err:
         print(f"hf-tpu {name}: error: {err}", file=sys.stderr)
         return 1
-
+    return code
 
 if __name__ == "__main__":
     sys.exit(main())

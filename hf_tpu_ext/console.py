@@ -44,6 +44,8 @@ NATIVE_LOG_LINE = re.compile(
 )
 DEPRECATION_NOISE = "TensorFlow and JAX classes are deprecated"
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: True when the command runs as the ``hf-tpu`` console script (the whole process is the command's)
+whole_process = False
 
 
 def requested_log_level(argv: List[str]) -> str:
@@ -219,3 +221,19 @@ def console_session(log_level: str = "passive") -> Iterator[None]:
             import datasets
 
             datasets.enable_progress_bars()
+
+
+def exit_now(code: int) -> None:
+    """End the process at once with ``code`` after flushing stdout, stderr and the log handlers.
+
+    For a command stopped by a signal whose report is printed and whose files are settled: after an
+    interrupted TensorFlow run, releasing the training ``tf.data`` iterator (with the traceback) and interpreter
+    shutdown wait for TensorFlow's worker threads, silently, 5 to 60 s.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()
+    os._exit(code)

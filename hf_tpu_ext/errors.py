@@ -83,8 +83,10 @@ class TrainingInterrupted(HfTpuExtError):
 
     Attributes:
         step: the global step reached when the signal came.
+        signum: the signal's number (2: SIGINT, 15: SIGTERM); the command exits with ``128 + signum``.
     """
 
-    def __init__(self, message: str, step: int = 0):
+    def __init__(self, message: str, step: int = 0, signum: int = 2):
         super().__init__(message)
         self.step = step
+        self.signum = int(signum)

@@ -19,9 +19,11 @@ Which phases are done is kept in ``output_dir/run_state.json`` (:data:`RUN_STATE
 ``--resume_from_checkpoint true`` after a kill finishes what the killed process did not (a missing export, a
 final push the Hub lacks) instead of stopping at "nothing to train".
 
-Signals: SIGINT (Ctrl-C) and SIGTERM stop the run between steps; pending pushes are waited for a few
-seconds (a second Ctrl-C stops waiting) and reported, and :class:`~hf_tpu_ext.errors.TrainingInterrupted`
-carries the one line telling how to resume.
+Signals: SIGINT (Ctrl-C) and SIGTERM stop the run between steps (the TensorFlow loop checks
+:mod:`hf_tpu_ext.interrupts` at step boundaries, never inside a TensorFlow op or checkpoint write; a second
+signal raises at once); pending pushes are waited for a few seconds (a second Ctrl-C stops waiting) and
+reported, and :class:`~hf_tpu_ext.errors.TrainingInterrupted` carries the one line telling how to resume and
+the signal (exit status 128 + signum). Any error raised after a signal is reported as the interruption.
 
 Test hook: the environment variable ``HF_TPU_EXT_TEST_KILL_AT`` (:data:`KILL_ENV`) set to a phase name
 (``train``: after the first checkpoint; ``checkpoint``: after the last checkpoint, before the export;
@@ -45,6 +47,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional
 
+from hf_tpu_ext import interrupts
 from hf_tpu_ext.errors import (ArgumentError, BackendError, CheckpointError, HubPushError, OutputDirError,
                                TrainingInterrupted)
 
@@ -264,17 +267,27 @@ def best_of(log_history: List[Dict[str, Any]], metric: str = "eval_loss", greate
 
 
 class _Signals:
-    """SIGINT/SIGTERM -> ``KeyboardInterrupt`` in the main thread for the duration of the run."""
+    """SIGINT/SIGTERM for the duration of the run (see :mod:`hf_tpu_ext.interrupts`).
+
+    The first signal is recorded; inside ``interrupts.deferring()`` (a loop that checks at step boundaries) it
+    raises nothing, elsewhere it raises ``KeyboardInterrupt`` at once. A second signal always raises (a loop
+    stuck in one step; the wait for pending pushes stops).
+    """
 
     def __init__(self):
         self.previous = {}
-        self.received: Optional[int] = None
+
+    @property
+    def received(self) -> Optional[int]:
+        return interrupts.received()
 
     def _handler(self, signum, frame):
-        self.received = signum
+        if interrupts.record(signum) == 1 and interrupts.is_deferring():
+            return
         raise KeyboardInterrupt(signal.Signals(signum).name)
 
     def __enter__(self):
+        interrupts.reset()
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self.previous[sig] = signal.signal(sig, self._handler)
@@ -395,10 +408,10 @@ class TrainingRun:
                 info = backend.checkpoint_info(path)
                 break
             except CheckpointError as err:
-                if not args.resume_latest:
-                    raise
+                if not args.resume_latest:  # named explicitly: nothing to fall back to
+                    raise CheckpointError(f"{err} Name an older checkpoint, or start a new run.") from None
                 errors.append(str(err))
-                logger.warning("%s Falling back to the next older checkpoint.", err)
+                logger.warning("%s Resuming from the next older checkpoint instead.", err)
         if info is None:
             raise CheckpointError("No readable checkpoint to resume from: " + " | ".join(errors))
         if tokenizer_dir is None:
@@ -652,11 +665,14 @@ class TrainingRun:
 
             return read_all_results(args.output_dir) or {}
         self._open_pusher()
+        interrupts.reset()
         try:
             return self._run_phases(t_total)
         except KeyboardInterrupt:
             raise self._interrupted() from None
         except BaseException:
+            if interrupts.received() is not None:  # a library failed half-way through the signal: still one line
+                raise self._interrupted() from None
             if self.pusher is not None:
                 report = self.pusher.report()
                 if report.pending:
@@ -681,7 +697,7 @@ class TrainingRun:
             if pending:
                 logger.warning("%d push(es) not uploaded: %s", len(pending), ", ".join(pending))
         return TrainingInterrupted(f"interrupted at step {self.step}; resume with: {resume_hint(self.argv)}",
-                                   step=self.step)
+                                   step=self.step, signum=interrupts.received() or signal.SIGINT)
 
     def _run_phases(self, t_total: float) -> Dict[str, Any]:
         args, backend = self.args, self.backend
@@ -739,7 +755,11 @@ class TrainingRun:
                 callbacks = build_callbacks(self.callback_names, backend.run_context(), backend.callback_kind)
                 self._saves = 0
                 self._fit_started = time.perf_counter()
-                fit_metrics = backend.fit(callbacks, self._on_save, start, self.log_history)
+                # a backend whose loop calls interrupts.check() at step boundaries stops there, never inside a
+                # TensorFlow op or checkpoint write
+                with interrupts.deferring(getattr(backend, "checks_interrupts", False)):
+                    fit_metrics = backend.fit(callbacks, self._on_save, start, self.log_history)
+                interrupts.check()
                 self.step = int(fit_metrics["global_step"])
                 # with the best model loaded, a final evaluation would repeat the best one (same weights, masks)
                 evaluates = plan.has_eval or getattr(backend, "scores_probes", False)

@@ -1,7 +1,7 @@
 """``hf-tpu train``: see :mod:`hf_tpu_ext.training_run` and the README's argument reference.
 
-Exit status: 0 when the run finished and (with ``--push_to_hub``) its final state is on the Hub; 130 after
-SIGINT/SIGTERM (one line on stderr: ``interrupted at step N; resume with: hf-tpu train ...``); other errors
+Exit status: 0 when the run finished and (with ``--push_to_hub``) its final state is on the Hub; 128 + the
+signal's number after a signal, as shells report it (130: SIGINT, 143: SIGTERM; one line on stderr: ``interrupted at step N; resume with: hf-tpu train ...``); other errors
 as ``hf-tpu`` reports them (non-zero).
 """
 
@@ -53,7 +53,11 @@ def main(argv=None) -> int:
             results = train(model_args, data_args, training_args, argv=argv)
     except TrainingInterrupted as err:
         print(str(err), file=sys.stderr, flush=True)
-        return 130
+        import hf_tpu_ext.console as console
+
+        if console.whole_process:  # checkpoints, push report and staging folders are settled: skip TF's teardown
+            console.exit_now(128 + err.signum)
+        return 128 + err.signum
     except KeyboardInterrupt:  # before the run took over the signals (arguments, imports): nothing to resume
         print("interrupted before training started; nothing was written.", file=sys.stderr, flush=True)
         return 130

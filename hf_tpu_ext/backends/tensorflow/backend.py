@@ -126,8 +126,7 @@ class TensorFlowBackend:
             data = [n for n in tf.io.gfile.glob(path + ".*") if ".data-" in n or n.endswith(".index")]
             raise CheckpointError(
                 f"Checkpoint {path} cannot be read ({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}); "
-                f"its files: {', '.join(sorted(os.path.basename(d) for d in data)) or 'none'}. Delete it to resume "
-                "from an older checkpoint, or start a new run."
+                f"its files: {', '.join(sorted(os.path.basename(d) for d in data)) or 'none'}."
             ) from None
         sidecar = read_sidecar(path) or {}
         state = None
@@ -220,6 +219,9 @@ class TensorFlowBackend:
 
     def run_context(self):
         return self.context
+
+    #: the training loop calls hf_tpu_ext.interrupts.check() between steps: a signal stops it there
+    checks_interrupts = True
 
     def fit(self, callbacks: list, on_save: SaveHook, start_step: int, log_history: List[Dict[str, Any]]) -> Dict[str, Any]:
         from hf_tpu_ext.backends.tensorflow.trainer import TFTrainer

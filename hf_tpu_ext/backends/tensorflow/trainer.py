@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional
 import tensorflow as tf
 import tf_keras
 
+from hf_tpu_ext import interrupts
 from hf_tpu_ext.backends.tensorflow.dropout import counter_based_dropout, dropout_key
 from hf_tpu_ext.backends.tensorflow.model import count_parameters, masked_lm_sums
 from hf_tpu_ext.distributed import DistributedType
@@ -314,6 +315,8 @@ class TFTrainer:
             epoch = step // spe
             epoch_started = False
             while step < total:
+                # SIGINT/SIGTERM stop here, between steps, evaluations and checkpoints (hf_tpu_ext.interrupts)
+                interrupts.check()
                 if not epoch_started:
                     self.callbacks.on_epoch_begin(epoch)
                     epoch_started = True
@@ -323,6 +326,7 @@ class TFTrainer:
                 self.callbacks.on_train_batch_begin(batch_index)
                 t_call = time.perf_counter()
                 loss = float(self.train_function(iterator, tf.constant(n, tf.int32)))  # waits for the steps
+                interrupts.check()
                 call_secs = time.perf_counter() - t_call
                 if first_call is None:
                     first_call = [call_secs / n] * n
@@ -361,8 +365,10 @@ class TFTrainer:
                 at_epoch_end = step == epoch_end_step or step == total
                 if args.eval_strategy == "steps" and _crossed(prev, step, args.eval_steps):
                     logs.update(self._evaluate_and_log(step))
+                interrupts.check()
                 if args.save_strategy == "steps" and _crossed(prev, step, args.save_steps):
                     self._save(step)
+                    interrupts.check()
                 self.callbacks.on_train_batch_end(batch_index + n - 1, logs)
                 if at_epoch_end:
                     if args.eval_strategy == "epoch" and "eval_loss" not in logs:
@@ -377,6 +383,7 @@ class TFTrainer:
         finally:
             if progress is not None:
                 progress.close()
+        interrupts.check()
         runtime = time.perf_counter() - t_start
         # the final checkpoint, so a finished run can be resumed/extended and pushed as last-checkpoint
         if self.checkpointer is not None and (self.checkpointer.latest is None

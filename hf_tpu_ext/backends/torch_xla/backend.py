@@ -104,8 +104,7 @@ class TorchXLABackend:
             CheckpointError: a file is missing, truncated or not JSON (the message names it).
         """
         def fail(name, why):
-            raise CheckpointError(f"Checkpoint {path} cannot be read: {name} {why}. Delete the checkpoint to resume "
-                                  "from an older one, or start a new run.") from None
+            raise CheckpointError(f"Checkpoint {path} cannot be read: {name} {why}.") from None
 
         def read_json(name):
             try:
