@@ -72,7 +72,9 @@ def test_shards_match_the_blocks(prepared):
     m = re.search(r"Tokenized (\d+) tokens in ([0-9.]+) s with 1 process\(es\) \(([0-9,]+) tokens/s\)", stdout)
     assert m and int(m.group(1)) == sum(blocks.num_tokens.values())
     seconds, rate = float(m.group(2)), int(m.group(3).replace(",", ""))
-    assert seconds > 0 and rate == pytest.approx(int(m.group(1)) / seconds, rel=0.06)  # seconds printed to 0.01
+    # seconds are printed to 0.01 s: the rate must lie within what that rounding allows
+    tokens = int(m.group(1))
+    assert seconds > 0.005 and tokens / (seconds + 0.005) - 1 <= rate <= tokens / (seconds - 0.005) + 1
 
 
 def test_num_proc_writes_the_same_bytes(prepared, tmp_path):

@@ -347,10 +347,11 @@ class TFTrainer:
                 logs = {"loss": loss, "learning_rate": float(self.lr_schedule(step)), "global_step": step,
                         "epoch": step / spe}
                 if _crossed(prev, step, args.logging_steps) or step == total:
-                    tokens_per_second = tokens_per_step / max(statistics.median(window_times or first_call), 1e-9)
+                    # rounded once: the log line and the progress bar show the same figure
+                    tokens_per_second = round(
+                        tokens_per_step / max(statistics.median(window_times or first_call), 1e-9), 1)
                     entry = {"loss": round(window_loss / window_n, 6), "learning_rate": logs["learning_rate"],
-                             "epoch": round(step / spe, 4), "step": step,
-                             "tokens_per_second": round(tokens_per_second, 1)}
+                             "epoch": round(step / spe, 4), "step": step, "tokens_per_second": tokens_per_second}
                     mfu = mfu_of(tokens_per_second)
                     if mfu is not None:
                         entry["mfu"] = round(mfu, 4)
