@@ -253,6 +253,13 @@ def peak_flops(device_kind: str, dtype: str = "float32", *, cache_path: Optional
     except Exception as err:  # noqa: BLE001 (MFU is optional: never fail a run over it)
         logger.debug("peak FLOP/s probe failed: %s", err)
         return None
+    # a probe on a busy machine reads low and would make every later MFU read high: cache only an idle one
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    cores = os.cpu_count() or 1
+    if load > 0.5 * cores:
+        logger.info("measured peak %.3g FLOP/s (%s matmul probe) with the machine busy (load %.1f on %d cores): used "
+                    "for this run's MFU only, not cached", value, dtype, load, cores)
+        return value
     cache = cache if isinstance(cache, dict) else {}
     cache[key] = value
     try:

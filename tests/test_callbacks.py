@@ -398,3 +398,43 @@ def test_masked_lm_metrics_arguments():
                           training_args=SimpleNamespace(eval_strategy="steps", eval_steps=50, jit_compile=True))
     cb = MaskedLMMetrics.from_run(run)
     assert (cb.eval_steps, cb.every_n_steps, cb.jit_compile) == (3, 50, True)
+
+
+def test_peak_probe_is_cached_only_when_the_machine_is_idle(tmp_path, monkeypatch):
+    import json
+    import os
+
+    from hf_tpu_ext import flops
+
+    monkeypatch.setattr(flops, "measure_peak_flops", lambda dtype: 2.5e10)
+    cache = tmp_path / "peak_flops.json"
+    monkeypatch.setattr(os, "getloadavg", lambda: (float(os.cpu_count() or 1), 0.0, 0.0))
+    assert flops.peak_flops("CPU", "float32", cache_path=str(cache)) == 2.5e10
+    assert not cache.exists()  # measured on a busy machine: used once, never cached
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert flops.peak_flops("CPU", "float32", cache_path=str(cache)) == 2.5e10
+    assert list(json.loads(cache.read_text()).values()) == [2.5e10]
+
+
+def test_mfu_above_the_peak_is_left_out_with_one_warning(monkeypatch, caplog):
+    import logging
+    from types import SimpleNamespace
+
+    from transformers import RobertaConfig
+
+    from hf_tpu_ext import flops
+    from hf_tpu_ext.backends.tensorflow.trainer import TFTrainer
+
+    config = RobertaConfig(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=128)
+    fake = SimpleNamespace(model=SimpleNamespace(config=config), seq_length=32, args=SimpleNamespace(bf16=False),
+                           info=SimpleNamespace(accelerator="CPU", is_chief=True),
+                           strategy=SimpleNamespace(num_replicas_in_sync=1))
+    monkeypatch.setattr(flops, "peak_flops", lambda kind, dtype: 1e9)
+    monkeypatch.setattr(logging.getLogger("hf_tpu_ext"), "propagate", True)  # the CLI's set-up turns it off
+    mfu = TFTrainer._mfu_function(fake, None)
+    fpt = flops.flops_per_token(config, 32, masked_fraction=None)
+    assert mfu(0.5e9 / fpt) == pytest.approx(0.5)
+    with caplog.at_level(logging.WARNING, logger="hf_tpu_ext"):
+        assert mfu(2e9 / fpt) is None and mfu(3e9 / fpt) is None
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["MFU left out"]

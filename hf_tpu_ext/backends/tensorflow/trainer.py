@@ -445,7 +445,23 @@ class TFTrainer:
         if not peak:
             return lambda tokens_per_second: None
         replicas = max(1, self.strategy.num_replicas_in_sync)
-        return lambda tokens_per_second: tokens_per_second / replicas * fpt / peak
+        warned = []
+
+        def mfu(tokens_per_second):
+            value = tokens_per_second / replicas * fpt / peak
+            if value <= 1.0:
+                return value
+            # above the peak is impossible: the measured peak is stale (a probe on a busy machine); say so once
+            if not warned:
+                warned.append(True)
+                from hf_tpu_ext.flops import _peak_cache_path
+
+                logger.warning("MFU left out: the training steps run faster than the peak %.3g FLOP/s measured "
+                               "earlier on this machine; delete %s to measure it again on an idle machine.",
+                               peak, _peak_cache_path())
+            return None
+
+        return mfu
 
     def _better(self, value: float) -> bool:
         if value is None or not math.isfinite(value):
