@@ -105,7 +105,14 @@ def group_into_blocks(
     return Blocks(arrays, counts, L)
 
 
-_WORKER_TOKENIZER = None  # the fast tokenizer a pool worker inherited (set before the fork)
+_WORKER_TOKENIZER = None  # the fast tokenizer of this process (a pool worker builds its own in _init_worker)
+
+
+def _init_worker(tokenizer_json: str) -> None:
+    global _WORKER_TOKENIZER
+    from tokenizers import Tokenizer
+
+    _WORKER_TOKENIZER = Tokenizer.from_str(tokenizer_json)
 
 
 def _encode_chunk(texts) -> np.ndarray:
@@ -120,7 +127,7 @@ def tokenize_texts(texts, tokenizer, num_proc: int = 1, batch_size: int = 1000) 
 
     The same ids as ``tokenizer(texts)["input_ids"]`` of a transformers fast tokenizer, from its Rust
     backend's ``encode_batch_fast`` (no offsets, no per-token Python objects). With ``num_proc > 1`` the
-    batches are spread over that many forked processes (``multiprocessing`` ``fork`` context), each
+    batches are spread over that many spawned processes (``multiprocessing`` ``spawn`` context), each
     tokenizing with the Rust thread pool off (as the Beam workers do), so the per-document Python work
     is spread too; see benchmarks/NOTES.md for the measurements against the tokenizers library's own
     thread pool.
@@ -147,7 +154,10 @@ def tokenize_texts(texts, tokenizer, num_proc: int = 1, batch_size: int = 1000) 
             import os
 
             os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one Rust thread per process
-            with multiprocessing.get_context("fork").Pool(min(num_proc, len(batches))) as pool:
+            # spawned, not forked: a fork of a process whose Rust or TensorFlow thread pools already ran can
+            # deadlock in the child (seen here); each worker rebuilds the tokenizer from its JSON
+            with multiprocessing.get_context("spawn").Pool(min(num_proc, len(batches)), initializer=_init_worker,
+                                                           initargs=(backend.to_str(),)) as pool:
                 parts = pool.map(_encode_chunk, batches, chunksize=1)
         else:
             parts = [_encode_chunk(b) for b in batches]
