@@ -124,6 +124,26 @@ PRESETS = {
 }
 
 
+#: copies of the shared texts in the prepare-data processes comparison (WikiText-2 valid + test, tiny-shakespeare,
+#: Jargon File: 5.2 MB, ~1.8 M tokens once): a corpus big enough that --num_proc matters
+PREPARE_CORPUS_COPIES = 4
+
+
+def prepare_corpus_file(workdir: Path) -> Optional[Path]:
+    """The text of the prepare-data processes comparison (``workdir/prepare-corpus.txt``), or None without data.
+
+    Every ``*.txt`` under ``../shared/data``, concatenated ``PREPARE_CORPUS_COPIES`` times (~20 MB).
+    """
+    files = sorted(SHARED_DATA.glob("*/*.txt"))
+    if not files:
+        return None
+    path = workdir / "prepare-corpus.txt"
+    if not path.is_file():
+        text = "".join(f.read_text(encoding="utf-8") for f in files)
+        path.write_text(text * PREPARE_CORPUS_COPIES, encoding="utf-8")
+    return path
+
+
 def data_file() -> Optional[Path]:
     """WikiText-2 ``valid.txt`` next to the repository (``../shared/data``), or None: the embedded corpus."""
     path = SHARED_DATA / "wikitext-2" / "valid.txt"
@@ -164,14 +184,17 @@ def _train_argv(preset: Preset, workdir: Path, out: Path, steps: int, callbacks:
 def job_hf_tpu(preset: Preset, workdir: Path, callbacks: str = "throughput,xla_recompile_guard,bench_step_timer",
                steps: Optional[int] = None, extra=(), evaluate: bool = False) -> Dict[str, Any]:
     """``hf-tpu train`` through :func:`hf_tpu_ext.run.train`; returns step timings, traces and RSS."""
+    from hf_tpu_ext.commands.train import select_frameworks
+
+    steps = steps or preset.steps
+    out = workdir / f"out-{os.getpid()}"
+    argv = _train_argv(preset, workdir, out, steps, callbacks, extra)
+    select_frameworks(argv)  # as `hf-tpu train` does, before transformers is imported
     _setup_devices(preset)
     from benchmarks import step_timer
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.run import train
 
-    steps = steps or preset.steps
-    out = workdir / f"out-{os.getpid()}"
-    argv = _train_argv(preset, workdir, out, steps, callbacks, extra)
     if evaluate:  # one evaluation after the last step (not inside any timed step interval)
         argv += ["--eval_strategy", "steps", "--eval_steps", str(steps)]
     results = train(*parse_args(argv))
@@ -298,12 +321,13 @@ def job_pipeline(preset: Preset, workdir: Path) -> Dict[str, Any]:
 def job_prepare_data(preset: Preset, workdir: Path, num_proc: Optional[int] = None) -> Dict[str, Any]:
     """``hf-tpu prepare-data`` on the benchmark text.
 
-    Without ``num_proc`` it trains the BPE tokenizer every recipe then uses (``workdir/prepared``); with it, it
-    re-tokenizes the same text with that tokenizer in ``num_proc`` processes (``workdir/prepared-np<N>``).
+    Without ``num_proc`` it trains the BPE tokenizer every recipe then uses (``workdir/prepared``) on the training
+    text; with it, it tokenizes :func:`prepare_corpus_file` with that tokenizer in ``num_proc`` processes
+    (``workdir/prepared-np<N>``).
     """
     from hf_tpu_ext.commands.prepare_data import main as prepare_main
 
-    data = data_file()
+    data = data_file() if num_proc is None else (prepare_corpus_file(workdir) or data_file())
     if num_proc is None:
         out = workdir / "prepared"
         argv = ["--vocab_size", str(preset.vocab_size)]

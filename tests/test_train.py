@@ -389,3 +389,34 @@ def test_run_mlm_style_json_config_trains_and_keeps_the_best_model(tmp_path, mon
     logged_to_trackio = [(c[1], c[2].get("loss", c[2].get("eval_loss"))) for c in calls if c[0] == "log"]
     history = [(e["step"], e.get("loss", e.get("eval_loss"))) for e in state["log_history"]]
     assert logged_to_trackio == history
+
+
+def test_a_model_that_needs_autograph_is_traced_again_with_it():
+    """The step is traced without AutoGraph (faster first step); a call() that branches on a tensor in Python
+    makes that trace fail before anything runs, and the trainer rebuilds its functions with AutoGraph."""
+    import tensorflow as tf
+
+    from hf_tpu_ext.backends.tensorflow.trainer import TFTrainer
+
+    def call(x):
+        if tf.reduce_sum(x) > 0:  # Python control flow on a tensor: needs AutoGraph inside tf.function
+            return x * 2.0
+        return x
+
+    class Rebuilt:
+        def __init__(self):
+            self.builds = []
+            self._build_functions()
+
+        def _build_functions(self, autograph=False):
+            self.builds.append(autograph)
+            self.autograph = autograph
+            self.train_function = tf.function(lambda iterator, n: call(tf.cast(n, tf.float32)), autograph=autograph)
+
+    first = Rebuilt()
+    assert float(TFTrainer._call_train_function(first, None, 3, first=True)) == 6.0
+    assert first.builds == [False, True]
+    later = Rebuilt()  # only the first call may rebuild: a later failure is a real error
+    with pytest.raises(tf.errors.OperatorNotAllowedInGraphError):
+        TFTrainer._call_train_function(later, None, 3, first=False)
+    assert later.builds == [False]

@@ -131,7 +131,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     # before the data modules import datasets/TensorFlow: the install command, not a ModuleNotFoundError
     require_extra("tensorflow", "hf-tpu prepare-data", ("tensorflow", "datasets", "transformers"))
-    from hf_tpu_ext.data.blocks import tokenize_into_blocks
+    from hf_tpu_ext.data.blocks import column_texts, tokenize_into_blocks
     from hf_tpu_ext.data.loading import describe_data_source, is_tfrecord_source, load_text_datasets
     from hf_tpu_ext.data.sharding import permutation_order
     from hf_tpu_ext.data.tfrecord import write_tfrecord_shards
@@ -157,7 +157,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     raw = load_text_datasets(data_args, seed=prep_args.seed, cache_dir=model_args.cache_dir)
     print(f"Loaded {describe_data_source(data_args)}: " + ", ".join(f"{k} {len(v)} texts" for k, v in raw.items()))
 
-    tokenizer = prepare_tokenizer(model_args, list(raw["train"]["text"]), data_args.max_seq_length)
+    tokenizer = prepare_tokenizer(model_args, column_texts(raw["train"]), data_args.max_seq_length)
     tokenizer_dir = prep_args.tokenizer_output_dir or (output_path.rstrip("/") + "/tokenizer")
     _save_tokenizer(tokenizer, tokenizer_dir)
     print(f"Tokenizer ({len(tokenizer)} tokens) saved to {tokenizer_dir}")

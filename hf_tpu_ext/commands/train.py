@@ -29,10 +29,24 @@ def _backend_in_argv(argv) -> str:
     return backend
 
 
+def select_frameworks(argv) -> None:
+    """Tell transformers which framework this run uses, before it is imported (``USE_TF``/``USE_TORCH``).
+
+    ``--backend torch_xla``: ``USE_TF=0`` (TensorFlow must not load before torch_xla). The TensorFlow
+    backend never runs PyTorch: ``USE_TORCH=0`` keeps transformers from importing torch where it is
+    installed (~3 s of the time to the first step on 2 cores; benchmarks/NOTES.md); reading a
+    ``pytorch_model.bin`` still imports torch itself (backends/tensorflow/export.py). Values already in the
+    environment are kept.
+    """
+    if "torch_xla" in argv:
+        os.environ.setdefault("USE_TF", "0")
+    elif _backend_in_argv(argv) == "tensorflow":
+        os.environ.setdefault("USE_TORCH", "0")
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "torch_xla" in argv:  # keep transformers from importing TensorFlow before torch_xla
-        os.environ.setdefault("USE_TF", "0")
+    select_frameworks(argv)
     if _backend_in_argv(argv) == "torch_xla" and "--help" not in argv and "-h" not in argv:
         from hf_tpu_ext.extras import require_extra
 

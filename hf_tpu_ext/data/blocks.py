@@ -8,7 +8,9 @@ so at most ``max_seq_length - 1`` tokens per split are lost). Blocks are full, s
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Union
+import contextlib
+import os
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Union
 
 import numpy as np
 
@@ -34,6 +36,16 @@ def _tokenize_fn(tokenizer, text_column: str):
         return {"input_ids": tokenizer(batch[text_column], add_special_tokens=True, return_attention_mask=False)["input_ids"]}
 
     return tokenize
+
+
+def column_texts(dataset, column: str = "text") -> list:
+    """The ``column`` of a ``datasets.Dataset`` as a Python list, in row order (selections respected).
+
+    Read through Arrow in one call: iterating ``dataset[column]`` (a lazy ``Column`` in datasets >= 4)
+    costs ~0.1 ms a row, 27 s for the 270 k lines of a 10 MB text file on 2 cores (benchmarks/NOTES.md).
+    """
+    table = dataset.with_format("arrow")[:]
+    return table.column(column).to_pylist() if len(dataset) else []
 
 
 def _flat_ids(dataset) -> np.ndarray:
@@ -122,6 +134,56 @@ def _encode_chunk(texts) -> np.ndarray:
     return np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encodings])
 
 
+def _batches(texts, num_proc: int, batch_size: int):
+    texts = list(texts)
+    if num_proc > 1:  # at least 4 batches per process, so the processes finish together
+        batch_size = max(1, min(batch_size, -(-len(texts) // (4 * num_proc))))
+    return [texts[i:i + batch_size] for i in range(0, len(texts), batch_size)]
+
+
+@contextlib.contextmanager
+def _encoder(tokenizer, num_proc: int) -> Iterator[Callable[[List[List[str]]], List[np.ndarray]]]:
+    """A function ``batches -> [int64 ids per batch]`` that tokenizes in ``num_proc`` processes: this one and
+    ``num_proc - 1`` spawned workers.
+
+    This process takes ``1/num_proc`` of the batches (from the end) while the workers share the rest, so
+    no process idles while the others work. The workers start once and serve every split: starting a
+    spawned worker (interpreter, numpy, tokenizers, the tokenizer rebuilt from its JSON) costs ~0.3-0.5 s
+    on 2 cores (benchmarks/NOTES.md).
+    """
+    global _WORKER_TOKENIZER
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    _WORKER_TOKENIZER = backend
+
+    def here(batches):
+        return [_encode_chunk(b) for b in batches]
+
+    try:
+        if num_proc > 1:
+            import multiprocessing
+
+            os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one Rust thread per process
+            # spawned, not forked: a fork of a process whose Rust or TensorFlow thread pools already ran can
+            # deadlock in the child (seen here); each worker rebuilds the tokenizer from its JSON
+            with multiprocessing.get_context("spawn").Pool(num_proc - 1, initializer=_init_worker,
+                                                           initargs=(backend.to_str(),)) as pool:
+                def spread(batches):
+                    split = len(batches) - len(batches) // num_proc
+                    pending = pool.map_async(_encode_chunk, batches[:split], chunksize=1)
+                    own = here(batches[split:])
+                    return pending.get() + own
+
+                yield spread
+        else:
+            yield here
+    finally:
+        _WORKER_TOKENIZER = None
+
+
+def _concat(parts: List[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros([0], dtype=np.int64)
+
+
 def tokenize_texts(texts, tokenizer, num_proc: int = 1, batch_size: int = 1000) -> np.ndarray:
     """Token ids of ``texts`` (each wrapped in the tokenizer's special tokens), concatenated in order.
 
@@ -141,29 +203,9 @@ def tokenize_texts(texts, tokenizer, num_proc: int = 1, batch_size: int = 1000) 
     Returns:
         int64 ``[T]``.
     """
-    global _WORKER_TOKENIZER
-    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
-    texts = list(texts)
-    if num_proc > 1:  # at least 4 batches per process, so the processes finish together
-        batch_size = max(1, min(batch_size, -(-len(texts) // (4 * num_proc))))
-    batches = [texts[i:i + batch_size] for i in range(0, len(texts), batch_size)]
-    _WORKER_TOKENIZER = backend
-    try:
-        if num_proc > 1 and len(batches) > 1:
-            import multiprocessing
-            import os
-
-            os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one Rust thread per process
-            # spawned, not forked: a fork of a process whose Rust or TensorFlow thread pools already ran can
-            # deadlock in the child (seen here); each worker rebuilds the tokenizer from its JSON
-            with multiprocessing.get_context("spawn").Pool(min(num_proc, len(batches)), initializer=_init_worker,
-                                                           initargs=(backend.to_str(),)) as pool:
-                parts = pool.map(_encode_chunk, batches, chunksize=1)
-        else:
-            parts = [_encode_chunk(b) for b in batches]
-    finally:
-        _WORKER_TOKENIZER = None
-    return np.concatenate(parts) if parts else np.zeros([0], dtype=np.int64)
+    batches = _batches(texts, num_proc, batch_size)
+    with _encoder(tokenizer, num_proc if len(batches) > 1 else 1) as encode:
+        return _concat(encode(batches))
 
 
 def tokenize_into_blocks(raw, tokenizer, max_seq_length: int, num_proc: int = 1, text_column: str = "text") -> Blocks:
@@ -181,7 +223,15 @@ def tokenize_into_blocks(raw, tokenizer, max_seq_length: int, num_proc: int = 1,
     for split, ds in raw.items():
         if text_column not in ds.column_names:
             raise DataError(f"Split {split!r} has no column {text_column!r} (columns: {', '.join(ds.column_names)}).")
-        ids = tokenize_texts(ds[text_column], tokenizer, num_proc=num_proc)
+    # the workers start while this process reads the text out of the datasets
+    with _encoder(tokenizer, num_proc if sum(len(ds) for ds in raw.values()) > 1 else 1) as encode:
+        splits = {split: _batches(column_texts(ds, text_column), num_proc, 1000) for split, ds in raw.items()}
+        parts = encode([b for batches in splits.values() for b in batches])  # one map over all splits
+    ids_of, start = {}, 0
+    for split, batches in splits.items():
+        ids_of[split] = _concat(parts[start:start + len(batches)])
+        start += len(batches)
+    for split, ids in ids_of.items():
         if ids.size and ids.max() > np.iinfo(np.int32).max:
             raise DataError(f"Token ids of split {split!r} do not fit int32; use a tokenizer with < 2**31 tokens.")
         n = ids.size // L

@@ -26,6 +26,7 @@ def load_or_train_tokenizer(model_args, data_args, raw_datasets, tokenizer_sourc
     Raises:
         TokenizerError: it cannot be loaded or has no mask token.
     """
+    from hf_tpu_ext.data.blocks import column_texts
     from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer, train_bpe_tokenizer
 
     if tokenizer_source:
@@ -35,7 +36,7 @@ def load_or_train_tokenizer(model_args, data_args, raw_datasets, tokenizer_sourc
                              cache_dir=model_args.cache_dir)
     else:
         t0 = time.perf_counter()
-        tok = train_bpe_tokenizer(raw_datasets["train"]["text"], vocab_size=model_args.vocab_size,
+        tok = train_bpe_tokenizer(column_texts(raw_datasets["train"]), vocab_size=model_args.vocab_size,
                                   model_max_length=data_args.max_seq_length)
         logger.info("trained a byte-level BPE tokenizer of %d tokens in %.1fs", len(tok), time.perf_counter() - t0)
     check_mlm_tokenizer(tok)

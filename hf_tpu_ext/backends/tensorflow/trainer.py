@@ -157,8 +157,17 @@ class TFTrainer:
         self._build_functions()
 
     # ------------------------------------------------------------------ compiled functions
-    def _build_functions(self):
+    def _build_functions(self, autograph: bool = False):
+        """Build ``train_function`` and ``step_function``.
+
+        ``autograph=False`` first: AutoGraph's source conversion of every layer's ``call`` was ~11 s of the
+        ~20 s from the first call to the first finished step on the small preset (2 CPU cores, benchmarks/
+        NOTES.md), and the step needs none of it (its loops are ``tf.while_loop``, its branches Python
+        values). A model whose ``call`` branches on a tensor in Python raises
+        ``OperatorNotAllowedInGraphError`` while tracing; :meth:`train` then rebuilds with ``autograph=True``.
+        """
         model, optimizer, strategy, args = self.model, self.optimizer, self.strategy, self.args
+        self.autograph = autograph
         use_xla = bool(args.jit_compile)
         # one device, no cross-replica update: forward, backward, clipping and AdamW in one XLA program
         # (Mirrored/MultiWorker strategies route apply_gradients through merge_call, which XLA cannot hold)
@@ -224,7 +233,7 @@ class TFTrainer:
                     tf.cast(ctx.replica_id_in_sync_group, tf.int32))
 
         if self.fused_update:
-            @tf.function(jit_compile=True, reduce_retracing=False)
+            @tf.function(jit_compile=True, reduce_retracing=False, autograph=autograph)
             def xla_step(batch, step, replica_id):
                 global_count = tf.maximum(tf.reduce_sum(tf.cast(batch["masked_lm_weights"], tf.float32)), 1.0)
                 loss_sum, count, grads = compute_gradients(batch, global_count, step, replica_id)
@@ -236,7 +245,8 @@ class TFTrainer:
 
             self.step_function = xla_step
         else:
-            forward_backward = tf.function(compute_gradients, jit_compile=use_xla, reduce_retracing=False)
+            forward_backward = tf.function(compute_gradients, jit_compile=use_xla, reduce_retracing=False,
+                                           autograph=autograph)
 
             def replica_step(batch):
                 ctx = tf.distribute.get_replica_context()
@@ -248,18 +258,33 @@ class TFTrainer:
 
             self.step_function = forward_backward
 
-        @tf.function
+        @tf.function(autograph=autograph)
         def train_function(iterator, num_steps):
-            total_loss = tf.constant(0.0, tf.float32)
-            total_count = tf.constant(0.0, tf.float32)
-            for _ in tf.range(num_steps):
+            def body(i, total_loss, total_count):
                 loss_sum, count = strategy.run(replica_step, args=(next(iterator),))
-                total_loss += strategy.reduce(tf.distribute.ReduceOp.SUM, loss_sum, axis=None)
-                total_count += strategy.reduce(tf.distribute.ReduceOp.SUM, count, axis=None)
+                return (i + 1, total_loss + strategy.reduce(tf.distribute.ReduceOp.SUM, loss_sum, axis=None),
+                        total_count + strategy.reduce(tf.distribute.ReduceOp.SUM, count, axis=None))
+
+            _, total_loss, total_count = tf.while_loop(
+                lambda i, *_: i < num_steps, body,
+                (tf.constant(0, num_steps.dtype), tf.constant(0.0, tf.float32), tf.constant(0.0, tf.float32)))
             return total_loss / tf.maximum(total_count, 1.0)
 
         self.train_function = train_function
         self.model.train_function = train_function
+
+    def _call_train_function(self, iterator, n: int, first: bool):
+        """``train_function(iterator, n)``; on the first call, a model that needs AutoGraph gets it (see
+        :meth:`_build_functions`). A failed trace runs nothing, so the iterator and the weights are untouched."""
+        try:
+            return self.train_function(iterator, tf.constant(n, tf.int32))
+        except tf.errors.OperatorNotAllowedInGraphError:
+            if not first or self.autograph:
+                raise
+            logger.info("This model's call() needs AutoGraph (Python control flow on tensors); tracing it again "
+                        "with AutoGraph (slower to start, same step).")
+            self._build_functions(autograph=True)
+            return self.train_function(iterator, tf.constant(n, tf.int32))
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> Dict[str, float]:
@@ -325,7 +350,7 @@ class TFTrainer:
                 batch_index = step - epoch * spe
                 self.callbacks.on_train_batch_begin(batch_index)
                 t_call = time.perf_counter()
-                loss = float(self.train_function(iterator, tf.constant(n, tf.int32)))  # waits for the steps
+                loss = float(self._call_train_function(iterator, n, first=first_call is None))  # waits for the steps
                 interrupts.check()
                 call_secs = time.perf_counter() - t_call
                 if first_call is None:
