@@ -19,8 +19,9 @@ unset       ``auto`` on a TPU, float32 elsewhere
 ``false``   float32
 ==========  ===========================================================================
 
-``--jit_compile`` unset: XLA, except bf16 on a CPU (TensorFlow's kernels: see above; without native bf16
-they also beat XLA:CPU's emulated bf16). An explicit ``--jit_compile true/false`` is always kept. On
+``--jit_compile`` unset: XLA, except bf16 on a CPU with native bf16 (TensorFlow's kernels: see above). On a
+CPU without it XLA is the faster bf16 path too (small preset, idle 2-core AMD EPYC: 526 ms/step with XLA,
+853 on TensorFlow's kernels). An explicit ``--jit_compile true/false`` is always kept. On
 TensorFlow's kernels dropout uses TensorFlow's own RNG, so a resumed run draws other dropout masks than an
 uninterrupted one (the XLA step's counter-based masks do not).
 """
@@ -133,14 +134,15 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
         if use_bf16 and not native:
             why += (f" on a {accelerator} without native bf16 (emulated: expect it slower than float32; "
                     "--bf16 auto would keep float32)")
-    # bf16 on a CPU: TensorFlow's oneDNN kernels beat XLA:CPU, with native bf16 (2x the matmul rate) and
-    # without it (emulated: 2640 vs 3712 ms/step on the small preset, benchmarks/NOTES.md)
-    cpu_kernels_faster = use_bf16 and accelerator == "CPU"
+    # bf16 on a CPU with native bf16: TensorFlow's oneDNN kernels run its matmuls at ~2x XLA:CPU's rate.
+    # Without native bf16 XLA is faster (idle machine, small preset: 526 vs 853 ms/step; benchmarks/NOTES.md)
+    cpu_kernels_faster = use_bf16 and accelerator == "CPU" and native
     if jit_compile is None:
         xla = not cpu_kernels_faster
         if cpu_kernels_faster:
-            why += ("; TensorFlow's oneDNN bf16 kernels, not XLA (" + ("about 2x XLA:CPU's bf16 matmul rate)" if native
-                    else "faster than XLA:CPU's emulated bf16)"))
+            why += "; TensorFlow's oneDNN bf16 kernels, not XLA (about 2x XLA:CPU's bf16 matmul rate)"
+        elif use_bf16 and accelerator == "CPU":
+            why += "; XLA (faster than TensorFlow's kernels on emulated bf16)"
     else:
         xla = bool(jit_compile)
     if xla:

@@ -35,7 +35,7 @@ def test_parse_bf16():
     ("auto", None, "GPU", True, (True, True, "bf16 mixed", "XLA")),
     ("auto", None, "GPU", False, (False, True, "float32", "XLA")),
     (True, None, "CPU", True, (True, False, "bf16 mixed", "TensorFlow kernels (oneDNN)")),
-    (True, None, "CPU", False, (True, False, "bf16 mixed", "TensorFlow kernels (oneDNN)")),  # emulated: still faster
+    (True, None, "CPU", False, (True, True, "bf16 mixed", "XLA")),  # emulated bf16: XLA is faster
     (True, True, "CPU", True, (True, True, "bf16 mixed", "XLA")),  # an explicit --jit_compile is kept
     (False, False, "GPU", True, (False, False, "float32", "TensorFlow kernels")),
 ])
@@ -49,6 +49,7 @@ def test_resolve_precision_says_why():
     emulated = resolve_precision(True, None, "CPU", False).reason
     assert "emulated" in emulated and "--bf16 auto would keep float32" in emulated
     assert "oneDNN bf16 kernels, not XLA" in resolve_precision(True, None, "CPU", True).reason
+    assert emulated.endswith("; XLA (faster than TensorFlow's kernels on emulated bf16)")
 
 
 def test_bad_bf16_flag_is_an_argument_error():

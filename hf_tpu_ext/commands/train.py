@@ -30,18 +30,14 @@ def _backend_in_argv(argv) -> str:
 
 
 def select_frameworks(argv) -> None:
-    """Tell transformers which framework this run uses, before it is imported (``USE_TF``/``USE_TORCH``).
+    """Tell transformers which framework this run uses, before it is imported: ``--backend torch_xla`` sets
+    ``USE_TF=0`` (TensorFlow must not load before torch_xla); a value already in the environment is kept.
 
-    ``--backend torch_xla``: ``USE_TF=0`` (TensorFlow must not load before torch_xla). The TensorFlow
-    backend never runs PyTorch: ``USE_TORCH=0`` keeps transformers from importing torch where it is
-    installed (~3 s of the time to the first step on 2 cores; benchmarks/NOTES.md); reading a
-    ``pytorch_model.bin`` still imports torch itself (backends/tensorflow/export.py). Values already in the
-    environment are kept.
+    The TensorFlow backend sets nothing: with ``USE_TORCH=0`` beside an installed torch, transformers 4.57
+    cannot import its pipelines (``evaluate`` imports them), so torch's import is paid where it is installed.
     """
     if "torch_xla" in argv:
         os.environ.setdefault("USE_TF", "0")
-    elif _backend_in_argv(argv) == "tensorflow":
-        os.environ.setdefault("USE_TORCH", "0")
 
 
 def main(argv=None) -> int:

@@ -124,6 +124,7 @@ def make_train_dataset(
     if array is not None:
         table = tf.constant(array)
 
+        @tf.autograph.experimental.do_not_convert
         def epoch_items(epoch):
             order = tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int32), seed=_pair(seed, epoch), alg=_ALG)
             return tf.data.Dataset.from_tensor_slices(order[:per_epoch])
@@ -134,12 +135,14 @@ def make_train_dataset(
     else:
         window = int(max(1, min(shuffle_buffer_size, n)))
 
+        @tf.autograph.experimental.do_not_convert
         def epoch_items(epoch):
             # Windowed stateless shuffle: consecutive windows of `window` examples, each permuted with
             # a seed folded from (seed, epoch, window index). Unlike Dataset.shuffle it does not depend
             # on tf.random.set_seed, only on (seed, epoch).
             epoch_seed = _pair(seed, epoch)
 
+            @tf.autograph.experimental.do_not_convert
             def permute(index, rows):
                 key = tf.random.experimental.stateless_fold_in(epoch_seed, index, alg=_ALG)
                 return tf.random.experimental.stateless_shuffle(rows, seed=key, alg=_ALG)
@@ -155,6 +158,7 @@ def make_train_dataset(
     batches = items.skip(offset * B).batch(B, drop_remainder=True)
     steps = tf.data.Dataset.range(int(start_step), np.iinfo(np.int64).max)
 
+    @tf.autograph.experimental.do_not_convert  # straight-line TF ops: AutoGraph's conversion only costs start-up
     def make_batch(step, item_batch):
         return mask_fn(to_ids(item_batch), _pair(seed, step))
 
@@ -199,6 +203,7 @@ def make_eval_dataset(
     else:
         source = examples.take(num_steps * B).batch(B, drop_remainder=True)
 
+    @tf.autograph.experimental.do_not_convert  # straight-line TF ops: AutoGraph's conversion only costs start-up
     def make_batch(index, ids):
         return mask_fn(ids, _pair(seed, -1 - index))
 
