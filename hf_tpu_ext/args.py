@@ -249,8 +249,8 @@ class TrainingArguments:
     fp16: bool = field(default=False, metadata={"help": "float16 mixed precision: refused (no float16 compute on CPU/TPU, no loss scaling in the XLA step); use --bf16."})
     jit_compile: Optional[bool] = field(
         default=None,
-        metadata={"help": "XLA-compile the training step (unset: yes, except bf16 on a CPU, where "
-                          "TensorFlow's oneDNN kernels are faster). On one device the whole step (forward, "
+        metadata={"help": "XLA-compile the training step (unset: yes, except bf16 on a CPU with native bf16, "
+                          "where TensorFlow's oneDNN kernels are faster). On one device the whole step (forward, "
                           "backward, AdamW) is one XLA program; with a distribution strategy, the per-replica forward/backward. "
                           "Dropout then uses counter-based masks (XLA's own RNG is slow on CPU, see benchmarks/NOTES.md)."},
     )

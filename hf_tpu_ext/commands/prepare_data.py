@@ -60,7 +60,7 @@ class PrepareDataArguments:
         default=None, metadata={"help": "Where to save the tokenizer (default: {output_path}/tokenizer)."}
     )
     seed: int = field(default=42, metadata={"help": "Seed of the validation hold-out and of the training blocks' order."})
-    num_proc: int = field(default=1, metadata={"help": "Processes that tokenize (spawned on this machine); for corpora "
+    num_proc: int = field(default=1, metadata={"help": "Processes that tokenize on this machine (this one and N-1 spawned); for corpora "
                                                        "beyond one machine see hf_tpu_ext.data.beam_prepare (Apache Beam)."})
     overwrite_output_path: bool = field(default=False, metadata={"help": "Replace shards already in --output_path."})
 
