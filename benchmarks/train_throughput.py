@@ -184,17 +184,14 @@ def _train_argv(preset: Preset, workdir: Path, out: Path, steps: int, callbacks:
 def job_hf_tpu(preset: Preset, workdir: Path, callbacks: str = "throughput,xla_recompile_guard,bench_step_timer",
                steps: Optional[int] = None, extra=(), evaluate: bool = False) -> Dict[str, Any]:
     """``hf-tpu train`` through :func:`hf_tpu_ext.run.train`; returns step timings, traces and RSS."""
-    from hf_tpu_ext.commands.train import select_frameworks
-
-    steps = steps or preset.steps
-    out = workdir / f"out-{os.getpid()}"
-    argv = _train_argv(preset, workdir, out, steps, callbacks, extra)
-    select_frameworks(argv)  # as `hf-tpu train` does, before transformers is imported
     _setup_devices(preset)
     from benchmarks import step_timer
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.run import train
 
+    steps = steps or preset.steps
+    out = workdir / f"out-{os.getpid()}"
+    argv = _train_argv(preset, workdir, out, steps, callbacks, extra)
     if evaluate:  # one evaluation after the last step (not inside any timed step interval)
         argv += ["--eval_strategy", "steps", "--eval_steps", str(steps)]
     results = train(*parse_args(argv))

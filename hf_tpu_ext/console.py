@@ -48,23 +48,31 @@ _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 whole_process = False
 
 
-def requested_log_level(argv: List[str]) -> str:
-    """The ``--log_level`` a command line asks for (``--log_level X``, ``--log_level=X`` or a JSON config's
-    ``log_level``), lower-cased; ``"passive"`` when none. Read before any parsing, so the C++ filter can be
-    in place before TensorFlow is imported."""
-    level = None
+def peek_argument(argv: List[str], name: str):
+    """The value a command line gives ``--name`` before any parsing: ``--name X``, ``--name=X`` (the last one
+    wins) or else the field of a leading JSON config file; None when it gives none. A JSON value keeps its
+    type; an unreadable config counts as giving none (the parser reports it later)."""
+    value = None
     if argv and argv[0].endswith(".json") and os.path.isfile(argv[0]):
         try:
             with open(argv[0], encoding="utf-8") as f:
                 data = json.load(f)
-            level = data.get("log_level") if isinstance(data, dict) else None
+            value = data.get(name) if isinstance(data, dict) else None
         except (OSError, ValueError):
             pass
+    flag = f"--{name}"
     for i, arg in enumerate(argv):
-        if arg == "--log_level" and i + 1 < len(argv):
-            level = argv[i + 1]
-        elif arg.startswith("--log_level="):
-            level = arg.split("=", 1)[1]
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def requested_log_level(argv: List[str]) -> str:
+    """The ``--log_level`` a command line asks for (:func:`peek_argument`), lower-cased; ``"passive"`` when none.
+    Read before any parsing, so the C++ filter can be in place before TensorFlow is imported."""
+    level = peek_argument(argv, "log_level")
     return str(level).lower() if level else "passive"
 
 

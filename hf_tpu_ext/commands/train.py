@@ -12,37 +12,16 @@ import sys
 
 def _backend_in_argv(argv) -> str:
     """The ``--backend`` a command line asks for (``--backend X``, ``--backend=X`` or a leading JSON config)."""
-    backend = "tensorflow"
-    if argv and argv[0].endswith(".json") and os.path.isfile(argv[0]):
-        try:
-            with open(argv[0], encoding="utf-8") as f:
-                data = json.load(f)
-            if isinstance(data, dict) and isinstance(data.get("backend"), str):
-                backend = data["backend"]
-        except (OSError, ValueError):
-            pass
-    for i, arg in enumerate(argv):
-        if arg == "--backend" and i + 1 < len(argv):
-            backend = argv[i + 1]
-        elif arg.startswith("--backend="):
-            backend = arg.split("=", 1)[1]
-    return backend
+    from hf_tpu_ext.console import peek_argument
 
-
-def select_frameworks(argv) -> None:
-    """Tell transformers which framework this run uses, before it is imported: ``--backend torch_xla`` sets
-    ``USE_TF=0`` (TensorFlow must not load before torch_xla); a value already in the environment is kept.
-
-    The TensorFlow backend sets nothing: with ``USE_TORCH=0`` beside an installed torch, transformers 4.57
-    cannot import its pipelines (``evaluate`` imports them), so torch's import is paid where it is installed.
-    """
-    if "torch_xla" in argv:
-        os.environ.setdefault("USE_TF", "0")
+    backend = peek_argument(argv, "backend")
+    return backend if isinstance(backend, str) else "tensorflow"
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    select_frameworks(argv)
+    if "torch_xla" in argv:  # keep transformers from importing TensorFlow before torch_xla
+        os.environ.setdefault("USE_TF", "0")
     if _backend_in_argv(argv) == "torch_xla" and "--help" not in argv and "-h" not in argv:
         from hf_tpu_ext.extras import require_extra
 

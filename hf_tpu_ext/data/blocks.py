@@ -44,13 +44,17 @@ def column_texts(dataset, column: str = "text") -> list:
     Read through Arrow in one call: iterating ``dataset[column]`` (a lazy ``Column`` in datasets >= 4)
     costs ~0.1 ms a row, 27 s for the 270 k lines of a 10 MB text file on 2 cores (benchmarks/NOTES.md).
     """
-    table = dataset.with_format("arrow")[:]
-    return table.column(column).to_pylist() if len(dataset) else []
+    return _arrow_column(dataset, column).to_pylist() if len(dataset) else []
+
+
+def _arrow_column(dataset, column: str):
+    """pyarrow (Chunked)Array of ``column``, in row order (respects selections such as ``train_test_split``)."""
+    return dataset.with_format("arrow")[:][column]
 
 
 def _flat_ids(dataset) -> np.ndarray:
     """All ``input_ids`` of a tokenized dataset, concatenated in row order (int64 [T])."""
-    column = dataset.with_format("arrow")[:]["input_ids"]  # pyarrow (Chunked)Array of lists, respects selections
+    column = _arrow_column(dataset, "input_ids")  # of lists
     if hasattr(column, "combine_chunks"):
         column = column.combine_chunks()
     if len(column) == 0:
@@ -227,11 +231,10 @@ def tokenize_into_blocks(raw, tokenizer, max_seq_length: int, num_proc: int = 1,
     with _encoder(tokenizer, num_proc if sum(len(ds) for ds in raw.values()) > 1 else 1) as encode:
         splits = {split: _batches(column_texts(ds, text_column), num_proc, 1000) for split, ds in raw.items()}
         parts = encode([b for batches in splits.values() for b in batches])  # one map over all splits
-    ids_of, start = {}, 0
+    start = 0
     for split, batches in splits.items():
-        ids_of[split] = _concat(parts[start:start + len(batches)])
+        ids = _concat(parts[start:start + len(batches)])
         start += len(batches)
-    for split, ids in ids_of.items():
         if ids.size and ids.max() > np.iinfo(np.int32).max:
             raise DataError(f"Token ids of split {split!r} do not fit int32; use a tokenizer with < 2**31 tokens.")
         n = ids.size // L
