@@ -21,7 +21,8 @@ def prepared(tmp_path_factory):
     train_file.write_text("\n".join(default_corpus_texts()[:300]) + "\n")
     out = root / "shards"
     common = ["--train_file", str(train_file), "--cache_dir", str(root / "cache"), "--validation_split_percentage", "10"]
-    argv = common + ["--vocab_size", "500", "--max_seq_length", "32", "--num_shards", "3", "--output_path", str(out), "--seed", "7"]
+    argv = common + ["--vocab_size", "500", "--max_seq_length", "32", "--num_shards", "3", "--output_path", str(out), "--seed", "7",
+                     "--num_proc", "1"]
     import contextlib
     import io
 
@@ -95,6 +96,56 @@ def test_num_proc_writes_the_same_bytes(prepared, tmp_path):
     assert len(names) == 7 and sorted(f for f in os.listdir(again) if f != "tokenizer") == names
     for name in names:
         assert (again / name).read_bytes() == (out / name).read_bytes(), name
+
+
+def test_num_proc_2_gives_the_ids_of_one_process_and_raises_a_bad_text(prepared):
+    from tokenizers import Tokenizer
+
+    from hf_tpu_ext.data.blocks import tokenize_texts
+
+    _, out, _, _ = prepared
+    tok = Tokenizer.from_file(str(out / "tokenizer" / "tokenizer.json"))
+    texts = [f"line {i} of the text" for i in range(300)]
+    one = tokenize_texts(texts, tok, num_proc=1, batch_size=7)
+    assert one.dtype == np.int64 and one.size > 300 * 3
+    np.testing.assert_array_equal(tokenize_texts(texts, tok, num_proc=2, batch_size=7), one)
+    for bad in ([5] + texts, texts + [5]):  # in a worker's batch (front), then in this process's (back)
+        with pytest.raises(TypeError):
+            tokenize_texts(bad, tok, num_proc=2, batch_size=7)
+
+
+def test_num_proc_defaults_to_the_usable_cores(monkeypatch):
+    from hf_tpu_ext.commands.prepare_data import PrepareDataArguments
+    from hf_tpu_ext.data.blocks import default_num_proc
+
+    assert PrepareDataArguments(output_path="shards").num_proc is None  # resolved by default_num_proc() at run time
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    assert default_num_proc() == 3
+
+
+def test_tokenizing_uses_one_tokenizer_thread_per_process_and_restores_the_setting(monkeypatch):
+    from hf_tpu_ext.data import blocks
+
+    seen = []
+    monkeypatch.setattr(blocks, "_encode_chunk", lambda texts: seen.append(os.environ.get("TOKENIZERS_PARALLELISM"))
+                        or np.arange(len(texts), dtype=np.int64))
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "true")
+    ids = blocks.tokenize_texts(["a", "b", "c"], object(), num_proc=1, batch_size=2)
+    assert ids.tolist() == [0, 1, 0] and seen == ["false", "false"]
+    assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
+
+
+def test_text_of_a_split_selection_is_read_in_row_order():
+    from datasets import Dataset
+
+    from hf_tpu_ext.data.blocks import column_texts
+
+    texts = [f"line {i}" for i in range(50)]
+    split = Dataset.from_dict({"text": texts}).train_test_split(test_size=0.2, seed=3)
+    for part in split.values():
+        assert column_texts(part) == [row["text"] for row in part]
+    assert sorted(column_texts(split["train"]) + column_texts(split["test"])) == sorted(texts)
+    assert column_texts(Dataset.from_dict({"text": texts})) == texts
 
 
 def test_serialized_examples_match_tensorflow():

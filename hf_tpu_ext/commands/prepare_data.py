@@ -6,7 +6,8 @@ Takes the data and tokenizer arguments of ``hf-tpu train`` (``--train_file``, ``
     {output_path}/manifest.json, train-*.tfrecord, validation-*.tfrecord, tokenizer/
 
 The training blocks are written in a seeded random order, so the pipeline's windowed shuffle draws
-from the whole corpus. ``--num_proc N`` tokenizes in N processes; the Apache Beam pipeline
+from the whole corpus. ``--num_proc N`` tokenizes in N processes, one core each (default: every core this
+process may use); the Apache Beam pipeline
 (:mod:`hf_tpu_ext.data.beam_prepare`) writes the same shards on Dataflow, Spark or Flink. Train on them with ``hf-tpu train --train_file {output_path}``.
 
 Example:
@@ -60,8 +61,12 @@ class PrepareDataArguments:
         default=None, metadata={"help": "Where to save the tokenizer (default: {output_path}/tokenizer)."}
     )
     seed: int = field(default=42, metadata={"help": "Seed of the validation hold-out and of the training blocks' order."})
-    num_proc: int = field(default=1, metadata={"help": "Processes that tokenize on this machine (this one and N-1 spawned); for corpora "
-                                                       "beyond one machine see hf_tpu_ext.data.beam_prepare (Apache Beam)."})
+    num_proc: Optional[int] = field(
+        default=None,
+        metadata={"help": "Processes that tokenize on this machine, one core each (this one and N-1 spawned; default: the "
+                          "CPU cores this process may use); for corpora beyond one machine see "
+                          "hf_tpu_ext.data.beam_prepare (Apache Beam)."},
+    )
     overwrite_output_path: bool = field(default=False, metadata={"help": "Replace shards already in --output_path."})
 
     def __post_init__(self):
@@ -69,7 +74,7 @@ class PrepareDataArguments:
 
         if self.num_shards < 1:
             raise ArgumentError(f"--num_shards must be >= 1, got {self.num_shards}.")
-        if self.num_proc < 1:
+        if self.num_proc is not None and self.num_proc < 1:
             raise ArgumentError(f"--num_proc must be >= 1, got {self.num_proc}.")
 
 
@@ -131,7 +136,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     # before the data modules import datasets/TensorFlow: the install command, not a ModuleNotFoundError
     require_extra("tensorflow", "hf-tpu prepare-data", ("tensorflow", "datasets", "transformers"))
-    from hf_tpu_ext.data.blocks import column_texts, tokenize_into_blocks
+    from hf_tpu_ext.data.blocks import column_texts, default_num_proc, tokenize_into_blocks
     from hf_tpu_ext.data.loading import describe_data_source, is_tfrecord_source, load_text_datasets
     from hf_tpu_ext.data.sharding import permutation_order
     from hf_tpu_ext.data.tfrecord import write_tfrecord_shards
@@ -162,7 +167,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     _save_tokenizer(tokenizer, tokenizer_dir)
     print(f"Tokenizer ({len(tokenizer)} tokens) saved to {tokenizer_dir}")
 
-    num_proc = max(prep_args.num_proc, data_args.preprocessing_num_workers or 1)
+    num_proc = prep_args.num_proc or data_args.preprocessing_num_workers or default_num_proc()
     tok_start = time.perf_counter()
     blocks = tokenize_into_blocks(raw, tokenizer, data_args.max_seq_length, num_proc=num_proc)
     tok_seconds = time.perf_counter() - tok_start

@@ -9,7 +9,9 @@ so at most ``max_seq_length - 1`` tokens per split are lost). Blocks are full, s
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import threading
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Union
 
 import numpy as np
@@ -48,7 +50,18 @@ def column_texts(dataset, column: str = "text") -> list:
 
 
 def _arrow_column(dataset, column: str):
-    """pyarrow (Chunked)Array of ``column``, in row order (respects selections such as ``train_test_split``)."""
+    """pyarrow (Chunked)Array of ``column``, in row order (respects selections such as ``train_test_split``).
+
+    A selection is read with one Arrow ``take`` over its indices: ``datasets`` gathers such rows slice by slice
+    (~1 s for the 258 k rows of a 20 MB split, 0.05 s with ``take``; benchmarks/NOTES.md). The indices mapping
+    is a private attribute of ``datasets.Dataset``; without it the public (slower) path is taken.
+    """
+    indices = getattr(dataset, "_indices", None)
+    table = getattr(dataset, "data", None)
+    if indices is not None and table is not None and hasattr(indices, "column") and indices.num_columns == 1:
+        return table.column(column).take(indices.column(0))
+    if indices is None and table is not None:
+        return table.column(column)
     return dataset.with_format("arrow")[:][column]
 
 
@@ -138,6 +151,14 @@ def _encode_chunk(texts) -> np.ndarray:
     return np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encodings])
 
 
+def default_num_proc() -> int:
+    """Tokenizing processes when none are asked for: the CPU cores this process may use (``os.sched_getaffinity``,
+    which respects ``taskset`` and container CPU sets; ``os.cpu_count()`` where it does not exist)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 def _batches(texts, num_proc: int, batch_size: int):
     texts = list(texts)
     if num_proc > 1:  # at least 4 batches per process, so the processes finish together
@@ -146,14 +167,29 @@ def _batches(texts, num_proc: int, batch_size: int):
 
 
 @contextlib.contextmanager
+def _one_tokenizer_thread():
+    """Turn the tokenizers library's own thread pool off for this block (it reads the variable on each call),
+    so ``num_proc`` processes use ``num_proc`` cores; the spawned workers inherit it. Restored afterwards."""
+    previous = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = previous
+
+
+@contextlib.contextmanager
 def _encoder(tokenizer, num_proc: int) -> Iterator[Callable[[List[List[str]]], List[np.ndarray]]]:
     """A function ``batches -> [int64 ids per batch]`` that tokenizes in ``num_proc`` processes: this one and
-    ``num_proc - 1`` spawned workers.
+    ``num_proc - 1`` spawned workers, one tokenizer thread each.
 
-    This process takes ``1/num_proc`` of the batches (from the end) while the workers share the rest, so
-    no process idles while the others work. The workers start once and serve every split: starting a
-    spawned worker (interpreter, numpy, tokenizers, the tokenizer rebuilt from its JSON) costs ~0.3-0.5 s
-    on 2 cores (benchmarks/NOTES.md).
+    The workers take batches from the front and this process from the back until they meet
+    (:func:`_share`), so no process idles while another works. The workers start once and serve every
+    split: starting a spawned worker (interpreter, numpy, tokenizers, the tokenizer rebuilt from its JSON)
+    costs ~0.3-0.5 s on 2 cores (benchmarks/NOTES.md).
     """
     global _WORKER_TOKENIZER
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
@@ -163,25 +199,79 @@ def _encoder(tokenizer, num_proc: int) -> Iterator[Callable[[List[List[str]]], L
         return [_encode_chunk(b) for b in batches]
 
     try:
-        if num_proc > 1:
-            import multiprocessing
+        with _one_tokenizer_thread():
+            if num_proc > 1:
+                import multiprocessing
 
-            os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one Rust thread per process
-            # spawned, not forked: a fork of a process whose Rust or TensorFlow thread pools already ran can
-            # deadlock in the child (seen here); each worker rebuilds the tokenizer from its JSON
-            with multiprocessing.get_context("spawn").Pool(num_proc - 1, initializer=_init_worker,
-                                                           initargs=(backend.to_str(),)) as pool:
-                def spread(batches):
-                    split = len(batches) - len(batches) // num_proc
-                    pending = pool.map_async(_encode_chunk, batches[:split], chunksize=1)
-                    own = here(batches[split:])
-                    return pending.get() + own
-
-                yield spread
-        else:
-            yield here
+                # spawned, not forked: a fork of a process whose Rust or TensorFlow thread pools already ran can
+                # deadlock in the child (seen here); each worker rebuilds the tokenizer from its JSON
+                with multiprocessing.get_context("spawn").Pool(num_proc - 1, initializer=_init_worker,
+                                                               initargs=(backend.to_str(),)) as pool:
+                    yield functools.partial(_share, pool, num_proc - 1)
+            else:
+                yield here
     finally:
         _WORKER_TOKENIZER = None
+
+
+def _share(pool, workers: int, batches: List[List[str]]) -> List[np.ndarray]:
+    """Encode ``batches`` in ``pool`` and in this process, meeting in the middle; results in batch order.
+
+    Each worker has at most two batches queued; a finished batch's callback (the pool's result thread)
+    queues the next one from the front, while this process encodes from the back. A static split
+    left one side waiting for the other by up to 1 s of ~8 (this process also feeds the pool and
+    collects its results, so it is the slower side; benchmarks/NOTES.md).
+
+    Raises:
+        The first error of a worker or of this process (e.g. ``TypeError`` for a text that is not a str);
+        nothing more is queued once one is seen.
+    """
+    results: List[Optional[np.ndarray]] = [None] * len(batches)
+    state = {"front": 0, "back": len(batches), "queued": 0}
+    errors: List[BaseException] = []
+    done = threading.Condition()
+
+    def queue_next() -> None:  # called with ``done`` held
+        if state["front"] < state["back"] and not errors:
+            i = state["front"]
+            state["front"] += 1
+            state["queued"] += 1
+            pool.apply_async(_encode_chunk, (batches[i],), callback=functools.partial(finished, i),
+                             error_callback=failed)
+
+    def finished(i: int, ids: np.ndarray) -> None:
+        with done:
+            results[i] = ids
+            state["queued"] -= 1
+            queue_next()
+            done.notify()
+
+    def failed(error: BaseException) -> None:
+        with done:
+            errors.append(error)
+            state["queued"] -= 1
+            done.notify()
+
+    with done:
+        for _ in range(2 * workers):
+            queue_next()
+    while True:
+        with done:
+            if state["front"] >= state["back"] or errors:
+                break
+            state["back"] -= 1
+            i = state["back"]
+        try:
+            results[i] = _encode_chunk(batches[i])
+        except BaseException as error:  # queue nothing more: the pool is closed on the way out
+            with done:
+                errors.append(error)
+            raise
+    with done:
+        done.wait_for(lambda: state["queued"] == 0)
+    if errors:
+        raise errors[0]
+    return results  # type: ignore[return-value]
 
 
 def _concat(parts: List[np.ndarray]) -> np.ndarray:
@@ -193,15 +283,15 @@ def tokenize_texts(texts, tokenizer, num_proc: int = 1, batch_size: int = 1000) 
 
     The same ids as ``tokenizer(texts)["input_ids"]`` of a transformers fast tokenizer, from its Rust
     backend's ``encode_batch_fast`` (no offsets, no per-token Python objects). With ``num_proc > 1`` the
-    batches are spread over that many spawned processes (``multiprocessing`` ``spawn`` context), each
-    tokenizing with the Rust thread pool off (as the Beam workers do), so the per-document Python work
-    is spread too; see benchmarks/NOTES.md for the measurements against the tokenizers library's own
-    thread pool.
+    batches are spread over that many spawned processes (``multiprocessing`` ``spawn`` context). Every
+    process, this one included when ``num_proc`` is 1, tokenizes with the tokenizers library's thread
+    pool off (as the Beam workers do), so ``num_proc`` is the number of cores used; see benchmarks/NOTES.md
+    for the measurements against that thread pool.
 
     Args:
         texts: sequence of str.
         tokenizer: a transformers fast tokenizer (``backend_tokenizer``) or a ``tokenizers.Tokenizer``.
-        num_proc: processes (1: this one).
+        num_proc: processes, one core each (1: this one).
         batch_size: documents per ``encode_batch_fast`` call.
 
     Returns:

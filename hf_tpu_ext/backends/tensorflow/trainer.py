@@ -465,14 +465,21 @@ class TFTrainer:
         except Exception as err:  # noqa: BLE001 (an unusual config: no MFU rather than no training)
             logger.debug("no FLOPs per token for MFU: %s", err)
             return lambda tokens_per_second: None
-        peak = peak_flops(self.info.accelerator if self.info.accelerator != "GPU" else _gpu_kind(),
-                          "bfloat16" if getattr(self.args, "bf16", False) else "float32") if self.info.is_chief else None
-        if not peak:
+        if not self.info.is_chief:
             return lambda tokens_per_second: None
         replicas = max(1, self.strategy.num_replicas_in_sync)
         warned = []
+        found: List[Optional[float]] = []
 
         def mfu(tokens_per_second):
+            # the peak is looked up (on a CPU: measured, ~1-2 s, unless cached) at the first log, not before
+            # the first step: a run shows its first step that much sooner
+            if not found:
+                found.append(peak_flops(self.info.accelerator if self.info.accelerator != "GPU" else _gpu_kind(),
+                                        "bfloat16" if getattr(self.args, "bf16", False) else "float32"))
+            peak = found[0]
+            if not peak:
+                return None
             value = tokens_per_second / replicas * fpt / peak
             if value <= 1.0:
                 return value
