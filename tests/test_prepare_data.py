@@ -121,6 +121,8 @@ def test_num_proc_defaults_to_the_usable_cores(monkeypatch):
     assert PrepareDataArguments(output_path="shards").num_proc is None  # resolved by default_num_proc() at run time
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
     assert default_num_proc() == 3
+    # a small corpus is not spread over every core: one process per 10,000 texts
+    assert [default_num_proc(n) for n in (0, 300, 19_999, 20_000, 10 ** 6)] == [1, 1, 1, 2, 3]
 
 
 def test_tokenizing_uses_one_tokenizer_thread_per_process_and_restores_the_setting(monkeypatch):

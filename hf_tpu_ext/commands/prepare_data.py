@@ -7,7 +7,7 @@ Takes the data and tokenizer arguments of ``hf-tpu train`` (``--train_file``, ``
 
 The training blocks are written in a seeded random order, so the pipeline's windowed shuffle draws
 from the whole corpus. ``--num_proc N`` tokenizes in N processes, one core each (default: every core this
-process may use); the Apache Beam pipeline
+process may use, at most one per 10,000 texts); the Apache Beam pipeline
 (:mod:`hf_tpu_ext.data.beam_prepare`) writes the same shards on Dataflow, Spark or Flink. Train on them with ``hf-tpu train --train_file {output_path}``.
 
 Example:
@@ -64,7 +64,7 @@ class PrepareDataArguments:
     num_proc: Optional[int] = field(
         default=None,
         metadata={"help": "Processes that tokenize on this machine, one core each (this one and N-1 spawned; default: the "
-                          "CPU cores this process may use); for corpora beyond one machine see "
+                          "CPU cores this process may use, at most one per 10,000 texts); for corpora beyond one machine see "
                           "hf_tpu_ext.data.beam_prepare (Apache Beam)."},
     )
     overwrite_output_path: bool = field(default=False, metadata={"help": "Replace shards already in --output_path."})
@@ -167,7 +167,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     _save_tokenizer(tokenizer, tokenizer_dir)
     print(f"Tokenizer ({len(tokenizer)} tokens) saved to {tokenizer_dir}")
 
-    num_proc = prep_args.num_proc or data_args.preprocessing_num_workers or default_num_proc()
+    num_proc = (prep_args.num_proc or data_args.preprocessing_num_workers
+                or default_num_proc(sum(len(ds) for ds in raw.values())))
     tok_start = time.perf_counter()
     blocks = tokenize_into_blocks(raw, tokenizer, data_args.max_seq_length, num_proc=num_proc)
     tok_seconds = time.perf_counter() - tok_start
