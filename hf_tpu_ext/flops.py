@@ -192,6 +192,16 @@ def _peak_cache_path() -> str:
         os.path.expanduser("~"), ".cache", "hf_tpu_ext", "peak_flops.json")
 
 
+def usable_cpu_cores() -> int:
+    """CPU cores this process may run on: ``os.sched_getaffinity`` (respects ``taskset`` and container CPU sets),
+    ``os.cpu_count()`` where that does not exist; at least 1."""
+    import os
+
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 def _machine_key(device_kind: str, dtype: str) -> str:
     """What a measured peak depends on: the device, the CPU model and cores usable, dtype and TF version."""
     import os
@@ -206,7 +216,7 @@ def _machine_key(device_kind: str, dtype: str) -> str:
                     break
     except OSError:
         pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cpu_cores()
     try:
         from importlib.metadata import version
 

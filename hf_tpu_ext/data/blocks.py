@@ -56,13 +56,11 @@ def _arrow_column(dataset, column: str):
     (~1 s for the 258 k rows of a 20 MB split, 0.05 s with ``take``; benchmarks/NOTES.md). The indices mapping
     is a private attribute of ``datasets.Dataset``; without it the public (slower) path is taken.
     """
-    indices = getattr(dataset, "_indices", None)
     table = getattr(dataset, "data", None)
-    if indices is not None and table is not None and hasattr(indices, "column") and indices.num_columns == 1:
-        return table.column(column).take(indices.column(0))
-    if indices is None and table is not None:
-        return table.column(column)
-    return dataset.with_format("arrow")[:][column]
+    if table is None or not hasattr(dataset, "_indices"):
+        return dataset.with_format("arrow")[:][column]
+    indices = dataset._indices  # one column of row numbers, or None when the dataset is not a selection
+    return table.column(column) if indices is None else table.column(column).take(indices.column(0))
 
 
 def _flat_ids(dataset) -> np.ndarray:
@@ -156,11 +154,13 @@ TEXTS_PER_PROCESS = 10_000
 
 
 def default_num_proc(num_texts: Optional[int] = None) -> int:
-    """Tokenizing processes when none are asked for: the CPU cores this process may use (``os.sched_getaffinity``,
-    which respects ``taskset`` and container CPU sets; ``os.cpu_count()`` where it does not exist), at most one
-    per :data:`TEXTS_PER_PROCESS` of ``num_texts`` (so a small corpus is not spread over many cores).
+    """Tokenizing processes when none are asked for: the CPU cores this process may use
+    (:func:`hf_tpu_ext.flops.usable_cpu_cores`), at most one per :data:`TEXTS_PER_PROCESS` of ``num_texts``
+    (so a small corpus is not spread over many cores).
     """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    from hf_tpu_ext.flops import usable_cpu_cores
+
+    cores = usable_cpu_cores()
     if num_texts is not None:
         cores = min(cores, num_texts // TEXTS_PER_PROCESS)
     return max(1, cores)
