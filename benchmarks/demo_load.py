@@ -119,8 +119,8 @@ def corpus_probe_lines(tokenizer, n: int, max_tokens: int = 40) -> List[str]:
                 w = window[j]
                 if w.isascii() and w.isalpha() and "\u0120" + w in vocab:
                     sentence = " ".join(window[:j] + ["<mask>"] + window[j + 1:])
-                    if sentence.startswith("#") or "=>" in sentence or "\u21d2" in sentence:
-                        break  # a comment line or an arrow inside the sentence would change the probe
+                    if sentence.startswith("#") or "=>" in sentence or "\u21d2" in sentence or "|" in sentence:
+                        break  # a comment, an arrow or a template separator inside would change the probe
                     if len(tokenizer(sentence.replace("<mask>", tokenizer.mask_token))["input_ids"]) <= max_tokens:
                         lines.append(f"{sentence} \u21d2 {w}")
                     break

@@ -151,6 +151,8 @@ def soak_train(args, tmp: str) -> dict:
     if not args.no_push:  # --no_push: the same saves without pushes, to tell the push path from the rest
         cmd += ["--push_to_hub", "true", "--hub_model_id", "alice/soak-train", "--hub_strategy", "checkpoint",
                 "--hub_token", TOKEN]
+        if args.hub_commit_budget:  # a budget high enough that every save is pushed (a leak shows per push)
+            cmd += ["--hub_commit_budget", str(args.hub_commit_budget)]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd())
     child = psutil.Process(proc.pid)
@@ -197,6 +199,8 @@ def main(argv=None) -> int:
                         help="pusher: a pusher-only loop (default); train: a tiny `hf-tpu train` run.")
     parser.add_argument("--sample_seconds", type=float, default=5.0, help="--mode train: seconds between samples.")
     parser.add_argument("--no_push", action="store_true", help="--mode train: save without pushing (a baseline).")
+    parser.add_argument("--hub_commit_budget", type=int, default=None,
+                        help="--mode train: passed to hf-tpu train (e.g. 100000: every save pushed, none coalesced).")
     args = parser.parse_args(argv)
 
     import psutil

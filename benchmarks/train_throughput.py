@@ -25,9 +25,17 @@ MFU = tokens/s x FLOPs per token / peak FLOP/s. FLOPs per token: :func:`hf_tpu_e
 (Kaplan et al. 2020, Sec. 2.1: ``6 N`` per token for ``N`` non-embedding parameters, plus PaLM's
 ``12 n_layer d n_ctx`` attention term, Chowdhery et al. 2022, App. B), with the LM head counted at the
 ``max_predictions_per_seq`` masked positions the loss needs, for every recipe (so MFU compares useful work;
-``mfu_executed`` counts the plain recipes' head at every position, as they run it). The peak is measured on
-the same machine by an XLA-compiled matmul chain (:func:`hf_tpu_ext.flops.measure_peak_flops`), over the whole
-CPU (all logical devices) or per accelerator times their number.
+``mfu_executed`` counts the plain recipes' head at every position, as they run it). The peak is the hardware's,
+the same one ``hf-tpu train`` logs (:func:`hf_tpu_ext.flops.device_peak`: a TPU/GPU datasheet value times the
+accelerators, or the CPU formula cores x clock x FLOP/cycle); the XLA matmul rate the ``probe`` job measures is
+recorded beside it (``achievable_matmul_flops``) but never divides MFU: it moves with the machine's load.
+
+Quiet rounds: every child process (a round of one recipe) records the 1- and 5-minute load average at its start
+and end and the CPU time other processes used meanwhile (``/proc/stat`` busy time minus this benchmark's own
+children: the load average also counts the benchmark's previous round). A round is quiet when those others used
+at most :data:`QUIET_FOREIGN_CPU_SHARE` of the cores; a result is a headline (``"headline": true``, README and
+RESULTS.md figures) only when the 1-minute load was at most :data:`QUIET_START_LOAD` x cores before the first
+round and every timed round was quiet. Run it alone on the machine.
 
 Usage (from the repository root; results go to ``benchmarks/results/`` and ``benchmarks/RESULTS.md``):
     python -m benchmarks.train_throughput --preset small     # CPU, a few minutes on 2 cores
@@ -71,9 +79,16 @@ RECIPE_FLAGS = {
 }
 #: prepare-data tokenizing processes compared (1 and N)
 PREPARE_PROCS = (1, 2)
-ALL_RECIPES = RECIPES + EXTRA_RECIPES
+#: `hf-tpu train --backend keras` (Keras 3 on JAX) fp32/bf16 and keras-hub's stock RobertaMaskedLM.fit
+#: (benchmarks/keras_recipes.py), each run by the current-releases venv's Python (--keras_python)
+KERAS_RECIPES = ("keras_jax", "keras_jax_bf16", "keras_hub_fit")
+ALL_RECIPES = RECIPES + EXTRA_RECIPES + KERAS_RECIPES
 HUB_LATENCY_SECONDS = 0.2
 PUSH_EVERY_STEPS = 20
+#: a round is quiet when other processes used at most this share of the machine's cores during it (on average)
+QUIET_FOREIGN_CPU_SHARE = 0.1
+#: a headline result needs the 1-minute load average at most this x cores before its first round
+QUIET_START_LOAD = 0.3
 BENCH_USER_TOKEN = "hf_bench_loopback_token_0123456789"
 
 
@@ -282,18 +297,21 @@ def job_plain(preset: Preset, workdir: Path, jit_compile: bool) -> Dict[str, Any
 
 
 def job_probe(preset: Preset, workdir: Path) -> Dict[str, Any]:
-    """Peak matmul FLOP/s of the whole machine (all CPU cores, or one accelerator x their number)."""
+    """The machine's peak FLOP/s for MFU (all CPU cores by formula, or one accelerator's datasheet value x their
+    number) and, beside it, the matmul rate XLA reaches now (recorded only: it moves with the load)."""
     import tensorflow as tf
 
-    from hf_tpu_ext.flops import default_device_kind, known_peak_flops, measure_peak_flops
+    from hf_tpu_ext.flops import default_device_kind, device_peak, measure_peak_flops
 
     dtype = "bfloat16" if preset.bf16 else "float32"
     kind = default_device_kind()
     accelerators = len(tf.config.list_logical_devices("GPU")) or len(tf.config.list_logical_devices("TPU"))
-    per_device = measure_peak_flops(dtype, target_seconds=2.0)
-    count = accelerators if kind != "CPU" else 1
-    return {"device_kind": kind, "dtype": dtype, "devices": max(count, 1), "peak_flops_per_device": per_device,
-            "peak_flops": per_device * max(count, 1), "datasheet_peak_flops_per_device": known_peak_flops(kind, dtype)}
+    count = max(accelerators if kind != "CPU" else 1, 1)
+    peak = device_peak(kind, dtype)
+    measured = measure_peak_flops(dtype, target_seconds=2.0)
+    return {"device_kind": kind, "dtype": dtype, "devices": count, "peak_flops_per_device": peak.flops,
+            "peak_flops": peak.flops * count if peak.flops else None, "peak_source": peak.source,
+            "achievable_matmul_flops": measured * count, "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
 def job_pipeline(preset: Preset, workdir: Path) -> Dict[str, Any]:
@@ -362,6 +380,10 @@ def run_job(name: str, preset: Preset, workdir: Path) -> Dict[str, Any]:
         return job_probe(preset, workdir)
     if name == "pipeline":
         return job_pipeline(preset, workdir)
+    if name in KERAS_RECIPES:
+        from benchmarks.keras_recipes import run_keras_job
+
+        return run_keras_job(name, preset, workdir)
     if name in RECIPE_FLAGS:
         return job_hf_tpu(preset, workdir, extra=RECIPE_FLAGS[name], evaluate=True)
     if name == "plain":
@@ -412,6 +434,66 @@ def machine_description() -> Dict[str, Any]:
     }
 
 
+def keras_python() -> str:
+    """The Python of the Keras recipes: ``$HF_TPU_KERAS_PYTHON``, else the current-releases venv of
+    ``scripts/test_env_current.sh`` (``.venv-current``) when it exists, else this Python."""
+    given = os.environ.get("HF_TPU_KERAS_PYTHON")
+    if given:
+        return given
+    venv = REPO_ROOT / ".venv-current" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def _cpu_busy_seconds() -> Optional[float]:
+    """CPU seconds all processes of the machine used so far (``/proc/stat``: user, nice, system, irq, softirq and
+    steal, the last being time the hypervisor gave to other guests); None where unreadable."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    ticks = [int(v) for v in fields[1:9]] + [0] * 8
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_seconds() -> float:
+    """CPU seconds this process's finished children (and theirs) used: the benchmark's own work."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class RoundLoad:
+    """The load around one round: 1- and 5-minute load averages at start and end, and the cores other processes
+    kept busy meanwhile (machine CPU time minus this benchmark's children's, per wall second)."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.loadavg_start = [round(x, 2) for x in os.getloadavg()[:2]]
+        self.busy_start, self.own_start = _cpu_busy_seconds(), _children_cpu_seconds()
+
+    def finish(self) -> Dict[str, Any]:
+        wall = max(time.perf_counter() - self.start, 1e-9)
+        busy, own = _cpu_busy_seconds(), _children_cpu_seconds()
+        foreign = None
+        if busy is not None and self.busy_start is not None:
+            foreign = max(0.0, (busy - self.busy_start) - (own - self.own_start)) / wall
+        return round_load_fields(self.loadavg_start, [round(x, 2) for x in os.getloadavg()[:2]], foreign)
+
+
+def round_load_fields(loadavg_start: List[float], loadavg_end: List[float], foreign_cores: Optional[float],
+                      cores: Optional[int] = None) -> Dict[str, Any]:
+    """``load``: ``loadavg_start``/``loadavg_end`` ([1 min, 5 min]), ``foreign_cpu_cores`` (cores other processes
+    kept busy on average) and ``quiet`` (``foreign_cpu_cores <= QUIET_FOREIGN_CPU_SHARE x cores``; False when it
+    could not be measured)."""
+    cores = cores or os.cpu_count() or 1
+    quiet = foreign_cores is not None and foreign_cores <= QUIET_FOREIGN_CPU_SHARE * cores
+    return {"loadavg_start": loadavg_start, "loadavg_end": loadavg_end,
+            "foreign_cpu_cores": None if foreign_cores is None else round(foreign_cores, 3), "quiet": quiet}
+
+
 def _child(name: str, preset: Preset, workdir: Path, env_extra: Optional[Dict[str, str]] = None,
            timeout: float = 1800) -> Dict[str, Any]:
     env = dict(os.environ)
@@ -420,20 +502,31 @@ def _child(name: str, preset: Preset, workdir: Path, env_extra: Optional[Dict[st
                 "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)})
     env.update(env_extra or {})
     result_path = workdir / f"{name}.json"
-    cmd = [sys.executable, "-m", "benchmarks.train_throughput", "--preset", preset.name, "--job", name,
+    python = sys.executable
+    if name in KERAS_RECIPES:  # Keras 3 + JAX + transformers 5 live in another environment than TensorFlow's
+        python = keras_python()
+        env.setdefault("KERAS_BACKEND", "jax")
+        if preset.cpu_devices > 1:
+            env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={preset.cpu_devices}"
+    cmd = [python, "-m", "benchmarks.train_throughput", "--preset", preset.name, "--job", name,
            "--workdir", str(workdir), "--steps", str(preset.steps)]
     print(f"[bench] {name} ...", flush=True)
     start = time.perf_counter()
+    round_load = RoundLoad()
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     seconds = time.perf_counter() - start
+    load = round_load.finish()
     (workdir / f"{name}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0 or not result_path.is_file():
         tail = [ln for ln in (proc.stderr or "").strip().splitlines() if ln.strip()][-1:] or ["no output"]
         print(f"[bench] {name} failed after {seconds:.0f}s: {tail[0][:300]}", flush=True)
-        return {"error": tail[0][:500], "wall_seconds": seconds}
+        return {"error": tail[0][:500], "wall_seconds": seconds, "load": load}
     result = json.loads(result_path.read_text())
     result["wall_seconds"] = seconds
-    print(f"[bench] {name} done in {seconds:.0f}s", flush=True)
+    result["load"] = load
+    print(f"[bench] {name} done in {seconds:.0f}s (load {load['loadavg_start'][0]:.2f} -> {load['loadavg_end'][0]:.2f}, "
+          f"others {load['foreign_cpu_cores'] if load['foreign_cpu_cores'] is not None else '?'} cores"
+          f"{'' if load['quiet'] else ': NOT QUIET'})", flush=True)
     return result
 
 
@@ -457,6 +550,10 @@ def median_run(runs: List[Dict[str, Any]], key: str = "ms_per_step") -> Dict[str
     chosen[f"runs_{key}"] = [round(v, 2) for v in values]
     chosen[f"fastest_{key}"] = round(min(values), 2)
     chosen[f"spread_{key}"] = round(max(values) / median - 1.0, 4)
+    loads = [r.get("load") or {} for r in ok]
+    chosen["runs_load"] = loads
+    chosen["quiet_rounds"] = sum(1 for load in loads if load.get("quiet"))
+    chosen["rounds"] = len(ok)
     latencies = [r["first_step_latency_seconds"] for r in ok if r.get("first_step_latency_seconds") is not None]
     if latencies:
         chosen["first_step_latency_seconds"] = statistics.median(latencies)
@@ -513,7 +610,8 @@ def assemble(preset: Preset, parts: Dict[str, Dict[str, Any]], machine: Dict[str
         if name != "hf_tpu" and peak:
             entry["mfu_executed"] = round(tps * fpt_full / peak, 4)
         for key in ("xla_step_compilations", "runs_ms_per_step", "fastest_ms_per_step", "spread_ms_per_step",
-                    "runs_first_step_latency_seconds", "precision", "compiler"):
+                    "runs_first_step_latency_seconds", "precision", "compiler", "runs_load", "quiet_rounds",
+                    "rounds", "load"):
             if key in part:
                 entry[key] = part[key]
         for key in ("first_step_latency_seconds", "eval_loss", "perplexity"):
@@ -567,6 +665,12 @@ def assemble(preset: Preset, parts: Dict[str, Dict[str, Any]], machine: Dict[str
         "hf_tpu_no_xla_vs_plain": _ratio(recipes["hf_tpu_no_xla"]["tokens_per_second"],
                                          recipes["plain"]["tokens_per_second"]),
         "hf_tpu_vs_hf_tpu_no_xla": _ratio(hf_tps, recipes["hf_tpu_no_xla"]["tokens_per_second"]),
+        # issue 19's targets: keras/JAX fp32 >= 0.9x the TensorFlow backend, >= 1.8x keras-hub's stock fit
+        "keras_jax_vs_hf_tpu": _ratio(recipes["keras_jax"]["tokens_per_second"], hf_tps),
+        "keras_jax_vs_keras_hub_fit": _ratio(recipes["keras_jax"]["tokens_per_second"],
+                                             recipes["keras_hub_fit"]["tokens_per_second"]),
+        "keras_jax_bf16_vs_keras_jax": _ratio(recipes["keras_jax_bf16"]["tokens_per_second"],
+                                              recipes["keras_jax"]["tokens_per_second"]),
         "input_pipeline_vs_training": _ratio(pipeline.get("tokens_per_second"), hf_tps),
         "callback_overhead_mean": overhead.get("overhead_mean"),
     }
@@ -596,12 +700,36 @@ def assemble(preset: Preset, parts: Dict[str, Dict[str, Any]], machine: Dict[str
                               "native_bf16": bf16_plan.native_bf16, "reason": bf16_plan.reason},
         "callback_overhead": overhead,
         "ratios": ratios,
+        **quietness(machine, {**recipes, "callbacks_none": none, "callbacks_push": push}),
         "targets": {"hf_tpu_vs_plain": 1.6, "hf_tpu_vs_plain_xla": 1.0, "input_pipeline_vs_training": 5.0,
                     "callback_overhead_mean_max": 0.03, "train_step_compilations": 1,
                     "hf_tpu_bf16_default_vs_plain": 2.2, "bf16_default_perplexity_change_abs_max": 0.02,
                     "hf_tpu_slowest_round_vs_median_max": 0.05, "prepare_data_np_vs_1": 1.8,
                     "first_step_latency_hf_tpu_vs_plain_max": 1.0},
     }
+
+
+def quietness(machine: Dict[str, Any], timed: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """Whether a result may be a headline: ``quiet`` (the criteria, the start load and the rounds that were not
+    quiet, ``{name: "k of n"}``) and ``headline`` (start load <= ``QUIET_START_LOAD`` x cores and every timed
+    round quiet)."""
+    cores = machine.get("cpu_cores") or os.cpu_count() or 1
+    start = (machine.get("load_average_start") or [None])[0]
+    start_ok = start is not None and start <= QUIET_START_LOAD * cores
+    loaded = {}
+    for name, part in timed.items():
+        if not part or part.get("error"):
+            continue
+        if "rounds" in part:
+            rounds, quiet = part["rounds"], part.get("quiet_rounds", 0)
+        else:  # one run (no median over rounds)
+            rounds, quiet = 1, int(bool((part.get("load") or {}).get("quiet")))
+        if quiet < rounds:
+            loaded[name] = f"{rounds - quiet} of {rounds}"
+    return {"quiet": {"criteria": f"1-minute load <= {QUIET_START_LOAD} x {cores} cores before the first round; in "
+                                  f"every round other processes used <= {QUIET_FOREIGN_CPU_SHARE:.0%} of the cores",
+                      "start_load": start, "start_load_ok": start_ok, "loaded_rounds": loaded},
+            "headline": bool(start_ok and not loaded)}
 
 
 def _fmt(value, spec: str = ",.0f", missing: str = "n/a") -> str:
@@ -664,7 +792,10 @@ def results_row(result: Dict[str, Any]) -> str:
     machine = (f"{m['cpu']}, {m['cpu_cores']} cores, {m['memory_gb']} GB; load {m['load_average_start'][0]:.1f}"
                + (f"-{load_end:.1f}" if load_end is not None else "")
                + (f"; {result['flops']['probe']['device_kind']}" if (result["flops"].get("probe") or {}).get(
-                   "device_kind", "CPU") != "CPU" else ""))
+                   "device_kind", "CPU") != "CPU" else "")
+               + ("; quiet" if result.get("headline") else "; **not quiet: not a headline** ("
+                  + (", ".join(f"{k} {v} rounds loaded" for k, v in (result.get("quiet") or {}).get("loaded_rounds", {}).items())
+                     or "busy at the start") + ")"))
     procs = result.get("prepare_data_num_proc") or {}
     p1, pn = (procs.get(str(PREPARE_PROCS[0])) or {}), (procs.get(str(PREPARE_PROCS[-1])) or {})
     hf, plain = r["hf_tpu"], r["plain"]
@@ -811,6 +942,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.no_results_md:
         append_results_row(result)
     print(markdown_table(result))
+    if not result["headline"]:
+        print(f"[bench] NOT a headline result: the machine was not quiet ({json.dumps(result['quiet'])}); "
+              "README.md and RESULTS.md quote quiet runs only", flush=True)
     print("ratios:", json.dumps(result["ratios"]))
     print(f"[bench] wrote {json_path} in {result['wall_seconds']:.0f}s")
     return 0

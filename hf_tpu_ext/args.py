@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import math
@@ -27,7 +28,7 @@ from hf_tpu_ext.errors import ArgumentError
 
 logger = logging.getLogger("hf_tpu_ext")
 
-BACKENDS = ("tensorflow", "torch_xla")
+BACKENDS = ("tensorflow", "torch_xla", "keras")  # hf_tpu_ext.backends.BACKEND_REGISTRY has their classes
 STRATEGIES = ("no", "steps", "epoch")
 HUB_STRATEGIES = ("end", "every_save", "checkpoint", "all_checkpoints")
 DEFAULT_CALLBACKS = "throughput,xla_recompile_guard"
@@ -46,6 +47,11 @@ BEST_METRICS = {"loss": "eval_loss", "eval_loss": "eval_loss", "perplexity": "ev
                 "eval_perplexity": "eval_loss", "accuracy": "eval_accuracy", "eval_accuracy": "eval_accuracy"}
 # from scratch, longer blocks are refused: attention memory grows with the square of the length
 MAX_SCRATCH_SEQ_LENGTH = 4096
+#: model-shape overrides of ModelArguments (from scratch only; a resumed checkpoint decides the ones left unset)
+SIZE_OVERRIDES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+# extensions of the data files --train_file reads (hf_tpu_ext.data.loading.SUPPORTED_EXTENSIONS, less .json: a
+# lone .json argument is a config file); a positional argument with one of them was meant as --train_file
+DATA_FILE_EXTENSIONS = (".txt", ".text", ".jsonl", ".csv", ".parquet")
 
 # Defaults that differ from transformers' (TrainingArguments, run_mlm's argument classes): name -> (transformers'
 # effective default, why). The README's table is generated from this (scripts/argument_reference.py); a test
@@ -104,6 +110,9 @@ class ModelArguments:
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if getattr(self, name) is not None:
                 _check_number(name, getattr(self, name), low=0.0, high=1.0, high_open=True)
+        for name in SIZE_OVERRIDES:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ArgumentError(f"--{name} must be >= 1, got {getattr(self, name)}.")
         if self.vocab_size < 300:
             raise ArgumentError(f"--vocab_size {self.vocab_size} is too small for a byte-level BPE (256 bytes + specials); use >= 300.")
         if self.hidden_size and self.num_attention_heads and self.hidden_size % self.num_attention_heads:
@@ -122,8 +131,8 @@ class DataTrainingArguments:
     train_file: Optional[str] = field(default=None, metadata={"help": "Training data: .txt, .json/.jsonl, .csv or .parquet, or a folder/gs:// path of TFRecord shards from `hf-tpu prepare-data`."})
     validation_file: Optional[str] = field(default=None, metadata={"help": "Validation data, same formats as --train_file."})
     validation_split_percentage: int = field(default=5, metadata={"help": "Percent of the training data held out when no validation data is given."})
-    max_train_samples: Optional[int] = field(default=None, metadata={"help": "Keep at most this many training blocks (debugging, quick runs)."})
-    max_eval_samples: Optional[int] = field(default=None, metadata={"help": "Keep at most this many validation blocks."})
+    max_train_samples: Optional[int] = field(default=None, metadata={"help": "Keep the first N training blocks, N >= 1 (debugging, quick runs). Unset: all, as in run_mlm."})
+    max_eval_samples: Optional[int] = field(default=None, metadata={"help": "Keep the first N validation blocks, N >= 1. Unset: all."})
     preprocessing_num_workers: Optional[int] = field(default=None, metadata={"help": "Processes for datasets.map tokenization."})
     overwrite_cache: bool = field(default=False, metadata={"help": "Recompute the datasets cache."})
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per block (static sequence length)."})
@@ -151,6 +160,13 @@ class DataTrainingArguments:
             )
         if self.max_seq_length < 8:
             raise ArgumentError(f"--max_seq_length must be at least 8, got {self.max_seq_length}.")
+        for name in ("max_train_samples", "max_eval_samples"):
+            # run_mlm keeps the first min(n, len) examples and only None means all: 0 or -1 would select none
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ArgumentError(f"--{name} must be >= 1 (leave it unset to keep every block, as in transformers' "
+                                    f"run_mlm), got {getattr(self, name)}.")
+        if self.preprocessing_num_workers is not None and self.preprocessing_num_workers < 1:
+            raise ArgumentError(f"--preprocessing_num_workers must be >= 1, got {self.preprocessing_num_workers}.")
         if not 0 <= self.validation_split_percentage < 100:
             raise ArgumentError(f"--validation_split_percentage must be in [0, 100), got {self.validation_split_percentage}.")
         if self.dataset_name and self.train_file:
@@ -223,6 +239,7 @@ class TrainingArguments:
     save_strategy: str = field(default="epoch", metadata={"help": "When to write a checkpoint: no, steps or epoch (--save_steps N alone means steps)."})
     save_steps: int = field(default=500, metadata={"help": "Checkpoint every N global steps with save_strategy=steps."})
     save_total_limit: Optional[int] = field(default=2, metadata={"help": "Checkpoints kept in output_dir (oldest removed first)."})
+    save_on_signal_timeout: float = field(default=25.0, metadata={"help": "Seconds after SIGINT/SIGTERM for saving the step reached and pushing it (25: fits the 30 s preemption notice); what did not land is reported."})
     load_best_model_at_end: bool = field(
         default=False,
         metadata={"help": "Export and push the weights of the best evaluation instead of the last (needs matching eval/save strategies, as in transformers)."},
@@ -277,6 +294,7 @@ class TrainingArguments:
     hub_revision: Optional[str] = field(default=None, metadata={"help": "Branch to push to; unset pushes to main."})
     hub_space_id: Optional[str] = field(default=None, metadata={"help": "Deploy the fill-mask demo to this Space when training ends."})
     hub_allow_push_failure: bool = field(default=False, metadata={"help": "Exit 0 even when the final push to the Hub failed (the failure is still logged and in training_summary.json)."})
+    hub_commit_budget: int = field(default=100, metadata={"help": "At most this many commits per hour to the repo (the Hub allows 128): saves beyond it are folded into the next push; the final push always goes."})
     license: Optional[str] = field(default="apache-2.0", metadata={"help": "License written in the model card."})
     language: Optional[str] = field(default="en", metadata={"help": "Language written in the model card."})
 
@@ -319,7 +337,7 @@ class TrainingArguments:
         if self.optim not in OPTIMIZERS:
             raise ArgumentError(f"--optim {self.optim!r} is not supported; choose one of: {', '.join(OPTIMIZERS)}.")
         for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "steps_per_execution", "logging_steps",
-                     "save_steps", "gradient_accumulation_steps"):
+                     "save_steps", "gradient_accumulation_steps", "hub_commit_budget"):
             if getattr(self, name) < 1:
                 raise ArgumentError(f"--{name} must be >= 1, got {getattr(self, name)}.")
         if self.eval_steps is not None and self.eval_steps < 1:
@@ -333,6 +351,9 @@ class TrainingArguments:
         _check_number("max_grad_norm", self.max_grad_norm, low=0.0)
         _check_number("warmup_ratio", self.warmup_ratio, low=0.0, high=1.0)
         _check_number("num_train_epochs", self.num_train_epochs, low=0.0)
+        if self.optim == "adafactor" and self.backend == "keras":
+            raise ArgumentError("--optim adafactor is not available with --backend keras (Keras' Adafactor is not "
+                                "transformers'); use --optim adamw_torch or sgd, or --backend torch_xla.")
         if self.optim == "adafactor" and self.backend == "tensorflow":
             raise ArgumentError(
                 "--optim adafactor is not available with --backend tensorflow: tf_keras has Adafactor only in its new "
@@ -354,6 +375,9 @@ class TrainingArguments:
             raise ArgumentError("Set --max_steps > 0 or --num_train_epochs > 0.")
         if self.save_total_limit is not None and self.save_total_limit < 1:
             raise ArgumentError("--save_total_limit must be >= 1 (or unset to keep every checkpoint).")
+        if not (isinstance(self.save_on_signal_timeout, (int, float)) and 0 <= self.save_on_signal_timeout < math.inf):
+            raise ArgumentError(f"--save_on_signal_timeout must be a number of seconds >= 0, got "
+                                f"{self.save_on_signal_timeout!r}.")
         self.report_to = _resolve_report_to(self.report_to, self.backend)
         if self.do_eval is None:
             self.do_eval = self.eval_strategy != "no"
@@ -448,7 +472,8 @@ class TrainingArguments:
             if self._asked_eval_strategy != "no":
                 raise ArgumentError(f"--do_eval false turns evaluation off, but {eval_flag} {self._asked_eval_strategy} "
                                     "asks for it; drop one of them.")
-        hub_only = sorted(n for n in ("hub_model_id", "hub_strategy", "hub_private_repo", "hub_revision") if n in given)
+        hub_only = sorted(n for n in ("hub_model_id", "hub_strategy", "hub_private_repo", "hub_revision",
+                                      "hub_commit_budget") if n in given)
         if hub_only and not self.push_to_hub:
             raise ArgumentError(f"{', '.join('--' + n for n in hub_only)} only appl{'ies' if len(hub_only) == 1 else 'y'} "
                                 f"when pushing: add --push_to_hub, or drop {'it' if len(hub_only) == 1 else 'them'}.")
@@ -466,6 +491,15 @@ class TrainingArguments:
                 raise ArgumentError(f"{', '.join('--' + n for n in ignored)} only appl{'ies' if len(ignored) == 1 else 'y'} "
                                     "to --backend tensorflow (torch_xla compiles every step itself and finds its TPU "
                                     f"through PJRT_DEVICE); drop {'it' if len(ignored) == 1 else 'them'}.")
+        if self.backend == "keras":
+            # the Keras backend compiles one step per call with JAX and finds its devices through JAX
+            ignored = [f for f in ("steps_per_execution", "tpu_name", "tpu_zone", "gcp_project") if f in given]
+            if "jit_compile" in given and self.jit_compile is False:
+                ignored.append("jit_compile")
+            if ignored:
+                raise ArgumentError(f"{', '.join('--' + n for n in ignored)} only appl{'ies' if len(ignored) == 1 else 'y'} "
+                                    "to --backend tensorflow (--backend keras compiles every step with XLA and uses "
+                                    f"every device JAX sees); drop {'it' if len(ignored) == 1 else 'them'}.")
         if "max_steps" in given and "num_train_epochs" in given and self.max_steps > 0:
             logger.info("--max_steps %d overrides --num_train_epochs %s (as in transformers).", self.max_steps,
                         self.num_train_epochs)
@@ -609,6 +643,176 @@ def check_arguments(model_args, data_args, training_args) -> None:
         )
 
 
+def hf_argument_parser_class():
+    """:class:`transformers.HfArgumentParser`, without importing the ``transformers`` package when it is not loaded.
+
+    ``import transformers`` imports torch (and its CUDA libraries) whenever torch is installed: 3 s or more
+    before ``hf-tpu train --help`` or an argument error could print anything. The parser's module
+    (``transformers/hf_argparser.py``) needs only the standard library and PyYAML, so it is loaded from the
+    installed package's file on its own; where that fails (a future release importing the package from it),
+    the ordinary import is used.
+
+    Returns:
+        The ``HfArgumentParser`` class (the installed transformers' code either way).
+    """
+    if "transformers" not in sys.modules:
+        import importlib.util
+
+        name = "hf_tpu_ext._transformers_hf_argparser"
+        if name in sys.modules:
+            return sys.modules[name].HfArgumentParser
+        package = importlib.util.find_spec("transformers")
+        for folder in (package.submodule_search_locations or []) if package else []:
+            spec = importlib.util.spec_from_file_location(name, os.path.join(folder, "hf_argparser.py"))
+            if spec is None or spec.loader is None:
+                continue
+            module = importlib.util.module_from_spec(spec)
+            try:
+                sys.modules[name] = module  # dataclass and typing machinery look modules up by name
+                spec.loader.exec_module(module)
+                return module.HfArgumentParser
+            except Exception:  # e.g. a relative import in a newer release: use the package below
+                sys.modules.pop(name, None)
+    from transformers import HfArgumentParser
+
+    return HfArgumentParser
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with each default said once: argparse's ``(default: X)`` is added only where the help text
+    does not state the default itself ("default", "Unset: ...") and the default is not ``None`` (an unset
+    optional field says nothing more than its help). HfArgumentParser's own formatter adds it to every option."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        lowered = text.lower()
+        # HfArgumentParser's --no_<flag> complement of a True default is a store_false action whose own
+        # default (False) is not the field's: stating it would mislead
+        if (action.default is None or "default" in lowered or "unset" in lowered
+                or isinstance(action, argparse._StoreFalseAction)):
+            return text
+        return super()._get_help_string(action)
+
+
+def _field_types(dataclass_types) -> dict:
+    """``{field name: (type hint, dataclasses.Field)}`` of the argument dataclasses (string annotations resolved)."""
+    import typing
+
+    types = {}
+    for dc in dataclass_types:
+        hints = typing.get_type_hints(dc)
+        for f in fields(dc):
+            types[f.name] = (hints[f.name], f)
+    return types
+
+
+def _json_kind(value) -> str:
+    """How a JSON value is named in a message: ``10.5 (a number)``, ``'yes' (a string)``."""
+    kind = ("a boolean" if isinstance(value, bool) else "a number" if isinstance(value, (int, float))
+            else "a string" if isinstance(value, str) else "a list" if isinstance(value, list)
+            else "an object" if isinstance(value, dict) else "null")
+    return f"{json.dumps(value)} ({kind})"
+
+
+def check_config_types(data: dict, dataclass_types, source: str) -> dict:
+    """Type-check the values of a JSON config before they become parser defaults (which argparse never converts).
+
+    The command line is typed by argparse (``--max_steps 10.5`` is refused there); a JSON config is not, so
+    ``"max_steps": 10.5`` would reach the training loop. Each value must have its field's type: ``int`` fields a
+    whole number (``10.0`` is taken as 10), ``float`` fields a number, ``bool`` fields true/false, ``str`` fields a
+    string, ``List[str]`` a string or a list of strings; ``null`` only for optional fields; ``choices`` respected.
+    Exceptions with their own parsing: ``bf16`` (true/false/"auto"), ``resume_from_checkpoint`` (a boolean means
+    ``"true"``/unset).
+
+    Args:
+        data: the config's object (unknown names already refused).
+        dataclass_types: the argument dataclasses.
+        source: how the config is named in messages (``"Config file run.json"``).
+
+    Returns:
+        ``data`` with whole-number floats as ints and booleans of ``resume_from_checkpoint`` as strings.
+
+    Raises:
+        ArgumentError: e.g. ``Config file run.json: "max_steps" must be a whole number, got 10.5 (a number).``
+    """
+    import typing
+
+    types = _field_types(dataclass_types)
+    out = {}
+    for name, value in data.items():
+        hint, f = types[name]
+        args = typing.get_args(hint)
+        optional = typing.get_origin(hint) is typing.Union and type(None) in args
+        base = next((a for a in args if a is not type(None)), hint) if optional else hint
+
+        def refuse(what, advice=""):
+            raise ArgumentError(f"{source}: {json.dumps(name)} must be {what}, got {_json_kind(value)}{advice}.")
+
+        if value is None:
+            if not optional:
+                refuse(f"given (it has no unset value; drop the field for its default {f.default!r})")
+            out[name] = None
+            continue
+        if name == "resume_from_checkpoint" and isinstance(value, bool):
+            out[name] = "true" if value else None
+            continue
+        if name == "bf16":
+            if not isinstance(value, (bool, str)):
+                refuse('true, false or "auto"')
+            out[name] = value
+            continue
+        if base is bool:
+            if not isinstance(value, bool):
+                refuse("true or false (a JSON boolean, without quotes)")
+        elif base is int:
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if isinstance(value, bool) or not isinstance(value, int):
+                refuse("a whole number")
+        elif base is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                refuse("a number")
+        elif base is str:
+            if not isinstance(value, str):
+                number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                refuse("a string", f"; write it in quotes: {json.dumps(str(value))}" if number else "")
+        elif typing.get_origin(base) in (list, List):
+            if not (isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))):
+                refuse("a string or a list of strings")
+        choices = f.metadata.get("choices")
+        if choices and value not in choices:
+            refuse(f"one of {', '.join(map(str, choices))}")
+        out[name] = value
+    return out
+
+
+def positional_argument_error(token: str) -> str:
+    """The message for a positional argument of ``hf-tpu train`` that is not an existing ``.json`` config.
+
+    The only positional argument is a JSON config file (as in transformers' examples). A data file (``.txt``,
+    ``.csv``, ..., or a folder) is pointed to ``--train_file``; a missing ``.json``-like name is "no such JSON
+    config file", with a close ``*.json`` file of its folder when there is one.
+    """
+    import difflib
+
+    ext = os.path.splitext(token)[1].lower()
+    if ext in DATA_FILE_EXTENSIONS or (os.path.isdir(token) and not token.endswith(".json")):
+        return (f"{token} looks like training data, which goes in --train_file: `hf-tpu train --train_file {token} "
+                "[--validation_file FILE] ...`. The only positional argument of hf-tpu train is a JSON config file.")
+    rule = ("The only positional argument of hf-tpu train is a JSON config file (a name ending in .json, holding "
+            "argument names and values); every other argument is a --name value pair.")
+    if os.path.isfile(token):
+        return f"{token} is not a JSON config file (its name does not end in .json). {rule}"
+    folder = os.path.dirname(token) or "."
+    try:
+        candidates = [n for n in os.listdir(folder) if n.endswith(".json")]
+    except OSError:
+        candidates = []
+    close = difflib.get_close_matches(os.path.basename(token), candidates, n=1, cutoff=0.8)
+    hint = f" Did you mean {os.path.join(os.path.dirname(token), close[0])}?" if close else ""
+    return f"No such JSON config file: {token}.{hint} {rule}"
+
+
 def given_field_names(argv: List[str], known) -> set:
     """Field names passed as ``--name``, ``--name=value`` or ``--no_name`` (HfArgumentParser's bool complement)."""
     names = set()
@@ -627,27 +831,29 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTr
     """Parse ``hf-tpu train`` arguments.
 
     A single argument ending in ``.json`` is read as a config file holding the fields of the three
-    dataclasses (as in transformers' examples).
+    dataclasses (as in transformers' examples); its values are typed by :func:`check_config_types`. The
+    returned ``training_args.passed_flags`` (a frozenset of field names) says which fields the command line or
+    the config set: a resumed checkpoint decides the ones left at their defaults.
 
     Raises:
-        ArgumentError: an invalid value or combination, with what to change.
+        ArgumentError: an invalid value or combination, with what to change; a positional argument that is not
+            an existing ``.json`` file (:func:`positional_argument_error`).
         SystemExit: unknown command-line flags (argparse's own message).
     """
-    from transformers import HfArgumentParser
-
+    HfArgumentParser = hf_argument_parser_class()
     argv = list(sys.argv[1:] if argv is None else argv)
     dataclass_types = (ModelArguments, DataTrainingArguments, TrainingArguments)
-    parser = HfArgumentParser(dataclass_types)
+    parser = HfArgumentParser(dataclass_types, formatter_class=HelpFormatter)
     parser.prog = "hf-tpu train"
     parser.usage = SHORT_USAGE  # argparse errors print this, not every flag
     parser.allow_abbrev = False  # `--num_train_epoch` must not silently mean `--num_train_epochs`
     known = {f.name for dc in dataclass_types for f in fields(dc)}
     given = given_field_names(argv, known)
+    if argv and not argv[0].startswith("-") and not (argv[0].endswith(".json") and os.path.isfile(argv[0])):
+        raise ArgumentError(positional_argument_error(argv[0]))
     if argv and argv[0].endswith(".json"):
         # a config file, optionally followed by flags that override it
         path = os.path.abspath(argv[0])
-        if not os.path.isfile(path):
-            raise ArgumentError(f"Config file {argv[0]} not found.")
         with open(path) as f:
             try:
                 data = json.load(f)
@@ -659,6 +865,8 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTr
         if unknown:
             raise ArgumentError(f"Config file {argv[0]} has unknown fields: {', '.join(unknown)}."
                                 + _suggest(unknown, known))
+        # argparse never converts defaults: the JSON values are typed here, before anything runs
+        data = check_config_types(data, dataclass_types, f"Config file {argv[0]}")
         parser.set_defaults(**data)
         given |= set(data)
         argv = argv[1:]
@@ -666,7 +874,10 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTr
     parser.set_defaults(**TrainingArguments.implied_by(given))
     *parsed, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if remaining:
-        flags = [a for a in remaining if a.startswith("-")] or remaining
+        # the flag names only: `--hub_tokn=hf_...` must not print the token
+        flags = [a.split("=", 1)[0] for a in remaining if a.startswith("-")]
+        if not flags:  # a stray positional argument (a data file, a misspelt config name)
+            raise ArgumentError(positional_argument_error(remaining[0]))
         raise ArgumentError(
             f"Unknown argument(s): {' '.join(flags)}." + _suggest([a.lstrip('-').split('=')[0] for a in flags], known)
             + " Run `hf-tpu train --help` for the list."
@@ -674,6 +885,8 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTr
     model_args, data_args, training_args = parsed
     training_args.check_user_flags(given)
     check_arguments(model_args, data_args, training_args)
+    # which fields the user set (command line or config): a resumed checkpoint decides the others
+    training_args.passed_flags = frozenset(given)
     return model_args, data_args, training_args
 
 

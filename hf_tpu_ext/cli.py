@@ -44,7 +44,69 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def unknown_command_message(name: str) -> str:
+    """What ``hf-tpu <name>`` prints for a command that does not exist: the closest command names (difflib's
+    ratio >= 0.6, e.g. ``trian`` -> ``train``), then the usage."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(COMMANDS), n=2)
+    hint = f" Did you mean: {' or '.join(f'`hf-tpu {c}`' for c in close)}?" if close else ""
+    return f"hf-tpu: unknown command {name!r}.{hint}\n\n{_usage()}"
+
+
+def _quiet_broken_pipe() -> int:
+    """A reader closed our stdout (``hf-tpu train --help | head -3``): no traceback, no flush error at exit.
+
+    Python ignores SIGPIPE and raises ``BrokenPipeError`` instead; stdout is pointed at ``os.devnull`` so the
+    interpreter's final flush has nowhere to fail (the recipe of Python's ``signal`` module documentation).
+
+    Returns:
+        141, the status a shell reports for a process ended by SIGPIPE (128 + 13).
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (captured, closed)
+        pass
+    return 141
+
+
 def main(argv=None) -> int:
+    """The ``hf-tpu`` console script (``argv``: the arguments after ``hf-tpu``; default ``sys.argv[1:]``).
+
+    Returns:
+        The command's exit status: 0 done, 1 an :class:`~hf_tpu_ext.errors.HfTpuExtError` (printed as one
+        ``hf-tpu <command>: error: ...`` line), 2 an unknown command or argument, 141 when stdout was closed
+        by its reader.
+    """
+    try:
+        try:
+            code = _main(argv)
+        except SystemExit:  # argparse's --help and usage errors exit after printing
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # here, not at exit: a closed pipe is caught below, not "Exception ignored in: ..."
+        return code
+    except BrokenPipeError:
+        if not _stdout_closed():  # a broken pipe of something else (a subprocess, a socket): a real error
+            raise
+        return _quiet_broken_pipe()
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader is gone (poll reports an error on its write end); True where this
+    cannot be told (no ``select.poll``, no file descriptor)."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return True
+
+
+def _main(argv=None) -> int:
     console_script = argv is None  # the real process: its stderr (fd 2) may be filtered
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -55,7 +117,7 @@ def main(argv=None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"hf-tpu: unknown command {name!r}.\n\n{_usage()}", file=sys.stderr)
+        print(unknown_command_message(name), file=sys.stderr)
         return 2
     from hf_tpu_ext.console import VERBOSE_LEVELS, filter_native_stderr, requested_log_level
 

@@ -43,6 +43,10 @@ class CheckpointError(HfTpuExtError, ValueError):
     """A checkpoint is missing, unreadable, or was written for a model of another shape."""
 
 
+class IncompleteCheckpointError(CheckpointError):
+    """A checkpoint whose save was stopped half-way (weights without the trainer state that completes it)."""
+
+
 class HubError(HfTpuExtError):
     """Base class of errors about the Hugging Face Hub."""
 

@@ -19,6 +19,8 @@ from hf_tpu_ext.errors import MissingExtraError
 EXTRA_MODULES: Dict[str, Tuple[str, ...]] = {
     "tensorflow": ("tensorflow", "tf_keras", "transformers"),
     "keras": ("keras",),
+    # `hf-tpu train --backend keras` (Keras 3 on JAX; KERAS_BACKEND=tensorflow needs tensorflow installed too)
+    "jax": ("keras", "keras_hub", "jax", "transformers", "safetensors", "tokenizers", "datasets"),
     "torch": ("torch", "transformers"),
     "torch-xla": ("torch", "torch_xla", "transformers", "accelerate"),
     "demo": ("gradio",),
@@ -29,6 +31,7 @@ EXTRA_MODULES: Dict[str, Tuple[str, ...]] = {
 EXTRA_MAJOR_VERSIONS: Dict[str, Tuple[Tuple[str, int, Optional[int]], ...]] = {
     "tensorflow": (("transformers", 4, 4),),
     "keras": (("keras", 3, None),),
+    "jax": (("keras", 3, None),),
 }
 
 

@@ -1,14 +1,17 @@
 """FLOP counts and peak FLOP/s, for model FLOPs utilization (MFU).
 
 MFU = achieved model FLOP/s / peak FLOP/s of the hardware, where "model FLOPs" are the FLOPs the model's
-math needs (no recomputation counted), as defined in PaLM (Chowdhery et al. 2022, Appendix B).
+math needs (no recomputation counted), as defined in PaLM (Chowdhery et al. 2022, Appendix B). The peak is a
+property of the hardware (:func:`device_peak`): a datasheet value for TPUs and GPUs, a stated formula for
+CPUs (cores x clock x FLOP per cycle); nothing is measured, so MFU does not move with the machine's load.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from typing import Optional
+from typing import Dict, NamedTuple, Optional
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -60,62 +63,273 @@ def flops_per_token(config, seq_length: int, masked_fraction: Optional[float] = 
     return 6.0 * non_embedding + attention + head
 
 
-# Dense (no sparsity) peak FLOP/s per device as TensorFlow sees it (one replica), bf16/fp16 matmuls
-# unless noted. Sources: Google Cloud TPU system-architecture pages (v3: 123 TFLOP/s per chip = 2 cores,
-# v4: 275, v5e: 197, v5p: 459, v6e/Trillium: 918 TFLOP/s bf16 per chip); NVIDIA A100 datasheet
-# (312 TFLOP/s bf16, 156 TF32), H100/H200 SXM datasheet (989 TFLOP/s bf16 dense, 495 TF32), H100 PCIe
-# (756 bf16, 378 TF32), V100 (125 TFLOP/s fp16 tensor core, 15.7 fp32).
-# float32 on GPUs: TensorFlow runs float32 matmuls as TF32 on Ampere and newer by default, so the
-# TF32 figure is the relevant peak. float32 on TPUs: XLA's default precision multiplies in bf16, so
-# the bf16 peak applies. Order matters: the first matching substring wins.
-_PEAKS = (
-    # (substring of the lowercased device kind, bf16 peak, float32 peak)
-    ("v6e", 918e12, 918e12),
-    ("v6 lite", 918e12, 918e12),
-    ("v5p", 459e12, 459e12),
-    ("v5e", 197e12, 197e12),
-    ("v5 lite", 197e12, 197e12),
-    ("v5litepod", 197e12, 197e12),
-    ("tpu v4", 275e12, 275e12),
-    ("tpu v3", 61.5e12, 61.5e12),  # TF sees each of the 2 cores of a chip as a replica
-    ("h100 pcie", 756e12, 378e12),
-    ("h100", 989e12, 495e12),
-    ("h200", 989e12, 495e12),
-    ("a100", 312e12, 156e12),
-    ("v100", 125e12, 15.7e12),
+# ---------------------------------------------------------------------------------------------------------------
+# Peak FLOP/s: a property of the hardware, never of the load (MFU must not move with the neighbours' work).
+#
+# Accelerators: vendor datasheet values, dense math (no 2:4 sparsity), per device as the framework sees it
+# (one replica). Sources:
+#   - Google Cloud TPU documentation, "TPU versions" / system architecture pages: v2 45 TFLOP/s bf16 per chip
+#     (2 cores), v3 123 per chip (2 cores), v4 275 per chip (one megacore device), v5e 197 per chip, v5p 459 per
+#     chip (megacore), v6e (Trillium) 918 per chip. On TPUs XLA multiplies float32 in bf16 passes by default,
+#     so the bf16 peak applies to both dtypes.
+#   - NVIDIA datasheets (their Tensor Core figures are "with sparsity"; dense is half): A100 BF16 312,
+#     TF32 156; H100 SXM and H200 SXM BF16 1,979* -> 989.5, TF32 989* -> 494.5; H100 NVL and H200 NVL
+#     BF16 1,671* -> 835.5, TF32 835* -> 417.5; H100 PCIe BF16 1,513* -> 756.5, TF32 756* -> 378; HGX B200
+#     BF16 4.5 PFLOP/s* -> 2,250, TF32 2.2 PFLOP/s* -> 1,100; L40S BF16 362.05 (733*), TF32 183 (366*); L4 BF16
+#     242* -> 121, TF32 120* -> 60; A10 BF16 250* -> 125, TF32 125* -> 62.5; V100 SXM2 125 FP16 Tensor Core,
+#     15.7 FP32 (no bf16 units: its fp16 figure is listed). (* = the datasheet's sparse figure.)
+#   float32 on NVIDIA Ampere and newer: TensorFlow runs float32 matmuls as TF32 by default, so the TF32
+#   figure is the float32 peak.
+# CPUs: no datasheet lists a per-dtype peak for every SKU and VM slice, so a stated formula is used instead
+# (:func:`cpu_peak`): physical cores usable x clock x FLOP per cycle per core of the widest FMA / bf16
+# dot-product units the CPU's feature flags show (:data:`CPU_FLOP_PER_CYCLE`).
+# Patterns are matched against the lowercased device kind in order; the first match wins.
+_DATASHEET = (
+    # (regex, bf16/fp16 FLOP/s, float32 FLOP/s, name)
+    (r"v6e|v6 ?lite|tpu v6", 918e12, 918e12, "Cloud TPU v6e (Trillium), per chip"),
+    (r"v5p|tpu v5$", 459e12, 459e12, "Cloud TPU v5p, per chip"),
+    (r"v5e|v5 ?lite", 197e12, 197e12, "Cloud TPU v5e, per chip"),
+    (r"tpu v4", 275e12, 275e12, "Cloud TPU v4, per chip"),
+    (r"tpu v3", 61.5e12, 61.5e12, "Cloud TPU v3, per core (2 per chip)"),
+    (r"tpu v2", 22.5e12, 22.5e12, "Cloud TPU v2, per core (2 per chip)"),
+    (r"b200", 2250e12, 1100e12, "NVIDIA HGX B200"),
+    (r"h100 ?pcie", 756.5e12, 378e12, "NVIDIA H100 PCIe"),
+    (r"h[12]00 ?nvl", 835.5e12, 417.5e12, "NVIDIA H100/H200 NVL"),
+    (r"h100|h200", 989.5e12, 494.5e12, "NVIDIA H100/H200 SXM"),
+    (r"a100", 312e12, 156e12, "NVIDIA A100"),
+    (r"l40s", 362.05e12, 183e12, "NVIDIA L40S"),
+    (r"\bl4\b", 121e12, 60e12, "NVIDIA L4"),
+    (r"\ba10\b", 125e12, 62.5e12, "NVIDIA A10"),
+    (r"v100", 125e12, 15.7e12, "NVIDIA V100 SXM2 (fp16 Tensor Core)"),
 )
 
+_HALF_DTYPES = ("bfloat16", "bf16", "float16", "fp16", "half", "mixed_bfloat16", "mixed_float16")
 
-def known_peak_flops(device_kind: Optional[str], dtype: str = "bfloat16") -> Optional[float]:
-    """Datasheet peak FLOP/s of one device (one replica), dense math.
 
-    Args:
-        device_kind: a device name such as ``"TPU v4"``, ``"TPU v5 lite"``, ``"NVIDIA H100 80GB HBM3"``,
-            ``"NVIDIA A100-SXM4-40GB"`` (case-insensitive substring match).
-        dtype: the matmul dtype of training: ``"bfloat16"``/``"float16"`` or ``"float32"`` (TF32 peak on
-            NVIDIA Ampere+, bf16 peak on TPUs, see the source notes in this module).
+def _is_half(dtype: str) -> bool:
+    return str(dtype).lower() in _HALF_DTYPES
 
-    Returns:
-        FLOP/s, or None for an unknown device (CPUs included: measure with :func:`measure_peak_flops`).
-    """
-    if not device_kind:
+
+def _datasheet(device_kind: Optional[str]):
+    import re
+
+    kind = (device_kind or "").lower().strip()
+    if not kind:
         return None
-    kind = device_kind.lower()
-    half = str(dtype).lower() in ("bfloat16", "bf16", "float16", "fp16", "half", "mixed_bfloat16", "mixed_float16")
-    for key, bf16, fp32 in _PEAKS:
-        if key in kind:
-            return bf16 if half else fp32
+    for pattern, half, single, name in _DATASHEET:
+        if re.search(pattern, kind):
+            return half, single, name
     return None
 
 
-def default_device_kind() -> str:
-    """A name for the device TensorFlow computes on: the GPU's name, ``"TPU"``, or ``"CPU"``.
+def known_peak_flops(device_kind: Optional[str], dtype: str = "bfloat16") -> Optional[float]:
+    """Datasheet peak FLOP/s of one TPU/GPU device (one replica), dense math (sources in this module).
+
+    Args:
+        device_kind: a device name such as ``"TPU v4"``, ``"TPU v5 lite"``, ``"TPU v5litepod-8"``,
+            ``"NVIDIA H100 80GB HBM3"``, ``"NVIDIA A100-SXM4-40GB"``, ``"NVIDIA L4"`` (case-insensitive).
+        dtype: the matmul dtype of training: ``"bfloat16"``/``"float16"`` or ``"float32"`` (TF32 peak on
+            NVIDIA Ampere+, bf16 peak on TPUs).
 
     Returns:
-        e.g. ``"NVIDIA H100 80GB HBM3"`` (from ``tf.config.experimental.get_device_details``), ``"TPU"``
-        (TensorFlow does not report the TPU generation; pass it to :func:`known_peak_flops` yourself), or
-        ``"CPU"``.
+        FLOP/s, or None for a device without a datasheet entry (CPUs: see :func:`cpu_peak`).
     """
+    found = _datasheet(device_kind)
+    if found is None:
+        return None
+    return found[0] if _is_half(dtype) else found[1]
+
+
+#: FLOP per cycle per core, from /proc/cpuinfo flags, first match wins: ``(flags all present, float32, bf16
+#: or None for "as float32", what)``. An FMA is 2 FLOP. x86 cores are taken to have two FMA pipes of the
+#: widest width the flags show (Intel Xeon Scalable Gold/Platinum, Zen 2-5; one-pipe parts read MFU low):
+#: AVX-512: 2 x 16 lanes x 2 = 64; AVX2+FMA: 2 x 8 x 2 = 32; AVX (no FMA, separate mul and add ports): 16;
+#: SSE2: 8. bf16: AVX512-BF16 ``vdpbf16ps`` does 16 lanes x 2 pairs x 2 FLOP = 64 per instruction, 2 per
+#: cycle = 128; Intel AMX-BF16 1,024 (Intel's "1,024 BF16 operations per cycle per core" for Sapphire Rapids).
+#: AMD Zen 4 (family 0x19 with AVX-512) runs 512-bit ops on 256-bit pipes: halved, see :func:`cpu_peak`.
+#: Arm: NEON 2 x 128-bit FMA pipes (Neoverse N1) = 16; SVE cores (Neoverse V1/V2) 32; ``bf16`` (BFMMLA) twice
+#: the float32 rate. Without native bf16 a bf16 run multiplies in float32: the float32 rate applies.
+CPU_FLOP_PER_CYCLE = (
+    (("amx_bf16", "avx512f"), 64, 1024, "AMX-BF16 tiles, AVX-512 FMA"),
+    (("avx512_bf16", "avx512f"), 64, 128, "AVX512-BF16 dot products, AVX-512 FMA"),
+    (("avx512f",), 64, None, "AVX-512 FMA"),
+    (("avx2", "fma"), 32, None, "AVX2 FMA"),
+    (("avx",), 16, None, "AVX"),
+    (("sse2",), 8, None, "SSE2"),
+    (("sve", "bf16"), 32, 64, "SVE FMA, BF16 matrix multiply"),
+    (("sve",), 32, None, "SVE FMA"),
+    (("asimd", "bf16"), 16, 32, "NEON FMA, BF16 matrix multiply"),
+    (("asimd",), 16, None, "NEON FMA"),
+)
+
+
+class Peak(NamedTuple):
+    """A device's peak FLOP/s for MFU and where it comes from.
+
+    Attributes:
+        flops: FLOP/s of one device (one replica), or None when there is no figure.
+        source: one line: how the figure is made (``"NVIDIA A100 datasheet, bf16 dense"``, ``"CPU formula: 2
+            cores x 2.45 GHz x 32 FLOP/cycle (AVX2 FMA, float32)"``), or why there is none.
+    """
+
+    flops: Optional[float]
+    source: str
+
+
+def _cpuinfo_fields(text: str) -> Dict[str, str]:
+    """The first processor block of /proc/cpuinfo as ``{key: value}`` (keys lowercased)."""
+    fields: Dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip().lower(), value.strip())
+    return fields
+
+
+def _sysfs_max_clock_hz() -> Optional[float]:
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq", encoding="ascii") as f:
+            return float(f.read().strip()) * 1e3  # kHz
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_peak(dtype: str = "float32", cpuinfo_text: Optional[str] = None, cores: Optional[int] = None,
+             clock_hz: Optional[float] = None) -> Peak:
+    """Peak FLOP/s of this CPU by formula: physical cores x clock x FLOP per cycle per core.
+
+    - cores: the logical CPUs this process may use (:func:`usable_cpu_cores`) divided by the threads per core
+      (``siblings / cpu cores`` in /proc/cpuinfo; SMT threads share one core's FMA pipes);
+    - clock: cpufreq's ``cpuinfo_max_freq`` where the kernel has it, else /proc/cpuinfo's ``cpu MHz`` (in a VM
+      the nominal clock: a boost above it can make a run beat this peak, then MFU is left out, see
+      :func:`compute_mfu`);
+    - FLOP per cycle: :data:`CPU_FLOP_PER_CYCLE` for the flags (bf16 rate with a bf16 ``dtype`` where the CPU
+      has native bf16, else the float32 rate); AMD family 0x19 (Zen 3/4) with AVX-512 counts 256-bit pipes.
+
+    Nothing is measured, so the figure is the same at any load.
+
+    Args:
+        dtype: ``"float32"`` or ``"bfloat16"`` (mixed precision multiplies in bf16).
+        cpuinfo_text: /proc/cpuinfo's content (default: read it; tests pass a fixture, and then the clock comes
+            from the text, not from cpufreq).
+        cores: logical CPUs usable (default :func:`usable_cpu_cores`).
+        clock_hz: the clock in Hz (default as above).
+
+    Returns:
+        :class:`Peak`; ``flops`` None (and ``source`` saying why) when /proc/cpuinfo is unreadable, has no
+        clock, or shows no instruction set in the table.
+    """
+    read_sysfs = cpuinfo_text is None
+    if cpuinfo_text is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo_text = f.read()
+        except OSError as err:
+            return Peak(None, f"no CPU peak: /proc/cpuinfo is unreadable ({err.strerror or err})")
+    info = _cpuinfo_fields(cpuinfo_text)
+    flags = set((info.get("flags") or info.get("features") or "").split())
+    row = next((r for r in CPU_FLOP_PER_CYCLE if all(f in flags for f in r[0])), None)
+    if row is None:
+        return Peak(None, "no CPU peak: /proc/cpuinfo shows none of the instruction sets the peak formula knows "
+                          "(AVX-512, AVX2/FMA, AVX, SSE2, SVE, NEON)")
+    _, fp32, bf16, units = row
+    if clock_hz is None:
+        clock_hz = _sysfs_max_clock_hz() if read_sysfs else None
+        if clock_hz is None:
+            try:
+                clock_hz = float(info["cpu mhz"]) * 1e6
+            except (KeyError, ValueError):
+                return Peak(None, "no CPU peak: the kernel reports no CPU clock (no cpufreq, no 'cpu MHz')")
+    half = _is_half(dtype) and bf16 is not None
+    per_cycle = bf16 if half else fp32
+    if "avx512f" in flags and info.get("vendor_id") == "AuthenticAMD" and info.get("cpu family") == "25":
+        per_cycle //= 2  # Zen 4 executes 512-bit FMAs and bf16 dot products on 256-bit pipes
+        units += " on 256-bit pipes"
+    logical = int(cores or usable_cpu_cores())
+    try:
+        threads = max(1, int(info["siblings"]) // max(1, int(info["cpu cores"])))
+    except (KeyError, ValueError):
+        threads = 1
+    physical = max(1, logical // threads)
+    flops = physical * clock_hz * per_cycle
+    precision = "bf16" if half else ("float32: no native bf16" if _is_half(dtype) else "float32")
+    return Peak(flops, f"CPU formula: {physical} core{'s' if physical != 1 else ''} x {clock_hz / 1e9:.3g} GHz x "
+                       f"{per_cycle} FLOP/cycle ({units}, {precision})")
+
+
+def device_peak(device_kind: Optional[str], dtype: str = "float32", *, cpuinfo_text: Optional[str] = None,
+                cores: Optional[int] = None) -> Peak:
+    """The peak MFU divides by, for one device (one replica): a TPU/GPU datasheet value or the CPU formula.
+
+    Args:
+        device_kind: ``"CPU"`` (any name containing "cpu"), a TPU/GPU name (:func:`known_peak_flops`), or None.
+        dtype: the compute dtype (``"float32"``, ``"bfloat16"``...).
+        cpuinfo_text, cores: passed to :func:`cpu_peak` (tests).
+
+    Returns:
+        :class:`Peak` (``flops`` None with the reason in ``source`` for an unknown device).
+    """
+    kind = (device_kind or "").strip()
+    if "cpu" in kind.lower():
+        return cpu_peak(dtype, cpuinfo_text=cpuinfo_text, cores=cores)
+    found = _datasheet(kind)
+    if found is not None:
+        half = _is_half(dtype)
+        what = "bf16" if half else ("TF32" if "nvidia" in found[2].lower() else "float32 (bf16 passes)")
+        return Peak(found[0] if half else found[1], f"datasheet: {found[2]}, {what} dense")
+    if kind.upper() == "TPU":
+        return Peak(None, "no peak: TensorFlow does not name the TPU generation (set TPU_ACCELERATOR_TYPE, "
+                          "e.g. v5litepod-8, as Cloud TPU VMs and GKE do)")
+    return Peak(None, f"no peak: no datasheet figure for device {kind or 'unknown'!r} in hf_tpu_ext.flops")
+
+
+def peak_flops(device_kind: Optional[str], dtype: str = "float32") -> Optional[float]:
+    """Peak FLOP/s of one device for MFU (:func:`device_peak`): datasheet for TPUs/GPUs, formula for CPUs.
+
+    Returns:
+        FLOP/s, or None when the device has no figure (then MFU is left out).
+    """
+    return device_peak(device_kind, dtype).flops
+
+
+def compute_mfu(tokens_per_second_per_device: float, flops_per_token: Optional[float],
+                peak: Optional[float]) -> Optional[float]:
+    """Model FLOPs utilization: ``tokens/s per device x FLOPs per token / peak FLOP/s``, in [0, 1].
+
+    Returns:
+        The fraction, or None when either figure is missing or the result is above 1 (more FLOP/s than the
+        peak means the peak is wrong for this machine, e.g. a boost clock above the one the kernel reports;
+        callers leave MFU out then and say so once).
+    """
+    if not flops_per_token or not peak or tokens_per_second_per_device is None:
+        return None
+    value = float(tokens_per_second_per_device) * float(flops_per_token) / float(peak)
+    if not math.isfinite(value) or value < 0 or value > 1.0:
+        return None
+    return value
+
+
+def above_peak_message(tokens_per_second_per_device: float, flops_per_token: float, peak: Peak) -> str:
+    """The one line said when a run computes faster than its peak (MFU left out from then on)."""
+    rate = float(tokens_per_second_per_device) * float(flops_per_token)
+    return (f"MFU left out: the model FLOP rate {rate:.3g} FLOP/s is above the peak {peak.flops:.3g} FLOP/s "
+            f"({peak.source}); the peak is too low for this machine")
+
+
+def default_device_kind() -> str:
+    """A name for the device TensorFlow computes on: the GPU's name, the TPU's, or ``"CPU"``.
+
+    Returns:
+        e.g. ``"NVIDIA H100 80GB HBM3"`` (from ``tf.config.experimental.get_device_details``), ``"TPU
+        v5litepod-8"`` (TensorFlow does not report the TPU generation: taken from ``TPU_ACCELERATOR_TYPE``,
+        which Cloud TPU VMs and GKE set; plain ``"TPU"`` without it), or ``"CPU"``.
+    """
+    import os
+
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
@@ -125,7 +339,8 @@ def default_device_kind() -> str:
         except Exception:  # details are optional
             return "GPU"
     if tf.config.list_logical_devices("TPU"):
-        return "TPU"
+        accelerator_type = os.environ.get("TPU_ACCELERATOR_TYPE", "").strip()
+        return f"TPU {accelerator_type}" if accelerator_type else "TPU"
     return "CPU"
 
 
@@ -133,8 +348,8 @@ def measure_peak_flops(dtype: str = "float32", size: Optional[int] = None, itera
                        target_seconds: float = 1.0) -> float:
     """Achievable matmul FLOP/s of the default device, from an XLA-compiled chain of square matmuls.
 
-    A stand-in for the datasheet peak where none is known (CPUs, new chips). It measures what XLA
-    reaches on large matmuls, so MFU against it reads higher than against a datasheet peak.
+    What XLA reaches on large matmuls at this moment (benchmarks record it beside MFU). Not MFU's
+    denominator: on a shared machine it moves with the neighbours' load (4x between runs was seen).
 
     Args:
         dtype: ``"float32"``, ``"bfloat16"`` or ``"float16"``.
@@ -178,18 +393,6 @@ def measure_peak_flops(dtype: str = "float32", size: Optional[int] = None, itera
     return flops
 
 
-def _peak_cache_path() -> str:
-    """``$HF_HOME/hf_tpu_ext/peak_flops.json`` (huggingface_hub's cache home), else ``~/.cache/hf_tpu_ext``."""
-    import os
-
-    try:
-        from huggingface_hub import constants
-
-        home = os.environ.get("HF_HOME") or constants.HF_HOME
-    except ImportError:
-        home = None
-    return os.path.join(home, "hf_tpu_ext", "peak_flops.json") if home else os.path.join(
-        os.path.expanduser("~"), ".cache", "hf_tpu_ext", "peak_flops.json")
 
 
 def usable_cpu_cores() -> int:
@@ -201,82 +404,3 @@ def usable_cpu_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)
 
-
-def _machine_key(device_kind: str, dtype: str) -> str:
-    """What a measured peak depends on: the device, the CPU model and cores usable, dtype and TF version."""
-    import os
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    cores = usable_cpu_cores()
-    try:
-        from importlib.metadata import version
-
-        tf_version = version("tensorflow")
-    except Exception:  # noqa: BLE001 (metadata missing: the key just carries less)
-        tf_version = "?"
-    return f"{device_kind}|{cpu}|{cores} cores|{dtype}|tensorflow {tf_version}"
-
-
-def peak_flops(device_kind: str, dtype: str = "float32", *, cache_path: Optional[str] = None) -> Optional[float]:
-    """Peak FLOP/s of one device for MFU: the datasheet value (:func:`known_peak_flops`), else a measured one.
-
-    Devices without a datasheet entry (CPUs, a TPU whose generation TensorFlow does not report) get
-    :func:`measure_peak_flops` once per machine: the result is cached in a JSON file keyed by device,
-    CPU model, usable cores, dtype and TensorFlow version (:func:`_peak_cache_path`), so later runs do not
-    spend the ~2 s again.
-
-    Args:
-        device_kind: e.g. ``"CPU"``, ``"NVIDIA H100 80GB HBM3"`` (:func:`default_device_kind`).
-        dtype: compute dtype (``"float32"`` or ``"bfloat16"``).
-        cache_path: the cache file (default: :func:`_peak_cache_path`).
-
-    Returns:
-        FLOP/s, or None when the probe fails.
-    """
-    import json
-    import os
-
-    known = known_peak_flops(device_kind, dtype)
-    if known:
-        return known
-    path = cache_path or _peak_cache_path()
-    key = _machine_key(device_kind, dtype)
-    cache = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            cache = json.load(f)
-        if isinstance(cache, dict) and isinstance(cache.get(key), (int, float)) and cache[key] > 0:
-            return float(cache[key])
-    except (OSError, ValueError):
-        cache = {}
-    try:
-        value = measure_peak_flops(dtype)
-    except Exception as err:  # noqa: BLE001 (MFU is optional: never fail a run over it)
-        logger.debug("peak FLOP/s probe failed: %s", err)
-        return None
-    # a probe on a busy machine reads low and would make every later MFU read high: cache only an idle one
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    cores = os.cpu_count() or 1
-    if load > 0.5 * cores:
-        logger.info("measured peak %.3g FLOP/s (%s matmul probe) with the machine busy (load %.1f on %d cores): used "
-                    "for this run's MFU only, not cached", value, dtype, load, cores)
-        return value
-    cache = cache if isinstance(cache, dict) else {}
-    cache[key] = value
-    try:
-        from hf_tpu_ext.fileio import atomic_write_text
-
-        atomic_write_text(path, json.dumps(cache, indent=1))
-    except OSError as err:
-        logger.debug("could not cache the peak FLOP/s in %s: %s", path, err)
-    logger.info("measured peak %.3g FLOP/s (%s matmul probe, cached for MFU)", value, dtype)
-    return value

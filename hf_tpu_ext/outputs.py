@@ -51,6 +51,11 @@ SUMMARY_KEYS = (
     "tokens_seen",
     "train_runtime",
     "train_tokens_per_second",
+    "steady_tokens_per_second",
+    "mfu",
+    "mfu_peak_flops",
+    "mfu_peak_source",
+    "mfu_note",
     "base_model",
     "initialized_from",
     "dataset_name",
@@ -236,7 +241,14 @@ def write_training_summary(output_dir: str, summary: Dict[str, Any]) -> str:
             (oneDNN)"``; see :mod:`hf_tpu_ext.precision`).
         global_step: optimizer steps done. epoch: epochs done (float).
         tokens_seen: training tokens consumed. train_runtime: training wall time in seconds.
-        train_tokens_per_second: ``tokens_seen / train_runtime``.
+        train_tokens_per_second: the whole run's rate: ``tokens_seen / train_runtime`` (transformers' meaning;
+            compilation, evaluation, checkpoints and pushes included).
+        steady_tokens_per_second: the steady rate: tokens per median training step (what the log lines show;
+            compilation, evaluation and checkpoints excluded); None where the backend does not time steps.
+        mfu: model FLOPs utilization of the steady rate, in [0, 1] (:mod:`hf_tpu_ext.flops`); None when left out.
+        mfu_peak_flops, mfu_peak_source: the peak FLOP/s of one replica MFU divides by and where it comes from
+            (a datasheet, or the CPU formula with its terms).
+        mfu_note: why MFU is left out (None when it is given).
         base_model: Hub repo id continued from (``None`` from scratch or from a local folder).
         initialized_from: the repo id or the local folder's name the weights came from (``None``: from scratch).
         dataset_name, dataset_config_name: Hub dataset (``None`` for local files/default corpus).
@@ -354,12 +366,20 @@ def last_eval_results(log_history: List[Dict[str, Any]], training_args=None) -> 
     return {}
 
 
+def _mfu_fields(train_metrics: Dict[str, Any]) -> Dict[str, Any]:
+    """``mfu``, ``mfu_peak_flops``, ``mfu_peak_source`` from the backend's metrics, or ``mfu_note`` saying why not."""
+    if train_metrics.get("mfu") is not None:
+        return {k: train_metrics.get(k) for k in ("mfu", "mfu_peak_flops", "mfu_peak_source")}
+    return {"mfu_note": train_metrics.get("mfu_note") or "MFU left out: this backend does not report it"}
+
+
 def build_training_summary(model_args, data_args, training_args, *, backend: str, device: Dict[str, Any],
                            global_batch_size: int, global_step: int, steps_per_epoch: int, total_steps: int,
                            train_metrics: Dict[str, Any], log_history: List[Dict[str, Any]],
                            model_fields: Dict[str, Any], optimizer: str, dataset_description: Optional[str],
                            mask_token: Optional[str], jit_compile: bool, steps_per_execution: int,
-                           compiler: Optional[str] = None) -> Dict[str, Any]:
+                           compiler: Optional[str] = None,
+                           initialization: Optional[Dict[str, Optional[str]]] = None) -> Dict[str, Any]:
     """The ``training_summary.json`` content, the same keys whichever backend trained (see ``SUMMARY_KEYS``).
 
     Args:
@@ -367,9 +387,10 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
             ``num_workers`` (and optionally ``device_kind``).
         model_fields: ``num_parameters``, ``model_type``, ``model_config`` of the trained model.
         optimizer: a readable optimizer description for the card's hyperparameter table.
+        initialization: ``{"base_model", "initialized_from"}`` of ``--model_name_or_path``
+            (:func:`hf_tpu_ext.hub.model_card.initialization_fields`; the run files sit below the Hub layer and
+            do not decide what a Hub id is); ``None``: both ``None`` (from scratch).
     """
-    from hf_tpu_ext.hub.model_card import initialization_fields
-
     args = training_args
     return {
         "backend": backend,
@@ -386,7 +407,11 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
         "tokens_seen": global_step * global_batch_size * data_args.max_seq_length,
         "train_runtime": train_metrics.get("train_runtime"),
         "train_tokens_per_second": train_metrics.get("train_tokens_per_second"),
-        **initialization_fields(model_args.model_name_or_path),
+        "steady_tokens_per_second": train_metrics.get("steady_tokens_per_second"),
+        **_mfu_fields(train_metrics),
+        "base_model": None,
+        "initialized_from": None,
+        **(initialization or {}),
         "dataset_name": data_args.dataset_name,
         "dataset_config_name": data_args.dataset_config_name,
         "dataset_description": dataset_description or data_args.dataset_name,

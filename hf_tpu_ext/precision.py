@@ -123,7 +123,8 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
     native = bool(native_bf16 or accelerator == "TPU")
     if bf16 is None:
         use_bf16 = accelerator == "TPU"
-        why = "bf16 by default on a TPU" if use_bf16 else "float32 (the default off a TPU; --bf16 auto uses bf16 where native)"
+        why = ("bf16 by default on a TPU" if use_bf16
+               else "float32 is the default off a TPU; --bf16 auto uses bf16 where the hardware has it")
     elif bf16 == "auto":
         use_bf16 = native
         why = (f"--bf16 auto: this {accelerator} has native bf16" if native
@@ -132,17 +133,17 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
         use_bf16 = bool(bf16)
         why = f"--bf16 {str(use_bf16).lower()}"
         if use_bf16 and not native:
-            why += (f" on a {accelerator} without native bf16 (emulated: little or no gain over float32; "
-                    "--bf16 auto would keep float32)")
+            why += (f" on a {accelerator} without native bf16: emulated, little or no gain over float32, and "
+                    "--bf16 auto would keep float32")
     # bf16 on a CPU with native bf16: TensorFlow's oneDNN kernels run its matmuls at ~2x XLA:CPU's rate.
     # Without native bf16 XLA is faster (idle machine, small preset: 526 vs 853 ms/step; benchmarks/NOTES.md)
     cpu_kernels_faster = use_bf16 and accelerator == "CPU" and native
     if jit_compile is None:
         xla = not cpu_kernels_faster
         if cpu_kernels_faster:
-            why += "; TensorFlow's oneDNN bf16 kernels, not XLA (about 2x XLA:CPU's bf16 matmul rate)"
+            why += "; TensorFlow's oneDNN bf16 kernels, not XLA: about 2x XLA:CPU's bf16 matmul rate"
         elif use_bf16 and accelerator == "CPU":
-            why += "; XLA (faster than TensorFlow's kernels on emulated bf16)"
+            why += "; XLA, faster than TensorFlow's kernels on emulated bf16"
     else:
         xla = bool(jit_compile)
     if xla:

@@ -1,27 +1,43 @@
-"""Cloze probes: parse probe sets, map answers to vocabulary ids, score top-1/top-5 accuracy and MRR.
+"""Cloze probes: parse probe sets, map answers to token ids, score top-1/top-5 accuracy, MRR and log-likelihood.
 
-A probe is a sentence with exactly one mask and the word expected there::
+A probe is a sentence with exactly one mask and the answer expected there; the mask stands for the whole answer,
+however many tokens it is::
 
     The capital of France is <mask>. ⇒ Paris
+    The capital of France is <mask>. | France's capital is <mask>. ⇒ Paris | Lyon | Marseille
 
-Framework-free (stdlib + numpy + a ``transformers`` tokenizer object): the Gradio Space (``app.py``, where
-``hf-tpu deploy-space`` uploads this file as ``probes.py``), ``hf-tpu probe`` and the training run's
-``--probe_file`` all score with this module, so they give the same numbers for the same weights.
+Several templates (wordings) of one fact share a line, separated by ``|`` before the arrow; after the arrow the
+answer comes first, then the distractors it is ranked against (optional), separated by ``|``.
+
+Framework-free (stdlib + numpy + a ``transformers`` tokenizer object): the Gradio Space (through
+:mod:`hf_tpu_ext.fill_mask`, whose files ``hf-tpu deploy-space`` uploads with this one), ``hf-tpu probe`` and
+the training run's ``--probe_file`` all score with this module, so they give the same numbers for the same
+weights.
 
 Formats (:func:`parse_probes`):
 
-* plain lines: ``<sentence> ⇒ <answer>`` (or ``=>``; split at the last arrow); blank lines and lines
-  starting with ``#`` are skipped;
+* plain lines: ``<sentence>[ | <sentence>...] ⇒ <answer>[ | <distractor>...]`` (or ``=>``; split at the last
+  arrow); blank lines and lines starting with ``#`` are skipped;
 * CSV (or TSV): columns ``text`` and ``answer`` named in a header (aliases ``sentence``/``input`` and
-  ``target``/``label``), or, without such a header, the first two columns;
-* JSONL: one object per line with the same keys.
+  ``target``/``label``), an optional ``distractors`` column, or, without such a header, the first two columns;
+  ``|`` separates templates and distractors inside a cell;
+* JSONL: one object per line with the same keys; ``text`` and ``distractors`` may also be lists.
 
 The mask may be written ``<mask>`` or ``[MASK]`` (any case); it is replaced by the tokenizer's mask token.
 
-Scoring (:func:`score_probes`): the rank of the answer among the candidates at the mask position is
-``1 + (number of candidate ids whose logit is strictly greater than the answer's)``, candidates being the
-vocabulary without special tokens (as in the demo). top-1 and top-5 accuracy are the shares of probes with
-rank <= 1 and <= 5; MRR is the mean of ``1 / rank`` (Voorhees, TREC-8 QA track, 1999; no cut-off).
+Scoring (:func:`score_encoded`): a candidate of k tokens (its tokenization at the mask: after a space the
+spaced form, ``Ġparis``) is scored by replacing the one mask by k masks and summing log-probabilities
+left to right, :func:`candidate_rows` (PLL-word-l2r: Kauf & Ivanova, ACL 2023). Log-probabilities are
+those of the softmax over the non-special vocabulary, in nats. The rank of the answer is
+``1 + (number of competitors with a strictly greater score)``; competitors are the distractors when the
+probe gives them, else every single non-special vocabulary entry at the (one) mask (for a multi-token answer
+all but its own first token, which is a piece of the answer rather than a rival), so a single-token answer
+without distractors gets exactly the rank of the single-mask ranking (the figures of earlier versions).
+top-1 and top-5 accuracy are the shares of probes with rank <= 1 and <= 5; MRR is the mean of ``1 / rank``
+(Voorhees, TREC-8 QA track, 1999; no cut-off). ``loglik`` is the mean log-probability of the whole answer
+string and ``loglik_per_char`` the mean of that divided by the answer's characters: a probability of a string,
+so comparable across tokenizers (a 3-token answer is not penalised for a vocabulary that splits it more
+finely, apart from the model's own uncertainty).
 """
 
 from __future__ import annotations
@@ -43,6 +59,8 @@ ANSWER_KEYS = ("answer", "target", "label", "word")
 FORMATS = ("lines", "csv", "tsv", "jsonl")
 MAX_PROBES = 100_000
 TOP_KS = (1, 5)
+SEPARATOR = "|"  # between templates (before the arrow) and between answer and distractors (after it)
+DISTRACTOR_KEYS = ("distractors", "candidates", "choices")
 _REPLACEMENT = "\ufffd"  # what a lone byte of a multi-byte UTF-8 character decodes to
 
 
@@ -56,13 +74,17 @@ class Probe:
 
     Attributes:
         text: the sentence with one mask, spelled ``<mask>`` here (the tokenizer's token at encoding time).
-        answer: the expected word, stripped.
-        line: 1-based line (row) of the source, for messages.
+        answer: the expected answer (one or more words), stripped.
+        line: 1-based line (row) of the source, for messages; probes of one line are one fact.
+        distractors: the other candidates the answer is ranked against (empty: the whole vocabulary).
+        template: 0-based index of this wording among the templates of its line.
     """
 
     text: str
     answer: str
     line: int
+    distractors: Tuple[str, ...] = ()
+    template: int = 0
 
 
 # --------------------------------------------------------------------------------------------- parsing
@@ -112,18 +134,22 @@ def _parse_csv(text: str, delimiter: str) -> List[Tuple[int, str, str]]:
     if not table:
         return []
     header = table[0][1]
-    ti, ai = _pick(header, TEXT_KEYS), _pick(header, ANSWER_KEYS)
+    ti, ai, di = _pick(header, TEXT_KEYS), _pick(header, ANSWER_KEYS), _pick(header, DISTRACTOR_KEYS)
     if ti is not None and ai is not None:
         ti, ai = header.index(ti), header.index(ai)
+        di = header.index(di) if di is not None else None
         table = table[1:]
     else:
-        ti, ai = 0, 1
+        ti, ai, di = 0, 1, None
     rows, bad = [], []
     for n, row in table:
         if len(row) <= max(ti, ai):
             bad.append(n)
             continue
-        rows.append((n, row[ti].strip(), row[ai].strip()))
+        answer = row[ai].strip()
+        if di is not None and di < len(row) and row[di].strip():
+            answer = f"{answer} {SEPARATOR} {row[di].strip()}"
+        rows.append((n, row[ti].strip(), answer))
     if bad:
         raise ProbeError(f"{_lines(bad)} {'has' if len(bad) == 1 else 'have'} fewer than 2 columns: "
                          "give a text column and an answer column (header 'text,answer').")
@@ -146,8 +172,21 @@ def _parse_jsonl(text: str) -> List[Tuple[int, str, str]]:
         tk, ak = _pick(list(obj), TEXT_KEYS), _pick(list(obj), ANSWER_KEYS)
         if tk is None or ak is None:
             raise ProbeError(f"line {n} needs the keys 'text' and 'answer', got {sorted(obj)}.")
-        rows.append((n, str(obj[tk]).strip(), str(obj[ak]).strip()))
+        dk = _pick(list(obj), DISTRACTOR_KEYS)
+        answer = str(obj[ak]).strip()
+        if dk is not None and obj[dk]:
+            answer = f" {SEPARATOR} ".join([answer, *(_as_list(obj[dk]))])
+        rows.append((n, f" {SEPARATOR} ".join(_as_list(obj[tk])), answer))
     return rows
+
+
+def _as_list(value) -> List[str]:
+    """A JSON value as strings: a list's items, or one string (``|`` inside it separates items later)."""
+    return [str(v).strip() for v in value] if isinstance(value, list) else [str(value).strip()]
+
+
+def _split(field: str) -> List[str]:
+    return [part.strip() for part in field.split(SEPARATOR)]
 
 
 def _lines(numbers: Sequence[int], limit: int = 5) -> str:
@@ -164,11 +203,13 @@ def parse_probes(text: str, fmt: Optional[str] = None) -> List[Probe]:
         fmt: one of :data:`FORMATS`, or ``None`` to guess with :func:`detect_format`.
 
     Returns:
-        The probes in source order, masks spelled ``<mask>``.
+        The probes in source order, masks spelled ``<mask>``: one :class:`Probe` per template of a line
+        (``template`` 0, 1, ...), each with the line's answer and distractors (duplicates and the answer itself
+        dropped from the distractors).
 
     Raises:
         ProbeError: an unknown format, an empty set, more than :data:`MAX_PROBES` probes, a malformed line
-            (no arrow, bad JSON, missing column), a line without exactly one mask, or an empty answer.
+            (no arrow, bad JSON, missing column), a template without exactly one mask, or an empty answer.
             The message names the first offending lines.
     """
     fmt = (fmt or detect_format(text)).lower()
@@ -185,15 +226,19 @@ def parse_probes(text: str, fmt: Optional[str] = None) -> List[Probe]:
     if len(rows) > MAX_PROBES:
         raise ProbeError(f"The probe set has {len(rows)} probes; at most {MAX_PROBES} are scored at once, split it.")
     probes, wrong_masks, no_answer = [], [], []
-    for n, sentence, answer in rows:
-        count = len(MASK_RE.findall(sentence))
-        if count != 1:
-            wrong_masks.append((n, count))
+    for n, sentences, answers in rows:
+        templates = [t for t in _split(sentences) if t] if SEPARATOR in sentences else [sentences.strip()]
+        counts = [len(MASK_RE.findall(t)) for t in templates] or [0]
+        if any(c != 1 for c in counts):
+            wrong_masks.append((n, next(c for c in counts if c != 1)))
             continue
+        answer, *others = _split(answers) if SEPARATOR in answers else [answers.strip()]
         if not answer:
             no_answer.append(n)
             continue
-        probes.append(Probe(MASK_RE.sub("<mask>", sentence), answer, n))
+        distractors = tuple(dict.fromkeys(d for d in others if d and d != answer))
+        for i, template in enumerate(templates):
+            probes.append(Probe(MASK_RE.sub("<mask>", template), answer, n, distractors, i))
     if wrong_masks:
         detail = "; ".join(f"line {n}: {c} masks" for n, c in wrong_masks[:5])
         raise ProbeError(f"A probe has exactly one <mask> (or [MASK]): {detail}"
@@ -357,61 +402,144 @@ def answer_token(tokenizer, text: str, answer: str, blocked: np.ndarray) -> Tupl
 
 @dataclass
 class EncodedProbes:
-    """Probes as token ids (no padding).
+    """Probes as token ids (no padding), with the token ids of every candidate.
 
     Attributes:
-        input_ids: one list of ids per probe, special tokens included.
+        input_ids: one list of ids per scored probe, special tokens included, with one mask.
         mask_index: position of the mask in each list.
-        answer_ids: the answer's vocabulary id per probe.
-        probes: the probes, same order.
+        answer_ids: the first token id of each answer (the answer's id when it is one token).
+        probes: the scored probes, same order.
+        candidates: per probe, the token ids of each candidate at the mask: ``[answer, distractor, ...]``.
+        skipped: ``(probe, reason)`` of the probes that cannot be scored (empty with ``strict=True``).
     """
 
     input_ids: List[List[int]]
     mask_index: List[int]
     answer_ids: List[int]
     probes: List[Probe]
+    candidates: List[List[List[int]]] = field(default_factory=list)
+    skipped: List[Tuple[Probe, str]] = field(default_factory=list)
 
 
-def encode_probes(probes: Sequence[Probe], tokenizer, vocab_size: int, max_length: int) -> EncodedProbes:
-    """Tokenize probes and map their answers (see :func:`answer_token`).
+def candidate_ids(tokenizer, text: str, word: str, blocked: np.ndarray) -> Tuple[Optional[List[int]], Optional[str]]:
+    """The token ids a candidate answer is at the mask of ``text``: the tokenization of the word after a space
+    (``" paris"`` -> ``Ġparis``) when whitespace precedes the mask, else of the bare word, since that is what the
+    tokenizer would produce for the filled sentence.
+
+    Returns:
+        ``(ids, None)`` (one or more ids), or ``(None, reason)`` when the word encodes to nothing or to special
+        ids (e.g. ``<unk>`` for a character the vocabulary lacks).
+    """
+    at = MASK_RE.search(text)
+    spaced = at is not None and at.start() > 0 and text[at.start() - 1].isspace()
+    form = (" " if spaced else "") + word.strip()
+    ids = [int(i) for i in tokenizer(form, add_special_tokens=False)["input_ids"]]
+    if not ids:
+        return None, f"{word.strip()!r} encodes to no tokens"
+    bad = [i for i in ids if not 0 <= i < len(blocked) or blocked[i]]
+    if bad:
+        return None, (f"{word.strip()!r} is tokenized with special tokens {tokenizer.convert_ids_to_tokens(bad)} "
+                      "(characters this vocabulary lacks)")
+    return ids, None
+
+
+def _where(probe: Probe) -> str:
+    return f"line {probe.line}" + (f" (template {probe.template + 1})" if probe.template else "")
+
+
+def encode_probes(probes: Sequence[Probe], tokenizer, vocab_size: int, max_length: int,
+                  strict: bool = True) -> EncodedProbes:
+    """Tokenize probes and their candidates (see :func:`candidate_ids`).
 
     Args:
         probes: from :func:`parse_probes`.
         tokenizer: a ``transformers`` tokenizer with a mask token.
         vocab_size: rows of the model's output layer.
-        max_length: most tokens one probe may have, special tokens included.
+        max_length: most tokens one probe may have, special tokens included, with its longest candidate's
+            k masks in place of the one mask.
+        strict: raise on the first unscorable probes (the training run's ``--probe_file``, ``hf-tpu probe
+            --strict``); ``False``: list them in ``skipped`` and score the rest.
 
     Raises:
-        ProbeError: the tokenizer has no mask token; probes longer than ``max_length``; answers that are not
-            one word-level token. The message lists the first lines and reasons.
+        ProbeError: the tokenizer has no mask token; with ``strict``, probes that are too long, whose mask
+            does not survive tokenization or whose answer or a distractor encodes to special tokens (the
+            message lists the first lines and reasons); without ``strict``, only when no probe is left.
     """
     if tokenizer.mask_token is None:
         raise ProbeError("The tokenizer has no mask token, so it cannot score cloze probes.")
     blocked = blocked_ids(tokenizer, vocab_size)
     texts = [p.text.replace("<mask>", tokenizer.mask_token) for p in probes]
-    enc = tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]
-    out = EncodedProbes([], [], [], list(probes))
-    problems = []
+    enc = tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"] if texts else []
+    out = EncodedProbes([], [], [], [])
+    problems: List[Tuple[Probe, str]] = []
     for probe, ids in zip(probes, enc):
-        if len(ids) > max_length:
-            problems.append(f"line {probe.line}: {len(ids)} tokens, the model reads at most {max_length}")
-            continue
         positions = [i for i, t in enumerate(ids) if t == tokenizer.mask_token_id]
         if len(positions) != 1:
-            problems.append(f"line {probe.line}: the mask did not survive tokenization")
+            problems.append((probe, "the mask did not survive tokenization"))
             continue
-        tok, reason = answer_token(tokenizer, probe.text, probe.answer, blocked)
-        if tok is None:
-            problems.append(f"line {probe.line}: {reason}")
+        cands, reason = [], None
+        for word in (probe.answer, *probe.distractors):
+            ids_w, why = candidate_ids(tokenizer, probe.text, word, blocked)
+            if ids_w is None:
+                reason = ("answer " if word == probe.answer else "distractor ") + why
+                break
+            cands.append(ids_w)
+        if reason:
+            problems.append((probe, reason))
+            continue
+        longest = len(ids) + max(len(c) for c in cands) - 1
+        if longest > max_length:
+            k = max(len(c) for c in cands)
+            problems.append((probe, f"{len(ids)} tokens, the model reads at most {max_length}" if k == 1 else
+                             f"{longest} tokens with {k} masks for the longest candidate, the model reads at most "
+                             f"{max_length}"))
             continue
         out.input_ids.append(list(ids))
         out.mask_index.append(positions[0])
-        out.answer_ids.append(tok.id)
-    if problems:
-        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise ProbeError(f"{len(problems)} of {len(probes)} probes cannot be scored{more}: "
-                         + "; ".join(problems[:5]) + ". Fix or remove those lines.")
+        out.answer_ids.append(cands[0][0])
+        out.candidates.append(cands)
+        out.probes.append(probe)
+    listed = "; ".join(f"{_where(p)}: {why}" for p, why in problems[:5])
+    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+    if problems and (strict or not out.probes):
+        raise ProbeError(f"{len(problems)} of {len(probes)} probes cannot be scored{more}: {listed}. "
+                         "Fix or remove those lines.")
+    out.skipped = problems
     return out
+
+
+def candidate_rows(input_ids: Sequence[int], mask_index: int, candidate: Sequence[int],
+                   mask_id: int) -> List[Tuple[List[int], int, int]]:
+    """The forward-pass rows that score one candidate of k tokens, left to right.
+
+    The probe's one mask is replaced by k masks; row i has the candidate's first i tokens filled in and tokens
+    i..k-1 masked, and asks for token i at position ``mask_index + i``. The candidate's score is the sum of the
+    k log-probabilities: ``log p(t_1 | ctx) + log p(t_2 | ctx, t_1) + ...`` (PLL-word-l2r, Kauf & Ivanova,
+    "A Better Way to Do Masked Language Model Scoring", ACL 2023). Left to right rather than all-at-once
+    (every token predicted with all k masked): it is the chain rule of the answer's probability, so the sum
+    is the log-probability of the whole string and is comparable between candidates of different lengths and
+    between tokenizers; all-at-once treats the k tokens as independent and scores any multi-token word too
+    low. It costs k rows per candidate instead of one, all in the same batched forward passes. For k = 1 the
+    one row is the probe itself.
+
+    Returns:
+        ``[(ids, position, target id)]``, k entries.
+    """
+    ids = list(input_ids)
+    k = len(candidate)
+    rows = []
+    for i in range(k):
+        row = ids[:mask_index] + list(candidate[:i]) + [mask_id] * (k - i) + ids[mask_index + 1:]
+        rows.append((row, mask_index + i, int(candidate[i])))
+    return rows
+
+
+def log_softmax(logits: np.ndarray, blocked: np.ndarray) -> np.ndarray:
+    """float64 ``[N, V]`` log-probabilities of the softmax over the non-blocked ids (blocked ids: ``-inf``)."""
+    x = np.array(logits[:, : len(blocked)], dtype=np.float64)
+    x[:, blocked[: x.shape[1]]] = -np.inf
+    x -= x.max(axis=1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
 
 
 def pad_batch(input_ids: Sequence[Sequence[int]], pad_id: int, length: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
@@ -473,6 +601,13 @@ class ProbeResult:
         n, top1, top5, mrr: probes scored, top-1/top-5 accuracy and mean reciprocal rank (floats in [0, 1]).
         ranks: rank of the answer per probe, in probe order.
         seconds: wall time of the forward passes and ranking.
+        logprobs: the answer's log-probability per probe (nats, summed over its tokens; see
+            :func:`candidate_rows`).
+        chars: the answer's length in characters per probe.
+        num_tokens: the answer's tokens per probe.
+        lines, templates: source line (= fact) and template index per probe.
+        skipped: ``(line, template, reason)`` of the probes not scored.
+        loglik: mean of ``logprobs``; loglik_per_char: mean of ``logprobs / chars`` (nats per character).
     """
 
     n: int
@@ -481,12 +616,24 @@ class ProbeResult:
     mrr: float
     ranks: List[int] = field(default_factory=list)
     seconds: float = 0.0
+    logprobs: List[float] = field(default_factory=list)
+    chars: List[int] = field(default_factory=list)
+    num_tokens: List[int] = field(default_factory=list)
+    lines: List[int] = field(default_factory=list)
+    templates: List[int] = field(default_factory=list)
+    skipped: List[Tuple[int, int, str]] = field(default_factory=list)
+    loglik: float = 0.0
+    loglik_per_char: float = 0.0
 
     def as_dict(self, with_ranks: bool = False) -> Dict[str, object]:
         d: Dict[str, object] = {"n": self.n, "top1": self.top1, "top5": self.top5, "mrr": self.mrr,
+                                "loglik": self.loglik, "loglik_per_char": self.loglik_per_char,
+                                "multi_token": sum(1 for k in self.num_tokens if k > 1),
+                                "skipped": [{"line": ln, "template": t, "reason": r} for ln, t, r in self.skipped],
                                 "seconds": round(self.seconds, 4)}
         if with_ranks:
             d["ranks"] = list(self.ranks)
+            d["logprobs"] = list(self.logprobs)
         return d
 
     def log_entry(self, prefix: str = "probe_") -> Dict[str, float]:
@@ -495,20 +642,37 @@ class ProbeResult:
                 f"{prefix}n": self.n}
 
 
+def _run_rows(rows: Sequence[Tuple[List[int], int]], mask_logits: MaskLogitsFn, pad_id: int, batch_size: int,
+              pad_to: Optional[int]):
+    """Yield ``(row indices, logits float [B, V])`` over ``rows`` (``(ids, position)``), sorted by length."""
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
+    for s in range(0, len(order), batch_size):
+        idx = order[s: s + batch_size]
+        ids, attn = pad_batch([rows[i][0] for i in idx], pad_id, pad_to)
+        pos = np.asarray([rows[i][1] for i in idx], dtype=np.int64)
+        yield idx, np.asarray(mask_logits(ids, attn, pos))
+
+
 def score_encoded(encoded: EncodedProbes, mask_logits: MaskLogitsFn, blocked: np.ndarray, pad_id: int,
-                  batch_size: int = 64, pad_to: Optional[int] = None) -> ProbeResult:
+                  batch_size: int = 64, pad_to: Optional[int] = None, mask_id: Optional[int] = None) -> ProbeResult:
     """Score encoded probes with a model.
 
-    Probes are sorted by length and run ``batch_size`` at a time (less padding), then put back in order.
+    Two sweeps of batched forward passes, rows sorted by length (less padding): first the left-to-right rows
+    of every candidate of two or more tokens (:func:`candidate_rows`), then each probe as written (one mask),
+    which scores the one-token candidates and, for a probe without distractors, every vocabulary entry the
+    answer is ranked against. A one-token answer without distractors is ranked on the logits, exactly as
+    :func:`answer_ranks`.
 
     Args:
         encoded: from :func:`encode_probes`.
         mask_logits: ``(input_ids int64 [B, L], attention_mask int64 [B, L], mask_index int64 [B])`` ->
-            float ``[B, V]``, the logits at each row's mask (a framework's forward pass).
+            float ``[B, V]``, the logits at one position per row (a framework's forward pass).
         blocked: bool ``[V]`` from :func:`blocked_ids`.
         pad_id: the tokenizer's pad id.
-        batch_size: probes per forward pass.
-        pad_to: pad every batch to this length (static shapes); ``None``: the batch's longest probe.
+        batch_size: rows per forward pass.
+        pad_to: pad every batch to this length (static shapes); ``None``: the batch's longest row.
+        mask_id: the tokenizer's mask id (needed only when a candidate has several tokens; default: the id at
+            the first probe's mask).
 
     Returns:
         A :class:`ProbeResult`.
@@ -517,26 +681,53 @@ def score_encoded(encoded: EncodedProbes, mask_logits: MaskLogitsFn, blocked: np
 
     start = time.perf_counter()
     n = len(encoded.input_ids)
-    order = sorted(range(n), key=lambda i: len(encoded.input_ids[i]))
+    cands = encoded.candidates or [[[a]] for a in encoded.answer_ids]
+    if mask_id is None and n:
+        mask_id = encoded.input_ids[0][encoded.mask_index[0]]
+    scores = [np.zeros(len(c), dtype=np.float64) for c in cands]
+    multi = [(i, j, row) for i in range(n) for j, c in enumerate(cands[i]) if len(c) > 1
+             for row in candidate_rows(encoded.input_ids[i], encoded.mask_index[i], c, mask_id)]
+    for idx, logits in _run_rows([(r[0], r[1]) for _, _, r in multi], mask_logits, pad_id, batch_size, pad_to):
+        lp = log_softmax(logits, blocked)
+        for b, m in enumerate(idx):
+            i, j, (_, _, target) = multi[m]
+            scores[i][j] += lp[b, target]
     ranks = np.zeros(n, dtype=np.int64)
-    for s in range(0, n, batch_size):
-        idx = order[s: s + batch_size]
-        ids, attn = pad_batch([encoded.input_ids[i] for i in idx], pad_id, pad_to)
-        pos = np.asarray([encoded.mask_index[i] for i in idx], dtype=np.int64)
-        logits = np.asarray(mask_logits(ids, attn, pos))
-        ranks[idx] = answer_ranks(logits, np.asarray([encoded.answer_ids[i] for i in idx]), blocked)
+    rows = [(encoded.input_ids[i], encoded.mask_index[i]) for i in range(n)]
+    for idx, logits in _run_rows(rows, mask_logits, pad_id, batch_size, pad_to):
+        lp = log_softmax(logits, blocked)
+        for b, i in enumerate(idx):
+            for j, c in enumerate(cands[i]):
+                if len(c) == 1:
+                    scores[i][j] = lp[b, c[0]]
+            if len(cands[i]) > 1:  # ranked against the distractors
+                ranks[i] = 1 + int((scores[i][1:] > scores[i][0]).sum())
+            elif len(cands[i][0]) == 1:  # one token against the vocabulary: on the logits, as answer_ranks
+                ranks[i] = answer_ranks(logits[b: b + 1], np.asarray([cands[i][0][0]]), blocked)[0]
+            else:  # k tokens against every single vocabulary entry at the one mask but the answer's first token
+                rivals = ~blocked[: lp.shape[1]].copy()
+                rivals[cands[i][0][0]] = False  # a piece of the answer, not a rival word
+                ranks[i] = 1 + int((lp[b][rivals] > scores[i][0]).sum())
     summary = summarize_ranks(ranks)
+    logprobs = [float(s[0]) for s in scores]
+    chars = [max(1, len(p.answer)) for p in encoded.probes] if encoded.probes else [1] * n
     return ProbeResult(summary["n"], summary["top1"], summary["top5"], summary["mrr"], ranks.tolist(),
-                       time.perf_counter() - start)
+                       time.perf_counter() - start, logprobs=logprobs, chars=chars,
+                       num_tokens=[len(c[0]) for c in cands],
+                       lines=[p.line for p in encoded.probes], templates=[p.template for p in encoded.probes],
+                       skipped=[(p.line, p.template, why) for p, why in encoded.skipped],
+                       loglik=float(np.mean(logprobs)) if n else 0.0,
+                       loglik_per_char=float(np.mean([lp / c for lp, c in zip(logprobs, chars)])) if n else 0.0)
 
 
 def score_probes(probes: Sequence[Probe], tokenizer, mask_logits: MaskLogitsFn, vocab_size: int, max_length: int,
-                 batch_size: int = 64, pad_to: Optional[int] = None) -> ProbeResult:
+                 batch_size: int = 64, pad_to: Optional[int] = None, strict: bool = True) -> ProbeResult:
     """Encode and score probes in one call (see :func:`encode_probes` and :func:`score_encoded`).
 
     Raises:
         ProbeError: see :func:`encode_probes`.
     """
-    encoded = encode_probes(probes, tokenizer, vocab_size, max_length)
+    encoded = encode_probes(probes, tokenizer, vocab_size, max_length, strict=strict)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return score_encoded(encoded, mask_logits, blocked_ids(tokenizer, vocab_size), pad_id, batch_size, pad_to)
+    return score_encoded(encoded, mask_logits, blocked_ids(tokenizer, vocab_size), pad_id, batch_size, pad_to,
+                         mask_id=tokenizer.mask_token_id)

@@ -19,14 +19,18 @@ Which phases are done is kept in ``output_dir/run_state.json`` (:data:`RUN_STATE
 ``--resume_from_checkpoint true`` after a kill finishes what the killed process did not (a missing export, a
 final push the Hub lacks) instead of stopping at "nothing to train".
 
-Signals: SIGINT (Ctrl-C) and SIGTERM stop the run between steps (the TensorFlow loop checks
-:mod:`hf_tpu_ext.interrupts` at step boundaries, never inside a TensorFlow op or checkpoint write; a second
-signal raises at once); pending pushes are waited for a few seconds (a second Ctrl-C stops waiting) and
-reported, and :class:`~hf_tpu_ext.errors.TrainingInterrupted` carries the one line telling how to resume and
-the signal (exit status 128 + signum). Any error raised after a signal is reported as the interruption.
+Signals (:mod:`hf_tpu_ext.interrupts` owns them): a first SIGINT (Ctrl-C) or SIGTERM is a save. The backend's
+loop stops at the next step boundary and checkpoints that step (with its trainer state; pushed as
+``last-checkpoint/`` with ``--hub_strategy checkpoint``), the pushes are waited for within the grace budget
+``--save_on_signal_timeout`` (counted from the signal; what did not land is logged and written into
+``training_summary.json`` ``interrupted``), and :class:`~hf_tpu_ext.errors.TrainingInterrupted` carries the one
+line telling how to resume and the signal (exit status 128 + signum: 130, 143). A signal during the final push
+lets it finish within the same budget. A second signal stops every wait at once. Any error raised after a
+signal is reported as the interruption.
 
 Test hook: the environment variable ``HF_TPU_EXT_TEST_KILL_AT`` (:data:`KILL_ENV`) set to a phase name
-(``train``: after the first checkpoint; ``checkpoint``: after the last checkpoint, before the export;
+(``train``: after the first checkpoint; ``checkpoint_weights``: a checkpoint's weight files are written, its
+trainer state is not; ``checkpoint``: after the last checkpoint, before the export;
 ``export``: half-way through the export; ``card``: after the card is written; ``push``: while the final
 push is in flight) makes the process SIGKILL itself there. Only the tests set it.
 """
@@ -43,31 +47,55 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from typing import Any, Dict, List, Optional
 
 from hf_tpu_ext import interrupts
-from hf_tpu_ext.errors import (ArgumentError, BackendError, CheckpointError, HubPushError, OutputDirError,
-                               TrainingInterrupted)
+from hf_tpu_ext.errors import (ArgumentError, BackendError, CheckpointError, HubPushError, IncompleteCheckpointError,
+                               OutputDirError, TrainingInterrupted)
 
 logger = logging.getLogger("hf_tpu_ext")
 
 PHASES = ("train", "export", "card", "push", "space")
 RUN_STATE_NAME = "run_state.json"
-KILL_ENV = "HF_TPU_EXT_TEST_KILL_AT"
+KILL_ENV = interrupts.KILL_ENV
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 #: model-shape flags that a resumed checkpoint decides (a flag left unset takes the checkpoint's value)
 SHAPE_FLAGS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-#: seconds an interrupted run waits for pending pushes before reporting them (a second Ctrl-C stops waiting)
-INTERRUPT_PUSH_WAIT_SECONDS = 3.0
+#: flags whose value is a secret, in every spelling argparse accepts (``--hub-token`` is HfArgumentParser's alias)
+SECRET_FLAGS = ("hub_token",)
 
 
 def _test_kill(phase: str) -> None:
     """The test hook of the module doc: SIGKILL this process at ``phase`` when ``HF_TPU_EXT_TEST_KILL_AT`` says so."""
-    if os.environ.get(KILL_ENV) == phase:
-        logging.shutdown()
-        os.kill(os.getpid(), signal.SIGKILL)
+    interrupts.kill_for_test(phase)
+
+
+def _is_secret_flag(arg: str) -> bool:
+    """``--hub_token``, ``--hub-token``, ``--hub_token=...``, ``--hub-token=...`` (any flag named ``*token``)."""
+    if not arg.startswith("--"):
+        return False
+    name = arg[2:].split("=", 1)[0].replace("-", "_")
+    return name in SECRET_FLAGS or name.endswith("_token")
+
+
+def redact_argv(argv: List[str], secrets: tuple = ()) -> List[str]:
+    """``argv`` without the secret flags and their values (:data:`SECRET_FLAGS`, every spelling), and with any
+    other occurrence of a ``secrets`` value replaced by ``<redacted>``."""
+    out: List[str] = []
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if _is_secret_flag(a):
+            skip = "=" not in a and i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            continue
+        for secret in secrets:
+            if secret and secret in a:
+                a = a.replace(secret, "<redacted>")
+        out.append(a)
+    return out
 
 
 def setup_logging(level=logging.INFO):
@@ -124,13 +152,17 @@ def check_backend(training_args) -> None:
     Raises:
         MissingExtraError: the TensorFlow backend without ``pip install 'hf-tpu-ext[tensorflow]'``.
         MissingExtraError: ``--backend torch_xla`` without ``pip install 'hf-tpu-ext[torch-xla]'``.
+        MissingExtraError: ``--backend keras`` without ``pip install 'hf-tpu-ext[jax]'``.
+        BackendError: an unknown ``--backend``.
     """
+    from hf_tpu_ext.backends import backend_entry
     from hf_tpu_ext.extras import require_extra
 
-    if training_args.backend != "torch_xla":
-        require_extra("tensorflow", "the TensorFlow backend")
-    else:
-        require_extra("torch-xla", "--backend torch_xla")
+    entry = backend_entry(training_args.backend)
+    require_extra(entry.extra, entry.label)
+    from hf_tpu_ext.backends import prepare_environment
+
+    prepare_environment(training_args.backend)  # e.g. KERAS_BACKEND=jax before the callbacks' check imports Keras
 
 
 def check_data_files(data_args) -> None:
@@ -186,20 +218,16 @@ def check_model_config(model_args, data_args) -> None:
 
 
 def make_backend(name: str):
-    """The :class:`~hf_tpu_ext.backends.base.Backend` of ``--backend`` (``tensorflow`` or ``torch_xla``)."""
-    if name == "torch_xla":
-        from hf_tpu_ext.backends.torch_xla.backend import TorchXLABackend
+    """The :class:`~hf_tpu_ext.backends.base.Backend` of ``--backend`` (:data:`hf_tpu_ext.backends.BACKEND_REGISTRY`)."""
+    from hf_tpu_ext.backends import make_backend as make
 
-        return TorchXLABackend()
-    if name in ("tensorflow", None, ""):
-        from hf_tpu_ext.backends.tensorflow.backend import TensorFlowBackend
-
-        return TensorFlowBackend()
-    raise BackendError(f"Unknown --backend {name!r}: use tensorflow or torch_xla.")
+    return make(name)
 
 
-def resume_hint(argv: Optional[List[str]] = None) -> str:
-    """``hf-tpu train <same flags> --resume_from_checkpoint true`` (without ``--hub_token``, never printed)."""
+def resume_hint(argv: Optional[List[str]] = None, secrets: tuple = ()) -> str:
+    """``hf-tpu train <same flags> --resume_from_checkpoint true``: without the token flags in any spelling
+    (``--hub_token``, ``--hub-token``, with ``=`` or not; the token comes from ``HF_TOKEN`` or the login again),
+    and with any ``secrets`` value found elsewhere replaced by ``<redacted>``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "train":
         argv = argv[1:]
@@ -209,12 +237,27 @@ def resume_hint(argv: Optional[List[str]] = None) -> str:
         if skip:
             skip = False
             continue
-        name = a.split("=", 1)[0]
-        if name in ("--resume_from_checkpoint", "--hub_token", "--overwrite_output_dir"):
+        name = a.split("=", 1)[0].replace("-", "_")
+        if name in ("__resume_from_checkpoint", "__overwrite_output_dir"):
             skip = "=" not in a and i + 1 < len(argv) and not argv[i + 1].startswith("--")
             continue
         kept.append(a)
+    kept = redact_argv(kept, secrets)
     return "hf-tpu train " + " ".join(shlex.quote(a) for a in kept + ["--resume_from_checkpoint", "true"])
+
+
+def checkpoint_seq_length(trainer_state: Optional[Dict[str, Any]]) -> Optional[int]:
+    """The block length a checkpoint was trained at, from the trainer state saved with it: tokens seen per
+    sequence (``num_input_tokens_seen / (global_step * train_batch_size)``); ``None`` when it does not say."""
+    state = trainer_state or {}
+    try:
+        tokens, step, batch = (int(state.get(k) or 0) for k in ("num_input_tokens_seen", "global_step",
+                                                                 "train_batch_size"))
+    except (TypeError, ValueError):
+        return None
+    if tokens <= 0 or step <= 0 or batch <= 0 or tokens % (step * batch):
+        return None
+    return tokens // (step * batch)
 
 
 # ---------------------------------------------------------------------------------------------- run state
@@ -238,8 +281,9 @@ def whole_run_train_loss(log_history: List[Dict[str, Any]], start: int = 0) -> O
     """Mean training loss over all steps of the run, from the log history's window means.
 
     Each ``{"step": s, "loss": l}`` entry is the mean over the steps since the previous loss entry, so
-    ``sum(l_i * (s_i - s_{i-1})) / s_last`` is the mean over every step (exact when resumes happen at
-    logging boundaries, e.g. ``save_steps`` a multiple of ``logging_steps``).
+    ``sum(l_i * (s_i - s_{i-1})) / s_last`` is the mean over every step. Exact across resumes at any step: a
+    checkpoint keeps the partial logging window (TensorFlow: ``loss_window`` in its sidecar), so the entry after
+    a resume between two logging steps is the mean over the same steps as in an uninterrupted run.
     """
     prev, total, n = start, 0.0, 0
     for e in log_history:
@@ -266,37 +310,31 @@ def best_of(log_history: List[Dict[str, Any]], metric: str = "eval_loss", greate
     return best, step
 
 
-class _Signals:
-    """SIGINT/SIGTERM for the duration of the run (see :mod:`hf_tpu_ext.interrupts`).
+#: the run's SIGINT/SIGTERM handler (kept under its old name; :class:`hf_tpu_ext.interrupts.handling`)
+_Signals = interrupts.handling
 
-    The first signal is recorded; inside ``interrupts.deferring()`` (a loop that checks at step boundaries) it
-    raises nothing, elsewhere it raises ``KeyboardInterrupt`` at once. A second signal always raises (a loop
-    stuck in one step; the wait for pending pushes stops).
+
+def merge_push_reports(reports: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """One ``hub_pushes`` report for a run of several processes (a resume after a signal or a kill).
+
+    Totals (int fields: ``pushed``, ``failed``, ``superseded``, ...) are summed, ``pushes`` (the outcomes) are
+    concatenated (the last 100 kept), ``final_pushed`` is true when any process landed the final push; the
+    other fields (``pending``, ``timed_out``, ``repo_id``, ...) are the last process's. ``processes`` counts
+    the reports merged. ``None`` for no report.
     """
-
-    def __init__(self):
-        self.previous = {}
-
-    @property
-    def received(self) -> Optional[int]:
-        return interrupts.received()
-
-    def _handler(self, signum, frame):
-        if interrupts.record(signum) == 1 and interrupts.is_deferring():
-            return
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    def __enter__(self):
-        interrupts.reset()
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self.previous[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        for sig, old in self.previous.items():
-            signal.signal(sig, old if old is not None else signal.SIG_DFL)
-        return False
+    reports = [r for r in reports if isinstance(r, dict)]
+    if not reports:
+        return None
+    merged: Dict[str, Any] = dict(reports[-1])
+    for key in set().union(*reports):
+        values = [r.get(key) for r in reports if key in r]
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            merged[key] = sum(values)
+        elif key == "pushes" and all(isinstance(v, list) for v in values):
+            merged[key] = [o for v in values for o in v][-100:]
+    merged["final_pushed"] = any(bool(r.get("final_pushed")) for r in reports)
+    merged["processes"] = len(reports)
+    return merged
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -319,7 +357,11 @@ class TrainingRun:
         self.step = 0
         self.prior_runtime = 0.0
         self._tmp_dirs: List[str] = []
+        self._resume_download = None  # (temp folder, repo spec) of a Hub resume: messages show the spec
         self.push_report: Optional[Dict[str, Any]] = None
+        self.run_state: Dict[str, Any] = {}
+        self.plan = None
+        self._process_id = f"{os.getpid()}-{time.time():.0f}"  # this process's entry in run_state hub_pushes
 
     # ------------------------------------------------------------------ checks before any file is written
     def _check(self) -> None:
@@ -335,7 +377,9 @@ class TrainingRun:
 
         # unknown name -> error now; the torch backend's classes never import TensorFlow (loading TF before
         # torch_xla aborts the process on duplicate LLVM options)
-        resolve_callbacks(self.callback_names, "torch" if args.backend == "torch_xla" else "tf_keras")
+        from hf_tpu_ext.backends import backend_entry
+
+        resolve_callbacks(self.callback_names, backend_entry(args.backend).callback_kind)
         check_data_files(self.data_args)
         check_model_config(self.model_args, self.data_args)
 
@@ -344,7 +388,10 @@ class TrainingRun:
         return [c for c in self.args.callback_names if c != "push_to_hub"]
 
     def _open_pusher(self) -> None:
-        """Token and Hub pusher (preflight: token, repo, write access) before any data or compute work."""
+        """Token and Hub pusher before any data or compute work: the token, the repo id and write access are
+        checked here (:func:`~hf_tpu_ext.hub.preflight.check_push_access`, nothing created); the repo is created
+        by the session's preflight after the data checks (:meth:`_run_phases`), so a run refused for its data
+        leaves no empty repo."""
         from hf_tpu_ext.hub.resume import looks_like_repo_spec
 
         args = self.args
@@ -355,15 +402,16 @@ class TrainingRun:
 
             self.token = resolve_token(args.hub_token)
         if args.push_to_hub and self.backend.is_chief:
-            from hf_tpu_ext.hub.pusher import HubPusher
+            from hf_tpu_ext.hub.push_session import PushConfig, PushSession
 
             repo = args.hub_model_id or os.path.basename(os.path.abspath(args.output_dir))
-            self.pusher = HubPusher(repo, token=self.token, hub_strategy=args.hub_strategy,
-                                    private=args.hub_private_repo, revision=args.hub_revision,
-                                    output_dir=args.output_dir,
-                                    card_fields=dict(license=args.license, language=args.language,
-                                                     dataset_name=self.data_args.dataset_name))
-            self.pusher.preflight()
+            # the backend decides when to save; the session what a save pushes, when, and the budget
+            config = PushConfig.from_training_args(args, self.data_args, hub_model_id=repo, hub_token=self.token,
+                                                   save_strategy="no", save_steps=None)
+            self.pusher = PushSession(config, is_chief=True)
+            from hf_tpu_ext.hub.preflight import check_push_access
+
+            check_push_access(repo, self.token)
 
     def _resume_checkpoint(self):
         """The :class:`CheckpointInfo` to resume from (``None``: a fresh run) and the folder of its tokenizer.
@@ -394,6 +442,7 @@ class TrainingRun:
 
             local = tempfile.mkdtemp(prefix="hf-tpu-resume-")
             self._tmp_dirs.append(local)
+            self._resume_download = (local, spec)  # messages name the repo, not this temp folder
             folder = download_last_checkpoint(spec, self.token, local, is_checkpoint=backend.is_checkpoint_folder,
                                               also=TOKENIZER_FILES + ("special_tokens_map.json",))
             candidates = backend.find_checkpoints(folder)[:1]
@@ -409,11 +458,16 @@ class TrainingRun:
                 break
             except CheckpointError as err:
                 if not args.resume_latest:  # named explicitly: nothing to fall back to
-                    raise CheckpointError(f"{err} Name an older checkpoint, or start a new run.") from None
-                errors.append(str(err))
+                    raise CheckpointError(f"{self._shown(str(err))} Name an older checkpoint, or start a new "
+                                          "run.") from None
+                errors.append(err)
                 logger.warning("%s Resuming from the next older checkpoint instead.", err)
         if info is None:
-            raise CheckpointError("No readable checkpoint to resume from: " + " | ".join(errors))
+            if errors and all(isinstance(e, IncompleteCheckpointError) for e in errors):
+                # the first save of the run was stopped: nothing was saved, so the run starts at step 0
+                logger.warning("No complete checkpoint in %s: training starts at step 0.", args.output_dir)
+                return None, None
+            raise CheckpointError("No readable checkpoint to resume from: " + " | ".join(map(str, errors)))
         if tokenizer_dir is None:
             here = os.path.abspath(info.path if os.path.isdir(info.path) else os.path.dirname(info.path))
             for folder in (here, os.path.dirname(here), os.path.dirname(os.path.dirname(here))):
@@ -424,14 +478,37 @@ class TrainingRun:
             tokenizer_dir = None
         return info, tokenizer_dir
 
+    def _shown(self, text: str) -> str:
+        """``text`` with the temp folder of a Hub resume replaced by ``hf://<repo id>`` (what the user typed)."""
+        download = getattr(self, "_resume_download", None)
+        if download:
+            local, spec = download
+            text = str(text).replace(local + os.sep, f"hf://{spec}/").replace(local, f"hf://{spec}")
+        return str(text)
+
+    def _passed(self, name: str, owner) -> bool:
+        """Whether the user set ``name`` (command line or JSON config: ``training_args.passed_flags`` from
+        :func:`hf_tpu_ext.args.parse_args`); without that record, whether it differs from the field's default."""
+        passed = getattr(self.args, "passed_flags", None)
+        if passed is not None:
+            return name in passed
+        default = next((f.default for f in dataclasses.fields(owner) if f.name == name), None)
+        return getattr(owner, name, None) != default
+
     def _apply_checkpoint_shape(self, info) -> None:
-        """The checkpoint's model shape wins over unset flags.
+        """The checkpoint's model shape and block length win over flags left at their defaults.
+
+        The shape flags (:data:`SHAPE_FLAGS`) left unset take the checkpoint's values; so does
+        ``--max_seq_length`` when it was not passed (the checkpoint's length: ``num_input_tokens_seen / (global_step
+        * train_batch_size)`` of its trainer state, else its position embeddings less RoBERTa's 2 reserved ones),
+        with ``max_predictions_per_seq`` re-derived unless passed. Only a flag the user passed can contradict it.
 
         Raises:
-            CheckpointError: a flag contradicts the checkpoint (named with both values), before any data work.
+            CheckpointError: a passed flag contradicts the checkpoint (named with both values, the checkpoint by
+                the path or Hub repo id given to --resume_from_checkpoint), before any data work.
         """
         saved = info.model_config or {}
-        m = self.model_args
+        m, data_args = self.model_args, self.data_args
         conflicts = []
         for name in SHAPE_FLAGS:
             if saved.get(name) is None:
@@ -442,12 +519,24 @@ class TrainingRun:
             elif given is None and not m.model_name_or_path and not m.config_name:
                 setattr(m, name, int(saved[name]))
         positions = saved.get("max_position_embeddings")
-        if positions and self.data_args.max_seq_length > int(positions) - 2:
-            conflicts.append(f"--max_seq_length {self.data_args.max_seq_length} (the checkpoint's model holds "
-                             f"{int(positions) - 2} tokens)")
+        limit = int(positions) - 2 if positions else None
+        length = data_args.max_seq_length
+        if self._passed("max_seq_length", data_args):
+            if limit and length > limit:
+                conflicts.append(f"--max_seq_length {length} (the checkpoint's model holds {limit} tokens)")
+        else:
+            trained = checkpoint_seq_length(info.trainer_state)
+            target = trained if trained and (not limit or trained <= limit) else (min(length, limit) if limit else None)
+            if target and target != length:
+                data_args.max_seq_length = target
+                if not self._passed("max_predictions_per_seq", data_args):
+                    data_args.max_predictions_per_seq = max(1, int(round(target * data_args.mlm_probability)))
+                logger.info("--max_seq_length not given: resuming with the checkpoint's %d (the default is %d).",
+                            target, length)
         if conflicts:
+            where = self._shown(info.path)
             raise CheckpointError(
-                f"These flags contradict the checkpoint {info.path} being resumed: {'; '.join(conflicts)}. Drop them "
+                f"These flags contradict the checkpoint {where} being resumed: {'; '.join(conflicts)}. Drop them "
                 "(the checkpoint's values are used) or start a new run in another --output_dir.")
 
     # ------------------------------------------------------------------ data
@@ -529,23 +618,23 @@ class TrainingRun:
         self._saves += 1
         if self._saves == 1:
             _test_kill("train")
-        if self.pusher is not None and self.args.hub_strategy != "end" and step < self.plan.total_steps:
-            self._push(step, path, final=False)
+        if self.pusher is not None and step < self.plan.total_steps and self.pusher.admit(step):
+            self._push(step, path, final=False)  # a save the commit budget has no room for is not even exported
+            self._record_pushes(self.pusher.report_dict())
 
     def _push(self, step: int, checkpoint_path: Optional[str], final: bool) -> None:
-        """Write the model folder and card, then hand them (and the checkpoint) to the pusher (it never waits)."""
+        """Write the model folder and card, then hand them (and the checkpoint) to the push session (it never waits)."""
         out = self.args.output_dir
         if not final:
             self.backend.export(out, self.tokenizer)
             self._write_summary(self._results(step, None))
             self._write_card()
         folder = None
-        if checkpoint_path is not None and self.args.hub_strategy in ("checkpoint", "all_checkpoints"):
+        if checkpoint_path is not None and self.pusher.wants_checkpoint(final):
             folder = tempfile.mkdtemp(prefix="hf-tpu-ckpt-")
             self.backend.export_checkpoint(checkpoint_path, folder)
         try:
-            self.pusher.push_save(out, step=step, checkpoint_folder=folder, final=final,
-                                  commit_message="End of training" if final else f"Training in progress, step {step}")
+            self.pusher.save(out, step=step, checkpoint_folder=folder, final=final)
         finally:
             if folder:  # the pusher staged its own copy
                 shutil.rmtree(folder, ignore_errors=True)
@@ -554,6 +643,9 @@ class TrainingRun:
     def _results(self, step: int, fit_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         plan = self.plan
         runtime = self.prior_runtime + (fit_metrics or {}).get("train_runtime", 0.0)
+        if fit_metrics is None and self.run_state.get("phases", {}).get("train") == "done":
+            # finishing after a kill: the training process's own figures (its runtime is in prior_runtime)
+            fit_metrics = self.run_state.get("fit_metrics") or None
         tokens_per_step = plan.global_batch_size * plan.seq_length
         results: Dict[str, Any] = {
             "train_loss": whole_run_train_loss(self.log_history),
@@ -577,6 +669,7 @@ class TrainingRun:
         return {k: v for k, v in results.items() if v is not None}
 
     def _summary(self, results: Dict[str, Any]) -> Dict[str, Any]:
+        from hf_tpu_ext.hub.model_card import initialization_fields
         from hf_tpu_ext.outputs import build_training_summary
 
         fields = self.backend.model_summary()
@@ -589,7 +682,9 @@ class TrainingRun:
                           if k not in ("optimizer", "jit_compile", "steps_per_execution", "compiler")},
             optimizer=fields.get("optimizer", ""), dataset_description=self.description,
             mask_token=self.tokenizer.mask_token, jit_compile=fields.get("jit_compile"),
-            steps_per_execution=fields.get("steps_per_execution", 1), compiler=fields.get("compiler"))
+            steps_per_execution=fields.get("steps_per_execution", 1),
+            compiler=fields.get("compiler") or self.run_state.get("compiler"),
+            initialization=initialization_fields(self.model_args.model_name_or_path))
         if self.push_report is not None:
             summary["hub_pushes"] = self.push_report
         return summary
@@ -665,9 +760,9 @@ class TrainingRun:
 
             return read_all_results(args.output_dir) or {}
         self._open_pusher()
-        interrupts.reset()
         try:
-            return self._run_phases(t_total)
+            with interrupts.handling(getattr(args, "save_on_signal_timeout", None)):
+                return self._run_phases(t_total)
         except KeyboardInterrupt:
             raise self._interrupted() from None
         except BaseException:
@@ -682,22 +777,68 @@ class TrainingRun:
             raise
 
     def _interrupted(self) -> TrainingInterrupted:
+        """After a signal: wait for the pushes within the grace budget (none after a second signal), report what
+        did not land (log and ``training_summary.json`` ``interrupted``), and the one-line error to raise."""
+        signum = interrupts.received() or signal.SIGINT
         try:
             self.step = max(self.step, int(self.backend.current_step()))
         except Exception:  # not built yet
             pass
-        if self.pusher is not None:
-            try:
-                report = self.pusher.finish(timeout=INTERRUPT_PUSH_WAIT_SECONDS)
-                pending = list(report.pending)
-            except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
-                pending = list(self.pusher.report().pending)
-            finally:
-                self.pusher.close()
-            if pending:
-                logger.warning("%d push(es) not uploaded: %s", len(pending), ", ".join(pending))
-        return TrainingInterrupted(f"interrupted at step {self.step}; resume with: {resume_hint(self.argv)}",
-                                   step=self.step, signum=interrupts.received() or signal.SIGINT)
+        not_pushed: List[str] = []
+        try:
+            if self.pusher is not None:
+                try:
+                    if interrupts.count() < 2:
+                        interrupts.wait_until(lambda: not self.pusher.report().pending, interrupts.seconds_left() or 0.0)
+                    report = self.pusher.finish(timeout=0)
+                except KeyboardInterrupt:  # a second signal: stop waiting
+                    report = self.pusher.report()
+                finally:
+                    self.pusher.close()
+                not_pushed = list(report.pending) + [m for m, _ in report.failed]
+                self._record_pushes(self.pusher.report_dict())
+                if not_pushed:
+                    logger.warning("%s: not on the Hub within the %gs grace budget (--save_on_signal_timeout): %s; "
+                                   "the local folder has it.", signal.Signals(signum).name, interrupts.grace(),
+                                   "; ".join(not_pushed))
+            self._write_interrupted_summary(signum, not_pushed)
+        except KeyboardInterrupt:  # a second signal while reporting: exit now
+            pass
+        except Exception as err:  # noqa: BLE001 (stopped before the model existed: the resume line still comes)
+            logger.debug("no training_summary.json for the interrupted run: %s", err)
+        secrets = tuple(t for t in (self.token, getattr(self.args, "hub_token", None)) if t)
+        return TrainingInterrupted(f"interrupted at step {self.step}; resume with: {resume_hint(self.argv, secrets)}",
+                                   step=self.step, signum=signum)
+
+    def _write_interrupted_summary(self, signum: int, not_pushed: List[str]) -> None:
+        """``training_summary.json`` of the interrupted run: the figures so far and ``interrupted``: the signal,
+        the step, the checkpoint written for it, the grace budget and what did not reach the Hub."""
+        if (self.plan is None or not self.backend.is_chief or getattr(self, "tokenizer", None) is None
+                or not os.path.isdir(self.args.output_dir)):
+            return  # stopped before the data and the model existed: nothing to summarize
+        ckpts = self.backend.find_checkpoints(self.args.output_dir)
+        summary = self._summary(self._results(self.step, None))
+        summary["interrupted"] = {
+            "signal": signal.Signals(signum).name, "global_step": self.step,
+            "checkpoint": (os.path.relpath(ckpts[0], self.args.output_dir)
+                           if ckpts and ckpts[0].endswith(f"-{self.step}") else None),
+            "save_on_signal_timeout": interrupts.grace(), "not_pushed": not_pushed}
+        from hf_tpu_ext.outputs import write_training_summary
+
+        write_training_summary(self.args.output_dir, summary)
+
+    def _record_pushes(self, report: Optional[Dict[str, Any]]) -> None:
+        """Keep this process's push report in ``run_state.json`` (``hub_pushes``: one entry per process of the
+        run, merged into ``training_summary.json``), so a resume's report covers the processes before it."""
+        if report is None or not self.backend.is_chief:
+            return
+        history = self.run_state.setdefault("hub_pushes", [])
+        if not history or history[-1].get("process") != self._process_id:
+            history.append({"process": self._process_id})
+        history[-1].update(report=report)
+        self.push_report = merge_push_reports([h.get("report") for h in history])
+        if os.path.isdir(self.args.output_dir):
+            _write_json(os.path.join(self.args.output_dir, RUN_STATE_NAME), self.run_state)
 
     def _run_phases(self, t_total: float) -> Dict[str, Any]:
         args, backend = self.args, self.backend
@@ -706,13 +847,18 @@ class TrainingRun:
             self._apply_checkpoint_shape(info)
         self.tokenizer, blocks, self.description = self._load_data(tokenizer_source)
         self.plan = plan = self._plan(blocks)
+        if self.pusher is not None:  # the data checks passed: now the repo may be created (and the card checked)
+            self.pusher.preflight()
         start = info.global_step if info is not None else 0
         self.step = start
-        self.run_state = read_run_state(args.output_dir) if args.resume_latest else {}
+        previous = read_run_state(args.output_dir) if args.resume_latest else {}
+        self.run_state = previous
         if self.run_state.get("global_step") != start or self.run_state.get("max_steps") != plan.total_steps:
             self.run_state = {}  # another checkpoint or another length: nothing after training is done
+        if previous.get("hub_pushes"):  # the push reports of the earlier processes of this run
+            self.run_state["hub_pushes"] = previous["hub_pushes"]
         if info is not None:
-            logger.info("resuming from %s at global step %d", info.path, start)
+            logger.info("resuming from %s at global step %d", self._shown(info.path), start)
             state = info.trainer_state
             if state is None and os.path.isfile(os.path.join(args.output_dir, "trainer_state.json")):
                 from hf_tpu_ext.outputs import TrainerState
@@ -739,26 +885,29 @@ class TrainingRun:
         if info is not None:
             restored = backend.restore(info.path)
             if restored != start:
-                raise CheckpointError(f"Checkpoint {info.path} restored global step {restored}, expected {start}.")
+                raise CheckpointError(f"Checkpoint {self._shown(info.path)} restored global step {restored}, expected "
+                                      f"{start}.")
 
         # every check passed: from here on output_dir is written
         if backend.is_chief:
             os.makedirs(args.output_dir, exist_ok=True)
             if not all(os.path.isfile(os.path.join(args.output_dir, f)) for f in TOKENIZER_FILES) or info is None:
                 self.tokenizer.save_pretrained(args.output_dir)
+            removed = backend.remove_incomplete_checkpoints(args.output_dir)
+            if removed:  # a save or export that was killed half-way (the checkpoint resumed from is whole)
+                logger.info("removed what a stopped save left: %s", ", ".join(removed))
 
         fit_metrics = None
-        with _Signals():
-            if "train" in todo:
-                from hf_tpu_ext.callbacks import build_callbacks
+        if "train" in todo:
+            from hf_tpu_ext.callbacks import build_callbacks
 
-                callbacks = build_callbacks(self.callback_names, backend.run_context(), backend.callback_kind)
-                self._saves = 0
-                self._fit_started = time.perf_counter()
-                # a backend whose loop calls interrupts.check() at step boundaries stops there, never inside a
-                # TensorFlow op or checkpoint write
-                with interrupts.deferring(getattr(backend, "checks_interrupts", False)):
-                    fit_metrics = backend.fit(callbacks, self._on_save, start, self.log_history)
+            callbacks = build_callbacks(self.callback_names, backend.run_context(), backend.callback_kind)
+            self._saves = 0
+            self._fit_started = time.perf_counter()
+            # a backend whose loop honours signals stops at a step boundary and saves it (backends/base.py),
+            # never inside a TensorFlow op or checkpoint write
+            with interrupts.deferring(getattr(backend, "checks_interrupts", False)):
+                fit_metrics = backend.fit(callbacks, self._on_save, start, self.log_history)
                 interrupts.check()
                 self.step = int(fit_metrics["global_step"])
                 # with the best model loaded, a final evaluation would repeat the best one (same weights, masks)
@@ -775,52 +924,66 @@ class TrainingRun:
                     if ckpts and ckpts[0].endswith(f"-{self.step}"):
                         self._trainer_state(self.step, self.prior_runtime + fit_metrics["train_runtime"]).save(
                             backend.checkpoint_state_file(ckpts[0]))
+                # what only the training process measured, for a resume that finishes the export (all_results, card)
+                self.run_state["fit_metrics"] = {k: v for k, v in fit_metrics.items()
+                                                 if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+                self.run_state["compiler"] = backend.model_summary().get("compiler")
                 self._mark("train")
-                _test_kill("checkpoint")
-            results = self._results(self.step, fit_metrics)
-            if not backend.is_chief:
-                return results
-            if "export" in todo or "train" in todo:
-                self._export(results)
-                self._mark("export")
-            if fit_metrics is not None:
-                backend.end_training({k: v for k, v in results.items() if isinstance(v, float)})
-            if "card" in todo or "export" in todo or "train" in todo:
-                self._write_card()
-                _test_kill("card")
-                self._mark("card")
-            if self.pusher is not None and self._pending("push"):
-                self._final_push(results)
-            elif self.pusher is None and not self.run_state.get("phases", {}).get("push"):
-                self._mark("push", "skipped")
-            if self._pending("space"):
-                from hf_tpu_ext.hub.space import deploy_space
+            interrupts.check()  # a signal during the final evaluation: training is saved; stop here
+            _test_kill("checkpoint")
+        results = self._results(self.step, fit_metrics)
+        if not backend.is_chief:
+            return results
+        if "export" in todo or "train" in todo:
+            self._export(results)
+            self._mark("export")
+        if fit_metrics is not None:
+            backend.end_training({k: v for k, v in results.items() if isinstance(v, float)})
+        if "card" in todo or "export" in todo or "train" in todo:
+            self._write_card()
+            _test_kill("card")
+            self._mark("card")
+        if self.pusher is not None and self._pending("push"):
+            self._final_push(results)
+        elif self.pusher is None and not self.run_state.get("phases", {}).get("push"):
+            self._mark("push", "skipped")
+        if self._pending("space"):
+            interrupts.check()  # a signal came during the final push: the Space waits for the resume
+            from hf_tpu_ext.hub.space import deploy_space
 
-                url = deploy_space(self.pusher.repo_id, args.hub_space_id, token=self.token,
-                                   private=args.hub_private_repo)
-                logger.info("deployed the fill-mask demo to %s", url)
-                self._mark("space")
+            url = deploy_space(self.pusher.repo_id, args.hub_space_id, token=self.token,
+                               private=args.hub_private_repo)
+            logger.info("deployed the fill-mask demo to %s", url)
+            self._mark("space")
         # whole-run rates (train_*_per_second) stay in all_results.json: the terminal shows one throughput figure
-        step_rate = results.get("train_step_tokens_per_second")
+        step_rate, mfu = results.get("steady_tokens_per_second"), results.get("mfu")
         logger.info("done in %.1fs: %s%s", time.perf_counter() - t_total,
                     ", ".join(f"{k}={v:.4g}" for k, v in results.items()
-                              if isinstance(v, float) and not k.endswith("_per_second")),
-                    f" | {step_rate:,.0f} tokens/s in training steps" if step_rate else "")
+                              if isinstance(v, float) and not k.endswith("_per_second") and not k.startswith("mfu")),
+                    (f" | steady {step_rate:,.0f} tokens/s (median training step)" if step_rate else "")
+                    + (f", MFU {mfu:.1%}" if step_rate and mfu is not None else ""))
         return results
 
     def _final_push(self, results) -> None:
         ckpts = self.backend.find_checkpoints(self.args.output_dir)
         self._push(self.step, ckpts[0] if ckpts else None, final=True)
+        self._record_pushes(self.pusher.report_dict())  # in the report even if this process is killed now
         _test_kill("push")
-        report = self.pusher.finish(self.pusher.push_timeout)
-        self.push_report = report.to_dict()
+        # a first signal does not stop the final push: it gets what is left of the grace budget
+        interrupts.wait_until(lambda: not self.pusher.report().pending, self.pusher.push_timeout)
+        report = self.pusher.finish(timeout=0)
+        self._record_pushes(self.pusher.report_dict())
         self._write_summary(results)  # the push outcome, locally (the pushed copy predates it)
         if report.final_pushed:
             self._mark("push", "pushed")
             return
+        interrupts.check()  # stopped by a signal: the resume line (a resume pushes again), not a push error
+        from hf_tpu_ext.hub.checkpoint_layouts import push_later_command
+
         message = (f"The final model (step {self.step}) could not be pushed to {self.pusher.repo_id}; the local "
-                   f"folder {self.args.output_dir} is complete. Push it with `hf-tpu push {self.args.output_dir} "
-                   f"--hub_model_id {self.pusher.repo_id}`, or resume this run to push again.")
+                   f"folder {self.args.output_dir} is complete. Push it and its newest checkpoint with `"
+                   f"{push_later_command(self.args.output_dir, self.pusher.repo_id, self.args.hub_revision)}`, "
+                   "or resume this run to push again.")
         if getattr(self.args, "hub_allow_push_failure", False):
             logger.error(message)
             self._mark("push", "failed")

@@ -4,7 +4,9 @@ A tiny RoBERTa (``tests/demo_support.py``: 2 layers, hidden 64) is trained on ei
 its states after 15, 40 and 80 steps (same seed, so the same run) and at the end are pushed to a loopback Hub
 (``tests/loopback_hub.py``) as "Training in progress, step N" / "End of training" commits. The app is launched
 against that repo and driven in headless Chromium: revisions A (step 15) and B (end) side by side, then a probe
-set (every word of the eight sentences masked in turn) scored on the four revisions.
+set scored on the four revisions, with 95% intervals: every word of the eight sentences and of one sentence the
+tokenizer never saw (so its words are several tokens) masked in turn, two templates a line (the sentence, and
+"we read : " before it) and two distractors (other words of the corpus).
 
 Usage (from the repository root; needs playwright and Debian's chromium):
     python scripts/space_screenshots.py [--out docs]
@@ -22,6 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 REPO = "alice/tiny-fill-mask"
 STEPS = (15, 40, 80, 160)
+EXTRA = ["my friend likes watermelon and pineapple ."]  # trained on, not in the tokenizer's corpus: multi-token words
 
 
 def _shrink(path: str) -> None:
@@ -57,7 +60,8 @@ def main() -> int:
         api = HfApi(endpoint=server.endpoint, token=ALICE_TOKEN)
         api.create_repo(REPO)
         for step in STEPS:
-            folder = build_tiny_fill_mask_model(os.path.join(tmp, f"step-{step}"), train_steps=step)
+            folder = build_tiny_fill_mask_model(os.path.join(tmp, f"step-{step}"), train_steps=step,
+                                                extra_sentences=EXTRA)
             final = step == STEPS[-1]
             if final:
                 with open(os.path.join(folder, "trainer_state.json"), "w") as f:
@@ -66,11 +70,15 @@ def main() -> int:
                               commit_message="End of training" if final else f"Training in progress, step {step}")
         commits = {c["message"]: f"{c['message']} \u00b7 {c['sha'][:7]}" for c in server.commits(REPO)}
         probes = []
-        for sentence in CORPUS:
+        vocabulary = sorted({w for line in CORPUS + EXTRA for w in line.split() if w.isalpha() and len(w) > 2})
+        for sentence in CORPUS + EXTRA:
             words = sentence.split()
             for i, w in enumerate(words):
                 if i > 0 and w.isalpha():
-                    probes.append(" ".join(words[:i] + ["<mask>"] + words[i + 1:]) + f" \u21d2 {w}")
+                    masked = " ".join(words[:i] + ["<mask>"] + words[i + 1:])
+                    others = [v for v in vocabulary if v != w]
+                    rivals = [others[(i * 7) % len(others)], others[(i * 7 + 3) % len(others)]]
+                    probes.append(f"{masked} | we read : {masked} \u21d2 {w} | " + " | ".join(rivals))
 
         with launched_demo(REPO, backend="torch") as (demo, url), sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
@@ -103,6 +111,7 @@ def main() -> int:
             page.get_by_role("button", name="Score probe set").click()
             page.wait_for_function("() => /Scored/.test(document.querySelector('#probe-message').innerText)",
                                    timeout=120_000)
+            page.locator("#probe-compare").scroll_into_view_if_needed()
             page.locator("#probe-plot").scroll_into_view_if_needed()
             page.locator("#probe-plot img").first.wait_for(timeout=30_000)
             page.wait_for_timeout(1000)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command (and CI's, .ci/run): every test environment, on a fresh machine or not.
 #   1. Debian's chromium for the browser test (skipped where it cannot be installed);
-#   2. the main environment, .venv: `pip install -e ".[tensorflow,demo,test]"` (TensorFlow trainer, tf_keras
+#   2. the main environment, .venv: `pip install -e ".[tensorflow-demo,test]"` (TensorFlow trainer, tf_keras
 #      callbacks, demo), then `python -m pytest tests --ignore=tests/current`;
 #   3. every scripts/test_env_*.sh in sorted order (current releases, torch_xla, ...); each creates and fills
 #      its own venv and runs its own tests.
@@ -20,7 +20,7 @@ fi
   set -e
   . .venv/bin/activate
   python -m pip install -q --upgrade pip
-  python -m pip install -q -e ".[tensorflow,demo,test]"
+  python -m pip install -q -e ".[tensorflow-demo,test]"
 ) || { echo "FAILED: installing the main environment (.venv)"; exit 1; }
 
 failed=()

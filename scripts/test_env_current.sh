@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The current-releases environment (.venv-current, Python 3.11): Keras 3 + JAX (CPU) + keras-hub, transformers 5
 # + torch (CPU), huggingface_hub 1.x/2.x, current gradio, and this package's core with the extras that fit
-# ([keras,torch,demo]; not [tensorflow], which needs transformers 4). Checks `pip check`, then runs tests/current.
+# ([jax,keras,torch,demo]: [jax] is `hf-tpu train --backend keras`; not [tensorflow], which needs transformers 4). Checks `pip check`, then runs tests/current.
 # scripts/test.sh runs it; alone: bash scripts/test_env_current.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,7 @@ python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 python -m pip install -q "torch==2.13.0" "jax[cpu]" "keras>=3.15" keras-hub tensorflow "transformers>=5" \
   "huggingface_hub>=1.0" gradio accelerate datasets evaluate "pytest>=8"
-python -m pip install -q -e ".[keras,torch,demo]"
+python -m pip install -q -e ".[jax,keras,torch,demo]"
 python -m pip check
 python - <<'PY'
 from importlib.metadata import version

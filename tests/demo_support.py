@@ -25,7 +25,8 @@ CORPUS = [
 MAX_SEQ_LENGTH = 32
 
 
-def build_tiny_fill_mask_model(out_dir: str, vocab_size: int = 400, train_steps: int = 60, seed: int = 0) -> str:
+def build_tiny_fill_mask_model(out_dir: str, vocab_size: int = 400, train_steps: int = 60, seed: int = 0,
+                               extra_sentences=()) -> str:
     """Write a tiny RoBERTa fill-mask model folder trained a few steps on :data:`CORPUS`.
 
     Args:
@@ -33,6 +34,8 @@ def build_tiny_fill_mask_model(out_dir: str, vocab_size: int = 400, train_steps:
         vocab_size: byte-level BPE vocabulary size (>= 300).
         train_steps: AdamW steps of masked-LM training on the corpus (CPU, one thread, ~20 ms each).
         seed: torch seed.
+        extra_sentences: trained on too, but not seen by the tokenizer's training, so their rare words stay
+            several tokens (multi-token answers).
 
     Returns:
         ``out_dir``.
@@ -58,7 +61,7 @@ def build_tiny_fill_mask_model(out_dir: str, vocab_size: int = 400, train_steps:
                            pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
                            eos_token_id=tok.eos_token_id, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model = RobertaForMaskedLM(config)
-    batch = tok(CORPUS, padding=True, return_tensors="pt")
+    batch = tok(CORPUS + list(extra_sentences), padding=True, return_tensors="pt")
     ids, attn = batch["input_ids"], batch["attention_mask"]
     maskable = attn.bool() & ~torch.isin(ids, torch.tensor(tok.all_special_ids))
     opt = torch.optim.AdamW(model.parameters(), lr=5e-3)

@@ -86,5 +86,8 @@ def loopback_hub(loopback_hub_server, monkeypatch, tmp_path_factory):
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(home / "token"))
     monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
     monkeypatch.setattr(hf_api.api, "endpoint", endpoint)  # module-level HfApi() behind the function API
+    from hf_tpu_ext.hub.push_session import reset_budgets
+
+    reset_budgets()  # a fresh Hub: no commits spent against any repo's budget
     yield LoopbackHub(endpoint=endpoint, token=ALICE_TOKEN, other_token=BOB_TOKEN, server=server)
     server.reset()

@@ -18,7 +18,9 @@ Hub does, and writes (create, commit, branch, LFS) are refused with 403 when the
 Fault injection: :meth:`LoopbackHubServer.fail_next` makes the next ``n`` requests of a route answer an
 error status (optionally with headers such as ``Retry-After``), :meth:`LoopbackHubServer.fail_sequence`
 queues one status per request, :meth:`LoopbackHubServer.empty_reply_next` applies the next requests of a
-route but answers them with an empty 200 body, :meth:`LoopbackHubServer.latency` delays a route's requests.
+route but answers them with an empty 200 body, :meth:`LoopbackHubServer.latency` delays a route's requests,
+:meth:`LoopbackHubServer.rate_limit` answers commits beyond a per-repo quota with 429 and ``Retry-After`` (the
+Hub's "128 commits per hour", scaled down).
 
 Route names (for fault injection and :attr:`LoopbackHubServer.requests`): ``whoami``, ``create_repo``,
 ``validate_yaml``, ``repo_info``, ``tree``, ``paths_info``, ``preupload``, ``commit``, ``commits``,
@@ -106,9 +108,11 @@ class Repo:
 class HubHTTPError(Exception):
     """Raised inside a handler to answer an HTTP error with the Hub's error headers."""
 
-    def __init__(self, status: int, message: str, error_code: Optional[str] = None, extra: Optional[dict] = None):
+    def __init__(self, status: int, message: str, error_code: Optional[str] = None, extra: Optional[dict] = None,
+                 headers: Optional[dict] = None):
         super().__init__(message)
         self.status, self.message, self.error_code, self.extra = status, message, error_code, extra or {}
+        self.headers = headers or {}
 
 
 def validate_card_metadata(metadata) -> List[str]:
@@ -197,6 +201,26 @@ def validate_card_metadata(metadata) -> List[str]:
     return errors
 
 
+def gitattributes_lfs(text: str, path: str) -> bool:
+    """Whether a ``.gitattributes`` routes ``path`` through LFS (git: the last line whose pattern matches decides;
+    a pattern without ``/`` matches the file name in any folder)."""
+    lfs = False
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        pattern = parts[0].lstrip("/")
+        target = path if "/" in pattern else path.rsplit("/", 1)[-1]
+        if not fnmatch.fnmatchcase(target, pattern):
+            continue
+        for attr in parts[1:]:
+            if attr == "filter=lfs":
+                lfs = True
+            elif attr in ("-filter", "!filter") or attr.startswith("filter="):
+                lfs = False
+    return lfs
+
+
 def split_card(text: str) -> Tuple[object, str]:
     """Split a README.md into (parsed YAML metadata or None, body). Raises ValueError on bad YAML."""
     match = re.match(r"^---\s*\n(.*?)\n---\s*\n?", text, flags=re.S)
@@ -251,6 +275,8 @@ class LoopbackHubServer:
             self._faults: List[dict] = []
             self._latency: Dict[Optional[str], float] = {}
             self.requests: List[dict] = []
+            self._rate: Optional[Tuple[int, float, float]] = None
+            self._commit_times: Dict[Tuple[str, str], List[float]] = {}
 
     def close(self) -> None:
         """Stop serving and close the socket."""
@@ -283,6 +309,27 @@ class LoopbackHubServer:
                 self._latency[route] = float(seconds)
             else:
                 self._latency.pop(route, None)
+
+    def rate_limit(self, commits: int, period: float, retry_after: float) -> None:
+        """Allow ``commits`` commits per repo in any ``period`` seconds; answer a commit beyond them with HTTP 429,
+        ``Retry-After: <retry_after>`` and the Hub's message (0 commits: no limit)."""
+        with self._lock:
+            self._rate = (int(commits), float(period), float(retry_after)) if commits else None
+            self._commit_times.clear()
+
+    def _over_rate(self, key: Tuple[str, str]) -> Optional[float]:
+        """The Retry-After to answer when a commit to ``key`` is over the quota, else None (and count it)."""
+        with self._lock:
+            if self._rate is None:
+                return None
+            commits, period, retry_after = self._rate
+            now = time.monotonic()
+            times = [t for t in self._commit_times.get(key, []) if t > now - period]
+            if len(times) >= commits:
+                self._commit_times[key] = times
+                return retry_after
+            self._commit_times[key] = times + [now]
+            return None
 
     def repo(self, repo_id: str, repo_type: str = "model") -> Repo:
         """The stored repo (KeyError when it does not exist)."""
@@ -491,7 +538,7 @@ def _make_handler(hub: LoopbackHubServer):
                     return self._send(200, b"")
             except HubHTTPError as err:
                 record["status"] = err.status
-                headers = {"X-Error-Message": err.message}
+                headers = {"X-Error-Message": err.message, **err.headers}
                 if err.error_code:
                     headers["X-Error-Code"] = err.error_code
                 return self._json(err.status, {"error": err.message, **err.extra}, headers)
@@ -570,6 +617,18 @@ def _make_handler(hub: LoopbackHubServer):
                     "sha": commit.sha, "private": repo.private, "disabled": False, "gated": False,
                     "lastModified": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(commit.timestamp)),
                     "tags": [], "siblings": siblings, "createdAt": "2024-01-01T00:00:00.000Z"}
+            readme = commit.files.get("README.md")
+            if readme is not None and not readme.lfs_sha256:  # as the Hub: no card metadata from an LFS pointer
+                try:
+                    metadata, _ = split_card(readme.content.decode("utf-8"))
+                except (yaml.YAMLError, UnicodeDecodeError):
+                    metadata = None
+                if isinstance(metadata, dict):
+                    info["cardData"] = metadata
+                    tags = metadata.get("tags") or []
+                    info["tags"] = [tags] if isinstance(tags, str) else list(tags)
+                    if metadata.get("pipeline_tag"):
+                        info["pipeline_tag"] = metadata["pipeline_tag"]
             if repo.repo_type == "space":
                 info.update(sdk=repo.sdk, runtime={"stage": "RUNNING", "hardware": {"current": "cpu-basic", "requested": "cpu-basic"}})
             return 200, info, None
@@ -636,10 +695,13 @@ def _make_handler(hub: LoopbackHubServer):
             except HubHTTPError:
                 current = {}
             lfs_patterns = ("*.safetensors", "*.bin", "*.h5", "*.index", "*.data-*", "*.png", "*.msgpack", "*.ckpt")
+            attributes = current.get(".gitattributes")
             files = []
             for f in data.get("files", []):
                 name = f["path"].rsplit("/", 1)[-1]
                 lfs = f.get("size", 0) > 10 * 1024 * 1024 or any(fnmatch.fnmatch(name, p) for p in lfs_patterns)
+                # as the Hub: a file the repo's .gitattributes routes through LFS is uploaded as LFS
+                lfs = lfs or bool(attributes and gitattributes_lfs(attributes.content.decode(), f["path"]))
                 existing = current.get(f["path"])
                 files.append({"path": f["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False,
                               "oid": existing.blob_id if existing else None})
@@ -658,6 +720,11 @@ def _make_handler(hub: LoopbackHubServer):
         def do_commit(self, m, q, body, user):
             repo_type, repo_id = self._type(m), m.group("repo_id")
             repo = hub._writable_repo(repo_type, repo_id, user)
+            retry_after = hub._over_rate((repo_type, repo_id))
+            if retry_after is not None:
+                raise HubHTTPError(429, "You have exceeded the rate limit for repository commits (128 per hour). "
+                                   "You can retry this action in about 1 hour.",
+                                   headers={"Retry-After": f"{retry_after:g}"})
             branch = unquote(m.group("rev"))
             if branch not in repo.branches:
                 raise HubHTTPError(404, f"Invalid rev id: {branch}", "RevisionNotFound")

@@ -186,6 +186,14 @@ def test_report_to(monkeypatch):
     (["--per_device_train_batch_size", "0"], "--per_device_train_batch_size must be >= 1, got 0."),
     (["--per_device_eval_batch_size", "-1"], "--per_device_eval_batch_size must be >= 1, got -1."),
     (["--eval_steps", "0"], "--eval_steps must be >= 1, got 0."),
+    # run_mlm keeps min(n, len) examples and only None means all: 0 or -1 would select nothing (-1 here used to
+    # drop the last block, 0 used to mean all)
+    (["--max_train_samples", "-1"], "--max_train_samples must be >= 1 (leave it unset to keep every block, as in "
+                                    "transformers' run_mlm), got -1."),
+    (["--max_eval_samples", "0"], "--max_eval_samples must be >= 1 (leave it unset to keep every block, as in "
+                                  "transformers' run_mlm), got 0."),
+    (["--hidden_size", "0"], "--hidden_size must be >= 1, got 0."),
+    (["--preprocessing_num_workers", "0"], "--preprocessing_num_workers must be >= 1, got 0."),
 ])
 def test_hyper_parameters_checked_up_front(argv, message):
     assert _error(*argv) == message
@@ -218,6 +226,74 @@ def test_run_mlm_json_config_parses(tmp_path):
     _, data_args, args = parse_args([str(cfg)])
     assert (args.eval_strategy, args.save_strategy, args.gradient_accumulation_steps) == ("steps", "steps", 2)
     assert args.report_to == [] and args.lr_scheduler_type == "cosine" and data_args.pad_to_max_length
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"max_steps": 10.5}, '"max_steps" must be a whole number, got 10.5 (a number).'),
+    ({"max_steps": "10"}, '"max_steps" must be a whole number, got "10" (a string).'),
+    ({"dataset_config_name": 2}, '"dataset_config_name" must be a string, got 2 (a number); write it in quotes: "2".'),
+    ({"do_eval": "yes"}, '"do_eval" must be true or false (a JSON boolean, without quotes), got "yes" (a string).'),
+    ({"learning_rate": True}, '"learning_rate" must be a number, got true (a boolean).'),
+    ({"report_to": ["tensorboard", 3]}, '"report_to" must be a string or a list of strings, got ["tensorboard", 3] '
+                                        '(a list).'),
+    ({"log_level": "loud"}, '"log_level" must be one of passive, debug, info, warning, error, critical, got "loud" '
+                            '(a string).'),
+    ({"seed": None}, '"seed" must be given (it has no unset value; drop the field for its default 42), got null (null).'),
+])
+def test_json_config_values_are_typed(tmp_path, config, message):
+    cfg = tmp_path / "run.json"
+    cfg.write_text(json.dumps({"output_dir": "o", **config}))
+    with pytest.raises(ArgumentError) as err:
+        parse_args([str(cfg)])
+    assert str(err.value) == f"Config file {cfg}: {message}"
+
+
+def test_json_config_whole_numbers_and_booleans(tmp_path):
+    cfg = tmp_path / "run.json"
+    cfg.write_text(json.dumps({"output_dir": "o", "max_steps": 10.0, "resume_from_checkpoint": False, "bf16": "auto"}))
+    model_args, data_args, args = parse_args([str(cfg), "--seed", "7"])
+    assert args.max_steps == 10 and isinstance(args.max_steps, int) and args.resume_from_checkpoint is None
+    assert args.passed_flags == {"output_dir", "max_steps", "resume_from_checkpoint", "bf16", "seed"}
+    assert "max_seq_length" not in args.passed_flags  # a default: a resumed checkpoint may decide it
+
+
+def test_json_float_for_an_integer_is_refused_before_anything_is_written(tmp_path, monkeypatch, capsys):
+    from hf_tpu_ext.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.json").write_text(json.dumps({"output_dir": "out", "max_steps": 10.5}))
+    assert main(["train", "run.json"]) == 1
+    assert capsys.readouterr().err == ('hf-tpu train: error: Config file run.json: "max_steps" must be a whole number, '
+                                       'got 10.5 (a number).\n')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]  # no out/, no tokenizer files, no runs/
+
+
+RULE = ("The only positional argument of hf-tpu train is a JSON config file (a name ending in .json, holding argument "
+        "names and values); every other argument is a --name value pair.")
+
+
+def test_positional_argument_is_explained(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ArgumentError) as err:
+        parse_args(["config.jsn"])
+    assert str(err.value) == f"No such JSON config file: config.jsn. {RULE}"
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ArgumentError) as err:
+        parse_args(["config.jsn", "--max_steps", "3"])
+    assert str(err.value) == f"No such JSON config file: config.jsn. Did you mean config.json? {RULE}"
+    with pytest.raises(ArgumentError) as err:
+        parse_args(["missing.json"])
+    assert str(err.value) == f"No such JSON config file: missing.json. {RULE}"
+    (tmp_path / "notes.cfg").write_text("{}")
+    with pytest.raises(ArgumentError) as err:
+        parse_args(["notes.cfg"])
+    assert str(err.value) == f"notes.cfg is not a JSON config file (its name does not end in .json). {RULE}"
+    data = ("mytext.txt looks like training data, which goes in --train_file: `hf-tpu train --train_file mytext.txt "
+            "[--validation_file FILE] ...`. The only positional argument of hf-tpu train is a JSON config file.")
+    for argv in (["mytext.txt"], ["--output_dir", "o", "mytext.txt"]):  # first, or after the flags
+        with pytest.raises(ArgumentError) as err:
+            parse_args(argv)
+        assert str(err.value) == data
 
 
 # ----------------------------------------------------------------------------- schedules = transformers' formulas

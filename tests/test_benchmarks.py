@@ -101,3 +101,29 @@ def test_median_run_keeps_every_round_and_the_spread():
     mean = tt.median_run([{"ms_per_step_mean": 5.0}, {"ms_per_step_mean": 4.0}, {"ms_per_step_mean": 6.0}],
                          "ms_per_step_mean")
     assert mean["runs_ms_per_step_mean"] == [5.0, 4.0, 6.0] and mean["ms_per_step_mean"] == 5.0
+
+
+def test_rounds_record_their_load_and_only_quiet_results_are_headlines(result, tmp_path):
+    # a round is quiet when other processes kept at most 10% of the cores busy (2 cores: 0.2)
+    quiet = tt.round_load_fields([0.9, 0.8], [1.1, 0.9], 0.05, cores=2)
+    assert quiet == {"loadavg_start": [0.9, 0.8], "loadavg_end": [1.1, 0.9], "foreign_cpu_cores": 0.05, "quiet": True}
+    busy = tt.round_load_fields([3.0, 2.5], [3.2, 2.6], 1.3, cores=2)
+    assert busy["quiet"] is False and tt.round_load_fields([0, 0], [0, 0], None, cores=2)["quiet"] is False
+    med = tt.median_run([_part(500.0) | {"load": quiet}, _part(510.0) | {"load": busy}, _part(490.0) | {"load": quiet}])
+    assert (med["rounds"], med["quiet_rounds"]) == (3, 2) and med["runs_load"] == [quiet, busy, quiet]
+    machine = {"cpu": "Test CPU", "cpu_cores": 2, "load_average_start": [0.5, 0.5, 0.5]}
+    verdict = tt.quietness(machine, {"hf_tpu": med, "plain": _part(1000.0) | {"load": quiet}, "plain_xla": {"error": "x"}})
+    assert verdict["headline"] is False and verdict["quiet"]["loaded_rounds"] == {"hf_tpu": "1 of 3"}
+    assert verdict["quiet"]["start_load_ok"] is True  # 0.5 <= 0.3 x 2 cores
+    assert tt.quietness(machine, {"hf_tpu": _part(500.0) | {"load": quiet}})["headline"] is True
+    assert tt.quietness(dict(machine, load_average_start=[0.7, 0.5, 0.5]),
+                        {"hf_tpu": _part(500.0) | {"load": quiet}})["headline"] is False
+    # the fixture's rounds carry no load: not a headline, and RESULTS.md says so in the row
+    assert result["headline"] is False
+    path = tmp_path / "RESULTS.md"
+    tt.append_results_row(result, path)
+    assert "; **not quiet: not a headline** (hf_tpu 3 of 3 rounds loaded" in path.read_text()
+    # the round's own load sample: others' CPU time is measured, never negative
+    fields = tt.RoundLoad().finish()
+    assert fields["foreign_cpu_cores"] is None or fields["foreign_cpu_cores"] >= 0
+    assert len(fields["loadavg_start"]) == 2 and len(fields["loadavg_end"]) == 2

@@ -170,9 +170,9 @@ def test_known_peak_flops():
     assert known_peak_flops("TPU v4") == 275e12
     assert known_peak_flops("TPU v5 lite") == 197e12
     assert known_peak_flops("TPU v5p") == 459e12
-    assert known_peak_flops("NVIDIA H100 80GB HBM3") == 989e12
-    assert known_peak_flops("NVIDIA H100 80GB HBM3", dtype="float32") == 495e12
-    assert known_peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert known_peak_flops("NVIDIA H100 80GB HBM3") == 989.5e12  # datasheet 1,979 with sparsity
+    assert known_peak_flops("NVIDIA H100 80GB HBM3", dtype="float32") == 494.5e12  # TF32
+    assert known_peak_flops("NVIDIA H100 PCIe") == 756.5e12
     assert known_peak_flops("NVIDIA A100-SXM4-40GB") == 312e12
     assert known_peak_flops("NVIDIA A100-SXM4-40GB", "float32") == 156e12
     assert known_peak_flops("CPU") is None
@@ -400,22 +400,6 @@ def test_masked_lm_metrics_arguments():
     assert (cb.eval_steps, cb.every_n_steps, cb.jit_compile) == (3, 50, True)
 
 
-def test_peak_probe_is_cached_only_when_the_machine_is_idle(tmp_path, monkeypatch):
-    import json
-    import os
-
-    from hf_tpu_ext import flops
-
-    monkeypatch.setattr(flops, "measure_peak_flops", lambda dtype: 2.5e10)
-    cache = tmp_path / "peak_flops.json"
-    monkeypatch.setattr(os, "getloadavg", lambda: (float(os.cpu_count() or 1), 0.0, 0.0))
-    assert flops.peak_flops("CPU", "float32", cache_path=str(cache)) == 2.5e10
-    assert not cache.exists()  # measured on a busy machine: used once, never cached
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    assert flops.peak_flops("CPU", "float32", cache_path=str(cache)) == 2.5e10
-    assert list(json.loads(cache.read_text()).values()) == [2.5e10]
-
-
 def test_mfu_above_the_peak_is_left_out_with_one_warning(monkeypatch):
     from types import SimpleNamespace
 
@@ -430,11 +414,14 @@ def test_mfu_above_the_peak_is_left_out_with_one_warning(monkeypatch):
     fake = SimpleNamespace(model=SimpleNamespace(config=config), seq_length=32, args=SimpleNamespace(bf16=False),
                            info=SimpleNamespace(accelerator="CPU", is_chief=True),
                            strategy=SimpleNamespace(num_replicas_in_sync=1))
-    monkeypatch.setattr(flops, "peak_flops", lambda kind, dtype: 1e9)
+    monkeypatch.setattr(flops, "device_peak", lambda kind, dtype: flops.Peak(1e9, "a test peak"))
     warnings = []
     monkeypatch.setattr(trainer_module.logger, "warning", lambda msg, *a: warnings.append(msg % a))
     mfu = TFTrainer._mfu_function(fake, None)
     fpt = flops.flops_per_token(config, 32, masked_fraction=None)
     assert mfu(0.5e9 / fpt) == pytest.approx(0.5)
-    assert mfu(2e9 / fpt) is None and mfu(3e9 / fpt) is None
-    assert [w.split(":")[0] for w in warnings] == ["MFU left out"]
+    # above the peak: left out from then on (also below it again), said once
+    assert mfu(2e9 / fpt) is None and mfu(3e9 / fpt) is None and mfu(0.5e9 / fpt) is None
+    assert warnings == ["MFU left out: the model FLOP rate 2e+09 FLOP/s is above the peak 1e+09 FLOP/s "
+                        "(a test peak); the peak is too low for this machine."]
+    assert mfu.summary(0.5e9 / fpt) == {"mfu_note": warnings[0][:-1]}

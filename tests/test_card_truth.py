@@ -91,22 +91,36 @@ def _card_text(folder, files, **summary_kw):
 def test_tf_only_folder_card_shows_tensorflow_loaders_only(tmp_path):
     text = _card_text(tmp_path / "tf", ["tf_model.h5", "config.json"], backend="tensorflow")
     assert ("The weights are stored in TensorFlow format only (`tf_model.h5`), so load them with TensorFlow "
-            "(transformers 4.x):") in text
-    assert 'model = TFAutoModelForMaskedLM.from_pretrained("alice/m")' in text
-    assert 'fill_mask = pipeline("fill-mask", model="alice/m", framework="tf")' in text
-    assert 'For PyTorch, convert them while loading: `AutoModelForMaskedLM.from_pretrained("alice/m", from_tf=True)`.' in text
-    assert "model.safetensors" not in text and "use_safetensors=False" not in text
+            "(transformers 4.x). transformers 4.57's fill-mask pipeline does not run on TensorFlow") in text
+    assert 'model = TFAutoModelForMaskedLM.from_pretrained("alice/m")\n' in text
+    # the two loaders that fail with transformers 4.57.6 are not offered
+    assert 'framework="tf"' not in text and "from_tf=True)" not in text and "pipeline(" not in text
+    assert "The repo holds no PyTorch weights (`model.safetensors`)" in text
+    assert "use_safetensors=False" not in text
 
 
 def test_both_formats_card_shows_both_and_pytorch_only_claims_no_h5(tmp_path):
     both = _card_text(tmp_path / "both", ["model.safetensors", "tf_model.h5"], backend="tensorflow")
     assert "The weights are stored as PyTorch-format `model.safetensors`" in both
     assert 'fill_mask = pipeline("fill-mask", model="alice/m")' in both
-    assert "With TensorFlow (transformers 4.x), the repo also holds the same weights as `tf_model.h5`:" in both
+    assert "With TensorFlow (transformers 4.x), the repo also holds the same weights as `tf_model.h5`." in both
     assert 'TFAutoModelForMaskedLM.from_pretrained("alice/m", use_safetensors=False)' in both
     pt = _card_text(tmp_path / "pt", ["model.safetensors"], backend="pytorch", accelerator="cpu")
     assert "The weights are stored as PyTorch-format `model.safetensors`" in pt
     assert "tf_model.h5" not in pt and "TFAutoModelForMaskedLM" not in pt
+
+
+def test_card_says_training_in_progress_until_the_last_step(tmp_path):
+    hyper = {"total_steps": 1000}
+    text = _card_text(tmp_path / "mid", ["model.safetensors"], global_step=625, hyperparameters=hyper)
+    assert ("**Training in progress, step 625 of 1000: these weights are a snapshot of an unfinished run (later "
+            "pushes update them and this card).**") in text
+    final = _card_text(tmp_path / "end", ["model.safetensors"], global_step=1000, hyperparameters=hyper)
+    assert "Training in progress" not in final
+    # a callback's card: max_steps from its measurements; an explicit flag wins over the comparison
+    assert "step 3 of 8" in _card_text(tmp_path / "cb", ["model.safetensors"], global_step=3, max_steps=8)
+    assert "Training in progress" not in _card_text(tmp_path / "cb2", ["model.safetensors"], global_step=3,
+                                                    max_steps=8, training_in_progress=False)
 
 
 def test_trainer_card_names_the_real_framework_and_fills_progress(tmp_path):

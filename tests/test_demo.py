@@ -20,7 +20,7 @@ OOV_WORD = "zqxjkvwq"  # never one token of a real vocabulary
 
 @pytest.fixture(scope="session")
 def predictor(trained_model_dir):
-    from spaces_demo.app import FillMaskPredictor
+    from hf_tpu_ext.fill_mask import FillMaskPredictor
 
     return FillMaskPredictor(trained_model_dir, backend="torch")
 
@@ -172,7 +172,8 @@ def test_api_endpoints_and_optional_parameters(client):
     assert params["/fill_mask"] == [("text", False, None), ("top_k", True, 5), ("targets", True, ""),
                                     ("revision", True, "")]
     assert [p[1] for p in params["/compare"]] == [False, True, True, True, True, True]
-    assert params["/probe"] == [("probes_text", False, None), ("revisions", True, ""), ("model", True, "")]
+    assert params["/probe"] == [("probes_text", False, None), ("revisions", True, ""), ("model", True, ""),
+                                ("strict", True, False)]
 
 
 def test_api_only_text_is_required(client, predictor):
@@ -230,6 +231,22 @@ def test_api_target_mapping_is_stated(client, predictor):
     assert all("\ufffd" not in c["token_str"] for c in r["masks"][0])
 
 
+def test_queued_sentences_share_forward_passes(client, predictor):
+    """16 concurrent /fill_mask calls: Gradio hands queued calls over in batches, and a batch is one forward pass."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"the <mask> sat on the {w} ." for w in ("mat", "rug", "cat", "dog")] * 4
+    before = predictor.forward_passes
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda t: _call(client, t, top_k=2), texts))
+    passes = predictor.forward_passes - before
+    assert all(a["ok"] for a in answers) and len(answers) == 16
+    assert 1 <= passes < 16, passes  # concurrency_limit=2: at most 2 batches run at once, the rest queue up
+    direct = predictor.predict(texts[0], 2)  # batched (padded) answers equal the one-sentence answer
+    assert [c["token"] for c in answers[0]["masks"][0]] == [c["token"] for c in direct["masks"][0]]
+    assert answers[0]["masks"][0][0]["score"] == pytest.approx(direct["masks"][0][0]["score"], rel=1e-5)
+
+
 def test_load_benchmark_concurrent_requests(demo_url):
     import importlib.util
 
@@ -240,6 +257,84 @@ def test_load_benchmark_concurrent_requests(demo_url):
     assert res["failures"] == []
     assert len(res["latencies_s"]) == 12 and all(0 < x <= res["wall_s"] for x in res["latencies_s"])
     assert demo_load.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+
+
+def test_probe_view_shows_intervals_spread_and_comparison(trained_model_dir, predictor):
+    """What the Probe set tab renders: figures with 95% intervals, the template spread, the paired comparison."""
+    from hf_tpu_ext.fill_mask import FillMaskBench, report
+    from hf_tpu_ext.probes import parse_probes
+    from spaces_demo.app import PROBE_HEADERS, probe_chart, probe_notes, probe_rows
+
+    words = sorted(t[1:] for t in predictor.tokenizer.get_vocab() if t.startswith("\u0120") and t[1:].isalpha()
+                   and t[1:].isascii() and len(t) > 4)[:8]
+    text = "\n".join(f"the {a} of the <mask> is good . | {a} is the <mask> . \u21d2 {b}ings | {a}"
+                      for a, b in zip(words, words[1:] + words[:1]))
+    result = FillMaskBench(trained_model_dir, backend="torch", predictor=predictor).probe(text)
+    assert result["ok"] and result["message"] == "Scored 16 probes on 1 revision." and result["comparisons"] == []
+    row = result["rows"][0]
+    assert row["n"] == 16 and row["multi_token"] == 16 and row["templates"]["templates"] == 2
+    (cells,) = probe_rows(result)
+    assert len(cells) == len(PROBE_HEADERS) and cells[:3] == [row["label"], row["step"], 16]
+    for cell, key in zip(cells[3:7], ("top1", "top5", "mrr", "loglik_per_char")):
+        low, high = row["intervals"][key]
+        assert cell == f"{row[key]:.3f} [{low:.3f}, {high:.3f}]"
+    scored = predictor.score_probes(parse_probes(text))
+    comparison = report.compare(scored, scored, "A", "B")
+    assert comparison["n"] == 16 and not any(m["differs"] for m in comparison["metrics"].values())
+    notes = probe_notes(dict(result, comparisons=[comparison])).splitlines()
+    spread = row["templates"]["spread"]
+    assert notes[0].startswith(f"- **{row['label']}**: 2 templates, top-1/MRR per template #1 ")
+    assert notes[0].endswith(f"spread (max - min) top-1 {spread['top1']:.3f}, MRR {spread['mrr']:.3f}")
+    assert notes[1] == ("- B vs A on 16 paired probes: top-1 +0.000 (McNemar exact p=1: within noise); MRR +0.000 "
+                        "(paired bootstrap p=1: within noise); log-lik +0.000 (paired bootstrap p=1: within noise).")
+    fig = probe_chart(result)
+    assert [c.get_label() for c in fig.axes[0].containers] == ["top-1", "top-5", "MRR"]  # one error-bar series each
+
+
+def test_quiet_terminal(predictor, capsys, monkeypatch):
+    """No per-request Starlette warning, no download bars or library notices, no analytics, the CLI's own flags."""
+    import warnings
+
+    from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
+    from starlette import status
+    from transformers.utils import logging as hf_logging
+
+    from demo_support import free_port
+    from hf_tpu_ext.fill_mask.quiet import quiet_libraries
+    from spaces_demo.app import build_demo, launch
+
+    monkeypatch.delenv("GRADIO_ANALYTICS_ENABLED", raising=False)
+    verbosity = hf_logging.get_verbosity()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert status.HTTP_422_UNPROCESSABLE_ENTITY == 422  # what Gradio's routes read per request
+            assert [str(w.message) for w in caught if "HTTP_422_UNPROCESSABLE_ENTITY" in str(w.message)]
+            caught.clear()
+            quiet_libraries()
+            assert status.HTTP_422_UNPROCESSABLE_ENTITY == 422
+            assert caught == []
+        assert are_progress_bars_disabled() and hf_logging.get_verbosity() == hf_logging.ERROR
+        assert os.environ["GRADIO_ANALYTICS_ENABLED"] == "False"
+        enable_progress_bars()
+        hf_logging.set_verbosity(verbosity)
+        with warnings.catch_warnings():
+            quiet_libraries("info")  # --log_level info: bars and notices stay
+            assert not are_progress_bars_disabled() and hf_logging.get_verbosity() == verbosity
+        with pytest.raises(ValueError, match="Unknown log level 'loud'; use one of: debug, info, warning, error"):
+            quiet_libraries("loud")
+    finally:
+        enable_progress_bars()
+        hf_logging.set_verbosity(verbosity)
+
+    demo = build_demo(None, predictor=predictor)
+    try:
+        launch(demo, "127.0.0.1", free_port(), share_hint="--share yes")
+        out = capsys.readouterr().out
+    finally:
+        demo.close()
+    assert out.splitlines() == [f"Fill-mask test bench running on {demo.local_url}", "For a public link, pass --share yes."]
+    assert "share=True" not in out
 
 
 # --- predictor rules without the server --------------------------------------------------------------------
@@ -258,9 +353,9 @@ def test_targets_with_and_without_leading_space(predictor):
     assert rejected == [OOV_WORD]
     assert ids == [vocab["Ġ" + w1], vocab["Ġ" + w2]]  # unique, in the order given
     # a word that is one token without the leading space (e.g. at the start of a text) is accepted too
-    bare = next(t for t in vocab if t.isalpha() and len(t) > 1 and "Ġ" + t not in vocab)
+    bare = next(t for t in vocab if t.isascii() and t.isalpha() and len(t) > 1 and "Ġ" + t not in vocab)
     assert predictor.resolve_targets(bare) == ([vocab[bare]], [])
-    both = next((t for t in vocab if t.isalpha() and len(t) > 1 and "Ġ" + t in vocab), None)
+    both = next((t for t in vocab if t.isascii() and t.isalpha() and len(t) > 1 and "Ġ" + t in vocab), None)
     if both:  # both forms are scored
         assert predictor.resolve_targets(both)[0] == [vocab["Ġ" + both], vocab[both]]
     assert predictor.resolve_targets(["", " "]) == ([], [])
@@ -301,7 +396,7 @@ def test_result_rows_for_the_table(predictor):
 
 def test_tensorflow_backend_matches_torch(trained_model_dir, predictor):
     pytest.importorskip("tensorflow")
-    from spaces_demo.app import FillMaskPredictor
+    from hf_tpu_ext.fill_mask import FillMaskPredictor
 
     tf_pred = FillMaskPredictor(trained_model_dir, backend="tensorflow")
     assert tf_pred.backend == "tensorflow"
@@ -314,7 +409,7 @@ def test_tensorflow_backend_matches_torch(trained_model_dir, predictor):
 
 
 def test_select_backend(monkeypatch):
-    from spaces_demo.app import select_backend
+    from hf_tpu_ext.fill_mask import select_backend
 
     monkeypatch.delenv("FILL_MASK_BACKEND", raising=False)
     assert select_backend() == "torch"  # torch is installed in the test environment
@@ -375,14 +470,22 @@ def test_space_requirements_pinned_to_the_tested_versions():
         assert pinned == version(name), name
 
 
-def test_app_does_not_import_hf_tpu_ext_at_module_level():
+def test_app_is_the_ui_on_the_fill_mask_library():
+    """app.py imports only hf_tpu_ext.fill_mask (uploaded with the Space) and no framework at module level."""
     import ast
 
     with open(os.path.join(DEMO_DIR, "app.py"), encoding="utf-8") as f:
         tree = ast.parse(f.read())
     top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    names = [a.name for n in top for a in n.names] + [n.module for n in top if isinstance(n, ast.ImportFrom)]
-    assert not any(str(n).startswith(("hf_tpu_ext", "tensorflow", "torch")) for n in names)
+    names = [a.name for n in top if isinstance(n, ast.Import) for a in n.names] + \
+        [n.module for n in top if isinstance(n, ast.ImportFrom)]
+    ours = [n for n in names if n.startswith("hf_tpu_ext")]
+    assert ours and all(n.startswith("hf_tpu_ext.fill_mask") for n in ours)
+    assert not any(n.startswith(("tensorflow", "torch", "gradio", "transformers")) for n in names)
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert {"FillMaskPredictor", "ModelCache", "list_revisions"}.isdisjoint(
+        {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))})
+    assert "build_demo" in functions
 
 
 # --- hf-tpu demo ----------------------------------------------------------------------------------------------

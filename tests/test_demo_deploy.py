@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 import pytest
 
@@ -42,11 +43,19 @@ def test_deploy_space_uploads_demo(loopback_hub, pushed_model, monkeypatch, tmp_
     repo = loopback_hub.server.repo(SPACE_ID, "space")
     assert repo.sdk == "gradio"
     files = loopback_hub.server.files(SPACE_ID, "space")
-    assert {"app.py", "probes.py", "requirements.txt", "README.md", "model_id.txt"} <= set(files)
+    from hf_tpu_ext.fill_mask import space_modules
+
+    modules = space_modules()
+    assert set(files) - {".gitattributes"} == {"app.py", "requirements.txt", "README.md", "model_id.txt", *modules}
     with open(os.path.join(DEMO_DIR, "app.py"), "rb") as f:
         assert files["app.py"] == f.read()
-    with open(os.path.join(REPO_ROOT, "hf_tpu_ext", "probes.py"), "rb") as f:
-        assert files["probes.py"] == f.read()
+    library = sorted(f"hf_tpu_ext/fill_mask/{n}" for n in os.listdir(os.path.join(REPO_ROOT, "hf_tpu_ext", "fill_mask"))
+                     if n.endswith(".py"))
+    assert sorted(p for p in modules if p.startswith("hf_tpu_ext/fill_mask/")) == library  # none forgotten
+    assert {"hf_tpu_ext/__init__.py", "hf_tpu_ext/probes.py"} <= set(modules)
+    for path in modules:
+        with open(os.path.join(REPO_ROOT, *path.split("/")), "rb") as f:
+            assert files[path] == f.read(), path
     with open(os.path.join(DEMO_DIR, "requirements.txt"), "rb") as f:
         assert files["requirements.txt"] == f.read()
     assert files["model_id.txt"].decode().strip() == MODEL_ID
@@ -64,16 +73,67 @@ def test_deploy_space_uploads_demo(loopback_hub, pushed_model, monkeypatch, tmp_
 
     # the Space's app.py, run from its own folder, shows the model named in model_id.txt
     for name, data in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
     monkeypatch.delenv("MODEL_ID", raising=False)
+    monkeypatch.setattr("sys.path", list(sys.path))  # app.py puts its own folder first
     spec = importlib.util.spec_from_file_location("space_app", str(tmp_path / "app.py"))
     app = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(app)
     assert app.default_model_id() == MODEL_ID
-    assert app.probes.__name__ == "fill_mask_probes"  # the uploaded probes.py, not hf_tpu_ext's
+    assert sys.path[0] == str(tmp_path)  # the uploaded hf_tpu_ext/ next to app.py comes first
     predictor = app.FillMaskPredictor(app.default_model_id(), backend="torch")
     r = predictor.predict("the cat sat on the [MASK] .", 3)
     assert r["ok"] and len(r["masks"][0]) == 3 and "<mask>" not in r["filled"]
+
+
+SPACE_RUN = """
+import json, sys
+import app  # the Space's app.py, from this folder
+import hf_tpu_ext, numpy
+demo = app.build_demo(backend="torch")
+listing = demo.bench.revisions()
+answer = demo.bench.fill_mask_many([("the cat sat on the <mask> .", 3, "", "", "")])[0]
+probe = demo.bench.probe("the cat sat on the <mask> . => mat | rug", "main")
+print(json.dumps({"package": hf_tpu_ext.__file__, "ok": answer["ok"], "masks": len(answer["masks"][0]),
+                  "offered": [[r["kind"], r["title"]] for r in demo.bench.offered()],
+                  "not_offered": [r["title"] for r in demo.bench.not_offered()], "probe_ok": probe["ok"],
+                  "frameworks": sorted(m for m in ("tensorflow", "tf_keras", "keras", "jax", "scipy")
+                                       if m in sys.modules)}))
+"""
+
+
+def test_space_files_alone_run_in_a_fresh_venv(loopback_hub, pushed_model, tmp_path):
+    """The uploaded files in a new venv that sees the installed third-party packages but not this repo's package
+    (no editable install, no PYTHONPATH): the page builds, lists the repo, answers and scores a probe."""
+    import json
+    import subprocess
+    import sysconfig
+    import venv
+
+    from hf_tpu_ext.hub.space import space_files
+
+    space = tmp_path / "space"
+    for name, data in space_files(pushed_model, SPACE_ID).items():
+        (space / name).parent.mkdir(parents=True, exist_ok=True)
+        (space / name).write_bytes(data)
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    site = next(env_dir.glob("lib/python*/site-packages"))
+    # a plain path line: the packages of the test environment, without processing its .pth files (the editable
+    # hf_tpu_ext finder is one), so only the uploaded hf_tpu_ext/ can be imported
+    (site / "test_env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MODEL_ID", "PYTHONHOME")}
+    env.update(HF_ENDPOINT=loopback_hub.endpoint, HF_HOME=str(tmp_path / "hf_home"), HF_HUB_DISABLE_XET="1",
+               USE_TF="0")  # as in the Space, where TensorFlow is not installed (transformers imports it when it is)
+    proc = subprocess.run([str(env_dir / "bin" / "python"), "-c", SPACE_RUN], cwd=space, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["package"] == str(space / "hf_tpu_ext" / "__init__.py")
+    assert out["ok"] is True and out["masks"] == 3 and out["probe_ok"] is True
+    assert out["offered"] == [["branch", "model"], ["commit", "model"]] and out["not_offered"] == ["initial commit"]
+    assert out["frameworks"] == []  # torch only: nothing the requirements do not list
 
 
 def test_deploy_space_cli_prints_url(loopback_hub, pushed_model, capsys):

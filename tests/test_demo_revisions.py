@@ -2,9 +2,10 @@
 
 One ``hf-tpu train --push_to_hub --hub_strategy all_checkpoints --probe_file probes.txt --hub_space_id ...`` run
 (20 steps, evaluation and pushes at steps 10 and 20) fills a model repo and deploys the Space; the Space's own
-files (``app.py`` + ``probes.py`` as uploaded) are then launched against the repo and driven with gradio_client:
-the revision list is the repo's commits, two revisions answer differently, and a 200-line probe file scores the
-same in the app, in ``hf-tpu probe`` and in the training log.
+files (``app.py`` + the ``hf_tpu_ext/fill_mask`` library as uploaded) are then launched against the repo and driven
+with gradio_client: the revision list is the repo's commits (the initial commit marked not loadable), two revisions
+answer differently, and a 200-line probe file scores the same in the app, in ``hf-tpu probe`` and in the training
+log, with intervals and a paired comparison.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import importlib.util
 import json
 import os
 import re
+import sys
 
 import pytest
 
@@ -59,7 +61,7 @@ def write_probe_file(path, tokenizer, n: int = 200, max_tokens: int = 30) -> int
                 w = window[j]
                 if w.isalpha() and w.islower() and "\u0120" + w in vocab:
                     sentence = " ".join(window[:j] + ["<mask>"] + window[j + 1:])
-                    if sentence.startswith("#") or "=>" in sentence or "\u21d2" in sentence:
+                    if sentence.startswith("#") or "=>" in sentence or "\u21d2" in sentence or "|" in sentence:
                         break  # a comment line or an arrow inside the sentence would change the probe
                     if len(tokenizer(sentence.replace("<mask>", tokenizer.mask_token))["input_ids"]) <= max_tokens:
                         lines.append(f"{sentence} \u21d2 {w}")
@@ -97,9 +99,11 @@ def bench(loopback_hub_server, trained_model_dir, tmp_path_factory):
         space_dir = tmp / "space"
         space_dir.mkdir()
         for name, data in server.files(SPACE, "space").items():
+            (space_dir / name).parent.mkdir(parents=True, exist_ok=True)
             (space_dir / name).write_bytes(data)
         spec = importlib.util.spec_from_file_location("deployed_space_app", str(space_dir / "app.py"))
         app = importlib.util.module_from_spec(spec)
+        mp.setattr("sys.path", list(sys.path))  # app.py puts its own folder first; undone with the patch
         spec.loader.exec_module(app)
         mp.delenv("MODEL_ID", raising=False)
         demo = app.build_demo(app.default_model_id(), backend="torch", cache_size=3)
@@ -125,25 +129,30 @@ def _log_history(bench):
 
 def test_deployed_space_shows_the_repo(bench):
     assert bench["app"].default_model_id() == REPO
-    assert bench["app"].probes.__name__ == "fill_mask_probes"  # the uploaded probes.py
+    assert bench["app"].FillMaskBench.__module__ == "hf_tpu_ext.fill_mask.bench"  # the library, uploaded with it
     assert bench["demo"].bench.model == REPO
 
 
 def test_revision_list_matches_the_repo_commits(bench):
     commits = list(reversed(bench["server"].commits(REPO)))  # newest first
     titles = [c["message"] for c in commits]
-    assert "Training in progress, step 10" in titles and "Checkpoint at step 10" in titles
-    assert "End of training" in titles and "Checkpoint at step 20" in titles
     listing = bench["client"].predict(api_name="/revisions")
     branches = [r for r in listing if r["kind"] == "branch"]
     assert [(b["value"], b["sha"]) for b in branches] == [("main", commits[0]["sha"])]
     assert branches[0]["label"] == f"main (branch) · {titles[0]} · {commits[0]['sha'][:7]}"
     listed = [r for r in listing if r["kind"] == "commit"]
     assert [r["value"] for r in listed] == [c["sha"] for c in commits]
+    # the initial commit (only .gitattributes) is listed as not loadable, with the reason; every push is loadable
+    assert [(r["title"], r["loadable"], r["reason"]) for r in listed if not r["loadable"]] == \
+        [("initial commit", False, "no config.json, no model weights (model.safetensors), no tokenizer files")]
+    assert branches[0]["loadable"] is True and bench["demo"].bench.default_value() == "main"
+    assert commits[-1]["sha"] not in [r["value"] for r in bench["demo"].bench.offered()]
     assert [r["label"] for r in listed] == [f"{c['message']} · {c['sha'][:7]}" for c in commits]
     steps = {r["title"]: r["step"] for r in listed}
-    assert steps["Training in progress, step 10"] == 10 and steps["Checkpoint at step 20"] == 20
     assert steps["End of training"] is None  # no step in the title: read from trainer_state.json when scored
+    assert "Training in progress, step 10" in titles and "Checkpoint at step 10" in titles
+    assert "End of training" in titles and "Checkpoint at step 20" in titles
+    assert steps["Training in progress, step 10"] == 10 and steps["Checkpoint at step 20"] == 20
 
 
 def test_two_revisions_give_different_answers(bench):
@@ -170,7 +179,9 @@ def test_initial_commit_is_refused_with_a_message(bench):
     initial = bench["server"].commits(REPO)[0]
     r = bench["client"].predict(SENTENCE, api_name="/fill_mask", revision=initial["sha"])
     assert r["ok"] is False and r["masks"] == []
-    assert r["message"].startswith(f"Revision '{initial['message']} · {initial['sha'][:7]}' of {REPO} has no loadable model")
+    assert r["message"] == (f"Revision '{initial['message']} · {initial['sha'][:7]}' of {REPO} has no loadable model "
+                            "(no config.json, no model weights (model.safetensors), no tokenizer files); "
+                            "pick another revision.")
 
 
 def test_probe_scores_match_in_app_cli_and_training_log(bench, capsys):
@@ -198,6 +209,13 @@ def test_probe_scores_match_in_app_cli_and_training_log(bench, capsys):
             (app_row["n"], app_row["top1"], app_row["top5"])
         assert logged["probe_mrr"] == pytest.approx(app_row["mrr"], abs=1e-9)
     assert 0 < rows[20]["mrr"] <= 1 and rows[20]["lines_per_second"] > 0
+    for row in rows.values():  # every figure with its 95% interval
+        for metric in ("top1", "top5", "mrr", "loglik"):
+            low, high = row["intervals"][metric]
+            assert low <= row[metric] <= high
+    (comparison,) = result["comparisons"]  # step 20 against step 10 on the same 200 probes
+    assert comparison["n"] == 200 and comparison["b"] == rows[20]["label"]
+    assert comparison["metrics"]["top1"]["diff"] == pytest.approx(rows[20]["top1"] - rows[10]["top1"])
 
 
 def test_probe_scores_land_in_the_card(bench):

@@ -200,3 +200,195 @@ def test_push_callbacks_refuse_a_malformed_repo_id_at_construction(tmp_path):
     assert str(err.value) == f"repo_id 'bad repo//x' {BAD_REPO_REASON}"
     assert TorchPushToHub(output_dir=str(tmp_path), hub_model_id="user/name").hub_model_id == "user/name"
     assert os.listdir(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- messages that name the user's input
+def test_invalid_token_names_its_source(loopback_hub, monkeypatch):
+    """HF_TOKEN overrides a fresh `huggingface-cli login` (huggingface_hub's get_token order): say where it came from."""
+    from huggingface_hub import constants
+
+    from hf_tpu_ext.errors import HubAuthError
+    from hf_tpu_ext.hub.preflight import preflight, resolve_token
+
+    with open(constants.HF_TOKEN_PATH, "w") as f:
+        f.write(loopback_hub.token)  # a valid login...
+    monkeypatch.setenv("HF_TOKEN", "hf_staleEnvironmentToken")  # ...overridden by a stale variable
+    with pytest.raises(HubAuthError) as err:
+        preflight("alice/x", resolve_token(None))
+    assert str(err.value) == (
+        "Hub token invalid: it comes from the HF_TOKEN environment variable, which takes precedence over a "
+        "`huggingface-cli login` (huggingface_hub's token order). Set HF_TOKEN to a valid token, or unset it "
+        "(`unset HF_TOKEN`) to use your login, or pass --hub_token.")
+    monkeypatch.delenv("HF_TOKEN")
+    with open(constants.HF_TOKEN_PATH, "w") as f:
+        f.write("hf_expiredLoginToken\n")
+    with pytest.raises(HubAuthError) as err:
+        preflight("alice/x", resolve_token(None))
+    assert str(err.value) == (f"Hub token invalid: it is the one saved by `huggingface-cli login` "
+                              f"({constants.HF_TOKEN_PATH}). Log in again with a valid token, set HF_TOKEN, or pass "
+                              "--hub_token.")
+    with pytest.raises(HubAuthError) as err:
+        preflight("alice/x", "hf_typedOnTheCommandLine")
+    assert str(err.value) == "Hub token invalid: run `huggingface-cli login` or pass --hub_token."
+    assert not loopback_hub.server.repos  # nothing created
+
+
+def test_hub_error_on_a_download_names_status_and_file(loopback_hub, tmp_path):
+    """huggingface_hub reports a 403 on one file of a snapshot as LocalEntryNotFoundError "check your connection"."""
+    from huggingface_hub import HfApi
+
+    from hf_tpu_ext.errors import HubAuthError
+    from hf_tpu_ext.hub.resume import download_last_checkpoint
+
+    api = HfApi(endpoint=loopback_hub.endpoint, token=loopback_hub.token)
+    api.create_repo("alice/m")
+    (tmp_path / "src" / "last-checkpoint").mkdir(parents=True)
+    (tmp_path / "src" / "last-checkpoint" / "model.weights.h5").write_bytes(b"w" * 10)
+    api.upload_folder(repo_id="alice/m", folder_path=str(tmp_path / "src"))
+    loopback_hub.server.fail_next(1, 403, route="resolve")
+    with pytest.raises(HubAuthError) as err:
+        download_last_checkpoint("alice/m", loopback_hub.token, str(tmp_path / "a"), is_checkpoint=lambda f: True)
+    assert str(err.value) == (
+        "Could not download last-checkpoint/ of alice/m: the Hub answered HTTP 403 for last-checkpoint/model.weights.h5 "
+        "(injected failure 403). The token may not read it: for a gated or private repo, request access or use a token "
+        "of an account that has it.")
+    loopback_hub.server.fail_next(1, 404, route="resolve")
+    with pytest.raises(HubRepoError) as err:
+        download_last_checkpoint("alice/m@main", loopback_hub.token, str(tmp_path / "b"), is_checkpoint=lambda f: True)
+    assert str(err.value) == (
+        "Could not download last-checkpoint/ of alice/m@main: the Hub answered HTTP 404 for "
+        "last-checkpoint/model.weights.h5 (injected failure 404). Check the repo id, the revision and that the file "
+        "was pushed.")
+    assert download_last_checkpoint("alice/m", loopback_hub.token, str(tmp_path / "c"), is_checkpoint=lambda f: True)
+
+
+def _resume_run(tmp_path, *argv):
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.training_run import TrainingRun
+
+    return TrainingRun(*parse_args(["--output_dir", str(tmp_path / "out"), *argv]))
+
+
+def test_resume_names_the_repo_and_only_passed_flags(tmp_path):
+    from hf_tpu_ext.backends.base import CheckpointInfo
+    from hf_tpu_ext.errors import CheckpointError
+
+    download = tmp_path / "hf-tpu-resume-abc"  # the temp folder a Hub resume downloads into
+    info = CheckpointInfo(path=str(download / "last-checkpoint" / "ckpt-40"), global_step=40,
+                          model_config={"hidden_size": 64, "num_hidden_layers": 2, "max_position_embeddings": 66},
+                          trainer_state={"global_step": 40, "train_batch_size": 8, "num_input_tokens_seen": 40 * 8 * 64})
+    # --max_seq_length left at its default (128): the checkpoint's 64 is used, max_predictions_per_seq follows
+    run = _resume_run(tmp_path, "--resume_from_checkpoint", "alice/m")
+    run._resume_download = (str(download), "alice/m")
+    run._apply_checkpoint_shape(info)
+    assert (run.data_args.max_seq_length, run.data_args.max_predictions_per_seq) == (64, 10)
+    assert (run.model_args.hidden_size, run.model_args.num_hidden_layers) == (64, 2)
+    # passed flags that contradict it are named, the checkpoint by the repo id given
+    run = _resume_run(tmp_path, "--resume_from_checkpoint", "alice/m", "--max_seq_length", "128", "--hidden_size", "32")
+    run._resume_download = (str(download), "alice/m")
+    with pytest.raises(CheckpointError) as err:
+        run._apply_checkpoint_shape(info)
+    assert str(err.value) == (
+        "These flags contradict the checkpoint hf://alice/m/last-checkpoint/ckpt-40 being resumed: --hidden_size 32 "
+        "(the checkpoint has 64); --max_seq_length 128 (the checkpoint's model holds 64 tokens). Drop them (the "
+        "checkpoint's values are used) or start a new run in another --output_dir.")
+    # a passed shorter length is the user's choice (the positions hold it)
+    run = _resume_run(tmp_path, "--resume_from_checkpoint", "alice/m", "--max_seq_length", "32")
+    run._apply_checkpoint_shape(info)
+    assert run.data_args.max_seq_length == 32
+
+
+def test_tpu_name_local_off_a_tpu():
+    pytest.importorskip("tensorflow")
+    from hf_tpu_ext.backends.tensorflow.strategy import tpu_error_message
+
+    class NotFoundError(Exception):  # what TensorFlow raises on a machine without a TPU (tf.errors.NotFoundError)
+        pass
+
+    error = NotFoundError("TPUs not found in the cluster. Failed in initialization: No OpKernel was registered to "
+                          "support Op 'ConfigureDistributedTPU'")
+    assert tpu_error_message("local", error) == (
+        "--tpu_name local: this machine has no TPU that TensorFlow can use (NotFoundError: TPUs not found in the "
+        "cluster). 'local' is the TPU of the Cloud TPU VM the run is on, with TensorFlow's TPU runtime (libtpu). To "
+        "train on this machine's CPU or GPUs, drop --tpu_name; for a TPU Node, give its name (with --tpu_zone and "
+        "--gcp_project) or its address grpc://IP:8470.")
+
+
+def test_binary_file_is_not_given_encoding_advice(tmp_path):
+    import gzip
+    import random
+
+    from hf_tpu_ext.data.loading import check_data_file
+
+    rng = random.Random(0)
+    noise = tmp_path / "noise.txt"
+    noise.write_bytes(bytes(rng.randrange(256) for _ in range(4096)))
+    first_nul = noise.read_bytes().index(0)
+    with pytest.raises(DataError) as err:
+        check_data_file(str(noise))
+    assert str(err.value) == (
+        f"--train_file {noise} is not text: it looks like a binary file (a NUL byte at offset {first_nul:,}), not text "
+        "in another encoding. Give a text file (UTF-8: .txt with one text per line, .jsonl, .csv), or check the path.")
+    short = tmp_path / "short.txt"  # too short to hold a NUL: told by its control bytes
+    short.write_bytes(bytes([1, 2, 3, 4, 5, 6, 7]) + b"abc" * 10)
+    with pytest.raises(DataError, match=r"is not text: it looks like a binary file \(7 control bytes in its first 37\)"):
+        check_data_file(str(short), "--validation_file")
+    packed = tmp_path / "corpus.txt"
+    packed.write_bytes(gzip.compress(b"some text\n" * 100))
+    with pytest.raises(DataError) as err:
+        check_data_file(str(packed))
+    assert str(err.value) == (f"--train_file {packed} is gzip-compressed, not text: unpack it first (e.g. "
+                              "`gunzip -c IN > OUT`) and pass the text file.")
+    utf16 = tmp_path / "utf16.txt"
+    utf16.write_bytes("Caf\u00e9 au lait.\n".encode("utf-16"))
+    with pytest.raises(DataError) as err:
+        check_data_file(str(utf16))
+    assert str(err.value) == (f"--train_file {utf16} is UTF-16 text, not UTF-8: convert it, e.g. `iconv -f utf-16 -t "
+                              "utf-8 IN > OUT` (Windows editors save \"Unicode\" as UTF-16).")
+    latin1 = tmp_path / "latin1.txt"  # text in another 8-bit encoding passes here; the loader names the offset
+    latin1.write_bytes("Caf\u00e9 au lait.\n".encode("latin-1") * 50)
+    assert check_data_file(str(latin1)) == "text"
+
+
+def test_prepare_data_output_path_that_is_a_file(tmp_path, capsys):
+    from hf_tpu_ext.cli import main
+
+    taken = tmp_path / "shards"
+    taken.write_text("not a folder")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a line of text\n" * 50)
+    for path in (taken, taken / "sub"):
+        assert main(["prepare-data", "--train_file", str(corpus), "--output_path", str(path)]) == 1
+        assert capsys.readouterr().err == (f"hf-tpu prepare-data: error: --output_path {str(path)!r}: {str(taken)!r} "
+                                           "is a file, not a folder; choose another path.\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "shards"]
+
+
+def test_hub_repo_is_created_only_after_the_data_checks(loopback_hub, tmp_path):
+    """A run refused for its data (too few blocks for one batch) has checked the token, created no repo."""
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.errors import CorpusTooSmallError
+    from hf_tpu_ext.training_run import TrainingRun
+
+    class NoBuildBackend:  # the TensorFlow backend's attributes, without starting TensorFlow
+        name, callback_kind, supports_tfrecord, needs_remote_data = "tensorflow", "tf_keras", True, False
+        num_replicas, is_chief, processes_to_spawn = 1, True, 0
+
+        def setup(self, args):
+            pass
+
+        def build(self, *args):
+            raise AssertionError("built a model although the data checks failed")
+
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text("A short corpus: far fewer blocks than one batch of 64.\n" * 20)
+    out = tmp_path / "out"
+    args = parse_args(["--output_dir", str(out), "--train_file", str(corpus), "--vocab_size", "300",
+                       "--max_seq_length", "16", "--per_device_train_batch_size", "64", "--push_to_hub", "true",
+                       "--hub_model_id", "alice/never-created", "--hub_token", loopback_hub.token,
+                       "--callbacks", ""])  # no tf_keras callback classes: TensorFlow is not imported
+    with pytest.raises(CorpusTooSmallError):
+        TrainingRun(*args, backend=NoBuildBackend()).run()
+    routes = [r["route"] for r in loopback_hub.server.requests]
+    assert "whoami" in routes and "create_repo" not in routes  # the token was checked before the data work
+    assert not loopback_hub.server.repos and not out.exists()

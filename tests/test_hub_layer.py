@@ -325,8 +325,12 @@ def test_push_command(loopback_hub, tmp_path, capsys):
     (last,) = loopback_hub.server.commits("alice/my-run")[-1:]
     assert url == f"{loopback_hub.endpoint}/alice/my-run/commit/{last['sha']}"
     assert loopback_hub.server.repo("alice/my-run").private is True
-    assert sorted(last["files"]) == [".gitattributes", "README.md", "config.json", "model.safetensors", "runs/events.out",
-                                     "tokenizer_config.json", "training_summary.json"]
+    # the newest checkpoint goes up as last-checkpoint/ by default (what --resume_from_checkpoint resumes from)
+    assert sorted(last["files"]) == [".gitattributes", "README.md", "config.json", "last-checkpoint/checkpoint",
+                                     "last-checkpoint/ckpt-5.data-00000-of-00001", "last-checkpoint/ckpt-5.index",
+                                     "model.safetensors", "runs/events.out", "tokenizer_config.json",
+                                     "training_summary.json"]
+    assert last["message"] == "Upload model (step 1200) and last-checkpoint/ (step 5) with hf-tpu-ext"
     assert b"license: mit" in last["files"]["README.md"]
     assert loopback_hub.token not in last["files"]["README.md"].decode()
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -112,6 +113,15 @@ def test_kill_at_every_phase_then_resume_ends_like_an_uninterrupted_run(loopback
     assert json.loads(files["last-checkpoint/trainer_state.json"])["global_step"] == 20
     summary = json.loads((out / "training_summary.json").read_text())
     assert summary["hub_pushes"]["final_pushed"] is True
+    # the process killed during the final push is in the report too (its push is pending there, landed now)
+    assert summary["hub_pushes"]["processes"] == 2 and summary["hub_pushes"]["pending"] == []
+    # killed before the export: the export done by the resume writes every result and the whole card
+    results, ref_results = (json.loads((f / "all_results.json").read_text()) for f in (out, ref))
+    assert sorted(results) == sorted(ref_results)
+    # the same card but for its figures (and the comment holding the card's hash)
+    figures = lambda f: re.sub(r"\d[\d,.]*(e[-+]?\d+)?", "#", re.sub(r"<!--.*?-->", "", (  # noqa: E731
+        f / "README.md").read_text())).replace("alice/straight", REPO).replace("straight", REPO.split("/")[1])
+    assert figures(out) == figures(ref)
 
     # a resume of the finished run changes nothing
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
@@ -259,23 +269,25 @@ def test_training_that_raises_reports_pending_pushes_and_cleans_staging(loopback
     assert not left
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_during_a_pushing_run_stops_with_the_resume_line(loopback_hub, tmp_path, sig):
-    """The console script (stderr filter, whole-process exit) stops at a step boundary: one line, exit 128+signum,
-    the process gone within seconds, the checkpoints readable."""
-    loopback_hub.server.latency(1.0, route="commit")  # uploads are still in flight when the signal comes
+@pytest.mark.parametrize("sig, token_flag", [(signal.SIGINT, ["--hub-token", None]), (signal.SIGTERM, ["--hub_token=*"])])
+def test_a_signal_during_a_pushing_run_stops_with_the_resume_line(loopback_hub, tmp_path, sig, token_flag):
+    """The console script (stderr filter, whole-process exit) stops at a step boundary mid-epoch, saves that step and
+    pushes it as last-checkpoint/ (3 s per commit, 10 s grace): one line, exit 128+signum, the process gone within
+    the grace budget, no spelling of the token flag in any output."""
+    loopback_hub.server.latency(3.0, route="commit")  # an upload is still in flight when the signal comes
     out = tmp_path / "o"
-    args = tiny_train_args(out, "--max_steps", "100000", "--save_strategy", "steps", "--save_steps", "5",
-                           "--eval_strategy", "no", "--callbacks", "", "--jit_compile", "false",
-                           "--push_to_hub", "true", "--hub_model_id", REPO, "--hub_token", loopback_hub.token)
+    token = [loopback_hub.token if a is None else a.replace("*", loopback_hub.token) for a in token_flag]
+    args = tiny_train_args(out, "--num_train_epochs", "1000", "--save_strategy", "epoch", "--eval_strategy", "no",
+                           "--callbacks", "", "--jit_compile", "false", "--push_to_hub", "true", "--hub_model_id",
+                           REPO, "--hub_strategy", "checkpoint", *token, "--save_on_signal_timeout", "10")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, "-m", "hf_tpu_ext", "train", *args], env=env,
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
         lines = []
-        for line in proc.stderr:  # wait until a push is queued
+        for line in proc.stderr:  # wait until training runs
             lines.append(line)
-            if "saved checkpoint" in line and "ckpt-10" in line:
+            if "step 10 (epoch" in line:
                 break
         start = time.monotonic()
         proc.send_signal(sig)
@@ -285,21 +297,24 @@ def test_a_signal_during_a_pushing_run_stops_with_the_resume_line(loopback_hub, 
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 128 + sig, "".join(lines[-20:]) + rest[-3000:]
-    assert elapsed < 10, elapsed  # the process has exited, not only printed its line
+    assert elapsed < 15, elapsed  # the process has exited, not only printed its line (10 s grace budget)
     last = rest.strip().splitlines()[-1]
-    assert last.startswith("interrupted at step 1")
+    step = int(last.split(";")[0].rsplit(" ", 1)[1])
+    assert last.startswith(f"interrupted at step {step}; ") and 10 <= step < 64  # mid-epoch
     assert [line for line in rest.splitlines() if line.startswith("interrupted")] == [last]
     hint = ("; resume with: hf-tpu train " + " ".join(
-        shlex.quote(a) for a in args if a not in ("--hub_token", loopback_hub.token)) + " --resume_from_checkpoint true")
+        shlex.quote(a) for a in args if a not in token) + " --resume_from_checkpoint true")
     assert last.endswith(hint), last
-    assert "Traceback" not in rest and "RuntimeError" not in rest
-    assert loopback_hub.token not in rest
-    # stopped between steps: every checkpoint written is complete (the newest one reads back)
+    assert "Traceback" not in rest and "RuntimeError" not in rest and "Interrupted again" not in rest
+    _secret_free(out, loopback_hub.token, rest, "".join(lines))
+    # a signal is a save: the step reached is checkpointed (with its state) and on the Hub as last-checkpoint/
     from hf_tpu_ext.backends.tensorflow.backend import TensorFlowBackend
 
     backend = TensorFlowBackend()
     newest = backend.find_checkpoints(str(out))[0]
-    assert backend.checkpoint_info(newest).global_step >= 10
+    assert newest.endswith(f"ckpt-{step}") and backend.checkpoint_info(newest).trainer_state["global_step"] == step
+    assert json.loads(loopback_hub.server.files(REPO)["last-checkpoint/trainer_state.json"])["global_step"] == step
+    assert json.loads((out / "training_summary.json").read_text())["interrupted"]["not_pushed"] == []
 
 
 def test_a_final_push_that_fails_is_an_error_and_a_resume_pushes_it(loopback_hub, tmp_path):
@@ -319,4 +334,175 @@ def test_a_final_push_that_fails_is_an_error_and_a_resume_pushes_it(loopback_hub
                                                                           "card": "done"}
     _train(args + ["--resume_from_checkpoint", "true"])  # only the push is left: it lands now
     assert loopback_hub.server.files(REPO)["model.safetensors"] == (out / "model.safetensors").read_bytes()
+    assert json.loads((out / "run_state.json").read_text())["phases"]["push"] == "pushed"
+
+
+# ---------------------------------------------------------------------------------------------- a signal is a save
+# 20 steps without checkpoints but the final one (an epoch is 64 steps): only the signal saves in between
+SIGNAL_RUN = ["--max_steps", "20", "--save_strategy", "epoch", "--eval_strategy", "steps", "--eval_steps", "10",
+              "--jit_compile", "false"]
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+    """The uninterrupted 20-step run the interrupted ones are compared with (log history, train_loss, weights)."""
+    out = tmp_path_factory.mktemp("straight") / "o"
+    _train(tiny_train_args(out, *SIGNAL_RUN, "--callbacks", ""))
+    return out
+
+
+SIGNALLED = []  # time.monotonic() of each signal sent by a _signal_at callback
+
+
+def _signal_at(step, sig):
+    """A registered tf_keras callback name that sends ``sig`` to this process after global step ``step``."""
+    import tf_keras
+
+    from hf_tpu_ext.callbacks import register_callback
+
+    name = f"test_signal_{int(sig)}_at_{step}"
+
+    @register_callback(name, "Test only: send a signal to this process after a global step.")
+    class SignalAt(tf_keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) == step:
+                SIGNALLED.append(time.monotonic())
+                os.kill(os.getpid(), sig)  # the run's handler records it; the loop stops at the step boundary
+
+    return name
+
+
+def _train_argv(args):
+    """``train`` as the console runs it (``argv`` given: the resume line is built from it)."""
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.training_run import train
+
+    return train(*parse_args(args), argv=["train", *args])
+
+
+def _secret_free(folder, secret, *texts):
+    """Neither ``texts`` nor any file under ``folder`` holds ``secret``."""
+    for text in texts:
+        assert secret not in text
+    leaks = [str(p) for p in folder.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert not leaks, leaks
+
+
+@pytest.mark.parametrize("sig, push", [(signal.SIGTERM, True), (signal.SIGINT, False)])
+def test_a_signal_saves_the_step_reached_and_the_resume_ends_like_an_uninterrupted_run(
+        loopback_hub, tmp_path, straight_run, hf_log, sig, push):
+    """SIGTERM/SIGINT at step 13 (mid-epoch, between two logging steps): checkpoint of step 13 with its trainer
+    state and logging window; with pushes (3 s Hub latency, 10 s grace budget) the Hub's last-checkpoint/ is
+    at step 13; the resume starts there and ends with the log history, train_loss and weights of a straight run."""
+    from hf_tpu_ext.errors import TrainingInterrupted
+
+    out = tmp_path / "o"
+    hub = ["--push_to_hub", "true", "--hub_strategy", "checkpoint", "--hub_model_id", REPO, "--hub-token",
+           loopback_hub.token, "--save_on_signal_timeout", "10"] if push else []
+    loopback_hub.server.latency(3.0, route="commit")
+    args = tiny_train_args(out, *SIGNAL_RUN, *hub)
+    with pytest.raises(TrainingInterrupted) as stop:
+        _train_argv(args + ["--callbacks", _signal_at(13, sig)])
+    assert stop.value.signum == sig and stop.value.step == 13
+    assert str(stop.value).startswith("interrupted at step 13; resume with: hf-tpu train --output_dir ")
+    ckpt = out / "checkpoints"
+    state = json.loads((ckpt / "ckpt-13.trainer_state.json").read_text())
+    assert state["global_step"] == 13 and [e["step"] for e in state["log_history"]] == [5, 10, 10]
+    sidecar = json.loads((ckpt / "ckpt-13.json").read_text())
+    assert sidecar["loss_window"]["steps"] == 3 and sidecar["trainer_state"] == "ckpt-13.trainer_state.json"
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["interrupted"] == {"signal": signal.Signals(sig).name, "global_step": 13,
+                                      "checkpoint": os.path.join("checkpoints", "ckpt-13"),
+                                      "save_on_signal_timeout": 10.0 if push else 25.0, "not_pushed": []}
+    if push:
+        files = loopback_hub.server.files(REPO)
+        assert json.loads(files["last-checkpoint/trainer_state.json"])["global_step"] == 13
+        assert "last-checkpoint/ckpt-13.index" in files
+        assert summary["hub_pushes"]["pushed"] == 1 and summary["hub_pushes"]["pending"] == []
+        _secret_free(out, loopback_hub.token, str(stop.value), hf_log.text)
+
+    loopback_hub.server.latency(0.0, route="commit")
+    _train_argv(args + ["--callbacks", "", "--resume_from_checkpoint", "true"])
+    assert "ckpt-13 at global step 13" in hf_log.text
+    _assert_same_run(out, straight_run)  # log history (the step-15 mean over steps 11-15), train_loss, weights
+    if push:
+        summary = json.loads((out / "training_summary.json").read_text())
+        assert summary["hub_pushes"]["processes"] == 2 and summary["hub_pushes"]["pushed"] == 2  # both processes
+        assert summary["hub_pushes"]["final_pushed"] is True and "interrupted" not in summary
+        _secret_free(out, loopback_hub.token, hf_log.text)
+
+
+def test_a_signal_whose_push_outlasts_the_grace_budget_reports_it(loopback_hub, tmp_path, hf_log):
+    """3 s per commit, 1 s of grace: the run exits about 1 s after the signal; the push that did not land is
+    in the log and in training_summary.json; the token from a JSON config is in no output."""
+    from hf_tpu_ext.errors import TrainingInterrupted
+
+    loopback_hub.server.latency(3.0, route="commit")
+    out = tmp_path / "o"
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"hub_token": loopback_hub.token, "push_to_hub": True, "hub_model_id": REPO,
+                                  "hub_strategy": "checkpoint", "save_on_signal_timeout": 1}))
+    args = [str(config)] + tiny_train_args(out, *SIGNAL_RUN, "--callbacks", _signal_at(7, signal.SIGTERM))
+    with pytest.raises(TrainingInterrupted) as stop:
+        _train_argv(args)
+    stopped = time.monotonic() - SIGNALLED[-1]  # the save of step 7, 1 s of waiting, the report
+    assert stop.value.signum == signal.SIGTERM and stop.value.step == 7
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["interrupted"]["not_pushed"] == ["Training in progress, step 7"]
+    assert ("SIGTERM: not on the Hub within the 1s grace budget (--save_on_signal_timeout): Training in progress, "
+            "step 7; the local folder has it.") in hf_log.text
+    assert (out / "checkpoints" / "ckpt-7.trainer_state.json").is_file()
+    assert 1.0 <= stopped < 8.0, stopped  # not the 3 s the commit takes, nor the pusher's 600 s timeout
+    assert str(stop.value).endswith(f"resume with: hf-tpu train {config} " + " ".join(
+        shlex.quote(a) for a in args[1:]) + " --resume_from_checkpoint true")
+    _secret_free(out, loopback_hub.token, str(stop.value), hf_log.text)
+
+
+def test_a_kill_between_the_weights_and_the_state_of_a_checkpoint_resumes_from_the_one_before(
+        tmp_path, straight_run, hf_log):
+    """kill -9 after ckpt-20's weight files, before its trainer state: the resume skips the incomplete ckpt-20,
+    removes its files, continues from ckpt-10 and ends like a straight run; nothing temporary is left."""
+    out = tmp_path / "o"
+    args = tiny_train_args(out, *SIGNAL_RUN, "--callbacks", "", "--save_strategy", "steps", "--save_steps", "10")
+    proc = run_train_script(args, env={"HF_TPU_EXT_TEST_KILL_AT": "checkpoint_weights@20"}, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    ckpt = out / "checkpoints"
+    assert (ckpt / "ckpt-20.index").is_file() and not (ckpt / "ckpt-20.trainer_state.json").exists()
+    assert (ckpt / "checkpoint").read_text().splitlines()[0] == 'model_checkpoint_path: "ckpt-10"'
+    (out / ".tf_model.h5.x1y2.tmp").write_bytes(b"half an export")  # what a kill inside an export leaves
+    (ckpt / "ckpt-20_temp").mkdir()  # and one inside TensorFlow's own save
+    (ckpt / "ckpt-20_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"x")
+
+    _train(args + ["--resume_from_checkpoint", "true"])
+    assert "ckpt-20 is incomplete" in hf_log.text and "ckpt-10 at global step 10" in hf_log.text
+    _assert_same_run(out, straight_run)
+    names = sorted(p.name for p in ckpt.iterdir())
+    assert names == ["checkpoint", "ckpt-10.data-00000-of-00001", "ckpt-10.index", "ckpt-10.json",
+                     "ckpt-10.trainer_state.json", "ckpt-20.data-00000-of-00001", "ckpt-20.index", "ckpt-20.json",
+                     "ckpt-20.trainer_state.json"]
+    assert not [p for p in out.rglob("*") if p.name.endswith((".tmp", "_temp"))]
+
+
+def test_one_sigint_during_the_final_push_lets_it_land(loopback_hub, tmp_path, hf_log, monkeypatch):
+    """A first Ctrl-C while the final push uploads (3 s per commit) is no "Interrupted again": the push gets the
+    grace budget, lands, and the run ends complete."""
+    import threading
+
+    from hf_tpu_ext import interrupts
+
+    real_wait = interrupts.wait_until
+
+    def wait_and_signal(done, timeout, poll=0.1):  # Ctrl-C half a second into the wait for the final push
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        return real_wait(done, timeout, poll)
+
+    monkeypatch.setattr(interrupts, "wait_until", wait_and_signal)
+    loopback_hub.server.latency(3.0, route="commit")
+    out = tmp_path / "o"
+    results = _train_argv(tiny_train_args(out, "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "no",
+                                          "--callbacks", "", "--jit_compile", "false", "--push_to_hub", "true",
+                                          "--hub_model_id", REPO, "--hub_token", loopback_hub.token))
+    assert results["global_step"] == 4
+    assert "Interrupted again" not in hf_log.text and "not uploaded" not in hf_log.text
+    assert loopback_hub.server.commits(REPO)[-1]["message"] == "End of training"
     assert json.loads((out / "run_state.json").read_text())["phases"]["push"] == "pushed"

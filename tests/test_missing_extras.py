@@ -45,6 +45,9 @@ def model_dir(tmp_path):
     (["prepare-data", "--train_file", "corpus.txt", "--output_path", "shards"],
      "hf-tpu prepare-data: error: hf-tpu prepare-data needs: pip install 'hf-tpu-ext[tensorflow]' "
      "(missing: tensorflow, datasets)."),
+    (["train", "--backend", "keras", "--output_dir", "run", "--max_steps", "2", "--report_to", "none"],
+     "hf-tpu train: error: --backend keras needs: pip install 'hf-tpu-ext[jax]' (missing: keras, keras_hub, jax, "
+     "datasets)."),
     (["probe", "out", "probes.txt"],
      "hf-tpu probe: error: hf-tpu probe runs the model with PyTorch or TensorFlow, and neither is installed: "
      "pip install 'hf-tpu-ext[torch]' (or '[tensorflow]')."),

@@ -24,3 +24,17 @@ def test_pip_install_core_changes_nothing_beside_transformers_4(tmp_path):
     installs = {item["metadata"]["name"]: item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
     ours = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert installs == {"hf-tpu-ext": ours}
+
+
+def test_tensorflow_demo_extra_resolves_without_backtracking(tmp_path):
+    """`.[tensorflow-demo,test]` (scripts/test.sh) names the gradio that allows huggingface_hub<1.0 (6.17.x), so pip
+    takes it at once; `.[tensorflow,demo]` reaches the same set only after fetching every newer gradio wheel."""
+    report = tmp_path / "report.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-build-isolation", "--quiet",
+         "--report", str(report), f"{REPO_ROOT}[tensorflow-demo,test]"],
+        capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    installs = {item["metadata"]["name"]: item["metadata"]["version"] for item in json.loads(report.read_text())["install"]}
+    assert set(installs) == {"hf-tpu-ext"}  # this environment (built from the same extras) already fits
+    assert version("gradio").startswith("6.17.") and version("huggingface_hub").startswith("0.")

@@ -49,7 +49,26 @@ def test_resolve_precision_says_why():
     emulated = resolve_precision(True, None, "CPU", False).reason
     assert "emulated" in emulated and "--bf16 auto would keep float32" in emulated
     assert "oneDNN bf16 kernels, not XLA" in resolve_precision(True, None, "CPU", True).reason
-    assert emulated.endswith("; XLA (faster than TensorFlow's kernels on emulated bf16)")
+    assert emulated.endswith("; XLA, faster than TensorFlow's kernels on emulated bf16")
+
+
+def test_precision_log_line_nests_no_parentheses():
+    """The line the TensorFlow backend logs ("precision P, compiler path: C. Why: R.") for every plan: one level of
+    parentheses at most (it used to nest three: "... (oneDNN) (--bf16 true ... (emulated: ...))")."""
+    compiler_paths = ("XLA, whole step in one program", "XLA per-replica forward/backward, update outside XLA",
+                      "TensorFlow kernels (oneDNN)", "TensorFlow kernels")
+    for bf16 in (None, "auto", True, False):
+        for jit in (None, True, False):
+            for accel in ("CPU", "GPU", "TPU"):
+                for native in (True, False):
+                    plan = resolve_precision(bf16, jit, accel, native)
+                    for path in compiler_paths:
+                        line = f"precision {plan.precision}, compiler path: {path}. Why: {plan.reason}."
+                        depth = deepest = 0
+                        for ch in line:
+                            depth += {"(": 1, ")": -1}.get(ch, 0)
+                            deepest = max(deepest, depth)
+                        assert deepest <= 1 and depth == 0, line
 
 
 def test_bad_bf16_flag_is_an_argument_error():
@@ -97,4 +116,4 @@ def test_bf16_on_tensorflow_kernels_trains_and_exports_float32(tmp_path):
     card = (out / "README.md").read_text()
     assert "| Precision | bf16 mixed |" in card and "| Compiler path | TensorFlow kernels (oneDNN) |" in card
     assert "trained with hf-tpu-ext using TensorFlow." in card
-    assert any("precision bf16 mixed, compiler path: TensorFlow kernels (oneDNN) (--bf16 true" in m for m in messages)
+    assert any("precision bf16 mixed, compiler path: TensorFlow kernels (oneDNN). Why: --bf16 true" in m for m in messages)

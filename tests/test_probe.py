@@ -1,4 +1,5 @@
-"""Cloze probes: parsing (lines, CSV, JSONL), answers -> vocabulary ids, ranks/top-k/MRR, and ``hf-tpu probe``."""
+"""Cloze probes: parsing (lines, CSV, JSONL, templates, distractors), answers -> token ids, ranks/top-k/MRR,
+multi-token answers (left-to-right log-likelihood), partial probe sets, and ``hf-tpu probe``."""
 
 from __future__ import annotations
 
@@ -62,6 +63,22 @@ def test_parse_errors_name_the_line(text, fmt, message):
     assert str(info.value) == message
 
 
+def test_parse_templates_and_distractors():
+    text = ("The capital of France is <mask>. | France's capital: [MASK]. \u21d2 Paris | Lyon | Paris | Rome\n"
+            "x <mask> => y\n")
+    assert parse_probes(text) == [
+        Probe("The capital of France is <mask>.", "Paris", 1, ("Lyon", "Rome"), 0),  # answer dropped, order kept
+        Probe("France's capital: <mask>.", "Paris", 1, ("Lyon", "Rome"), 1),
+        Probe("x <mask>", "y", 2),
+    ]
+    jsonl = '{"text": ["a <mask>", "b <mask>"], "answer": "x", "distractors": ["y", "z"]}\n'
+    assert parse_probes(jsonl) == [Probe("a <mask>", "x", 1, ("y", "z"), 0), Probe("b <mask>", "x", 1, ("y", "z"), 1)]
+    csv_text = "text,answer,distractors\na <mask> | b <mask>,x,y|z\n"
+    assert parse_probes(csv_text) == [Probe("a <mask>", "x", 2, ("y", "z"), 0), Probe("b <mask>", "x", 2, ("y", "z"), 1)]
+    with pytest.raises(ProbeError, match=r"^A probe has exactly one <mask> \(or \[MASK\]\): line 1: 0 masks.$"):
+        parse_probes("a <mask> | no mask here => x\n")
+
+
 def test_read_probe_file_formats_and_errors(tmp_path):
     (tmp_path / "p.jsonl").write_text('{"text": "a <mask>", "answer": "x"}\n', encoding="utf-8")
     assert probes.read_probe_file(tmp_path / "p.jsonl") == [Probe("a <mask>", "x", 1)]
@@ -104,7 +121,7 @@ def test_pad_batch_shapes():
 
 @pytest.fixture(scope="module")
 def predictor(trained_model_dir):
-    from spaces_demo.app import FillMaskPredictor
+    from hf_tpu_ext.fill_mask import FillMaskPredictor
 
     return FillMaskPredictor(trained_model_dir, backend="torch")
 
@@ -129,18 +146,30 @@ def test_answer_token_depends_on_the_space_before_the_mask(predictor):
                           f"{len(pieces)} tokens {pieces}, not one word-level token")
 
 
-def test_encode_refuses_unscorable_probes_with_lines(predictor):
-    word = _spaced_words(predictor.tokenizer, 1)[0]
-    lst = [Probe(f"the <mask> is {word}", word, 1), Probe("the <mask> sat", "zqxjkvwq", 2),
-           Probe("x " * 40 + "<mask>", word, 3)]
+def test_unscorable_probes_are_skipped_or_refused_with_strict(predictor):
+    tok = predictor.tokenizer
+    word = _spaced_words(tok, 1)[0]
+    k = len(tok(" zqxjkvwq", add_special_tokens=False)["input_ids"])
+    target = predictor.max_length - k + 2  # fits with its one mask, one token too long with k masks
+    fits = next(t for t in (" ".join([word] * m) + " <mask> ." for m in range(1, predictor.max_length))
+                if len(tok(t)["input_ids"]) >= target)
+    lst = [Probe(f"the <mask> is {word}", word, 1), Probe("the <mask> sat", "zqxjkvwq", 2),  # several tokens: scored
+           Probe("x " * 40 + "<mask>", word, 3), Probe(fits, "zqxjkvwq", 4)]
+    n3 = len(tok(lst[2].text)["input_ids"])
+    n4 = len(tok(lst[3].text)["input_ids"])
+    assert n3 > predictor.max_length and n4 <= predictor.max_length < n4 + k - 1  # fits with 1 mask, not with k
+    reason3 = f"{n3} tokens, the model reads at most {predictor.max_length}"
+    reason4 = f"{n4 + k - 1} tokens with {k} masks for the longest candidate, the model reads at most {predictor.max_length}"
     with pytest.raises(ProbeError) as info:
-        probes.encode_probes(lst, predictor.tokenizer, predictor.vocab_size, predictor.max_length)
-    msg = str(info.value)
-    assert msg.startswith("2 of 3 probes cannot be scored: line 2: answer 'zqxjkvwq' after a space is ")
-    n = len(predictor.tokenizer(lst[2].text)["input_ids"])
-    assert n > predictor.max_length
-    assert f"line 3: {n} tokens, the model reads at most {predictor.max_length}" in msg
-    assert msg.endswith("Fix or remove those lines.")
+        probes.encode_probes(lst, tok, predictor.vocab_size, predictor.max_length)  # strict by default (training)
+    assert str(info.value) == f"2 of 4 probes cannot be scored: line 3: {reason3}; line 4: {reason4}. Fix or remove those lines."
+    enc = probes.encode_probes(lst, tok, predictor.vocab_size, predictor.max_length, strict=False)
+    assert [p.line for p in enc.probes] == [1, 2] and [(p.line, why) for p, why in enc.skipped] == [(3, reason3), (4, reason4)]
+    assert enc.candidates[1] == [tok(" zqxjkvwq", add_special_tokens=False)["input_ids"]]
+    result = predictor.score_probes(lst)  # the bench and `hf-tpu probe` default: skip and list
+    assert result.n == 2 and result.num_tokens == [1, k] and result.skipped == [(3, 0, reason3), (4, 0, reason4)]
+    with pytest.raises(ProbeError, match="^4 of 4 probes cannot be scored"):  # nothing left: an error either way
+        predictor.score_probes([lst[2]] * 2 + [lst[3]] * 2)
 
 
 def test_scores_match_a_direct_ranking(predictor):
@@ -161,6 +190,66 @@ def test_scores_match_a_direct_ranking(predictor):
     assert result.mrr == pytest.approx(np.mean([1 / r for r in expected]))
 
 
+def test_multi_token_score_is_the_left_to_right_sum_of_log_probs(predictor):
+    """The answer's score equals sum_i log p(t_i | context, t_<i, masks after) computed here by hand."""
+    import torch
+
+    tok, model = predictor.tokenizer, predictor._forward.model
+    text, word = "the <mask> of the module is used .", "zqxjkvwq"
+    cand = tok(" " + word, add_special_tokens=False)["input_ids"]
+    k = len(cand)
+    assert k >= 3  # several tokens in any byte-level vocabulary
+    rival = _spaced_words(tok, 1)[0]
+    with_rival = predictor.score_probes([Probe(text, word, 1, (rival,)), Probe(text, word, 2)], batch_size=3)
+    ids = tok(text.replace("<mask>", tok.mask_token))["input_ids"]
+    pos = ids.index(tok.mask_token_id)
+    blocked = torch.as_tensor(probes.blocked_ids(tok, predictor.vocab_size))
+
+    def log_probs(row, at):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([row])).logits[0, at].double()
+        return torch.log_softmax(logits.masked_fill(blocked, float("-inf")), dim=-1)
+
+    total = sum(log_probs(ids[:pos] + cand[:i] + [tok.mask_token_id] * (k - i) + ids[pos + 1:], pos + i)[cand[i]].item()
+                for i in range(k))
+    one_mask = log_probs(ids, pos)
+    assert with_rival.logprobs[0] == pytest.approx(total, abs=1e-5)
+    assert with_rival.logprobs[1] == pytest.approx(total, abs=1e-5) and with_rival.num_tokens == [k, k]
+    assert with_rival.chars == [len(word)] * 2
+    assert with_rival.loglik_per_char == pytest.approx(total / len(word), abs=1e-5)
+    rival_lp = one_mask[tok.get_vocab()["\u0120" + rival]].item()
+    assert with_rival.ranks[0] == (1 if total >= rival_lp else 2)  # ranked against the file's distractor
+    # no distractors: against every single non-special token at the one mask but the answer's first piece
+    rivals = (~blocked).clone()
+    rivals[cand[0]] = False
+    assert with_rival.ranks[1] == 1 + int((one_mask[rivals] > total).sum())
+
+
+@pytest.fixture(scope="module")
+def memorized_model_dir(tmp_path_factory):
+    """A tiny torch model that has seen 'my friend likes watermelon and pineapple .'; its tokenizer has not, so
+    both fruit are several tokens."""
+    from demo_support import build_tiny_fill_mask_model
+
+    return build_tiny_fill_mask_model(str(tmp_path_factory.mktemp("memorized")), vocab_size=360, train_steps=120,
+                                      extra_sentences=["my friend likes watermelon and pineapple ."])
+
+
+def test_known_multi_token_answer_ranks_first(memorized_model_dir):
+    from hf_tpu_ext.fill_mask import FillMaskPredictor
+
+    pred = FillMaskPredictor(memorized_model_dir, backend="torch")
+    tok = pred.tokenizer
+    assert len(tok(" watermelon", add_special_tokens=False)["input_ids"]) >= 2
+    assert len(tok(" pineapple", add_special_tokens=False)["input_ids"]) >= 2
+    lst = parse_probes("my friend likes <mask> and pineapple . => watermelon | coffee | morning | capital\n"
+                       "my friend likes watermelon and <mask> . => pineapple | coffee | watermelon\n"
+                       "paris is the <mask> of france . => capital | morning | watermelon\n")
+    result = pred.score_probes(lst)
+    assert result.ranks == [1, 1, 1] and result.top1 == 1.0
+    assert result.num_tokens[0] >= 2 and result.num_tokens[1] >= 2 and all(lp < 0 for lp in result.logprobs)
+
+
 # --- hf-tpu probe -----------------------------------------------------------------------------------------------
 
 
@@ -177,11 +266,17 @@ def test_probe_cli_json_matches_the_predictor(trained_model_dir, predictor, tmp_
     assert (out["n"], out["top1"], out["top5"], out["mrr"], out["ranks"]) == \
         (direct.n, direct.top1, direct.top5, direct.mrr, direct.ranks)
     assert out["model"] == str(trained_model_dir) and out["revision"] is None
+    from hf_tpu_ext.fill_mask.stats import wilson_interval
+
+    assert out["intervals"]["top1"] == list(wilson_interval(round(direct.top1 * 8), 8))
+    assert out["intervals"]["mrr"][0] <= direct.mrr <= out["intervals"]["mrr"][1]
+    assert out["skipped"] == [] and out["templates"] is None
 
     assert cli.main(["probe", str(trained_model_dir), str(path)]) == 0
     line = capsys.readouterr().out.strip()
-    assert line.startswith(f"{trained_model_dir}: probes=8 top1={direct.top1:.4f} top5={direct.top5:.4f} "
-                           f"mrr={direct.mrr:.4f} (")
+    lo, hi = out["intervals"]["top1"]
+    assert line.startswith(f"{trained_model_dir}: probes=8 top1={direct.top1:.4f} [{lo:.4f}, {hi:.4f}] "
+                           f"top5={direct.top5:.4f} [")
 
 
 def test_probe_cli_errors_are_fast_and_clear(trained_model_dir, tmp_path, capsys):
@@ -195,10 +290,15 @@ def test_probe_cli_errors_are_fast_and_clear(trained_model_dir, tmp_path, capsys
     assert "MODEL 'not a repo!' is neither an existing local folder nor a valid Hub repo id" in capsys.readouterr().err
     assert cli.main(["probe", str(tmp_path), str(good)]) == 1
     assert f"{tmp_path} has no config.json" in capsys.readouterr().err
-    bad = tmp_path / "bad.txt"
-    bad.write_text("the <mask> sat => zqxjkvwq\n", encoding="utf-8")
-    assert cli.main(["probe", str(trained_model_dir), str(bad)]) == 1
-    assert "bad.txt: 1 of 1 probes cannot be scored: line 1: answer 'zqxjkvwq'" in capsys.readouterr().err
+    partial = tmp_path / "partial.txt"
+    partial.write_text("the <mask> sat => zqxjkvwq\n" + "x " * 40 + "<mask> => cat\n", encoding="utf-8")
+    assert cli.main(["probe", str(trained_model_dir), str(partial)]) == 0  # the multi-token line is scored
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{trained_model_dir}: probes=1 top1=")
+    assert err.startswith("hf-tpu probe: skipped 1 of 2 probes that cannot be scored (--strict makes this an error):\n"
+                          "  line 2: ") and "the model reads at most" in err
+    assert cli.main(["probe", str(trained_model_dir), str(partial), "--strict"]) == 1
+    assert capsys.readouterr().err.startswith("hf-tpu probe: error: partial.txt: 1 of 2 probes cannot be scored: line 2: ")
 
 
 def test_split_model_ref(tmp_path):

@@ -49,14 +49,16 @@ def test_packaging_layers_match_the_readme_and_the_extras_module():
     extras = project["optional-dependencies"]
     assert set(EXTRA_MODULES) <= set(extras)  # every extra an error message names exists
     assert "transformers>=4.57,<5" in extras["tensorflow"] and "gradio>=6.17.3" in extras["demo"]
+    # the demo beside [tensorflow]: the gradio that allows huggingface_hub<1.0, so pip need not backtrack
+    assert extras["tensorflow-demo"] == ["hf-tpu-ext[tensorflow]", "gradio>=6.17.3,<6.18", "gradio_client"]
 
     readme = (REPO_ROOT / "README.md").read_text()
     first = re.search(r"```bash\n# 1\.[^\n]*\n([^\n]+)", readme).group(1)
-    assert 'pip install ".[tensorflow,demo]" && hf-tpu train --output_dir my-fill-mask-model' in first
+    assert 'pip install ".[tensorflow-demo]" && hf-tpu train --output_dir my-fill-mask-model' in first
     for named in re.findall(r'pip install "\.\[([a-z,-]+)\]"', readme):
         assert set(named.split(",")) <= set(extras), named
     test_sh = (REPO_ROOT / "scripts" / "test.sh").read_text()
-    assert 'pip install -q -e ".[tensorflow,demo,test]"' in test_sh and "scripts/test_env_*.sh" in test_sh
+    assert 'pip install -q -e ".[tensorflow-demo,test]"' in test_sh and "scripts/test_env_*.sh" in test_sh
     assert {"test_env_current.sh", "test_env_torch_xla.sh"} <= {p.name for p in (REPO_ROOT / "scripts").glob("test_env_*.sh")}
 
 

@@ -361,3 +361,36 @@ def test_callbacks_in_a_plain_trainer_script(loopback_hub, tmp_path, xla_run):
     assert push.pushed_steps == [6, 12, 12] and not push.report.failed
     files = loopback_hub.server.files("alice/plain")
     assert {"model.safetensors", "config.json", "tokenizer.json", "README.md"} <= set(files)
+
+
+def test_a_signal_saves_the_step_reached_and_the_resume_starts_there(tmp_path, xla_run):
+    """SIGTERM during step 7 of 20 with --save_strategy epoch: checkpoint-7/ (the Trainer's files and the run's
+    state), TrainingInterrupted(signum 15) naming step 7; the resume starts at 7 and finishes at 20."""
+    import signal
+
+    from transformers import TrainerCallback
+
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.callbacks import register_callback
+    from hf_tpu_ext.errors import TrainingInterrupted
+    from hf_tpu_ext.training_run import train
+
+    @register_callback("test_sigterm_at_7", "Test only: SIGTERM to this process after step 7.", "torch")
+    class SigtermAt7(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 7:
+                os.kill(os.getpid(), signal.SIGTERM)  # recorded by the run's handler, saved at the step's end
+
+    out = tmp_path / "o"
+    args = tiny_train_args(out, "--backend", "torch_xla", "--max_steps", str(STEPS), "--save_strategy", "epoch",
+                           "--eval_strategy", "no")
+    with pytest.raises(TrainingInterrupted) as stop:
+        train(*parse_args(args + ["--callbacks", "test_sigterm_at_7"]), argv=["train", *map(str, args)])
+    assert stop.value.signum == signal.SIGTERM and stop.value.step == 7
+    assert str(stop.value).startswith("interrupted at step 7; resume with: hf-tpu train ")
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-7"]
+    assert _read(out / "checkpoint-7" / "run_trainer_state.json")["global_step"] == 7
+    assert _read(out / "training_summary.json")["interrupted"]["checkpoint"] == "checkpoint-7"
+    assert _cli(args + ["--callbacks", "", "--resume_from_checkpoint", "true"]) == 0
+    state = _read(out / "trainer_state.json")
+    assert state["global_step"] == STEPS and [e["step"] for e in state["log_history"] if "loss" in e] == [5, 10, 15, 20]

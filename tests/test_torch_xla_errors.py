@@ -27,7 +27,7 @@ def test_unknown_backend_is_an_argument_error_listing_the_backends():
 
     with pytest.raises(ArgumentError) as err:
         parse_args(["--backend", "jax", "--output_dir", "x"])
-    assert str(err.value) == "Unknown --backend 'jax'; choose one of: tensorflow, torch_xla."
+    assert str(err.value) == "Unknown --backend 'jax'; choose one of: tensorflow, torch_xla, keras."
 
 
 @pytest.mark.parametrize("report_to", [[], ["--report_to", "none"]])

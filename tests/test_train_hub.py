@@ -90,9 +90,13 @@ def test_push_checkpoint_strategy_end_to_end(pushed_run, tmp_path):
 def test_resume_from_hub_last_checkpoint(pushed_run, tmp_path):
     hub, out, results, _ = pushed_run
     resumed = tmp_path / "resumed"
-    res = _train(tiny_train_args(resumed, "--max_steps", "16", "--eval_strategy", "no", "--save_strategy", "no",
-                                 "--resume_from_checkpoint", REPO, "--hub_token", hub.token))
+    args = tiny_train_args(resumed, "--max_steps", "16", "--eval_strategy", "no", "--save_strategy", "no",
+                           "--resume_from_checkpoint", REPO, "--hub_token", hub.token)
+    at = args.index("--max_seq_length")
+    del args[at:at + 2]  # left at its default (128): the checkpoint's 32 is used, not refused
+    res = _train(args)
     assert res["global_step"] == 16
+    assert json.loads((resumed / "training_args.json").read_text())["max_seq_length"] == 32
     state = json.loads((resumed / "trainer_state.json").read_text())
     steps = [e["step"] for e in state["log_history"] if "loss" in e]
     assert steps == [5, 10, 12, 15, 16]  # continued from the pushed step 12, not from 0

@@ -8,11 +8,17 @@ callbacks or the Hub pusher: the run hands them the callbacks to drive and a ``o
 Order of calls made by the training run::
 
     backend.setup(training_args)               # devices/strategy: num_replicas, is_chief (no files written)
+    backend.spawn(fn, args)                    # only when backend.processes_to_spawn > 0: the run goes on in them
     backend.find_checkpoint(...) / checkpoint_info(...)   # resume checks, before any data work
     backend.build(tokenizer, blocks, plan)     # model, optimizer, datasets (no files written)
     backend.restore(path) -> global step       # resume only
+    backend.remove_incomplete_checkpoints(output_dir)  # what a killed save left (chief, once checks passed)
     backend.fit(callbacks, on_save) -> metrics # on_save(step, checkpoint_path) after every checkpoint
     backend.export(folder, tokenizer)          # config.json, model.safetensors (PyTorch names), tokenizer
+
+Every member the training run reads is declared on :class:`Backend`; :class:`BackendDefaults` gives the optional
+ones their "not supported" value, so a new backend is a folder with one class (``class MyBackend(BackendDefaults)``)
+and one entry in :data:`hf_tpu_ext.backends.BACKEND_REGISTRY`.
 """
 
 from __future__ import annotations
@@ -76,6 +82,21 @@ class Backend(Protocol):
         needs_remote_data: the accelerator reads data from Cloud Storage only (a TPU Node).
         num_replicas: data-parallel replicas (after :meth:`setup`).
         is_chief: whether this process writes files and talks to the Hub (after :meth:`setup`).
+        processes_to_spawn: > 0 when :meth:`setup` decided that the run goes on in that many new processes
+            (:meth:`spawn`); 0 to train in this one.
+        checks_interrupts: :meth:`fit` honours a signal as a save (the training run then runs it inside
+            :func:`hf_tpu_ext.interrupts.deferring`): at each step boundary it looks at
+            :func:`hf_tpu_ext.interrupts.received`; once set, it finishes that step's logging, evaluation and
+            checkpoint as scheduled, writes a checkpoint of that step if none was (calling ``on_save``, which
+            writes the run's trainer state and pushes it), and raises ``KeyboardInterrupt`` via
+            :func:`hf_tpu_ext.interrupts.check` -- never inside a step or a checkpoint write. TensorFlow: the loop
+            breaks; transformers ``Trainer``: a ``TrainerCallback`` sets ``control.should_save`` and
+            ``should_training_stop`` in ``on_step_end``; Keras 3 ``model.fit``: a callback sets
+            ``model.stop_training`` in ``on_train_batch_end``, then the backend saves. False: a first signal
+            raises ``KeyboardInterrupt`` wherever the backend is (the steps since the last save are lost).
+        scores_probes: each evaluation also scores ``--probe_file`` (the run then evaluates at the end).
+        loaded_best: :meth:`fit` put the best evaluation's weights into the model (``load_best_model_at_end``).
+        best_model_checkpoint: where the best evaluation's weights are kept, or None (``trainer_state.json``).
     """
 
     name: str
@@ -84,9 +105,17 @@ class Backend(Protocol):
     needs_remote_data: bool
     num_replicas: int
     is_chief: bool
+    processes_to_spawn: int
+    checks_interrupts: bool
+    scores_probes: bool
+    loaded_best: bool
+    best_model_checkpoint: Optional[str]
 
     def setup(self, training_args) -> None:
         """Pick devices/strategy; nothing is written. Raises ``BackendError``/``ArgumentError``."""
+
+    def spawn(self, fn: Callable[..., None], args: tuple) -> None:
+        """Run ``fn(index, *args)`` in :attr:`processes_to_spawn` new processes and wait for them."""
 
     def device_summary(self) -> Dict[str, Any]:
         """``accelerator``, ``num_devices``, ``strategy``, ``num_replicas``, ``num_workers`` for the summary."""
@@ -140,6 +169,18 @@ class Backend(Protocol):
     def export(self, folder: str, tokenizer) -> List[str]:
         """Write ``config.json``, ``model.safetensors`` (PyTorch names) and the tokenizer into ``folder``."""
 
+    def checkpoint_state_file(self, path: str) -> str:
+        """Where the run's ``trainer_state.json`` of checkpoint ``path`` is kept (the run writes it there).
+
+        A checkpoint is one unit (weights, optimizer, data position, this state): until the state is written the
+        checkpoint must not count as a resume point -- :meth:`checkpoint_info` raises ``CheckpointError`` for it
+        and :meth:`remove_incomplete_checkpoints` deletes it.
+        """
+
+    def remove_incomplete_checkpoints(self, output_dir: str) -> List[str]:
+        """Delete the leftovers of a save or export that was killed (incomplete checkpoints, temp folders and
+        files) in a run's ``output_dir``; complete checkpoints stay. Returns the paths removed (relative)."""
+
     def export_checkpoint(self, path: str, folder: str) -> str:
         """Copy one checkpoint into ``folder`` so it restores on its own (Hub ``last-checkpoint/``)."""
 
@@ -149,3 +190,29 @@ class Backend(Protocol):
     def model_summary(self) -> Dict[str, Any]:
         """``num_parameters``, ``model_type``, ``model_config``, ``optimizer`` (text), ``jit_compile``,
         ``steps_per_execution``, ``compiler`` (the compiler path in words) for ``training_summary.json``."""
+
+
+class BackendDefaults:
+    """The optional members of :class:`Backend` with their "not supported" values, for a backend to inherit.
+
+    No spawning, no deferred signals, no probe scoring, no best model; :meth:`current_step` 0 and
+    :meth:`end_training` nothing until the subclass says otherwise.
+    """
+
+    processes_to_spawn = 0
+    checks_interrupts = False
+
+    def remove_incomplete_checkpoints(self, output_dir: str) -> List[str]:
+        return []
+    scores_probes = False
+    loaded_best = False
+    best_model_checkpoint: Optional[str] = None
+
+    def spawn(self, fn, args) -> None:
+        raise NotImplementedError(f"{type(self).__name__} trains in the calling process (processes_to_spawn is 0).")
+
+    def current_step(self) -> int:
+        return 0
+
+    def end_training(self, logs: Dict[str, Any]) -> None:
+        return None

@@ -28,19 +28,20 @@ class ThroughputCallback(ThroughputMeter, tf_keras.callbacks.Callback):
     - ``step_time_ms_median``: median wall time of one optimizer step, ms (epoch logs, and every
       ``log_every`` steps);
     - ``mfu``: model FLOPs utilization in [0, 1]: ``tokens_per_second_per_replica * flops_per_token /
-      peak_flops``, only when both are known.
+      peak_flops``, only when both are known (never above 1: see :class:`ThroughputMeter`).
 
-    After training ``self.summary`` holds the whole run's numbers (for the model card and benchmarks).
+    After training ``self.summary`` holds the steady rates of the fit (steps after warm-up; ``rate`` says so),
+    ``peak_flops`` with ``peak_flops_source``, and ``mfu`` or ``mfu_note`` (why it is left out).
 
     Args:
         global_batch_size: sequences per optimizer step over all replicas.
         seq_length: tokens per sequence.
         num_replicas: replicas the global batch is split over.
         flops_per_token: training FLOPs per token (see :func:`hf_tpu_ext.flops.flops_per_token`).
-        peak_flops: peak FLOP/s of ONE device/replica (see :func:`hf_tpu_ext.flops.known_peak_flops`).
-        measure_peak: when ``peak_flops`` is None, measure it once at train begin with
-            :func:`hf_tpu_ext.flops.measure_peak_flops` (takes about a second or two).
-        peak_dtype: dtype for ``measure_peak`` (``"float32"`` or ``"bfloat16"``).
+        peak_flops: peak FLOP/s of ONE device/replica (default: looked up at train begin with
+            :func:`hf_tpu_ext.flops.device_peak` for TensorFlow's device: a TPU/GPU datasheet value or the CPU
+            formula; nothing is measured).
+        peak_dtype: the compute dtype the default peak is for (``"float32"`` or ``"bfloat16"``).
         warmup_steps: optimizer steps at the start of each ``fit`` not timed (a call that starts inside
             the warm-up is left out whole).
         log_every: also log a line through the ``hf_tpu_ext`` logger every N optimizer steps (0: never).
@@ -54,24 +55,38 @@ class ThroughputCallback(ThroughputMeter, tf_keras.callbacks.Callback):
         """Configure from the trainer's ``RunContext``: sizes, FLOPs per token, the device's known peak.
 
         The LM head runs at ``max_predictions_per_seq`` of ``seq_length`` positions in hf-tpu-ext's trainer,
-        which the FLOP count takes into account. ``peak_flops`` is the datasheet value for the device
-        (bf16 with ``--bf16``, else float32/TF32); unknown devices (CPUs) get no MFU here (the trainer's log
-        line has it, from a measured and cached peak). No log line of its own (``log_every=0``).
+        which the FLOP count takes into account. ``peak_flops``: :func:`hf_tpu_ext.flops.device_peak` of the
+        device (bf16 with ``--bf16``, else float32/TF32; the CPU formula on a CPU), the same peak as the
+        trainer's log line. No log line of its own (``log_every=0``).
         """
-        from hf_tpu_ext.flops import default_device_kind, flops_per_token, known_peak_flops
+        from hf_tpu_ext.flops import default_device_kind, device_peak, flops_per_token
 
         predictions = getattr(run.data_args, "max_predictions_per_seq", None)
         fraction = min(1.0, predictions / run.seq_length) if predictions else None
         fpt = flops_per_token(run.model_config, run.seq_length, masked_fraction=fraction) if run.model_config else None
         kind = getattr(getattr(run, "strategy_info", None), "device_kind", None) or default_device_kind()
         dtype = "bfloat16" if getattr(run.training_args, "bf16", False) else "float32"
-        return cls(
+        peak = device_peak(kind, dtype)
+        callback = cls(
             global_batch_size=run.global_batch_size,
             seq_length=run.seq_length,
             num_replicas=run.num_replicas,
             flops_per_token=fpt,
-            peak_flops=known_peak_flops(kind, dtype),
+            peak_flops=peak.flops,
+            peak_dtype=dtype,
             # hf-tpu train's own log line is the one throughput figure on the terminal (training steps only);
             # this callback still fills the logs and ``summary`` for other callbacks and benchmarks
             log_every=0,
         )
+        callback.peak_source = peak.source if peak.flops else None
+        return callback
+
+    def _device_peak(self):
+        from hf_tpu_ext.flops import default_device_kind, device_peak
+
+        try:
+            return device_peak(default_device_kind(), self.peak_dtype)
+        except Exception as err:  # noqa: BLE001 (no device information: no MFU rather than a failed fit)
+            from hf_tpu_ext.flops import Peak
+
+            return Peak(None, f"no peak: the device could not be named ({err})")

@@ -37,12 +37,19 @@ def _weighted_median(values: List[Tuple[float, int]]) -> Optional[float]:
 
 
 class ThroughputMeter:
-    """Samples/s, tokens/s, median step time and MFU from Keras batch hooks (see the framework classes)."""
+    """Samples/s, tokens/s, median step time and MFU from Keras batch hooks (see the framework classes).
+
+    Rates: batch logs carry the last call's rate; the periodic log line, epoch logs and ``summary`` the steady
+    rate (the steps after ``warmup_steps``, time inside train-batch calls only: ``summary["rate"]`` says so).
+    MFU divides by one peak for the whole fit (``peak_flops``, or the device's from :meth:`_device_peak` at
+    train begin: a datasheet value or the CPU formula of :mod:`hf_tpu_ext.flops`, never a load-dependent
+    probe); it is never above 1: a rate above the peak leaves MFU out from then on, said once
+    (``summary["mfu_note"]``).
+    """
 
     def __init__(self, global_batch_size: int, seq_length: int, num_replicas: int = 1,
                  flops_per_token: Optional[float] = None, peak_flops: Optional[float] = None,
-                 measure_peak: bool = False, peak_dtype: str = "float32", warmup_steps: int = 2,
-                 log_every: int = 100):
+                 peak_dtype: str = "float32", warmup_steps: int = 2, log_every: int = 100):
         super().__init__()
         from hf_tpu_ext.errors import ArgumentError
 
@@ -57,7 +64,8 @@ class ThroughputMeter:
         self.num_replicas = int(num_replicas)
         self.flops_per_token = flops_per_token
         self.peak_flops = peak_flops
-        self.measure_peak = measure_peak
+        self.peak_source = "given (peak_flops)" if peak_flops else None
+        self.mfu_note: Optional[str] = None
         self.peak_dtype = peak_dtype
         self.warmup_steps = int(warmup_steps)
         self.log_every = int(log_every or 0)
@@ -95,17 +103,30 @@ class ThroughputMeter:
             "tokens_per_second": tokens,
             "tokens_per_second_per_replica": tokens / self.num_replicas,
         }
-        if self.flops_per_token and self.peak_flops:
-            rates["mfu"] = rates["tokens_per_second_per_replica"] * self.flops_per_token / self.peak_flops
+        if self.flops_per_token and self.peak_flops and self.mfu_note is None:
+            from hf_tpu_ext.flops import Peak, above_peak_message, compute_mfu
+
+            mfu = compute_mfu(rates["tokens_per_second_per_replica"], self.flops_per_token, self.peak_flops)
+            if mfu is None:  # above the peak: the peak is wrong for this machine; left out from here on
+                self.mfu_note = above_peak_message(rates["tokens_per_second_per_replica"], self.flops_per_token,
+                                                   Peak(self.peak_flops, self.peak_source or "given"))
+                logger.warning("%s.", self.mfu_note)
+            else:
+                rates["mfu"] = mfu
         return rates
+
+    def _device_peak(self):
+        """The device's :class:`hf_tpu_ext.flops.Peak` for ``peak_dtype`` (None: unknown; frameworks override)."""
+        return None
 
     # ------------------------------------------------------------------ hooks
     def on_train_begin(self, logs=None):
-        if self.measure_peak and self.peak_flops is None:
-            from hf_tpu_ext.flops import measure_peak_flops
-
-            self.peak_flops = measure_peak_flops(self.peak_dtype)
-            logger.info("Measured peak: %.3g FLOP/s (%s matmul probe).", self.peak_flops, self.peak_dtype)
+        if self.peak_flops is None:
+            peak = self._device_peak()
+            if peak is not None and peak.flops:
+                self.peak_flops, self.peak_source = peak.flops, peak.source
+            elif peak is not None:
+                self.mfu_note = f"MFU left out: {peak.source}"
         self._reset_run()  # summary and medians cover one fit / one training run
         self._last_iterations = self._iterations()
 
@@ -156,7 +177,8 @@ class ThroughputMeter:
                     logs["step_time_ms_median"] = median * 1e3
                 rates = self._rates(self._measured_steps, self._measured_seconds) if self._measured_steps else self._rates(steps, seconds)
                 logger.info(
-                    "step %d: %.1f samples/s, %.0f tokens/s (%.0f per replica), median step %.1f ms%s",
+                    "step %d: steady %.1f samples/s, %.0f tokens/s (%.0f per replica; steps after warm-up), "
+                    "median step %.1f ms%s",
                     now, rates["samples_per_second"], rates["tokens_per_second"], rates["tokens_per_second_per_replica"],
                     (median or seconds / steps) * 1e3, f", MFU {rates['mfu']:.1%}" if "mfu" in rates else "",
                 )
@@ -183,6 +205,9 @@ class ThroughputMeter:
             "seconds_measured": seconds,
             "flops_per_token": self.flops_per_token,
             "peak_flops": self.peak_flops,
+            "peak_flops_source": self.peak_source,
+            "rate": ("steady: steps after warm-up, time inside train-batch calls" if self._measured_steps
+                     else "all steps (none after warm-up)"),
         }
         if steps:
             summary.update(self._rates(steps, seconds))
@@ -191,4 +216,7 @@ class ThroughputMeter:
             summary["step_time_ms_mean"] = seconds / steps * 1e3
         if "mfu" in summary and not math.isfinite(summary["mfu"]):
             summary.pop("mfu")
+        if "mfu" not in summary:
+            summary["mfu_note"] = self.mfu_note or ("MFU left out: no FLOPs per token" if not self.flops_per_token
+                                                    else "MFU left out: no peak FLOP/s for this device")
         self.summary = summary

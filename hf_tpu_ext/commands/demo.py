@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Forward pass: torch when installed (auto), else TensorFlow.")
     parser.add_argument("--revision", default=None, help="Branch, tag or commit of a Hub repo.")
     parser.add_argument("--concurrency_limit", type=int, default=4, help="Requests served at the same time.")
+    parser.add_argument("--log_level", default="warning", choices=("debug", "info", "warning", "error", "critical"),
+                        help="info or debug shows Hub download bars and library notices (default: warning: quiet).")
     return parser
 
 
@@ -124,6 +126,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     if args.model or os.environ.get(MODEL_ENV):  # (no model: load_demo says so first)
         check_port_free(args.host, args.port)  # before the model is loaded, not a 15-line OSError after
+    from hf_tpu_ext.fill_mask.quiet import quiet_libraries
+    from spaces_demo.app import launch
+
+    quiet_libraries(args.log_level)  # before the model download: no bars, no library notices unless asked
     demo = load_demo(args.model, backend=args.backend, revision=args.revision, concurrency_limit=args.concurrency_limit)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share)
+    launch(demo, args.host, args.port, args.share, share_hint="--share yes")
+    demo.block_thread()
     return 0

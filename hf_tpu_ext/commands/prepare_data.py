@@ -122,15 +122,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         OutputDirError: ``--output_path`` already holds shards and ``--overwrite_output_path`` is not set.
         SystemExit: unknown flags or ``--help`` (argparse).
     """
-    from transformers import HfArgumentParser
-
-    from hf_tpu_ext.args import DataTrainingArguments
+    from hf_tpu_ext.args import DataTrainingArguments, HelpFormatter, hf_argument_parser_class
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser((TokenizerArguments, DataTrainingArguments, PrepareDataArguments))
+    # --help and argument errors without importing transformers (and torch through it)
+    parser = hf_argument_parser_class()((TokenizerArguments, DataTrainingArguments, PrepareDataArguments),
+                                        formatter_class=HelpFormatter)
     parser.prog = "hf-tpu prepare-data"
     parser.usage = "%(prog)s --output_path PATH [--name value ...]   (every argument: %(prog)s --help)"
     model_args, data_args, prep_args = parser.parse_args_into_dataclasses(args=argv)
+    from hf_tpu_ext.fileio import check_writable_dir
+
+    for option, path in (("--output_path", prep_args.output_path),
+                         ("--tokenizer_output_dir", prep_args.tokenizer_output_dir)):
+        if path and "://" not in path:  # a file in the way: one line now, not a NotADirectoryError at the end
+            check_writable_dir(path, option)
 
     from hf_tpu_ext.extras import require_extra
 

@@ -1,7 +1,10 @@
-"""``hf-tpu probe``: score a cloze probe set (top-1/top-5 accuracy, MRR) on a model folder or a Hub revision.
+"""``hf-tpu probe``: score a cloze probe set (top-1/top-5 accuracy, MRR, answer log-likelihood, each with a 95%
+interval) on a model folder or Hub revisions, and compare consecutive revisions with paired tests.
 
 The scoring is the Gradio test bench's (``spaces_demo/app.py``, ``/probe``) and the training run's
-(``--probe_file``): :mod:`hf_tpu_ext.probes`.
+(``--probe_file``): :mod:`hf_tpu_ext.probes` (multi-token answers scored left to right), with the intervals
+and tests of :mod:`hf_tpu_ext.fill_mask.report`. Lines that cannot be scored are listed on stderr and
+skipped; ``--strict`` makes them an error (for CI).
 
 Examples:
     hf-tpu probe output/ probes.txt
@@ -32,7 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Forward pass: torch when installed (auto), else TensorFlow.")
     parser.add_argument("--batch_size", type=int, default=64, help="Probes per forward pass.")
     parser.add_argument("--json", action="store_true", help="Print one JSON object per revision instead of a table.")
-    parser.add_argument("--ranks", action="store_true", help="With --json: include the answer's rank per probe.")
+    parser.add_argument("--ranks", action="store_true",
+                        help="With --json: include the answer's rank and log-probability per probe.")
+    parser.add_argument("--strict", action="store_true",
+                        help="Fail when a probe cannot be scored (too long, characters the vocabulary lacks) "
+                             "instead of skipping and listing it.")
     return parser
 
 
@@ -81,7 +88,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         0.
 
     Raises:
-        DataError: the probe file is missing, not UTF-8, malformed, or has probes this tokenizer cannot score.
+        DataError: the probe file is missing, not UTF-8 or malformed; with ``--strict``, a probe this tokenizer
+            cannot score (without it, only when none can be).
         ArgumentError: a bad model reference or batch size, or a model/revision that cannot be loaded.
         HubRepoError, HubAuthError: the repo or a revision does not exist or cannot be reached (named at once).
         MissingExtraError: neither PyTorch nor TensorFlow (or not the ``--backend`` one) is installed.
@@ -101,8 +109,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         revisions = [args.revision]
     _check_model(model, revisions)
 
-    from spaces_demo.app import FillMaskPredictor
+    import sys
 
+    from hf_tpu_ext.fill_mask import FillMaskPredictor, report
+
+    results, labels = [], []
     for rev in revisions:
         where = f"{model}@{rev}" if rev else model
         try:
@@ -110,12 +121,31 @@ def main(argv: Optional[List[str]] = None) -> int:
         except (OSError, ValueError, ImportError) as err:
             raise ArgumentError(f"Cannot load {where}: {err}") from None
         try:
-            result = predictor.score_probes(probe_list, batch_size=args.batch_size)
+            result = predictor.score_probes(probe_list, batch_size=args.batch_size, strict=args.strict)
         except probes.ProbeError as err:
             raise DataError(f"{os.path.basename(args.probe_file)}: {err}") from None
+        if result.skipped and not results:  # the same lines for every revision of one tokenizer: listed once
+            print(f"hf-tpu probe: skipped {len(result.skipped)} of {len(probe_list)} probes that cannot be scored "
+                  "(--strict makes this an error):", file=sys.stderr)
+            for line, template, reason in result.skipped:
+                print(f"  line {line}" + (f" (template {template + 1})" if template else "") + f": {reason}",
+                      file=sys.stderr)
+        results.append(result)
+        labels.append(where)
+        full = report.revision_report(result)
         if args.json:
-            print(json.dumps({"model": model, "revision": rev, **result.as_dict(with_ranks=args.ranks)}))
+            extra = {"ranks": result.ranks, "logprobs": result.logprobs} if args.ranks else {}
+            print(json.dumps({"model": model, "revision": rev, **full, **extra}))
         else:
-            print(f"{where}: probes={result.n} top1={result.top1:.4f} top5={result.top5:.4f} mrr={result.mrr:.4f} "
+            ci = full["intervals"]
+            figures = " ".join(f"{k}={full[k]:.4f} [{ci[k][0]:.4f}, {ci[k][1]:.4f}]" for k in ("top1", "top5", "mrr"))
+            print(f"{where}: probes={result.n} {figures} loglik/char={result.loglik_per_char:.4f} "
                   f"({result.n / max(result.seconds, 1e-9):.0f} probes/s)")
+            spread = full["templates"]
+            if spread:
+                print(f"  {spread['templates']} templates: spread (max - min) top1={spread['spread']['top1']:.4f} "
+                      f"mrr={spread['spread']['mrr']:.4f}")
+    if not args.json:
+        for comparison in report.compare_all(results, labels):
+            print(comparison["summary"])
     return 0

@@ -1,41 +1,74 @@
-"""``hf-tpu push OUTPUT_DIR --hub_model_id user/name``: push a finished output folder and its card to the Hub.
+"""``hf-tpu push OUTPUT_DIR --hub_model_id user/name``: push an output folder, its card and what resumes to the Hub.
 
-Checks the token, the namespace and write access first, renders and validates the model card (written to
-``OUTPUT_DIR/README.md``), uploads the folder without optimizer state (checkpoints stay local unless
-``--include_checkpoint``) through the same :class:`~hf_tpu_ext.hub.pusher.HubPusher` as training, so it
-retries connection errors, timeouts, 5xx and 429 (honouring ``Retry-After``) the same way, and prints the
-commit URL.
+Checks the token, the namespace and write access first, renders and validates the model card, uploads the
+model folder without optimizer state and -- when the folder has a checkpoint in any layout this project writes
+(:mod:`hf_tpu_ext.hub.checkpoint_layouts`) -- its newest checkpoint as ``last-checkpoint/`` in the same commit,
+so ``hf-tpu train ... --resume_from_checkpoint user/name`` resumes from it. It goes through the same
+:class:`~hf_tpu_ext.hub.pusher.HubPusher` as training (retries of connection errors, timeouts, 5xx and 429 with
+``Retry-After``) and prints the commit URL.
+
+The card: a ``README.md`` hf-tpu-ext did not write (or that was edited since) keeps its text, and only the
+metadata hf-tpu-ext owns (tags, ``pipeline_tag``, ``library_name``, ``model-index``, ``datasets``) is merged into
+it (``--card merge``, the default; ``--card overwrite`` replaces it, ``--card keep`` pushes it unchanged). A repo
+whose ``.gitattributes`` routes README.md through Git LFS gets a line that keeps it a regular file, and after the
+push the metadata the Hub parsed is read back: a card the Hub does not show is an error.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
-import json
+import functools
 import os
-import re
+import shutil
+import tempfile
 from typing import List, Optional
 
-from hf_tpu_ext.errors import ArgumentError, HubError
+from hf_tpu_ext.errors import ArgumentError, HubError, ModelCardError
+
+#: files that make OUTPUT_DIR a model folder: config.json and weights of one of these formats
+_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "tf_model.h5")
+
+
+def _tri_state(value: str) -> Optional[bool]:
+    lowered = str(value).strip().lower()
+    if lowered in ("true", "yes", "1"):
+        return True
+    if lowered in ("false", "no", "0"):
+        return False
+    if lowered == "auto":
+        return None
+    raise argparse.ArgumentTypeError(f"expected true, false or auto, got {value!r}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``hf-tpu push``."""
+    from hf_tpu_ext.hub.model_card import CARD_MODES
+
     parser = argparse.ArgumentParser(prog="hf-tpu push", description=__doc__.splitlines()[0])
-    parser.add_argument("output_dir", help="The output folder of a training run (config.json + model.safetensors).")
+    parser.add_argument("output_dir", help="The output folder of a training run or a push_to_hub callback (the model "
+                                           "and/or its checkpoints).")
     parser.add_argument("--hub_model_id", default=None,
                         help="Repo id 'user/name' (default: the folder's name under your account).")
     parser.add_argument("--hub_token", default=None, help="Hub token (default: HF_TOKEN or the cached login). Never printed.")
     parser.add_argument("--private", action="store_true", default=None, help="Create the repo private.")
     parser.add_argument("--revision", default=None, help="Branch to push to (created when missing; default main).")
-    parser.add_argument("--commit_message", default="Upload model trained with hf-tpu-ext", help="The commit summary.")
+    parser.add_argument("--commit_message", default=None,
+                        help="The commit summary (default: 'Upload model (step N) and last-checkpoint/ (step M) "
+                             "with hf-tpu-ext').")
     parser.add_argument("--license", default=None, help="License for the card (default: the training summary's, else apache-2.0).")
     parser.add_argument("--language", default=None, help="Language for the card.")
     parser.add_argument("--dataset_name", default=None, help="Hub dataset the model was trained on (for the card).")
-    parser.add_argument("--include_checkpoint", action="store_true",
-                        help="Also upload the newest checkpoint to last-checkpoint/ (training state for "
-                             "--resume_from_checkpoint user/name): OUTPUT_DIR/last-checkpoint, else the newest "
-                             "OUTPUT_DIR/checkpoint-N.")
+    parser.add_argument("--include_checkpoint", nargs="?", const=True, default=None, type=_tri_state,
+                        metavar="{true,false,auto}",
+                        help="Upload the newest checkpoint as last-checkpoint/ (what --resume_from_checkpoint "
+                             "user/name resumes from). Default auto: when the folder has one (checkpoints/ckpt-N, "
+                             "checkpoint-N/, checkpoints/checkpoint-N/, last-checkpoint/); true (or the flag "
+                             "alone): required; false: the model only.")
+    parser.add_argument("--card", choices=CARD_MODES, default="merge",
+                        help="README.md: merge (default: a README.md hf-tpu-ext did not write keeps its text and "
+                             "your metadata, e.g. language; the tags, pipeline_tag, library_name, model-index and "
+                             "datasets are merged in), overwrite (replace it with the generated card), keep (push "
+                             "it unchanged).")
     parser.add_argument("--max_retries", type=int, default=5,
                         help="Retries after a connection error, timeout, 5xx or 429 (Retry-After is honoured).")
     parser.add_argument("--timeout", type=float, default=None,
@@ -44,45 +77,63 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def newest_checkpoint(output_dir: str) -> Optional[str]:
-    """The checkpoint folder ``--include_checkpoint`` pushes: ``last-checkpoint/``, else the newest ``checkpoint-N/``."""
-    from hf_tpu_ext.hub.pusher import CHECKPOINT_PREFIX, LAST_CHECKPOINT
+    """The path of the checkpoint ``hf-tpu push`` uploads as ``last-checkpoint/`` (``None`` when none).
 
-    last = os.path.join(output_dir, LAST_CHECKPOINT)
-    if os.path.isdir(last):
-        return last
-    numbered = []
-    for path in glob.glob(os.path.join(output_dir, f"{CHECKPOINT_PREFIX}*")):
-        match = re.fullmatch(rf"{CHECKPOINT_PREFIX}(\d+)", os.path.basename(path))
-        if match and os.path.isdir(path):
-            numbered.append((int(match.group(1)), path))
-    return max(numbered)[1] if numbered else None
+    A TensorFlow checkpoint is named by its prefix (``.../checkpoints/ckpt-N``), the others by their folder;
+    see :func:`hf_tpu_ext.hub.checkpoint_layouts.newest_checkpoint`.
+    """
+    from hf_tpu_ext.hub.checkpoint_layouts import newest_checkpoint as newest
+
+    found = newest(output_dir)
+    return found.path if found else None
 
 
-def _global_step(output_dir: str, summary: dict) -> int:
+def _global_step(output_dir: str, summary: dict) -> Optional[int]:
+    from hf_tpu_ext.hub.checkpoint_layouts import _read_json
+
     if summary.get("global_step") is not None:
         return int(summary["global_step"])
-    try:
-        with open(os.path.join(output_dir, "trainer_state.json"), encoding="utf-8") as f:
-            return int(json.load(f).get("global_step") or 0)
-    except (OSError, ValueError):
-        return 0
+    step = _read_json(os.path.join(output_dir, "trainer_state.json")).get("global_step")
+    return int(step) if step is not None else None
+
+
+#: a Keras 3 push_to_hub callback's model folder (a keras-hub preset or a .keras file) with the callback's card
+_KERAS_FILES = ("model.weights.h5", "model.keras")
+
+
+def _model_kind(output_dir: str) -> Optional[str]:
+    """``"transformers"`` (config.json + weights: the card is rendered here), ``"keras"`` (a Keras 3 callback's
+    folder: its own card is pushed as written) or ``None`` (no model)."""
+    def has(name):
+        return os.path.isfile(os.path.join(output_dir, name))
+
+    if has("config.json") and any(has(n) for n in _WEIGHTS):
+        return "transformers"
+    if any(has(n) for n in _KERAS_FILES):
+        return "keras"
+    return None
 
 
 def push(output_dir: str, hub_model_id: Optional[str] = None, hub_token: Optional[str] = None, *,
-         private: Optional[bool] = None, revision: Optional[str] = None,
-         commit_message: str = "Upload model trained with hf-tpu-ext", include_checkpoint: bool = False,
-         max_retries: int = 5, backoff_seconds: float = 1.0, timeout: Optional[float] = None,
-         **card_fields) -> str:
-    """Push ``output_dir`` with a fresh, validated model card; return the commit URL.
+         private: Optional[bool] = None, revision: Optional[str] = None, commit_message: Optional[str] = None,
+         include_checkpoint: Optional[bool] = None, card: str = "merge", max_retries: int = 5,
+         backoff_seconds: float = 1.0, timeout: Optional[float] = None, **card_fields) -> str:
+    """Push ``output_dir`` (model, card, newest checkpoint as ``last-checkpoint/``) in one commit; return its URL.
 
     Args:
-        output_dir: a folder holding at least ``config.json`` and ``model.safetensors``.
+        output_dir: an output folder: ``config.json`` + weights (``model.safetensors``/``tf_model.h5``; the card
+            is rendered), or a Keras 3 callback's folder (``model.weights.h5``/``model.keras``; its own card is
+            pushed as written), and/or a checkpoint in a layout of
+            :data:`hf_tpu_ext.hub.checkpoint_layouts.LAYOUTS` (a folder with only a checkpoint pushes
+            ``last-checkpoint/`` alone).
         hub_model_id: ``"user/name"`` or ``"name"`` (default: the folder's name).
         hub_token: the Hub token (default: ``HF_TOKEN`` / cached login).
         private: create the repo private.
         revision: branch to push to.
-        commit_message: the commit summary.
-        include_checkpoint: also upload the newest checkpoint to ``last-checkpoint/`` (same commit).
+        commit_message: the commit summary (default names the steps pushed).
+        include_checkpoint: ``None`` (default): the newest checkpoint when there is one; ``True``: required;
+            ``False``: the model only.
+        card: ``"merge"``, ``"overwrite"`` or ``"keep"`` (see :func:`hf_tpu_ext.hub.model_card.write_card`).
         max_retries, backoff_seconds: the retry policy (see :class:`~hf_tpu_ext.hub.pusher.HubPusher`).
         timeout: seconds to wait for the upload (``None``: no limit).
         **card_fields: ``license``, ``language``, ``dataset_name`` ... for the card (``None`` values ignored).
@@ -91,46 +142,74 @@ def push(output_dir: str, hub_model_id: Optional[str] = None, hub_token: Optiona
         The commit URL.
 
     Raises:
-        ArgumentError: a malformed ``hub_model_id``; ``output_dir`` is not a model folder, or has no checkpoint for
-            ``include_checkpoint``.
+        ArgumentError: a malformed ``hub_model_id``; ``output_dir`` holds neither a model nor a checkpoint, or no
+            checkpoint for ``include_checkpoint=True``; an unknown ``card`` mode.
         HubAuthError, HubRepoError, HubError: see :meth:`hf_tpu_ext.hub.pusher.HubPusher.preflight`; HubError
             also when the upload failed after its retries or did not finish within ``timeout``.
-        ModelCardError: the card does not validate.
+        ModelCardError: the card does not validate or the user's README.md metadata does not parse (before any
+            upload); or the commit landed but the Hub shows no card metadata (the message has the commit URL).
     """
     from hf_tpu_ext.args import check_repo_id
-    from hf_tpu_ext.hub.model_card import load_summary, render_model_card, validate_model_card
-    from hf_tpu_ext.hub.pusher import HubPusher
+    from hf_tpu_ext.hub.checkpoint_layouts import layouts_help, newest_checkpoint as newest, pack_checkpoint
+    from hf_tpu_ext.hub.model_card import CARD_MODES, load_summary, render_model_card, validate_model_card, write_card
+    from hf_tpu_ext.hub.pusher import HubPusher, LAST_CHECKPOINT
 
     if hub_model_id is not None:
         check_repo_id(hub_model_id, "--hub_model_id")
-
-    if not os.path.isfile(os.path.join(output_dir, "config.json")) or not os.path.isfile(
-            os.path.join(output_dir, "model.safetensors")):
-        raise ArgumentError(f"{output_dir} has no config.json + model.safetensors; give the output folder of `hf-tpu train`.")
-    checkpoint = newest_checkpoint(output_dir) if include_checkpoint else None
+    if card not in CARD_MODES:
+        raise ArgumentError(f"--card must be one of {', '.join(CARD_MODES)}, got {card!r}.")
+    kind = _model_kind(output_dir)
+    has_model = kind is not None
+    checkpoint = newest(output_dir) if include_checkpoint is not False and os.path.isdir(output_dir) else None
     if include_checkpoint and checkpoint is None:
-        raise ArgumentError(f"--include_checkpoint: {output_dir} has no last-checkpoint/ or checkpoint-N/ folder.")
-    pusher = HubPusher(hub_model_id, token=hub_token, hub_strategy="checkpoint" if include_checkpoint else "end",
+        raise ArgumentError(f"--include_checkpoint: {output_dir} has no checkpoint; looked for {layouts_help()}.")
+    if not has_model and checkpoint is None:
+        raise ArgumentError(f"{output_dir} has no config.json + model.safetensors (or tf_model.h5), no Keras model "
+                            "(model.weights.h5, model.keras) and no checkpoint; give the output folder of `hf-tpu "
+                            "train` or of a push_to_hub callback.")
+    pusher = HubPusher(hub_model_id, token=hub_token, hub_strategy="checkpoint" if checkpoint else "end",
                        private=private, revision=revision, output_dir=output_dir, max_retries=max_retries,
                        backoff_seconds=backoff_seconds)
-    with pusher:
-        repo_id = pusher.preflight()
-        summary = load_summary(output_dir)
-        fields = {k: v for k, v in card_fields.items() if v is not None}
-        if not fields.get("license") and not summary.get("license"):
-            fields["license"] = "apache-2.0"
-        card = render_model_card(output_dir, repo_id=repo_id, summary=summary, **fields)
-        validate_model_card(card, token=pusher.token)
-        card.save(os.path.join(output_dir, "README.md"))
-        pusher.push_save(output_dir, step=_global_step(output_dir, summary), checkpoint_folder=checkpoint,
-                         final=True, commit_message=commit_message)
-        report = pusher.finish(timeout)
+    staging = tempfile.mkdtemp(prefix="hf-tpu-ckpt-") if checkpoint else None
+    try:
+        with pusher:
+            repo_id = pusher.preflight()
+            summary = load_summary(output_dir) if has_model else {}
+            step = _global_step(output_dir, summary) if has_model else None
+            if kind == "transformers":
+                fields = {k: v for k, v in card_fields.items() if v is not None}
+                if not fields.get("license") and not summary.get("license"):
+                    fields["license"] = "apache-2.0"
+                generated = render_model_card(output_dir, repo_id=repo_id, summary=summary, **fields)
+                validate_model_card(generated, token=pusher.token)
+                # a merged card (the user's metadata too) must pass before it is written or uploaded
+                write_card(output_dir, generated, mode=card,
+                           explicit=tuple(k for k in ("license", "language") if card_fields.get(k) is not None),
+                           check_merged=functools.partial(validate_model_card, token=pusher.token))
+            folder = pack_checkpoint(checkpoint, os.path.join(staging, LAST_CHECKPOINT)) if checkpoint else None
+            what = ([f"model (step {step})" if step is not None else "model"] if has_model else []) + (
+                [f"{LAST_CHECKPOINT}/ (step {checkpoint.step})"] if checkpoint else [])
+            message = commit_message or f"Upload {' and '.join(what)} with hf-tpu-ext"
+            # without a model (a run stopped before its first export) the folder's other files still go: the
+            # tokenizer a resume from the repo needs, trainer_state.json, logs
+            pusher.push_save(output_dir, step=checkpoint.step if checkpoint else step or 0,
+                             checkpoint_folder=folder, final=True, commit_message=message)
+            report = pusher.finish(timeout)
+    finally:
+        if staging:
+            shutil.rmtree(staging, ignore_errors=True)
     if not report.final_pushed:
         why = report.failed[-1][1] if report.failed else f"not finished within {timeout} s"
-        raise HubError(f"Could not push {output_dir} to {repo_id}: {why}. Nothing local changed; run the "
-                       "command again.")
-    landed = [o for o in report.outcomes if o.status == "pushed" and o.final]
-    return landed[-1].commit_url or landed[-1].commit_oid
+        raise HubError(f"Could not push {output_dir} to {repo_id}: {why}. The local folder keeps everything; run "
+                       "the command again.")
+    landed = [o for o in report.outcomes if o.status == "pushed" and o.final][-1]
+    url = landed.commit_url or landed.commit_oid
+    problems = pusher.card_problems  # the pusher read back what the Hub parsed (hub.model_card.check_card_on_hub)
+    if problems:
+        raise ModelCardError(f"Pushed {url}, but the Hub does not show the model card's metadata: "
+                             f"{'; '.join(problems)}. Fix README.md (or the repo's .gitattributes) and run "
+                             "the command again.")
+    return url
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -144,7 +223,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     disable_progress_bars()  # the commit URL (or one error line) is the output, no upload bars
     try:
         url = push(args.output_dir, args.hub_model_id, args.hub_token, private=args.private, revision=args.revision,
-                   commit_message=args.commit_message, include_checkpoint=args.include_checkpoint,
+                   commit_message=args.commit_message, include_checkpoint=args.include_checkpoint, card=args.card,
                    max_retries=args.max_retries, timeout=args.timeout, license=args.license,
                    language=args.language, dataset_name=args.dataset_name)
     except KeyboardInterrupt:

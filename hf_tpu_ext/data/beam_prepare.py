@@ -318,6 +318,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--max_train_samples", type=int)
     parser.add_argument("--max_eval_samples", type=int)
     args = parser.parse_args(ours)
+    for name in ("max_train_samples", "max_eval_samples", "num_shards"):  # hf-tpu prepare-data's ranges
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1 (unset: every block), got {getattr(args, name)}")
 
     output = args.output_path.rstrip("/")
     if FileSystems.exists(output + "/" + MANIFEST_NAME):

@@ -124,7 +124,59 @@ def check_data_file(path: str, option: str = "--train_file") -> str:
         raise DataError(f"{option} {path} is a folder; give a file with one of the extensions {_supported_list()}.")
     if os.path.getsize(path) == 0:
         raise DataError(f"{option} {path} is empty; give a file with text in it.")
+    if SUPPORTED_EXTENSIONS[ext] != "parquet":
+        problem = not_text_message(path, option)
+        if problem:
+            raise DataError(problem)
     return SUPPORTED_EXTENSIONS[ext]
+
+
+# magic numbers of compressed files (a .txt that is really an archive); the tool that unpacks each
+COMPRESSED_MAGIC = ((b"\x1f\x8b", "gzip", "gunzip -c IN > OUT"), (b"PK\x03\x04", "zip", "unzip IN"),
+                    (b"BZh", "bzip2", "bunzip2 -c IN > OUT"), (b"\xfd7zXZ\x00", "xz", "unxz -c IN > OUT"),
+                    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -dc IN > OUT"))
+# control bytes that text has: tab, newline, vertical tab, form feed, carriage return, escape, backspace
+TEXT_CONTROL_BYTES = frozenset(b"\t\n\x0b\x0c\r\x1b\x08")
+SNIFF_BYTES = 1 << 16
+
+
+def not_text_message(path: str, option: str = "--train_file") -> Optional[str]:
+    """Tell a binary, compressed or UTF-16 file from text, by its first 64 KiB; ``None`` when it looks like text.
+
+    Text in any 8-bit encoding (UTF-8, Latin-1, Windows-1252) has no NUL bytes and almost no control bytes
+    other than whitespace; UTF-16 has a byte-order mark or a NUL in every other byte; compressed files start
+    with their format's magic number; anything else with a NUL, or with more than 5% control bytes, is binary
+    (git's "NUL in the first block" rule, plus the control-byte share for short files without a NUL). A
+    wrong 8-bit encoding is left to the loader, whose message names the offset (Latin-1 advice).
+
+    Returns:
+        The message to raise (what the file is, what to do), or ``None``.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError:
+        return None
+    if not head:
+        return None
+    for magic, kind, command in COMPRESSED_MAGIC:
+        if head.startswith(magic):
+            return (f"{option} {path} is {kind}-compressed, not text: unpack it first (e.g. `{command}`) and pass the "
+                    "text file.")
+    even_nuls, odd_nuls = head[0::2].count(0), head[1::2].count(0)
+    utf16 = head[:2] in (b"\xff\xfe", b"\xfe\xff") or (
+        len(head) >= 4 and min(even_nuls, odd_nuls) == 0 and max(even_nuls, odd_nuls) >= len(head) // 4)
+    if utf16:
+        return (f"{option} {path} is UTF-16 text, not UTF-8: convert it, e.g. `iconv -f utf-16 -t utf-8 IN > OUT` "
+                "(Windows editors save \"Unicode\" as UTF-16).")
+    nul = head.find(0)
+    controls = sum(1 for b in head if b < 0x20 and b not in TEXT_CONTROL_BYTES)
+    if nul >= 0 or controls > len(head) * 0.05:
+        where = (f"a NUL byte at offset {nul:,}" if nul >= 0
+                 else f"{controls:,} control bytes in its first {len(head):,}")
+        return (f"{option} {path} is not text: it looks like a binary file ({where}), not text in another encoding. "
+                "Give a text file (UTF-8: .txt with one text per line, .jsonl, .csv), or check the path.")
+    return None
 
 
 def pick_text_column(dataset, text_column_name: Optional[str] = None, source: str = "the data") -> str:
@@ -206,6 +258,9 @@ def _load_file(path: str, builder: str, option: str, cache_dir: Optional[str]):
     try:
         return load_dataset(builder, data_files={"train": path}, split="train", cache_dir=cache_dir)
     except Exception as e:  # datasets raises many types (DatasetGenerationError, ArrowInvalid, ...)
+        problem = not_text_message(path, option) if builder in ("text", "json", "csv") else None
+        if problem:
+            raise DataError(problem) from None
         offset = first_non_utf8_offset(path) if builder in ("text", "json", "csv") else None
         if offset is not None:
             raise DataError(

@@ -4,17 +4,24 @@ The card is rendered from the package template ``hf_tpu_ext/templates/model_card
 :meth:`huggingface_hub.ModelCard.from_template`. Metadata comes from ``training_summary.json``
 (:func:`hf_tpu_ext.outputs.read_training_summary`); when it is missing, from what the folder shows
 (``config.json``, the tokenizer's mask token, ``trainer_state.json``).
+
+A README.md is never lost: a generated card starts with :data:`GENERATED_MARKER` (a checksum of its body), so
+:func:`write_card` replaces only an unchanged generated card and merges the metadata hf-tpu-ext owns into any
+other (:func:`merge_card`: the user's text and keys kept). On the Hub a card is never an LFS pointer
+(:func:`keep_card_out_of_lfs`, called by the pusher's preflight) and the metadata the Hub parsed is read back
+after the final push (:func:`check_card_on_hub`, called by :meth:`hf_tpu_ext.hub.pusher.HubPusher.finish`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import os
 import re
 from importlib import resources
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from hf_tpu_ext.errors import ModelCardError
 
@@ -72,7 +79,7 @@ def load_summary(output_dir: str) -> Dict[str, Any]:
         summary["mask_token"] = tok or "<mask>"
     if summary.get("global_step") is None:
         state = _read_json(os.path.join(output_dir, "trainer_state.json"))
-        for key in ("global_step", "epoch"):
+        for key in ("global_step", "epoch", "max_steps"):
             if state.get(key) is not None:
                 summary.setdefault(key, state[key])
     return summary
@@ -84,6 +91,16 @@ def _finite(value) -> Optional[float]:
     except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) else None
+
+
+def _mfu_row(info: Dict[str, Any]) -> Tuple[str, str]:
+    """The card's MFU row: of the steady rate, against a stated peak; or "n/a" with the reason."""
+    mfu, peak = _finite(info.get("mfu")), _finite(info.get("mfu_peak_flops"))
+    if mfu is not None and peak:
+        return ("MFU (steady rate x FLOPs per token / peak FLOP/s)",
+                f"{mfu:.1%} (peak {peak:.3g} FLOP/s per replica; {_fmt(info.get('mfu_peak_source') or 'source n/a')})")
+    note = str(info.get("mfu_note") or "MFU left out").removeprefix("MFU left out: ")
+    return ("MFU", f"n/a ({_fmt(note)})")
 
 
 def _fmt(value) -> str:
@@ -118,6 +135,10 @@ def _framework(backend: str, info: dict) -> str:
         return "TensorFlow" if info.get("jit_compile") is False else "TensorFlow + XLA"
     if backend == "torch_xla":
         return "PyTorch/XLA"
+    if backend == "keras":  # Keras 3 compiles its train step with XLA on every backend it runs on
+        keras_backend = {"jax": "JAX", "tensorflow": "TensorFlow", "torch": "PyTorch"}.get(
+            str(info.get("keras_backend") or "jax").lower(), str(info.get("keras_backend")))
+        return f"Keras 3 on {keras_backend} + XLA"
     return f"PyTorch (transformers Trainer) on {str(info.get('accelerator') or 'CPU/GPU').upper().replace('CUDA', 'GPU')}"
 
 
@@ -136,6 +157,25 @@ def weight_formats(output_dir: str) -> Dict[str, bool]:
         return any(os.path.isfile(os.path.join(output_dir, n)) for n in names)
 
     return {"pytorch": has(_PT_WEIGHTS), "tensorflow": has(_TF_WEIGHTS)}
+
+
+def keras_preset_folder(output_dir: str) -> Optional[str]:
+    """The subfolder of ``output_dir`` holding a keras-hub task preset (the Keras backend writes ``keras_hub/``).
+
+    A preset is recognized by keras-hub's own files: ``task.json`` and a ``config.json`` with
+    ``registered_name`` (a serialized Keras object, what ``from_preset`` checks). Returns the folder name, or
+    ``None`` when there is none; the card then shows no keras-hub snippet.
+    """
+    try:
+        names = sorted(n for n in os.listdir(output_dir) if not n.startswith("."))
+    except OSError:
+        return None
+    for name in names:
+        folder = os.path.join(output_dir, name)
+        if os.path.isfile(os.path.join(folder, "task.json")) and "registered_name" in _read_json(
+                os.path.join(folder, "config.json")):
+            return name
+    return None
 
 
 def _is_hub_id(value) -> bool:
@@ -192,6 +232,294 @@ def _framework_versions(summary: dict) -> List[Tuple[str, str]]:
     return [(k, str(v)) for k, v in versions.items() if v]
 
 
+def progress_note(info: dict) -> Optional[str]:
+    """``"Training in progress, step N of M"`` for a card pushed before the run's last step, else ``None``.
+
+    Args:
+        info: the summary/card fields: ``global_step`` and ``max_steps`` (or ``hyperparameters.total_steps``,
+            what ``training_summary.json`` holds); ``training_in_progress`` (bool) says it where ``max_steps`` is
+            unknown or the run ends early (a callback's final save: False); at ``max_steps`` there is no note.
+    """
+    step = info.get("global_step")
+    total = info.get("max_steps") or (info.get("hyperparameters") or {}).get("total_steps")
+    in_progress = info.get("training_in_progress")
+    if step is None or (total and int(step) >= int(total)):  # at the last step the run's weights are final
+        return None
+    if in_progress is None:
+        in_progress = bool(total)
+    if not in_progress:
+        return None
+    of = f" of {int(total)}" if total else ""
+    return (f"Training in progress, step {int(step)}{of}: these weights are a snapshot of an unfinished run "
+            "(later pushes update them and this card).")
+
+
+# ---- who wrote README.md: the marker of a generated card --------------------------------------------
+#: first line of a generated card's body; ``sha256`` is over the rest of the body, so an edit is detected
+GENERATED_MARKER = "<!-- hf-tpu-ext generated this card; sha256={digest} (an edited card is kept) -->"
+_MARKER_RE = re.compile(r"<!-- hf-tpu-ext generated this card; sha256=([0-9a-f]{16}) [^\n]*-->[ \t]*\r?\n?")
+#: metadata keys the generated card owns (replaced on a merge; ``tags`` are united); every other key of an
+#: existing README.md (``language``, ``license``, ``base_model``, ...) keeps the user's value unless it was
+#: given explicitly (``--license``, ``--language``)
+OWNED_METADATA = ("library_name", "pipeline_tag", "tags", "model-index", "datasets")
+
+
+def _body_digest(body: str) -> str:
+    text = _MARKER_RE.sub("", body, count=1).replace("\r\n", "\n").strip()
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def mark_generated(card):
+    """Put :data:`GENERATED_MARKER` (an HTML comment, invisible on the Hub) first in ``card``'s body; returns ``card``."""
+    body = _MARKER_RE.sub("", card.text, count=1).lstrip("\r\n")
+    card.text = "\n" + GENERATED_MARKER.format(digest=_body_digest(body)) + "\n\n" + body
+    return card
+
+
+def card_origin(text: str) -> str:
+    """Who wrote the card text ``text`` (a README.md).
+
+    Returns:
+        ``"generated"``: hf-tpu-ext wrote it and its body is unchanged (it may be replaced);
+        ``"edited"``: hf-tpu-ext wrote it and someone changed its body since; ``"user"``: no marker.
+    """
+    match = _MARKER_RE.search(text)
+    if not match:
+        return "user"
+    body = text[match.start():]
+    return "generated" if match.group(1) == _body_digest(body) else "edited"
+
+
+
+def merge_card(existing: str, generated, explicit: Tuple[str, ...] = ()):
+    """The user's card ``existing`` with the metadata hf-tpu-ext owns merged in; its text is kept as it is.
+
+    Metadata: the keys of :data:`OWNED_METADATA` take the generated card's values (``tags``: the user's, then
+    the generated ones not already there; a key the generated card does not set keeps the user's value); any
+    other key keeps the user's value (e.g. ``language: en``) unless it is in ``explicit``; keys only the
+    generated card has are added. The user's key order comes first.
+
+    Args:
+        existing: the text of the README.md found (``---`` YAML block optional).
+        generated: the :class:`huggingface_hub.ModelCard` hf-tpu-ext rendered.
+        explicit: metadata keys given explicitly (``"license"``, ``"language"``): the generated value wins.
+
+    Returns:
+        ``(card, changed)``: the merged :class:`huggingface_hub.ModelCard` and the metadata keys whose value changed.
+
+    Raises:
+        ModelCardError: the YAML block of ``existing`` does not parse (nothing is written).
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    try:
+        user = ModelCard(existing, ignore_metadata_errors=True)
+    except Exception as err:  # yaml.YAMLError, ValueError (not a mapping)
+        raise ModelCardError(f"README.md's metadata block does not parse ({type(err).__name__}: "
+                             f"{str(err).splitlines()[0] if str(err) else ''}).") from None
+    old = user.data.to_dict()
+    new = generated.data.to_dict()
+    merged = dict(old)
+    for key, value in new.items():
+        if key == "tags":
+            mine = old.get("tags") or []
+            mine = [mine] if isinstance(mine, str) else list(mine)
+            merged["tags"] = mine + [t for t in value if t not in mine]
+        elif key in OWNED_METADATA or key in explicit or key not in old:
+            merged[key] = value
+    changed = [k for k in merged if merged.get(k) != old.get(k)]
+    data = ModelCardData(**merged, ignore_metadata_errors=True)
+    yaml_text = data.to_yaml(original_order=list(old) + [k for k in merged if k not in old])
+    return ModelCard(f"---\n{yaml_text}\n---\n{user.text}", ignore_metadata_errors=True), changed
+
+
+CARD_MODES = ("merge", "overwrite", "keep")
+
+
+def write_card(output_dir: str, card, *, mode: str = "merge", explicit: Tuple[str, ...] = (),
+               check_merged: Optional[Callable[[str], None]] = None) -> str:
+    """Write ``card`` to ``output_dir/README.md`` without losing a README.md hf-tpu-ext did not write.
+
+    Args:
+        output_dir: the model folder.
+        card: the generated :class:`huggingface_hub.ModelCard` (from :func:`render_model_card`).
+        mode: ``"merge"`` (default): a missing or unchanged generated README.md is replaced; one the user wrote
+            or edited keeps its text and gets the owned metadata merged in (:func:`merge_card`).
+            ``"overwrite"``: the generated card replaces any README.md. ``"keep"``: an existing README.md is
+            left as it is (a missing one is written).
+        explicit: see :func:`merge_card`.
+        check_merged: called with a merged card's text before it is written (e.g. :func:`validate_model_card`:
+            the user's metadata must pass too); what it raises leaves README.md as it was.
+
+    Returns:
+        What happened: ``"written"``, ``"merged"`` or ``"kept"``.
+
+    Raises:
+        ArgumentError: an unknown ``mode``.
+        ModelCardError: ``"merge"`` of a README.md whose metadata does not parse (nothing is written).
+    """
+    from hf_tpu_ext.errors import ArgumentError
+
+    if mode not in CARD_MODES:
+        raise ArgumentError(f"The card mode must be one of {', '.join(CARD_MODES)}, got {mode!r}.")
+    path = os.path.join(output_dir, "README.md")
+    try:
+        with open(path, encoding="utf-8") as f:
+            existing = f.read()
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and mode == "keep":
+        return "kept"
+    if existing is None or mode == "overwrite" or card_origin(existing) == "generated":
+        card.save(path)
+        return "written"
+    merged, changed = merge_card(existing, card, explicit)
+    if check_merged is not None:
+        check_merged(str(merged))
+    merged.save(path)
+    logger.info("README.md in %s was not written by hf-tpu-ext (or was edited): its text is kept; metadata "
+                "merged: %s.", output_dir, ", ".join(changed) or "nothing changed")
+    return "merged"
+
+
+# ---- the card on the Hub: never an LFS pointer, and read back ------------------------------------
+CARD_FILE = "README.md"
+#: appended to a ``.gitattributes`` that routes README.md through LFS (git: the last matching line decides)
+README_NOT_LFS_LINE = "README.md -filter -diff -merge text"
+
+
+def _gitattributes_matches(pattern: str, path: str) -> bool:
+    import fnmatch
+
+    pattern = pattern.lstrip("/") if pattern.startswith("/") else pattern
+    if "/" not in pattern:  # a bare pattern matches the file name at any depth
+        return fnmatch.fnmatchcase(path.rsplit("/", 1)[-1], pattern)
+    return fnmatch.fnmatchcase(path, pattern.replace("**/", "*"))
+
+
+def lfs_rule_for(gitattributes: str, path: str = CARD_FILE) -> Optional[str]:
+    """The ``.gitattributes`` line that routes ``path`` through Git LFS, or ``None`` when it is a regular file.
+
+    Follows git's rules for the ``filter`` attribute: the last line whose pattern matches decides
+    (``filter=lfs`` sets it, ``-filter``/``!filter``/another ``filter=`` unsets it); a pattern without ``/``
+    matches the file name in any folder.
+    """
+    rule = None
+    for line in (gitattributes or "").splitlines():
+        parts = line.strip().split()
+        if not parts or parts[0].startswith("#") or not _gitattributes_matches(parts[0], path):
+            continue
+        for attr in parts[1:]:
+            if attr == "filter=lfs":
+                rule = line.strip()
+            elif attr in ("-filter", "!filter") or attr.startswith("filter="):
+                rule = None
+    return rule
+
+
+def keep_card_out_of_lfs(api, repo_id: str, revision: Optional[str] = None) -> Optional[str]:
+    """Make sure a README.md pushed to ``repo_id`` is stored as a regular file, so the Hub reads its metadata.
+
+    The Hub stores a file that ``.gitattributes`` routes through LFS as an LFS pointer, and reads no card
+    metadata from a README.md stored that way (no tags, no ``pipeline_tag``, no results), silently. When the
+    repo's ``.gitattributes`` routes README.md through LFS (e.g. ``*.md filter=lfs ...``), this commits
+    :data:`README_NOT_LFS_LINE` appended to it (the other files keep their rules) and logs a warning.
+
+    Args:
+        api: a :class:`huggingface_hub.HfApi` with the push's token.
+        repo_id: the full repo id.
+        revision: the branch (``None``: main).
+
+    Returns:
+        The ``.gitattributes`` line that routed README.md through LFS (now overridden), or ``None``.
+
+    Raises:
+        huggingface_hub errors of the download or commit (the caller's retry/preflight handles them).
+    """
+    from huggingface_hub import CommitOperationAdd
+    from huggingface_hub.utils import EntryNotFoundError
+
+    import shutil
+    import tempfile
+
+    where = tempfile.mkdtemp(prefix="hf-tpu-attributes-")  # not the user's Hub cache: read once, then gone
+    try:
+        path = api.hf_hub_download(repo_id, ".gitattributes", revision=revision, local_dir=where)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except EntryNotFoundError:
+        return None
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+    rule = lfs_rule_for(text)
+    if rule is None:
+        return None
+    fixed = text + ("" if text.endswith("\n") or not text else "\n") + README_NOT_LFS_LINE + "\n"
+    api.create_commit(repo_id, [CommitOperationAdd(".gitattributes", fixed.encode("utf-8"))], revision=revision,
+                      commit_message="Store README.md as a regular file (the Hub reads card metadata only from one)")
+    logger.warning("%s's .gitattributes routes README.md through Git LFS (%r), so the Hub would show no card "
+                   "metadata; added %r to it.", repo_id, rule, README_NOT_LFS_LINE)
+    return rule
+
+
+def card_expectations(folder: str) -> Optional[Dict[str, Any]]:
+    """What the Hub must show after ``folder/README.md`` is pushed: ``{"pipeline_tag": str or None, "tags": tuple}``
+    (the card's own metadata; keyword arguments of :func:`check_card_on_hub`), or ``None`` without a README.md
+    or with metadata that does not parse (the push's card check reports that)."""
+    from huggingface_hub import ModelCard
+
+    path = os.path.join(folder, CARD_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = ModelCard(f.read(), ignore_metadata_errors=True).data
+    except FileNotFoundError:
+        return None
+    except Exception:  # unreadable metadata: nothing to expect
+        return None
+    tags = data.tags or []
+    return {"pipeline_tag": getattr(data, "pipeline_tag", None),
+            "tags": tuple([tags] if isinstance(tags, str) else tags)}
+
+
+def check_card_on_hub(api, repo_id: str, revision: Optional[str] = None, *, pipeline_tag: Optional[str] = "fill-mask",
+                      tags: Tuple[str, ...] = ("fill-mask",)) -> List[str]:
+    """Read back the card metadata the Hub parsed at ``revision`` and say what is missing.
+
+    Call it after every push that carried a README.md (``hf-tpu push``, the pusher's final push).
+
+    Args:
+        api: a :class:`huggingface_hub.HfApi` with the push's token.
+        repo_id: the full repo id.
+        revision: the commit id of the push (best) or a branch (``None``: main).
+        pipeline_tag: the ``pipeline_tag`` the card sets (``None``: not checked).
+        tags: tags the card sets that the Hub must show (``fill-mask`` for every hf-tpu-ext fill-mask card).
+
+    Returns:
+        Problems in words, empty when the Hub shows the metadata; e.g. ``"README.md is stored as a Git LFS
+        pointer, so the Hub reads no card metadata"``.
+    """
+    info = api.model_info(repo_id, revision=revision, files_metadata=True)
+    readme = next((s for s in info.siblings or [] if s.rfilename == CARD_FILE), None)
+    if readme is None:
+        return [f"{repo_id} has no {CARD_FILE} at {revision or 'main'}"]
+    if getattr(readme, "lfs", None):
+        return [f"{CARD_FILE} is stored as a Git LFS pointer (see the repo's .gitattributes), so the Hub reads "
+                "no card metadata"]
+    data = info.card_data
+    if data is None:
+        return [f"the Hub parsed no metadata from {CARD_FILE}"]
+    problems = []
+    have = data.tags or []
+    have = [have] if isinstance(have, str) else list(have)
+    missing = [t for t in tags if t not in have]
+    if missing:
+        problems.append(f"the Hub's card metadata lacks the tag(s) {', '.join(missing)} (has: {', '.join(have) or 'none'})")
+    if pipeline_tag and getattr(data, "pipeline_tag", None) != pipeline_tag:
+        problems.append(f"the Hub's card metadata has pipeline_tag {getattr(data, 'pipeline_tag', None)!r}, "
+                        f"not {pipeline_tag!r}")
+    return problems
+
+
 def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: Optional[dict] = None,
                       template_path: Optional[str] = None, **card_fields):
     """Render the model card of a trained model folder.
@@ -236,6 +564,9 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
         tags.append("tpu")
     if config.get("model_type"):
         tags.append(str(config["model_type"]))
+    keras_preset = keras_preset_folder(output_dir)
+    if keras_preset:
+        tags.append("keras-hub")
     tags += [t for t in extra_tags if t not in tags]
 
     eval_results = []
@@ -301,7 +632,10 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
         ("Epochs", _fmt(float(info["epoch"])) if _finite(info.get("epoch")) is not None else "n/a"),
         ("Tokens seen", _fmt(int(info["tokens_seen"])) if info.get("tokens_seen") else "n/a"),
         ("Training wall time", _duration(info.get("train_runtime"))),
-        ("Throughput (tokens/s)", _fmt(round(float(info["train_tokens_per_second"]), 1)) if _finite(info.get("train_tokens_per_second")) else "n/a"),
+        ("Throughput, whole run (tokens/s: tokens seen / training wall time)", _fmt(round(float(info["train_tokens_per_second"]), 1)) if _finite(info.get("train_tokens_per_second")) else "n/a"),
+        ("Throughput, steady (tokens/s of the median training step; compilation, evaluation and checkpoints excluded)",
+         _fmt(round(float(info["steady_tokens_per_second"]), 1)) if _finite(info.get("steady_tokens_per_second")) else "n/a"),
+        _mfu_row(info),
     ]
     hyper = info.get("hyperparameters") or {}
     hyperparameter_rows = [(k, _fmt(v)) for k, v in hyper.items() if "token" not in k.lower() and v is not None]
@@ -330,9 +664,11 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
         template_path=template_path or default_template_path(),
         model_name=name,
         model_description=model_description,
+        progress_note=progress_note(info),
         model_ref=model_ref,
         has_pytorch_weights=formats["pytorch"],
         has_tf_weights=formats["tensorflow"],
+        keras_preset=keras_preset,
         mask_token=info.get("mask_token") or "<mask>",
         data_description=(f"[{dataset_name}]({hub_url(dataset_name, 'dataset')})" if dataset_name else
                           f"{description[0].upper() + description[1:]} (not a Hub dataset)."),
@@ -347,7 +683,7 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
         framework_rows=_framework_versions(info),
         limitations=limitations,
     )
-    return card
+    return mark_generated(card)
 
 
 def check_card_metadata(metadata) -> List[str]:
@@ -471,13 +807,18 @@ def validate_card_file(folder: str, token: Optional[str] = None) -> bool:
 
 
 def save_model_card(output_dir: str, repo_id: Optional[str] = None, summary: Optional[dict] = None, *,
-                    validate: bool = False, token: Optional[str] = None, **card_fields) -> str:
-    """Render the card of ``output_dir`` and write it to ``output_dir/README.md``.
+                    validate: bool = False, token: Optional[str] = None, card_mode: str = "merge",
+                    **card_fields) -> str:
+    """Render the card of ``output_dir`` and write it to ``output_dir/README.md`` (see :func:`write_card`).
+
+    A README.md hf-tpu-ext did not write (or that was edited) keeps its text; the metadata hf-tpu-ext owns is
+    merged into it (``card_mode="merge"``).
 
     Args:
         output_dir, repo_id, summary, **card_fields: see :func:`render_model_card`.
         validate: also run :func:`validate_model_card` before writing.
         token: passed to :func:`validate_model_card`.
+        card_mode: ``"merge"``, ``"overwrite"`` or ``"keep"`` (see :func:`write_card`).
 
     Returns:
         The path of the written README.md.
@@ -488,6 +829,6 @@ def save_model_card(output_dir: str, repo_id: Optional[str] = None, summary: Opt
     card = render_model_card(output_dir, repo_id=repo_id, summary=summary, **card_fields)
     if validate:
         validate_model_card(card, token=token)
-    path = os.path.join(output_dir, "README.md")
-    card.save(path)
-    return path
+    write_card(output_dir, card, mode=card_mode,
+               explicit=tuple(k for k in ("license", "language") if card_fields.get(k) is not None))
+    return os.path.join(output_dir, "README.md")

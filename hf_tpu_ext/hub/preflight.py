@@ -2,7 +2,9 @@
 
 :func:`preflight` validates the repo id locally, asks the Hub who the token belongs to, checks that the
 token may write to the target namespace, creates the repo (and branch) if needed, and returns the full
-repo id. Every error is a typed :class:`~hf_tpu_ext.errors.HubError` whose message never contains the token.
+repo id; :func:`check_push_access` does the same checks without creating anything. Every error is a typed
+:class:`~hf_tpu_ext.errors.HubError` whose message never contains the token; an invalid token is named by its
+source (:func:`token_source`: ``HF_TOKEN`` overrides a saved login), an HTTP error by its status and file.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def transport_errors() -> tuple:
 
 
 def resolve_token(token: Optional[str] = None) -> Optional[str]:
-    """The Hub token to use: ``token`` if given, else ``HF_TOKEN``, else the cached ``huggingface-cli login``.
+    """The Hub token to use: ``token`` if given, else huggingface_hub's :func:`~huggingface_hub.get_token`
+    (``HF_TOKEN``, then ``HUGGING_FACE_HUB_TOKEN``, then the token saved by ``huggingface-cli login``).
 
     Args:
         token: an explicit token (``--hub_token``); empty strings count as unset.
@@ -53,12 +56,51 @@ def resolve_token(token: Optional[str] = None) -> Optional[str]:
     """
     if token:
         return token
-    env = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
-    if env:
-        return env
     from huggingface_hub import get_token
 
     return get_token() or None
+
+
+def token_source(token: Optional[str]) -> str:
+    """Where ``token`` came from, in words for a message: ``"HF_TOKEN"``, ``"HUGGING_FACE_HUB_TOKEN"``,
+    ``"login"`` (the file ``huggingface-cli login`` saved) or ``"given"`` (``--hub_token`` or a Python argument).
+
+    Compared by value, in :func:`huggingface_hub.get_token`'s order, so a token that is both in ``HF_TOKEN``
+    and passed explicitly counts as ``HF_TOKEN`` (the variable then holds the bad value too).
+    """
+    if not token:
+        return "given"
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        if (os.environ.get(name) or "").strip() == token.strip():
+            return name
+    from huggingface_hub import constants
+
+    try:
+        with open(constants.HF_TOKEN_PATH, encoding="utf-8") as f:
+            if f.read().strip() == token.strip():
+                return "login"
+    except OSError:
+        pass
+    return "given"
+
+
+def invalid_token_message(token: Optional[str]) -> str:
+    """The message for a token the Hub rejects (401), naming where it came from (never the token itself).
+
+    ``HF_TOKEN`` overrides a saved login (huggingface_hub's :func:`~huggingface_hub.get_token` order), so a
+    stale ``HF_TOKEN`` keeps failing after a fresh ``huggingface-cli login``: the message says so.
+    """
+    source = token_source(token)
+    if source in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        return (f"Hub token invalid: it comes from the {source} environment variable, which takes precedence over "
+                f"a `huggingface-cli login` (huggingface_hub's token order). Set {source} to a valid token, or unset "
+                f"it (`unset {source}`) to use your login, or pass --hub_token.")
+    if source == "login":
+        from huggingface_hub import constants
+
+        return (f"Hub token invalid: it is the one saved by `huggingface-cli login` ({constants.HF_TOKEN_PATH}). Log "
+                "in again with a valid token, set HF_TOKEN, or pass --hub_token.")
+    return "Hub token invalid: run `huggingface-cli login` or pass --hub_token."
 
 
 def scrub(text: str, token: Optional[str]) -> str:
@@ -99,22 +141,92 @@ def hub_call(what: str, fn, token: Optional[str], /, *args, **kwargs):
         HubRepoError: the repo or revision does not exist (404).
         HubAuthError: 401/403 from the Hub.
         HubError: any other HTTP error, with the Hub's status and message.
+
+    A download's HTTP error that huggingface_hub wraps (``snapshot_download``/``hf_hub_download`` raise
+    ``LocalEntryNotFoundError`` "check your connection" for a 403 on a file they could not find in the cache)
+    is reported by its status and the file it was for (:func:`http_error`).
     """
-    from huggingface_hub.utils import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.utils import (HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError,
+                                       RevisionNotFoundError)
 
     try:
         return fn(*args, **kwargs)
     except transport_errors() as err:
-        raise HubError(
-            f"Could not reach the Hub at {endpoint()} to {what} ({type(err).__name__}). Check the network "
-            "connection or HF_ENDPOINT, then retry."
-        ) from None
+        raise _unreachable(what, err) from None
     except (RepositoryNotFoundError, RevisionNotFoundError) as err:
         raise HubRepoError(f"Could not {what}: {scrub(_first_line(err), token)}") from None
-    except HfHubHTTPError as err:
-        status = getattr(getattr(err, "response", None), "status_code", None)
-        cls = HubAuthError if status in (401, 403) else HubError
-        raise cls(f"Could not {what} (HTTP {status}): {scrub(_server_message(err), token)}") from None
+    except (HfHubHTTPError, LocalEntryNotFoundError) as err:
+        # LocalEntryNotFoundError is an HfHubHTTPError without a response in huggingface_hub < 1.0, a
+        # FileNotFoundError in 1.x: either way the answer that failed is its cause
+        has_status = getattr(getattr(err, "response", None), "status_code", None) is not None
+        cause = err if has_status else _wrapped_cause(err)
+        if cause is None:
+            if isinstance(err, HfHubHTTPError):
+                raise HubError(f"Could not {what}: {scrub(_server_message(err), token)}") from None
+            raise
+        if isinstance(cause, transport_errors()):
+            raise _unreachable(what, cause) from None
+        raise http_error(what, cause, token) from None
+
+
+def _unreachable(what: str, err: BaseException) -> HubError:
+    return HubError(f"Could not reach the Hub at {endpoint()} to {what} ({type(err).__name__}). Check the network "
+                    "connection or HF_ENDPOINT, then retry.")
+
+
+def _wrapped_cause(err: BaseException) -> Optional[BaseException]:
+    """The HTTP error (an exception with ``response.status_code``) or transport error behind ``err``, following
+    ``__cause__``/``__context__`` a few levels; ``None`` when there is none."""
+    seen = err.__cause__ or err.__context__
+    for _ in range(5):
+        if seen is None:
+            return None
+        if getattr(getattr(seen, "response", None), "status_code", None) is not None:
+            return seen
+        if isinstance(seen, transport_errors()):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def file_in_url(url: str) -> Optional[str]:
+    """The repo file a Hub URL is about (``.../resolve/<revision>/<path>`` -> ``<path>``), else ``None``."""
+    from urllib.parse import unquote, urlsplit
+
+    path = urlsplit(str(url)).path
+    if "/resolve/" not in path:
+        return None
+    rest = path.split("/resolve/", 1)[1]
+    return unquote(rest.split("/", 1)[1]) if "/" in rest else None
+
+
+def http_error(what: str, err: BaseException, token: Optional[str]) -> HubError:
+    """The typed error for an HTTP error answer: its status, the file it was for, the Hub's message, advice.
+
+    Args:
+        what: what was being done, e.g. ``"download last-checkpoint/ of alice/m"``.
+        err: an exception with ``response`` (``status_code``, ``url``): huggingface_hub's ``HfHubHTTPError``.
+        token: scrubbed from the message.
+
+    Returns:
+        ``HubAuthError`` (401, 403), ``HubRepoError`` (404) or ``HubError``, e.g. ``Could not download
+        last-checkpoint/ of alice/m: the Hub answered HTTP 403 for last-checkpoint/model.weights.h5 (...). ...``
+    """
+    response = getattr(err, "response", None)
+    status = getattr(response, "status_code", None)
+    name = file_in_url(getattr(response, "url", "") or "")
+    detail = scrub(_server_message(err), token)
+    message = f"Could not {what}: the Hub answered HTTP {status}{f' for {name}' if name else ''} ({detail})."
+    if status == 401:
+        return HubAuthError(f"{message} {invalid_token_message(token)}")
+    if status == 403:
+        return HubAuthError(f"{message} The token may not read it: for a gated or private repo, request access or use "
+                            "a token of an account that has it.")
+    if status == 404:
+        return HubRepoError(f"{message} Check the repo id, the revision and that the file was pushed.")
+    if status == 429 or (isinstance(status, int) and status >= 500):
+        return HubError(f"{message} The Hub is busy or failing; retry in a few minutes.")
+    return HubError(message)
 
 
 def _first_line(err) -> str:
@@ -147,7 +259,7 @@ def whoami(token: Optional[str]) -> dict:
         if status is None:
             raise
         if status == 401:
-            raise HubAuthError("Hub token invalid: run `huggingface-cli login` or pass --hub_token.") from None
+            raise HubAuthError(invalid_token_message(token)) from None
         raise HubError(f"The Hub at {endpoint()} answered HTTP {status} to whoami: {scrub(_first_line(err), token)}") from None
 
 
@@ -206,6 +318,44 @@ def check_write_access(user: dict, repo_id: str, repo_type: str = "model") -> No
     )
 
 
+def check_push_access(repo_id: Optional[str], token: Optional[str], *, repo_type: str = "model",
+                      default_name: Optional[str] = None) -> tuple:
+    """Every check of :func:`preflight` that creates nothing: the repo id's form, the token (whoami), the
+    namespace and the token's write permission. A run calls it before its data checks and :func:`preflight`
+    (which creates the repo) only after them, so a run refused for its data leaves no empty repo behind.
+
+    Returns:
+        ``(full repo id, user name)``, e.g. ``("alice/my-model", "alice")``.
+
+    Raises:
+        HubRepoError, HubAuthError, HubError: as :func:`preflight`.
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    name = repo_id or default_name
+    if not name:
+        raise HubRepoError("No Hub repo id: pass --hub_model_id user/name.")
+    try:
+        validate_repo_id(name)
+    except HFValidationError as err:
+        raise HubRepoError(f"Invalid Hub repo id {name!r}: {err} Use the form 'user/name'.") from None
+
+    user = whoami(token)
+    user_name = user.get("name", "?")
+    namespace, _, short = name.rpartition("/")
+    if not namespace:
+        namespace, name = user_name, f"{user_name}/{name}"
+    allowed = writable_namespaces(user)
+    if namespace not in allowed:
+        raise HubAuthError(
+            f"User {user_name!r} cannot write to namespace {namespace!r} (writable: {', '.join(allowed)}). "
+            f"Push to one of those, or use a token of an account with write access to {namespace!r}."
+        )
+
+    check_write_access(user, name, repo_type)  # also for a repo that exists already (create_repo is a no-op)
+    return name, user_name
+
+
 def preflight(
     repo_id: Optional[str],
     token: Optional[str],
@@ -234,30 +384,7 @@ def preflight(
         HubAuthError: the token is missing/invalid, read-only, or cannot write to the namespace or repo.
         HubError: the Hub could not be reached.
     """
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    name = repo_id or default_name
-    if not name:
-        raise HubRepoError("No Hub repo id: pass --hub_model_id user/name.")
-    try:
-        validate_repo_id(name)
-    except HFValidationError as err:
-        raise HubRepoError(f"Invalid Hub repo id {name!r}: {err} Use the form 'user/name'.") from None
-
-    user = whoami(token)
-    user_name = user.get("name", "?")
-    namespace, _, short = name.rpartition("/")
-    if not namespace:
-        namespace, name = user_name, f"{user_name}/{name}"
-    allowed = writable_namespaces(user)
-    if namespace not in allowed:
-        raise HubAuthError(
-            f"User {user_name!r} cannot write to namespace {namespace!r} (writable: {', '.join(allowed)}). "
-            f"Push to one of those, or use a token of an account with write access to {namespace!r}."
-        )
-
-    check_write_access(user, name, repo_type)  # also for a repo that exists already (create_repo is a no-op)
-
+    name, user_name = check_push_access(repo_id, token, repo_type=repo_type, default_name=default_name)
     api = _api(token)
     kwargs = {"space_sdk": "gradio"} if repo_type == "space" else {}
     hub_call(f"create repo {name}", api.create_repo, token, name, private=private, repo_type=repo_type,

@@ -145,6 +145,13 @@ class _Job:
     push_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     attempts: int = 0
     inherit: Tuple[str, ...] = ()
+    # set to end a retry wait early: the queue closes, or a final push of the same key replaces this one
+    wake: threading.Event = field(default_factory=threading.Event)
+    replaced: bool = False
+
+
+class _Replaced(Exception):
+    """A push waiting for a retry was replaced by a newer final push of its key (which carries newer state)."""
 
 
 def _as_list(patterns: Patterns) -> Optional[List[str]]:
@@ -283,14 +290,19 @@ class PushQueue:
         backoff_seconds: the first retry waits this long (seconds); each next one twice as long, at most
             :data:`MAX_BACKOFF_SECONDS`; a ``Retry-After`` from the Hub replaces it.
         api: the :class:`huggingface_hub.HfApi` to use (default: one on the current endpoint with ``token``).
+        on_rate_limited: called with the ``Retry-After`` seconds (or ``None``) each time the Hub answers 429
+            (the commit budget of :mod:`hf_tpu_ext.hub.push_session` listens).
     """
 
     def __init__(self, repo_id: str, token: Optional[str], *, revision: Optional[str] = None, repo_type: str = "model",
-                 max_retries: int = 5, backoff_seconds: float = 1.0, api=None):
+                 max_retries: int = 5, backoff_seconds: float = 1.0, api=None,
+                 on_rate_limited: Optional[Callable[[Optional[float]], None]] = None):
         self.repo_id, self.revision, self.repo_type = repo_id, revision, repo_type
         self.max_retries, self.backoff_seconds = int(max_retries), float(backoff_seconds)
         self._token = token
         self._api = api
+        self.on_rate_limited = on_rate_limited
+        self._blocked_until = 0.0  # time.monotonic() before which no upload starts (a Retry-After of the Hub)
         self._cond = threading.Condition()
         self._stop = threading.Event()  # set by close(): ends retry waits at once
         self._pending: List[_Job] = []  # at most one per key, in line order
@@ -394,6 +406,12 @@ class PushQueue:
                     break
             else:
                 self._pending.append(job)
+            flight = self._in_flight
+            if job.final and flight is not None and flight.key == key and not flight.final:
+                # a stale upload waiting out a Retry-After must not hold the final state: the final push
+                # replaces it (and still waits for what is left of the Retry-After)
+                flight.replaced = True
+                flight.wake.set()
             self._cond.notify_all()
         logger.info("Queued push %r (%d files) to %s.", commit_message, n_files, self.repo_id)
 
@@ -437,6 +455,8 @@ class PushQueue:
                 self._record(job, "dropped")
                 self._dropped.append(job.commit_message)
             self._pending.clear()
+            if self._in_flight is not None:
+                self._in_flight.wake.set()
             self._cond.notify_all()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=2)  # an upload in flight ends at its next retry wait or request
@@ -487,6 +507,7 @@ class PushQueue:
                     job = self._pending.pop(0)
                     self._in_flight = job
                 try:
+                    self._wait_blocked(job)
                     if job.before_upload is not None:
                         job.before_upload(job.staging)
                     oid, url = self._push_with_retries(job)
@@ -494,6 +515,11 @@ class PushQueue:
                         self._record(job, "pushed", oid, url)
                     logger.info("Pushed %r to %s (commit %s).", job.commit_message, self.repo_id,
                                 oid[:8] if oid else "?")
+                except _Replaced:
+                    with self._cond:
+                        self._record(job, "superseded")
+                        self._superseded_in_flight(job)
+                    logger.info("Push %r replaced by the final push while waiting to retry.", job.commit_message)
                 except Exception as err:  # the worker must survive any failure
                     text = scrub(f"{type(err).__name__}: {_describe(err)}", self._token)
                     with self._cond:
@@ -506,6 +532,21 @@ class PushQueue:
                         self._cond.notify_all()
         finally:
             _close_thread_session()
+
+    def _superseded_in_flight(self, job: _Job) -> None:
+        """The pending push that replaced ``job`` takes over its checkpoint folders (call with the lock held)."""
+        for newer in self._pending:
+            if newer.key == job.key:
+                self._take_over(job, newer)
+                break
+
+    def _wait_blocked(self, job: _Job) -> None:
+        """Wait out what is left of a ``Retry-After`` before starting ``job`` (ends early when the queue closes)."""
+        left = self._blocked_until - time.monotonic()
+        if left > 0:
+            logger.info("Push %r waits %.1f s (the Hub's Retry-After).", job.commit_message, left)
+            if self._stop.wait(left):
+                raise RuntimeError("the queue closed while waiting for the Hub's Retry-After")
 
     def _hf_api(self):
         if self._api is not None:
@@ -538,13 +579,21 @@ class PushQueue:
                 if job.attempts > self.max_retries or not retryable or self._stop.is_set():
                     raise
                 asked = retry_after_seconds(err)
+                if _status(err) == 429:
+                    if asked is not None:
+                        self._blocked_until = max(self._blocked_until, time.monotonic() + asked)
+                    if self.on_rate_limited is not None:
+                        self.on_rate_limited(asked)
                 wait = asked if asked is not None else min(self.backoff_seconds * (2 ** (job.attempts - 1)),
                                                            MAX_BACKOFF_SECONDS)
                 logger.warning("Push %r failed (%s); retry %d/%d in %.1f s%s.", job.commit_message,
                                scrub(_describe(err), self._token), job.attempts, self.max_retries, wait,
                                " (Retry-After)" if asked is not None else "")
-                if self._stop.wait(wait):
+                job.wake.wait(wait)
+                if self._stop.is_set():
                     raise
+                if job.replaced:
+                    raise _Replaced() from None
 
     def _find_commit(self, api, job: _Job) -> Optional[str]:
         """The id of the commit carrying ``job``'s push id among the branch's newest commits, else None."""

@@ -1,10 +1,11 @@
-"""The framework-free Hub pusher: one push policy for every way hf-tpu-ext pushes a model.
+"""The framework-free Hub pusher: the uploads of a push session and of ``hf-tpu push``.
 
-:class:`HubPusher` owns the Hub side of a run: the preflight (token, repo, write access, card fields), the
-``hub_strategy`` (what each save pushes), the background queue with retries
+:class:`HubPusher` turns one save into commits: the preflight (token, repo, write access, card fields), the
+``hub_strategy`` mapping of a save's folders to commits, the background queue with retries
 (:class:`~hf_tpu_ext.hub.push_queue.PushQueue`), the card check in the push job, the end-of-run report and
-the cleanup of its staging folders. The tf_keras callback, the ``transformers.TrainerCallback``, the training
-run and ``hf-tpu push`` are adapters: they write a folder and call :meth:`HubPusher.push_save`.
+the cleanup of its staging folders. When and what to save, the commit titles and budget are the push
+session's (:mod:`hf_tpu_ext.hub.push_session`), which the training run and the push callbacks use;
+``hf-tpu push`` calls :meth:`HubPusher.push_save` directly.
 
 It imports only the standard library, ``huggingface_hub`` and ``hf_tpu_ext.hub``/ground modules: never
 TensorFlow, torch or Keras.
@@ -34,10 +35,9 @@ import atexit
 import functools
 import logging
 import os
-import signal
 import threading
 import weakref
-from typing import Optional
+from typing import Callable, Optional
 
 from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id  # the flag's choices: defined once, with the argument
 from hf_tpu_ext.errors import ArgumentError, HubError
@@ -86,21 +86,21 @@ def log_push_report(report: PushReport, repo_id: str, output_dir: Optional[str],
         logger.info("On the Hub: %r (commit %s).", message, oid[:8] if oid else "?")
     missing = [m for m, _ in report.failed] + list(report.pending)
     if missing:
-        where = output_dir or "the output folder"
+        from hf_tpu_ext.hub.checkpoint_layouts import push_later_command
+
         logger.error(
-            "Not pushed to %s: %s. The local folder %s has everything; push it later with "
-            "`hf-tpu push %s --hub_model_id %s`.", repo_id, "; ".join(missing), where, where, repo_id)
+            "Not pushed to %s: %s. The local folder %s has everything; push it and its newest checkpoint (what "
+            "resumes) later with `%s`.", repo_id, "; ".join(missing), output_dir or "the output folder",
+            push_later_command(output_dir, repo_id, report.revision))
     else:
         logger.info("All %d pushes to %s landed%s.", report.counts.get("pushed", 0), repo_id,
                     f" (final step {final_step})" if final_step is not None else "")
 
 
-# ---- process-wide hooks: atexit and SIGTERM, shared by every live pusher ---------------------------
+# ---- process exit: every live pusher cleans up at interpreter exit; signals are interrupts.py's -----
 _LIVE: "weakref.WeakSet[HubPusher]" = weakref.WeakSet()
 _HOOKS = threading.Lock()
 _atexit_done = False
-_sigterm_previous = None  # the handler ours replaced (restored when the last pusher closes)
-_sigterm_installed = False
 
 
 def _close_all_at_exit() -> None:
@@ -108,46 +108,26 @@ def _close_all_at_exit() -> None:
         pusher._abandon("The process is exiting")
 
 
-def _on_sigterm(signum, frame):
-    """SIGTERM: stop like Ctrl-C does (unwinding, so ``finally``/``__exit__``/atexit clean up), or chain."""
-    previous = _sigterm_previous
-    for pusher in list(_LIVE):
-        pusher._log_pending("SIGTERM")
-    if callable(previous):
-        return previous(signum, frame)
-    raise SystemExit(128 + signum)
-
-
 def _install_hooks(pusher: "HubPusher") -> None:
-    global _atexit_done, _sigterm_previous, _sigterm_installed
+    """atexit cleanup, and a callback at the first SIGINT/SIGTERM (:func:`hf_tpu_ext.interrupts.on_signal`, which
+    outside a training run makes SIGTERM unwind so ``finally``/atexit clean up) that says what is pending."""
+    global _atexit_done
+    from hf_tpu_ext import interrupts
+
     with _HOOKS:
         _LIVE.add(pusher)
         if not _atexit_done:
             atexit.register(_close_all_at_exit)
             _atexit_done = True
-        if not _sigterm_installed and threading.current_thread() is threading.main_thread():
-            try:
-                current = signal.getsignal(signal.SIGTERM)
-                if current in (signal.SIG_DFL, None) or callable(current):
-                    _sigterm_previous = current if callable(current) else None
-                    signal.signal(signal.SIGTERM, _on_sigterm)
-                    _sigterm_installed = True
-            except (ValueError, OSError):  # not the main interpreter / no signals here
-                pass
+    pusher._signal_handle = interrupts.on_signal(pusher._on_signal)
 
 
 def _remove_hooks(pusher: "HubPusher") -> None:
-    global _sigterm_previous, _sigterm_installed
     with _HOOKS:
         _LIVE.discard(pusher)
-        if _LIVE or not _sigterm_installed or threading.current_thread() is not threading.main_thread():
-            return
-        try:
-            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
-                signal.signal(signal.SIGTERM, _sigterm_previous or signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
-        _sigterm_previous, _sigterm_installed = None, False
+    handle, pusher._signal_handle = getattr(pusher, "_signal_handle", None), None
+    if handle is not None:
+        handle.remove()
 
 
 class HubPusher:
@@ -174,6 +154,10 @@ class HubPusher:
         repo_id: the full ``"namespace/name"`` after :meth:`preflight`.
         pushed_steps: the steps of the saves that were queued, in order (the final push included; the last
             ``REPORT_LIMIT``).
+        card_problems: after :meth:`finish`, when the final push carried a README.md: what the Hub does not show
+            of its metadata (``[]``: all of it; ``None``: not checked), see
+            :func:`hf_tpu_ext.hub.model_card.check_card_on_hub`. Before the first push :meth:`preflight` keeps
+            README.md out of Git LFS (:func:`hf_tpu_ext.hub.model_card.keep_card_out_of_lfs`).
 
     Raises:
         ArgumentError: an unknown ``hub_strategy``.
@@ -203,6 +187,10 @@ class HubPusher:
         self._closed = False
         self._final_step: Optional[int] = None
         self._last_report: Optional[PushReport] = None
+        self._signal_handle = None
+        self._final_card: Optional[dict] = None
+        self.card_problems: Optional[list] = None  # after finish(): the card read-back's problems ([]: none)
+        self._on_rate_limited: Optional[Callable[[Optional[float]], None]] = None
 
     def __repr__(self):  # the token stays out of logs and tracebacks
         return (f"HubPusher(repo_id={self.repo_id!r}, hub_strategy={self.hub_strategy!r}, "
@@ -252,11 +240,19 @@ class HubPusher:
             card = render_model_card(self.output_dir or ".", repo_id=self.repo_id,
                                      summary={"mask_token": "<mask>"}, **self.card_fields)
             validate_model_card(card, token=self._token)
+        self._keep_card_out_of_lfs()
         self._queue = PushQueue(self.repo_id, self._token, revision=self.revision, max_retries=self.max_retries,
-                                backoff_seconds=self.backoff_seconds, api=self._api)
+                                backoff_seconds=self.backoff_seconds, api=self._api,
+                                on_rate_limited=self._on_rate_limited)
         _install_hooks(self)
         self._preflight_done = True
         return self.repo_id
+
+    def set_rate_limit_listener(self, listener: Optional[Callable[[Optional[float]], None]]) -> None:
+        """Call ``listener(retry_after_seconds_or_None)`` at each 429 answer (the push session's commit budget)."""
+        self._on_rate_limited = listener
+        if self._queue is not None:
+            self._queue.on_rate_limited = listener
 
     # ---- pushes ----------------------------------------------------------------------------------
     def push_save(self, model_folder: Optional[str], *, step: int, checkpoint_folder: Optional[str] = None,
@@ -277,8 +273,8 @@ class HubPusher:
                 (``"all_checkpoints"``); ignored by the other strategies.
             final: the final state: pushed whatever the strategy; ``report().final_pushed`` says whether
                 it landed.
-            commit_message: the commit summary (default: ``"Training in progress, step N"`` /
-                ``"End of training"``).
+            commit_message: the commit summary (default:
+                :func:`hf_tpu_ext.hub.push_session.commit_title`).
 
         Raises:
             RuntimeError: the pusher is closed.
@@ -291,8 +287,14 @@ class HubPusher:
             return
         self.preflight()
         step = int(step)
-        message = commit_message or ("End of training" if final else f"Training in progress, step {step}")
         from hf_tpu_ext.hub.model_card import validate_card_file
+        from hf_tpu_ext.hub.push_session import commit_title
+
+        message = commit_message or commit_title(step, final)
+        if final and model_folder is not None:  # what the read-back in finish() expects the Hub to show
+            from hf_tpu_ext.hub.model_card import card_expectations
+
+            self._final_card = card_expectations(model_folder)
 
         check_card = functools.partial(validate_card_file, token=self._token)
         also, delete = [], None
@@ -305,7 +307,7 @@ class HubPusher:
                                inherit=(LAST_CHECKPOINT,) if self.hub_strategy == "checkpoint" else ())
         if checkpoint_folder is not None and self.hub_strategy == "all_checkpoints":
             name = checkpoint_folder_name(step)
-            self._queue.submit(checkpoint_folder, path_in_repo=name, commit_message=f"Checkpoint at step {step}",
+            self._queue.submit(checkpoint_folder, path_in_repo=name, commit_message=commit_title(step, checkpoint_only=True),
                                key=name, step=step)
         note_step(self.pushed_steps, step)
         if final:
@@ -334,12 +336,48 @@ class HubPusher:
         try:
             report = self._queue.wait(timeout)
         except KeyboardInterrupt:
-            self._log_pending("Interrupted again")
+            self.log_pending("Interrupted again")
             self.close()
             raise
         self._close_queue(timed_out=report.timed_out)
         log_push_report(self._last_report, self.repo_id, self.output_dir, self._final_step)
+        self._check_card(self._last_report)
         return self._last_report
+
+    # ---- the card on the Hub (hub.model_card): never an LFS pointer, read back after the final push -------
+    def _hf_api(self):
+        if self._api is not None:
+            return self._api
+        from huggingface_hub import HfApi, constants
+
+        return HfApi(endpoint=constants.ENDPOINT, token=self._token)
+
+    def _keep_card_out_of_lfs(self) -> None:
+        """At preflight: a repo whose .gitattributes routes README.md through LFS gets it back as a regular file."""
+        from hf_tpu_ext.hub.model_card import keep_card_out_of_lfs
+
+        try:
+            keep_card_out_of_lfs(self._hf_api(), self.repo_id, self.revision)
+        except Exception as err:  # the pushes must not depend on it; the read-back will say if the card is lost
+            logger.warning("Could not check %s's .gitattributes for README.md (%s).", self.repo_id, type(err).__name__)
+
+    def _check_card(self, report: PushReport) -> None:
+        """After the final push landed with a README.md: the metadata the Hub parsed must be the card's
+        (:func:`hf_tpu_ext.hub.model_card.check_card_on_hub`); problems go to :attr:`card_problems` and the log."""
+        from hf_tpu_ext.hub.model_card import check_card_on_hub
+
+        landed = [o for o in report.outcomes if o.status == "pushed" and o.final and o.commit_oid]
+        if self._final_card is None or not landed:
+            return
+        try:
+            self.card_problems = check_card_on_hub(self._hf_api(), self.repo_id, landed[-1].commit_oid,
+                                                   **self._final_card)
+        except Exception as err:  # the Hub could not be asked: not a card problem
+            logger.warning("Could not read back the model card of %s (%s).", self.repo_id, type(err).__name__)
+            return
+        if self.card_problems:
+            logger.error("The Hub does not show the model card pushed to %s: %s.", self.repo_id,
+                         "; ".join(self.card_problems))
 
     def close(self) -> None:
         """Stop the worker (pending uploads are dropped) and remove the staging folders; idempotent."""
@@ -354,21 +392,35 @@ class HubPusher:
             self._last_report = report
         _remove_hooks(self)
 
-    def _log_pending(self, why: str) -> None:
+    def _on_signal(self, signum: int) -> None:
+        """The first SIGINT/SIGTERM (called inside the signal handler: log only, never wait). What then happens to
+        the pending pushes is the caller's (a training run waits within its grace budget; at exit they are
+        reported with the command that pushes them later)."""
+        import signal
+
+        queue = self._queue
+        pending = queue.report.pending if queue is not None else []
+        if pending:
+            logger.warning("%s received: %d push(es) to %s pending (%s).", signal.Signals(signum).name, len(pending),
+                           self.repo_id, "; ".join(pending))
+
+    def log_pending(self, why: str) -> None:
+        """Log the pushes not finished yet and how to push them later (``why``: what stopped the run)."""
         queue = self._queue
         if queue is None:
             return
         pending = queue.report.pending
         if pending:
-            where = self.output_dir or "the output folder"
-            logger.warning("%s: %d push(es) to %s not finished (%s); push them later with `hf-tpu push %s "
-                           "--hub_model_id %s`.", why, len(pending), self.repo_id, "; ".join(pending), where,
-                           self.repo_id)
+            from hf_tpu_ext.hub.checkpoint_layouts import push_later_command
+
+            logger.warning("%s: %d push(es) to %s not finished (%s); push them and the newest checkpoint (what "
+                           "resumes) later with `%s`.", why, len(pending), self.repo_id, "; ".join(pending),
+                           push_later_command(self.output_dir, self.repo_id, self.revision))
 
     def _abandon(self, why: str) -> None:
         """Report what is pending and clean up without waiting (exceptions, interrupts, interpreter exit)."""
         try:
-            self._log_pending(why)
+            self.log_pending(why)
         finally:
             self.close()
 

@@ -1,9 +1,11 @@
 """Deploy the Gradio fill-mask demo (``spaces_demo/``) as a Hub Space for a pushed model.
 
-The Space gets five files in one commit:
+The Space gets these files in one commit:
 
-* ``app.py``: ``spaces_demo/app.py`` unchanged (PyTorch backend; it imports nothing from hf_tpu_ext);
-* ``probes.py``: ``hf_tpu_ext/probes.py`` unchanged (the framework-free probe scoring ``app.py`` loads);
+* ``app.py``: ``spaces_demo/app.py`` unchanged (the page; PyTorch backend);
+* ``hf_tpu_ext/__init__.py``, ``hf_tpu_ext/probes.py``, ``hf_tpu_ext/fill_mask/*.py`` and what they import:
+  the library the page runs on (``hf_tpu_ext.fill_mask.space_modules()``), unchanged; ``app.py`` imports them
+  from its own folder;
 * ``requirements.txt``: ``spaces_demo/requirements.txt`` (CPU torch from PyTorch's index, every package pinned
   to the versions tested);
 * ``README.md``: ``spaces_demo/README.md`` with ``models: [<model_id>]`` in its metadata, the placeholder
@@ -96,17 +98,20 @@ def space_files(model_id: str, space_id: Optional[str] = None) -> Dict[str, byte
         space_id: the Space's repo id (for the README's API example).
 
     Returns:
-        ``{"app.py": ..., "probes.py": ..., "requirements.txt": ..., "README.md": ..., "model_id.txt": ...}``
-        (UTF-8 bytes).
+        ``{"app.py": ..., "requirements.txt": ..., "hf_tpu_ext/__init__.py": ..., "hf_tpu_ext/probes.py": ...,
+        "hf_tpu_ext/fill_mask/...": ..., "README.md": ..., "model_id.txt": ...}`` (UTF-8 bytes).
     """
-    from hf_tpu_ext import probes
+    import hf_tpu_ext
+    from hf_tpu_ext.fill_mask import space_modules
 
     files = {}
     for name in SPACE_FILES:
         with open(os.path.join(_demo_dir(), name), "rb") as f:
             files[name] = f.read()
-    with open(probes.__file__, "rb") as f:
-        files["probes.py"] = f.read()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(hf_tpu_ext.__file__)))
+    for path in space_modules():
+        with open(os.path.join(root, *path.split("/")), "rb") as f:
+            files[path] = f.read()
     files["README.md"] = render_space_readme(model_id, space_id).encode("utf-8")
     files["model_id.txt"] = (model_id + "\n").encode("utf-8")
     return files

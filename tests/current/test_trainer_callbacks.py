@@ -115,7 +115,11 @@ def test_throughput_and_masked_lm_metrics_give_real_numbers_on_cpu(tiny_mlm, tmp
 
     assert s["flops_per_token"] == flops_per_token(trainer.model.config, SEQ) > 0  # from the model's config
     assert s["model_flops_per_second"] == pytest.approx(s["tokens_per_second"] * s["flops_per_token"])
-    assert "mfu" not in s  # no datasheet peak for a CPU
+    from hf_tpu_ext.flops import device_peak
+
+    # on a CPU the peak is the CPU formula's (the same as hf-tpu train's), MFU in [0, 1]
+    assert s["peak_flops"] == device_peak("CPU", "float32").flops
+    assert s["mfu"] == pytest.approx(s["model_flops_per_second"] / s["peak_flops"]) and 0 < s["mfu"] <= 1
     logged = [e for e in trainer.state.log_history if "tokens_per_second" in e]
     assert [e["step"] for e in logged] == [4, 6, 8]
 

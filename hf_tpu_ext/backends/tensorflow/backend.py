@@ -13,14 +13,14 @@ import re
 import tempfile
 from typing import Any, Dict, List
 
-from hf_tpu_ext.backends.base import CheckpointInfo, RunPlan, SaveHook
-from hf_tpu_ext.errors import CheckpointError
+from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
+from hf_tpu_ext.errors import CheckpointError, IncompleteCheckpointError
 
 logger = logging.getLogger("hf_tpu_ext")
 
 _INDEX_RE = re.compile(r"^ckpt-(\d+)\.index$")
 #: the run's trainer state saved with each checkpoint: ``ckpt-N.trainer_state.json`` next to ``ckpt-N.index``
-STATE_SUFFIX = ".trainer_state.json"
+STATE_SUFFIX = ".trainer_state.json"  # the same as backends.tensorflow.checkpoint.STATE_SUFFIX (no TF import here)
 
 
 def checkpoint_state_file(path: str) -> str:
@@ -50,7 +50,7 @@ def _init_trackio(args, model_args):
     return trackio
 
 
-class TensorFlowBackend:
+class TensorFlowBackend(BackendDefaults):
     """``--backend tensorflow``: ``tf.distribute`` strategy, tf_keras model, the XLA training loop."""
 
     name = "tensorflow"
@@ -116,8 +116,12 @@ class TensorFlowBackend:
         """
         import tensorflow as tf
 
-        from hf_tpu_ext.backends.tensorflow.checkpoint import read_sidecar
+        from hf_tpu_ext.backends.tensorflow.checkpoint import is_complete, read_sidecar
 
+        if tf.io.gfile.exists(path + ".index") and not is_complete(path):
+            raise IncompleteCheckpointError(
+                f"Checkpoint {path} is incomplete: its sidecar names {os.path.basename(path)}{STATE_SUFFIX}, which is "
+                "missing or of another step (the save was stopped half-way); the next run in this folder removes it.")
         try:
             reader = tf.train.load_checkpoint(path)
             for name in reader.get_variable_to_shape_map():
@@ -146,6 +150,26 @@ class TensorFlowBackend:
 
     def is_checkpoint_folder(self, folder: str) -> bool:
         return os.path.isdir(folder) and any(n.endswith(".index") for n in os.listdir(folder))
+
+    def remove_incomplete_checkpoints(self, output_dir: str) -> List[str]:
+        """Delete what a killed save or export left: incomplete ``checkpoints/ckpt-N.*``, ``ckpt-N_temp/``, and
+        the temp files of atomic writes (``.tf_model.h5.*.tmp``, ``.model.safetensors.*.tmp``) in ``output_dir``.
+
+        Returns:
+            The paths removed, relative to ``output_dir``.
+        """
+        import tensorflow as tf
+
+        from hf_tpu_ext.backends.tensorflow.checkpoint import CHECKPOINTS_DIRNAME, remove_incomplete
+
+        removed = [os.path.join(CHECKPOINTS_DIRNAME, n)
+                   for n in remove_incomplete(os.path.join(output_dir, CHECKPOINTS_DIRNAME))]
+        if tf.io.gfile.isdir(output_dir) and "://" not in output_dir:
+            for n in os.listdir(output_dir):  # fileio.atomic_write's temp names: "." + name + ".<random>.tmp"
+                if n.startswith(".") and n.endswith(".tmp") and os.path.isfile(os.path.join(output_dir, n)):
+                    os.remove(os.path.join(output_dir, n))
+                    removed.append(n)
+        return removed
 
     def checkpoint_state_file(self, path: str) -> str:
         return checkpoint_state_file(path)
@@ -220,7 +244,7 @@ class TensorFlowBackend:
     def run_context(self):
         return self.context
 
-    #: the training loop calls hf_tpu_ext.interrupts.check() between steps: a signal stops it there
+    #: a first SIGINT/SIGTERM stops the loop at the next step boundary, which is saved (see backends/base.py)
     checks_interrupts = True
 
     def fit(self, callbacks: list, on_save: SaveHook, start_step: int, log_history: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -233,7 +257,8 @@ class TensorFlowBackend:
                                  start_step=start_step, log_history=log_history, summary_writer=self.summary_writer,
                                  trackio=self.trackio, on_save=on_save)
         if self.is_chief:
-            logger.info("precision %s, compiler path: %s (%s)", self.precision.precision, self.trainer.compiler_path,
+            # one level of parentheses at most: the compiler path may hold "(oneDNN)", the reason none
+            logger.info("precision %s, compiler path: %s. Why: %s.", self.precision.precision, self.trainer.compiler_path,
                         self.precision.reason)
         if self.scores_probes:
             from hf_tpu_ext.metrics.masked_lm_tf import make_probe_scorer

@@ -1,15 +1,28 @@
 """Training checkpoints: model + optimizer state with ``tf.train.Checkpoint`` / ``tf.train.CheckpointManager``.
 
 A checkpoint lives in ``output_dir/checkpoints/`` as ``ckpt-<global_step>.index`` + ``ckpt-<global_step>.data-*``
-(written by ``tf.train.CheckpointManager``, which also keeps the ``checkpoint`` state file and deletes all but
-the newest ``save_total_limit``) and a JSON sidecar ``ckpt-<global_step>.json``::
+(``tf.train.Checkpoint.write``), a JSON sidecar ``ckpt-<global_step>.json`` and, for ``hf-tpu train``, the run's
+``ckpt-<global_step>.trainer_state.json``; the ``checkpoint`` state file names the newest, and all but the newest
+``save_total_limit`` are deleted. The sidecar::
 
     {"global_step": 100, "epoch": 1.5,
      "model_config": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-                      "intermediate_size": 128, "vocab_size": 300, "max_position_embeddings": 34}}
+                      "intermediate_size": 128, "vocab_size": 300, "max_position_embeddings": 34},
+     "loss_window": {"loss_sum": 36.2, "steps": 5},          # hf-tpu train: the logging window so far
+     "trainer_state": "ckpt-100.trainer_state.json"}        # hf-tpu train: the file that completes it
 
 The sidecar lets a resume check the model's shape before anything is restored, with a message naming the
-fields that differ. The optimizer's slots (Adam ``m``/``v``) and ``iterations`` are restored even though
+fields that differ.
+
+**One unit.** Weights, optimizer state, sidecar and trainer state are one checkpoint; the data position is the
+global step (the input pipeline is stateless: :mod:`hf_tpu_ext.data.pipeline` starts at any step). They are
+written in this order: the sidecar (it names the state file that will complete the checkpoint), the weights
+(TensorFlow writes ``ckpt-N_temp/`` and moves it into place), the trainer state (atomically: temp name, then
+rename), and only then the ``checkpoint`` state file and the rotation (:meth:`TrainingCheckpointer.commit`), so
+a kill at any moment leaves the previous checkpoints whole. A checkpoint whose sidecar names a state file that
+is missing (or of another step) is incomplete: :func:`is_complete` says so, the resume skips it, and
+:func:`remove_incomplete` (run by the next ``hf-tpu train`` in that folder) deletes it with TensorFlow's
+``ckpt-N_temp/`` folders. The optimizer's slots (Adam ``m``/``v``) and ``iterations`` are restored even though
 tf_keras legacy optimizers create them lazily: ``tf.train.Checkpoint`` keeps the values and assigns them when
 the variables are created (deferred restoration), i.e. in the first ``apply_gradients`` after the restore.
 
@@ -34,6 +47,8 @@ CHECKPOINTS_DIRNAME = "checkpoints"
 LAST_CHECKPOINT_DIRNAME = "last-checkpoint"
 CHECKPOINT_NAME = "ckpt"
 STATE_FILE = "checkpoint"
+#: the run's trainer state saved with each checkpoint: ``ckpt-N.trainer_state.json`` next to ``ckpt-N.index``
+STATE_SUFFIX = ".trainer_state.json"
 MODEL_CONFIG_FIELDS = (
     "hidden_size",
     "num_hidden_layers",
@@ -190,8 +205,8 @@ def validate_compatible(checkpoint_path: str, model_config) -> None:
 class TrainingCheckpointer:
     """Save and restore model, optimizer, global step and epoch of a training run.
 
-    Wraps ``tf.train.Checkpoint(model=..., optimizer=..., global_step=..., epoch=...)`` and a
-    ``tf.train.CheckpointManager(directory, max_to_keep=save_total_limit, checkpoint_name="ckpt")``.
+    Wraps ``tf.train.Checkpoint(model=..., optimizer=..., global_step=..., epoch=...)``; :meth:`save` is
+    :meth:`write` then :meth:`commit` (the ``checkpoint`` state file, then the rotation to ``max_to_keep``).
     ``TrainingCheckpointer(model, optimizer, "out/checkpoints", max_to_keep=2)``,
     ``TrainingCheckpointer(model, optimizer, output_dir="out", save_total_limit=2)`` and the output-dir-first
     form ``TrainingCheckpointer("out", model, optimizer, 2)`` (positional: output_dir, model, optimizer,
@@ -213,8 +228,9 @@ class TrainingCheckpointer:
         global_step: int64 ``tf.Variable``, the optimizer step the checkpoint was written at.
         epoch: int64 ``tf.Variable``, completed epochs (``floor`` of the float epoch passed to :meth:`save`).
         directory: the checkpoint folder.
-        manager: the ``tf.train.CheckpointManager``.
+        max_to_keep: checkpoints kept by :meth:`commit` (``None``: all).
         restored_epoch: float epoch of the last :meth:`restore` (from the sidecar), else ``None``.
+        restored_sidecar: the sidecar dict of the last :meth:`restore` (``{}`` without one).
 
     Raises:
         ArgumentError: neither ``directory`` nor ``output_dir`` is given.
@@ -249,8 +265,12 @@ class TrainingCheckpointer:
         if optimizer is not None:
             objects["optimizer"] = optimizer
         self.checkpoint = tf.train.Checkpoint(**objects)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory, max_to_keep=keep, checkpoint_name=CHECKPOINT_NAME)
+        # created now (under the caller's strategy scope), so write() saves it and restore() matches it as
+        # CheckpointManager-written checkpoints did
+        self.checkpoint.save_counter  # noqa: B018
+        self.max_to_keep = keep
         self.restored_epoch: Optional[float] = None
+        self.restored_sidecar: dict = {}
 
     def validate_compatible(self, path_or_dir: str, model_config=None) -> None:
         """:func:`validate_compatible` against ``model_config`` (default: this checkpointer's model's config)."""
@@ -258,11 +278,12 @@ class TrainingCheckpointer:
 
     @property
     def latest(self) -> Optional[str]:
-        """Prefix of the newest checkpoint in :attr:`directory` (``.../ckpt-N``), or ``None``."""
-        return self.manager.latest_checkpoint
+        """Prefix of the newest committed checkpoint in :attr:`directory` (``.../ckpt-N``), or ``None``."""
+        return _latest_in_dir(self.directory)
 
     def save(self, global_step: int, epoch: Optional[float] = None) -> str:
-        """Write ``ckpt-<global_step>`` and its sidecar; delete checkpoints beyond ``save_total_limit``.
+        """Write ``ckpt-<global_step>`` and its sidecar, then :meth:`commit` it (checkpoints beyond
+        ``save_total_limit`` deleted).
 
         Args:
             global_step: optimizer steps done (the checkpoint number).
@@ -271,24 +292,64 @@ class TrainingCheckpointer:
         Returns:
             The checkpoint prefix, e.g. ``output_dir/checkpoints/ckpt-100``.
         """
-        self.global_step.assign(int(global_step))
+        path = self.write(global_step, epoch)
+        self.commit(path)
+        return path
+
+    def write(self, global_step: int, epoch: Optional[float] = None, extra: Optional[dict] = None,
+              with_state: bool = False) -> str:
+        """The files of ``ckpt-<global_step>``: the sidecar first, then weights and optimizer state.
+
+        Nothing else changes: the ``checkpoint`` state file and older checkpoints wait for :meth:`commit`.
+
+        Args:
+            global_step: optimizer steps done (the checkpoint number).
+            epoch: float epochs done; default: the :attr:`epoch` variable.
+            extra: more sidecar fields (JSON values), e.g. ``{"loss_window": {"loss_sum": 36.2, "steps": 5}}``.
+            with_state: the checkpoint is complete only once ``ckpt-<global_step>.trainer_state.json`` (global step
+                ``global_step``) is written beside it (``hf-tpu train`` writes it); the sidecar says so.
+
+        Returns:
+            The checkpoint prefix.
+        """
+        from hf_tpu_ext.fileio import atomic_write_text
+
+        step = int(global_step)
+        self.global_step.assign(step)
         if epoch is not None:
             self.epoch.assign(int(epoch))
-        before = set(self.manager.checkpoints)
-        path = self.manager.save(checkpoint_number=int(global_step))
+        tf.io.gfile.makedirs(self.directory)
+        path = _join(self.directory, f"{CHECKPOINT_NAME}-{step}")
         sidecar = {
-            "global_step": int(global_step),
+            "global_step": step,
             "epoch": float(epoch) if epoch is not None else int(self.epoch.numpy()),
             "model_config": model_config_summary(self.model.config),
+            **(extra or {}),
         }
-        with tf.io.gfile.GFile(sidecar_path(path), "w") as f:
-            f.write(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
-        # CheckpointManager deleted the old .index/.data files; drop their sidecars too.
-        for old in before - set(self.manager.checkpoints):
-            for extra in (sidecar_path(old), old + ".trainer_state.json"):  # the run's state saved with it
-                if tf.io.gfile.exists(extra):
-                    tf.io.gfile.remove(extra)
+        if with_state:
+            sidecar["trainer_state"] = os.path.basename(path) + STATE_SUFFIX
+        text = json.dumps(sidecar, indent=2, sort_keys=True) + "\n"
+        if "://" in path:
+            with tf.io.gfile.GFile(sidecar_path(path), "w") as f:
+                f.write(text)
+        else:
+            atomic_write_text(sidecar_path(path), text)
+        self.checkpoint.save_counter.assign_add(1)
+        self.checkpoint.write(path)
         return path
+
+    def commit(self, path: str) -> None:
+        """Name ``path`` in the ``checkpoint`` state file, then delete the checkpoints beyond :attr:`max_to_keep`
+        (oldest step first; every file of each: ``.index``, ``.data-*``, sidecar, trainer state)."""
+        name = os.path.basename(path) if "://" not in path else path.rsplit("/", 1)[1]
+        steps = sorted(_steps_in_dir(self.directory))
+        current = int(name.rsplit("-", 1)[1])
+        kept = [s for s in steps if s <= current]
+        if self.max_to_keep is not None:
+            drop, kept = kept[: max(0, len(kept) - int(self.max_to_keep))], kept[-int(self.max_to_keep):]
+            for old in drop:
+                _remove_checkpoint_files(self.directory, old)
+        _write_state_file(self.directory, name, [f"{CHECKPOINT_NAME}-{s}" for s in kept if s != current])
 
     def restore(self, path_or_dir: Optional[str] = None) -> int:
         """Restore model, optimizer state, global step and epoch.
@@ -323,14 +384,110 @@ class TrainingCheckpointer:
             ) from None
         status.expect_partial()  # e.g. optimizer state when restoring weights only
         sidecar = read_sidecar(path) or {}
+        self.restored_sidecar = sidecar
         self.restored_epoch = float(sidecar.get("epoch", self.epoch.numpy()))
         return int(self.global_step.numpy())
 
 
-def _write_state_file(folder: str, name: str) -> None:
-    # The CheckpointState text proto, relative path, as tf.train.CheckpointManager writes it.
-    with tf.io.gfile.GFile(_join(folder, STATE_FILE), "w") as f:
-        f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+def _write_state_file(folder: str, name: str, older: Optional[List[str]] = None) -> None:
+    # The CheckpointState text proto, relative paths, as tf.train.CheckpointManager writes it (oldest first,
+    # the newest last); written to a temp name and renamed, so it never names a half-written list
+    lines = [f'model_checkpoint_path: "{name}"'] + [f'all_model_checkpoint_paths: "{n}"' for n in (older or [])]
+    lines.append(f'all_model_checkpoint_paths: "{name}"')
+    text = "\n".join(lines) + "\n"
+    path = _join(folder, STATE_FILE)
+    if "://" in path:
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(text)
+    else:
+        from hf_tpu_ext.fileio import atomic_write_text
+
+        atomic_write_text(path, text)
+
+
+def _steps_in_dir(folder: str) -> List[int]:
+    """Global steps of the ``ckpt-N.index`` files in ``folder``."""
+    if not tf.io.gfile.isdir(folder):
+        return []
+    return [int(m.group(1)) for m in (_CKPT_INDEX_RE.match(n.rstrip("/")) for n in tf.io.gfile.listdir(folder)) if m]
+
+
+def _remove_checkpoint_files(folder: str, step: int) -> List[str]:
+    """Delete every file of ``ckpt-<step>`` in ``folder`` (and TensorFlow's ``ckpt-<step>_temp/``); returns the names."""
+    prefix = f"{CHECKPOINT_NAME}-{step}"
+    removed = []
+    for n in tf.io.gfile.listdir(folder):
+        n = n.rstrip("/")
+        if n.startswith(prefix + ".") or n == prefix + "_temp":
+            p = _join(folder, n)
+            if tf.io.gfile.isdir(p):
+                tf.io.gfile.rmtree(p)
+            else:
+                tf.io.gfile.remove(p)
+            removed.append(n)
+    return removed
+
+
+def is_complete(checkpoint_path: str) -> bool:
+    """Whether all files of the checkpoint unit are there (see the module doc): ``.index``, and when its sidecar
+    names a trainer state file, that file with the same ``global_step``. A checkpoint without sidecar (written by
+    another tool) counts as complete when its ``.index`` exists."""
+    if not tf.io.gfile.exists(checkpoint_path + ".index"):
+        return False
+    try:
+        sidecar = read_sidecar(checkpoint_path)
+    except CheckpointError:
+        return False
+    state_name = (sidecar or {}).get("trainer_state")
+    if not state_name:
+        return True
+    folder = os.path.dirname(checkpoint_path) if "://" not in checkpoint_path else checkpoint_path.rsplit("/", 1)[0]
+    for name in (state_name, "trainer_state.json"):  # an exported folder (last-checkpoint/) holds the latter
+        try:
+            with tf.io.gfile.GFile(_join(folder, name), "r") as f:
+                if int(json.loads(f.read()).get("global_step", -1)) == int(sidecar.get("global_step", -2)):
+                    return True
+        except (tf.errors.NotFoundError, ValueError, OSError, AttributeError):
+            continue
+    return False
+
+
+def remove_incomplete(folder: str) -> List[str]:
+    """Delete what a stopped save left in a checkpoint folder; returns the names removed.
+
+    Removed: TensorFlow's ``ckpt-N_temp/`` folders, every file of a checkpoint that is not :func:`is_complete`,
+    sidecars and trainer states without their checkpoint. Complete checkpoints, ``best/`` and other files stay.
+    """
+    if not tf.io.gfile.isdir(folder):
+        return []
+    names = [n.rstrip("/") for n in tf.io.gfile.listdir(folder)]
+    removed: List[str] = []
+    steps = set()
+    for n in names:
+        m = re.match(r"^" + CHECKPOINT_NAME + r"-(\d+)(?:_temp$|\.)", n)
+        if m:
+            steps.add(int(m.group(1)))
+    for step in sorted(steps):
+        path = _join(folder, f"{CHECKPOINT_NAME}-{step}")
+        if is_complete(path):
+            temp = _join(folder, f"{CHECKPOINT_NAME}-{step}_temp")
+            if tf.io.gfile.exists(temp):
+                tf.io.gfile.rmtree(temp)
+                removed.append(os.path.basename(temp))
+            continue
+        removed += _remove_checkpoint_files(folder, step)
+    for n in names:  # temp files of an atomic write that was killed (".ckpt-N.json.XXXX.tmp", state file)
+        if n.startswith(".") and n.endswith(".tmp") and tf.io.gfile.exists(_join(folder, n)):
+            tf.io.gfile.remove(_join(folder, n))
+            removed.append(n)
+    if removed:
+        latest = max((s for s in _steps_in_dir(folder)), default=None)
+        if latest is not None:
+            older = sorted(s for s in _steps_in_dir(folder) if s != latest)
+            _write_state_file(folder, f"{CHECKPOINT_NAME}-{latest}", [f"{CHECKPOINT_NAME}-{s}" for s in older])
+        elif tf.io.gfile.exists(_join(folder, STATE_FILE)):
+            tf.io.gfile.remove(_join(folder, STATE_FILE))
+    return removed
 
 
 def export_checkpoint_folder(checkpoint_path: str, dest_dir: str) -> List[str]:

@@ -25,240 +25,31 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from typing import Dict, List, Optional
+from typing import Optional
 
-import numpy as np
-
-from hf_tpu_ext.data.tokenizer import save_tokenizer_files
-from hf_tpu_ext.errors import ArgumentError, CheckpointError, HubAuthError, HubRepoError
-from hf_tpu_ext.fileio import atomic_write, atomic_write_text
+# The framework-free pieces (file names, PyTorch-format safetensors, Hub snapshot of one weight format) live
+# in backends/model_files.py, shared with the Keras backend; the old private names stay importable here.
+from hf_tpu_ext.backends.model_files import (  # noqa: F401
+    BASE_PATTERNS as _BASE_PATTERNS,
+    CONFIG_NAME,
+    PT_WEIGHTS_NAME,
+    SAFE_WEIGHTS_INDEX_NAME,
+    SAFE_WEIGHTS_NAME,
+    TF2_WEIGHTS_INDEX_NAME,
+    TF2_WEIGHTS_NAME,
+    read_pt_safetensors as _read_pt_safetensors,
+    resolve_model_folder as _resolve_folder,
+    safetensors_format as _safetensors_format,
+    weight_patterns as _weight_patterns,
+)
+from hf_tpu_ext.errors import ArgumentError, CheckpointError
+# The TF model -> PyTorch-named folder writer is neutral ground (the tf_keras push callback writes the same
+# folder and may not import a backend); the names stay importable here.
+from hf_tpu_ext.tf_model_folder import _pytorch_config, pytorch_state_dict, save_model_folder  # noqa: F401
 
 logger = logging.getLogger(__name__)
-
-CONFIG_NAME = "config.json"
-SAFE_WEIGHTS_NAME = "model.safetensors"
-SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
-TF2_WEIGHTS_NAME = "tf_model.h5"
-TF2_WEIGHTS_INDEX_NAME = "tf_model.h5.index.json"
-PT_WEIGHTS_NAME = "pytorch_model.bin"
-
-# Config and tokenizer files of a model repo; one weight format is added (see _weight_patterns).
-_BASE_PATTERNS = ["*.json", "*.txt", "*.model"]
-
-
-def _weight_patterns(repo_files: List[str]) -> List[str]:
-    """The one weight format to download, in load_tf_model's order: safetensors, tf_model.h5, pytorch_model.bin."""
-    top = set(repo_files)
-    if SAFE_WEIGHTS_NAME in top or SAFE_WEIGHTS_INDEX_NAME in top:
-        return ["model*.safetensors"]
-    if TF2_WEIGHTS_NAME in top or TF2_WEIGHTS_INDEX_NAME in top:
-        return ["tf_model*.h5"]
-    return ["pytorch_model*.bin"]
-
-
-def pytorch_state_dict(model) -> Dict[str, np.ndarray]:
-    """The weights of a TF transformers model as a PyTorch-named state dict of numpy arrays.
-
-    Names and transposes come from ``transformers.modeling_tf_pytorch_utils``
-    (``convert_tf_weight_name_to_pt_weight_name`` + ``apply_transpose``), so
-    ``tf_roberta_for_masked_lm/roberta/encoder/layer_._0/attention/self/query/kernel:0`` [in, out] becomes
-    ``roberta.encoder.layer.0.attention.self.query.weight`` [out, in]. A variable shared by two layers (the
-    word embeddings that the TF LM head reuses as its decoder) is written once, under its first name; PyTorch
-    transformers ties ``lm_head.decoder.weight``/``lm_head.decoder.bias`` itself on load, exactly as for a
-    folder written by ``RobertaForMaskedLM.save_pretrained``.
-
-    Args:
-        model: a built ``TFPreTrainedModel`` (e.g. ``TFRobertaForMaskedLM``); variables may be distributed.
-
-    Returns:
-        ``{pytorch_name: array}``; arrays are C-contiguous, float weights float32 (bfloat16/float16 upcast).
-
-    Raises:
-        CheckpointError: the model has no variables yet (not built), or two variables map to one name.
-    """
-    from transformers.modeling_tf_pytorch_utils import apply_transpose, convert_tf_weight_name_to_pt_weight_name
-
-    weights = list(model.trainable_weights) + list(model.non_trainable_weights)
-    if not weights:
-        raise CheckpointError("The model has no weights yet: call it once (model(model.dummy_inputs)) before saving.")
-    # Same rule as transformers' PT<->TF loaders: a derived model keeps the base-model prefix ("roberta.").
-    start_prefix_to_remove = ""
-    names = []
-    for w in weights:
-        names.append(convert_tf_weight_name_to_pt_weight_name(w.name, tf_weight_shape=w.shape))
-    if not any(n.startswith(model.base_model_prefix) for n, _ in names):
-        start_prefix_to_remove = model.base_model_prefix + "."
-    state: Dict[str, np.ndarray] = {}
-    seen = set()
-    for w, (name, transpose) in zip(weights, names):
-        key = id(getattr(w, "_primary", w))  # one entry per underlying variable (tied weights)
-        if key in seen:
-            continue
-        seen.add(key)
-        if start_prefix_to_remove:
-            name = name.replace(start_prefix_to_remove, "", 1)
-        if name in state:
-            raise CheckpointError(
-                f"Two variables of {type(model).__name__} map to the PyTorch name {name!r}; this architecture cannot "
-                "be exported with PyTorch names. Use model.save_pretrained() instead."
-            )
-        array = np.asarray(w.numpy())
-        if array.dtype.kind == "V" or str(array.dtype) in ("bfloat16", "float16"):
-            array = array.astype(np.float32)
-        state[name] = np.ascontiguousarray(apply_transpose(transpose, array, pt_to_tf=False))
-    return state
-
-
-def _pytorch_config(model):
-    """A copy of the model's config with PyTorch ``architectures`` (``TFRobertaForMaskedLM`` -> ``RobertaForMaskedLM``)."""
-    import copy
-
-    config = copy.deepcopy(model.config)
-    cls_name = type(model).__name__
-    config.architectures = [cls_name[2:] if cls_name.startswith("TF") else cls_name]
-    return config
-
-
-def save_model_folder(model, output_dir: str, tokenizer=None, *, tf_weights: bool = True) -> List[str]:
-    """Write a model folder that PyTorch and TensorFlow transformers both load.
-
-    Writes ``config.json`` (``architectures`` named without the ``TF`` prefix) and ``model.safetensors``
-    (PyTorch parameter names, ``[out, in]`` Linear weights, float32, metadata ``{"format": "pt"}``, written
-    with ``safetensors.numpy`` so torch is not needed), ``tf_model.h5`` (the same weights in TF's layout,
-    written by the model's own ``save_weights``, for the stock
-    ``TFAutoModelForMaskedLM.from_pretrained(folder, use_safetensors=False)``; see the module doc), plus the
-    tokenizer files when a tokenizer is given. Each file is written to a temporary name in ``output_dir`` and
-    moved into place with ``os.replace``, so a reader (or a background Hub upload) never sees a half-written
-    file. Stale shard indexes (``tf_model.h5.index.json``, ``model.safetensors.index.json``) are removed so
-    loaders do not pick them over the new weights.
-
-    Args:
-        model: a built TF transformers model (``TFRobertaForMaskedLM``).
-        output_dir: folder to write into (created if missing; existing files of the same names replaced).
-        tokenizer: optional ``PreTrainedTokenizer(Fast)``, saved with ``save_pretrained``.
-        tf_weights: also write ``tf_model.h5`` (doubles the weight bytes on disk and in pushes); when False a
-            stale ``tf_model.h5`` is removed instead.
-
-    Returns:
-        The names (relative to ``output_dir``) of the files written, e.g.
-        ``["model.safetensors", "tf_model.h5", "config.json", "tokenizer.json", ...]``.
-
-    Raises:
-        CheckpointError: the model is not built or cannot be expressed with PyTorch names.
-    """
-    from safetensors.numpy import save_file
-
-    os.makedirs(output_dir, exist_ok=True)
-    state = pytorch_state_dict(model)
-    config = _pytorch_config(model)
-    written = []
-
-    atomic_write(os.path.join(output_dir, SAFE_WEIGHTS_NAME), lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
-    written.append(SAFE_WEIGHTS_NAME)
-    if tf_weights:
-        # HDF5 by layer name, as TFPreTrainedModel.save_pretrained(safe_serialization=False) writes it
-        atomic_write(os.path.join(output_dir, TF2_WEIGHTS_NAME), lambda tmp: model.save_weights(tmp, save_format="h5"))
-        written.append(TF2_WEIGHTS_NAME)
-
-    atomic_write_text(os.path.join(output_dir, CONFIG_NAME), config.to_json_string(use_diff=True))
-    written.append(CONFIG_NAME)
-    stale_names = (TF2_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_INDEX_NAME) + (() if tf_weights else (TF2_WEIGHTS_NAME,))
-    for stale in stale_names:
-        if os.path.isfile(os.path.join(output_dir, stale)):
-            os.remove(os.path.join(output_dir, stale))
-
-    if tokenizer is not None:
-        written += save_tokenizer_files(tokenizer, output_dir, exclude=written)
-    return written
-
-
-def _safetensors_format(path: str) -> Optional[str]:
-    from safetensors import safe_open
-
-    with safe_open(path, framework="numpy") as f:
-        return (f.metadata() or {}).get("format")
-
-
-def _read_pt_safetensors(folder: str) -> Optional[Dict[str, np.ndarray]]:
-    """PyTorch-format safetensors weights of ``folder`` as one dict (shards merged); ``None`` if there are none."""
-    from safetensors.numpy import load_file
-
-    single = os.path.join(folder, SAFE_WEIGHTS_NAME)
-    index = os.path.join(folder, SAFE_WEIGHTS_INDEX_NAME)
-    if os.path.isfile(single):
-        files = [single]
-    elif os.path.isfile(index):
-        with open(index, encoding="utf-8") as f:
-            shards = sorted(set(json.load(f).get("weight_map", {}).values()))
-        files = [os.path.join(folder, s) for s in shards]
-    else:
-        return None
-    if _safetensors_format(files[0]) != "pt":
-        return None
-    state: Dict[str, np.ndarray] = {}
-    for path in files:
-        for name, array in load_file(path).items():
-            if str(array.dtype) in ("bfloat16", "float16"):
-                array = array.astype(np.float32)
-            state[name] = array
-    return state
-
-
-def _resolve_folder(path_or_repo_id: str, revision: Optional[str], cache_dir: Optional[str], token) -> str:
-    """A local folder for ``path_or_repo_id``: the folder itself, or a Hub snapshot download."""
-    if os.path.isdir(path_or_repo_id):
-        return path_or_repo_id
-    looks_local = path_or_repo_id.startswith((".", os.sep, "~")) or path_or_repo_id.count("/") > 1 or (
-        os.sep != "/" and os.sep in path_or_repo_id
-    )
-    if looks_local:
-        raise ArgumentError(f"Model folder {path_or_repo_id!r} does not exist; give an existing folder or a Hub repo id 'user/name'.")
-
-    from huggingface_hub import HfApi, constants, snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HFValidationError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    # The endpoint is read at call time so HF_ENDPOINT set after import (a private or test Hub) is honoured.
-    endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
-    endpoint = endpoint.rstrip("/")
-    try:
-        # List first so only one weight format is fetched (repos often hold .bin, .h5 and .safetensors copies).
-        repo_files = HfApi(endpoint=endpoint).list_repo_files(path_or_repo_id, revision=revision, token=token)
-        return snapshot_download(
-            path_or_repo_id,
-            revision=revision,
-            cache_dir=cache_dir,
-            token=token,
-            endpoint=endpoint,
-            allow_patterns=_BASE_PATTERNS + _weight_patterns(repo_files),
-        )
-    except HFValidationError:
-        raise HubRepoError(
-            f"{path_or_repo_id!r} is neither an existing folder nor a valid Hub repo id ('user/name')."
-        ) from None
-    except GatedRepoError:
-        raise HubAuthError(
-            f"The Hub repo {path_or_repo_id} is gated: accept its conditions on the Hub and log in (HF_TOKEN)."
-        ) from None
-    except RevisionNotFoundError:
-        raise HubRepoError(f"Revision {revision!r} of Hub repo {path_or_repo_id} does not exist; check --model_revision.") from None
-    except RepositoryNotFoundError:
-        raise HubRepoError(
-            f"Hub repo {path_or_repo_id} was not found at {endpoint} (or it is private and no valid token was given); "
-            "check the repo id, HF_ENDPOINT and HF_TOKEN."
-        ) from None
-    except LocalEntryNotFoundError:
-        raise HubRepoError(
-            f"Cannot download {path_or_repo_id} from {endpoint} and it is not in the local cache; check the network/HF_ENDPOINT."
-        ) from None
 
 
 def load_tf_model(

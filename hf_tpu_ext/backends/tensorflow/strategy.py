@@ -47,6 +47,14 @@ def tpu_error_message(tpu_name: str, error: BaseException) -> str:
     Cloud) and the Cloud TPU API (``cloud-tpu-client``, or TensorFlow's fallback needing the Google API client).
     """
     text = " ".join(str(error).split())[:300]
+    if tpu_name == "local" and not isinstance(error, ImportError):
+        # "local" names no TPU to look up: the TPU runtime of this machine found none (e.g. "TPUs not found in
+        # the cluster" on a CPU machine); advising "use --tpu_name local" would repeat what failed
+        first = text.split(". ")[0].rstrip(".")
+        return (f"--tpu_name local: this machine has no TPU that TensorFlow can use ({type(error).__name__}: {first}). "
+                "'local' is the TPU of the Cloud TPU VM the run is on, with TensorFlow's TPU runtime (libtpu). To "
+                "train on this machine's CPU or GPUs, drop --tpu_name; for a TPU Node, give its name (with "
+                "--tpu_zone and --gcp_project) or its address grpc://IP:8470.")
     if isinstance(error, ImportError) or "Google API client" in text or "googleapiclient" in text:
         return (f"--tpu_name {tpu_name}: looking up a TPU Node by name needs the Cloud TPU client, which is not "
                 "installed: `pip install cloud-tpu-client`. On a TPU VM use --tpu_name local instead.")

@@ -321,7 +321,9 @@ class TFTrainer:
 
         logs: Dict[str, Any] = {}
         train_loss_sum, train_loss_n = 0.0, 0
-        window_loss, window_n = 0.0, 0
+        # the logging window's loss sum and step count so far; a resume between two logging steps carries them
+        # over from the checkpoint, so the next log entry is the mean over the same steps as without the stop
+        self.window_loss, self.window_n = self._restored_loss_window(step)
         # time inside train-function calls only (not evaluation, checkpoints, callbacks); the run's first
         # call (tracing + XLA compilation) is left out of the rates when later calls exist
         # call (tracing + XLA compilation) is left out when later calls exist; median step: robust to the
@@ -340,8 +342,10 @@ class TFTrainer:
             epoch = step // spe
             epoch_started = False
             while step < total:
-                # SIGINT/SIGTERM stop here, between steps, evaluations and checkpoints (hf_tpu_ext.interrupts)
-                interrupts.check()
+                # SIGINT/SIGTERM stop here, after the step's logs, evaluation and checkpoint: the loop ends and
+                # that step is saved below (hf_tpu_ext.interrupts; the signal itself only recorded)
+                if interrupts.received() is not None:
+                    break
                 if not epoch_started:
                     self.callbacks.on_epoch_begin(epoch)
                     epoch_started = True
@@ -351,7 +355,6 @@ class TFTrainer:
                 self.callbacks.on_train_batch_begin(batch_index)
                 t_call = time.perf_counter()
                 loss = float(self._call_train_function(iterator, n, first=first_call is None))  # waits for the steps
-                interrupts.check()
                 call_secs = time.perf_counter() - t_call
                 if first_call is None:
                     first_call = [call_secs / n] * n
@@ -367,21 +370,21 @@ class TFTrainer:
                 steps_run += n
                 train_loss_sum += loss * n
                 train_loss_n += n
-                window_loss += loss * n
-                window_n += n
+                self.window_loss += loss * n
+                self.window_n += n
                 logs = {"loss": loss, "learning_rate": float(self.lr_schedule(step)), "global_step": step,
                         "epoch": step / spe}
                 if _crossed(prev, step, args.logging_steps) or step == total:
                     # rounded once: the log line and the progress bar show the same figure
                     tokens_per_second = round(
                         tokens_per_step / max(statistics.median(window_times or first_call), 1e-9), 1)
-                    entry = {"loss": round(window_loss / window_n, 6), "learning_rate": logs["learning_rate"],
+                    entry = {"loss": round(self.window_loss / self.window_n, 6), "learning_rate": logs["learning_rate"],
                              "epoch": round(step / spe, 4), "step": step, "tokens_per_second": tokens_per_second}
                     mfu = mfu_of(tokens_per_second)
                     if mfu is not None:
                         entry["mfu"] = round(mfu, 4)
                     self._log(entry)
-                    window_loss, window_n, window_times = 0.0, 0, []
+                    self.window_loss, self.window_n, window_times = 0.0, 0, []
                 if progress is not None:
                     progress.update(n)
                     postfix = {"loss": f"{loss:.4f}"}
@@ -391,10 +394,8 @@ class TFTrainer:
                 at_epoch_end = step == epoch_end_step or step == total
                 if args.eval_strategy == "steps" and _crossed(prev, step, args.eval_steps):
                     logs.update(self._evaluate_and_log(step))
-                interrupts.check()
                 if args.save_strategy == "steps" and _crossed(prev, step, args.save_steps):
                     self._save(step)
-                    interrupts.check()
                 self.callbacks.on_train_batch_end(batch_index + n - 1, logs)
                 if at_epoch_end:
                     if args.eval_strategy == "epoch" and "eval_loss" not in logs:
@@ -409,12 +410,13 @@ class TFTrainer:
         finally:
             if progress is not None:
                 progress.close()
-        interrupts.check()
         runtime = time.perf_counter() - t_start
-        # the final checkpoint, so a finished run can be resumed/extended and pushed as last-checkpoint
+        # the final checkpoint, so a finished run can be resumed/extended and pushed as last-checkpoint; after
+        # a signal, the checkpoint of the step reached (a signal is a save), then KeyboardInterrupt
         if self.checkpointer is not None and (self.checkpointer.latest is None
                                               or not self.checkpointer.latest.endswith(f"-{step}")):
             self._save(step)
+        interrupts.check()
         if getattr(args, "load_best_model_at_end", False):
             self.load_best_model()
         results = {
@@ -423,13 +425,15 @@ class TFTrainer:
             "train_steps_per_second": steps_run / max(runtime, 1e-9),
             "train_samples_per_second": steps_run * self.global_batch_size / max(runtime, 1e-9),
             "train_tokens_per_second": steps_run * tokens_per_step / max(runtime, 1e-9),
-            # the steady rate of the training steps alone (the figure the log lines and progress bar show)
-            "train_step_tokens_per_second": (tokens_per_step / max(statistics.median(steady_times or first_call), 1e-9)
-                                             if first_call else 0.0),
+            # the steady rate: tokens per median training step (the figure the log lines and progress bar show);
+            # train_tokens_per_second above is the whole run's (tokens over wall time, transformers' meaning)
+            "steady_tokens_per_second": (tokens_per_step / max(statistics.median(steady_times or first_call), 1e-9)
+                                         if first_call else 0.0),
             "global_step": step,
             "epoch": step / spe,
             "tokens_seen": step * tokens_per_step,
         }
+        results.update(mfu_of.summary(results["steady_tokens_per_second"]))
         self.final_logs = logs
         return results
 
@@ -449,51 +453,35 @@ class TFTrainer:
                     self._save_best(step)
         return metrics
 
-    def _mfu_function(self, element_spec):
-        """``tokens_per_second -> MFU`` (None when the FLOPs or the peak are unknown) for this run.
+    def _mfu_function(self, element_spec) -> "_RunMFU":
+        """This run's MFU: ``mfu_of(tokens_per_second)`` -> fraction or None, ``mfu_of.summary(rate)``.
 
         FLOPs per token: :func:`hf_tpu_ext.flops.flops_per_token` with the LM head at the batch's
-        ``masked_lm_positions`` only; peak: :func:`hf_tpu_ext.flops.peak_flops` of one replica's device
-        (datasheet, else measured once and cached on disk)."""
-        from hf_tpu_ext.flops import flops_per_token, peak_flops
+        ``masked_lm_positions`` only; peak: :func:`hf_tpu_ext.flops.device_peak` of one replica's device (a
+        datasheet value, or the CPU formula: a hardware property, the same at any load). One line says which
+        peak, or why MFU is left out."""
+        from hf_tpu_ext.flops import device_peak, flops_per_token
 
+        fpt, why = None, None
         try:
             spec = element_spec.get("masked_lm_positions") if isinstance(element_spec, dict) else None
             predictions = spec.shape[-1] if spec is not None and spec.shape.rank else None
             fraction = min(1.0, int(predictions) / self.seq_length) if predictions else None
             fpt = flops_per_token(self.model.config, self.seq_length, masked_fraction=fraction)
         except Exception as err:  # noqa: BLE001 (an unusual config: no MFU rather than no training)
-            logger.debug("no FLOPs per token for MFU: %s", err)
-            return lambda tokens_per_second: None
-        if not self.info.is_chief:
-            return lambda tokens_per_second: None
-        replicas = max(1, self.strategy.num_replicas_in_sync)
-        warned = []
-        found: List[Optional[float]] = []
-
-        def mfu(tokens_per_second):
-            # the peak is looked up (on a CPU: measured, ~1-2 s, unless cached) at the first log, not before
-            # the first step: a run shows its first step that much sooner
-            if not found:
-                found.append(peak_flops(self.info.accelerator if self.info.accelerator != "GPU" else _gpu_kind(),
-                                        "bfloat16" if getattr(self.args, "bf16", False) else "float32"))
-            peak = found[0]
-            if not peak:
-                return None
-            value = tokens_per_second / replicas * fpt / peak
-            if value <= 1.0:
-                return value
-            # above the peak is impossible: the measured peak is stale (a probe on a busy machine); say so once
-            if not warned:
-                warned.append(True)
-                from hf_tpu_ext.flops import _peak_cache_path
-
-                logger.warning("MFU left out: the training steps run faster than the peak %.3g FLOP/s measured "
-                               "earlier on this machine; delete %s to measure it again on an idle machine.",
-                               peak, _peak_cache_path())
-            return None
-
-        return mfu
+            why = f"MFU left out: no FLOP count for this model config ({err})"
+        # the GPU's name; a TPU's generation where the TPU VM states it (TPU_ACCELERATOR_TYPE)
+        kind = _gpu_kind() if self.info.accelerator in ("GPU", "TPU") else self.info.accelerator
+        peak = device_peak(kind, "bfloat16" if getattr(self.args, "bf16", False) is True else "float32")
+        if why is None and not peak.flops:
+            why = f"MFU left out: {peak.source}"
+        mfu_of = _RunMFU(fpt, peak, max(1, self.strategy.num_replicas_in_sync), note=why, log=self.info.is_chief)
+        if self.info.is_chief:
+            if why:
+                logger.info("%s.", why)
+            else:
+                logger.info("MFU against the peak %.3g FLOP/s per replica (%s).", peak.flops, peak.source)
+        return mfu_of
 
     def _better(self, value: float) -> bool:
         if value is None or not math.isfinite(value):
@@ -551,15 +539,31 @@ class TFTrainer:
             self.trackio.log({k: v for k, v in entry.items() if k != "step" and isinstance(v, (int, float))},
                              step=entry["step"])
 
+    def _restored_loss_window(self, step: int):
+        """``(loss sum, steps)`` of the logging window at ``step``: from the restored checkpoint's sidecar when it
+        was written at ``step``, else ``(0.0, 0)`` (a fresh run, or a checkpoint written before the window was kept)."""
+        side = getattr(self.checkpointer, "restored_sidecar", None) or {}
+        window = side.get("loss_window") or {}
+        if step > 0 and int(side.get("global_step", -1)) == step and int(window.get("steps", 0)) > 0:
+            return float(window["loss_sum"]), int(window["steps"])
+        return 0.0, 0
+
     def _save(self, step: int):
+        """One checkpoint as one unit: weights + optimizer + sidecar (with the logging window), then
+        ``on_save`` (the run writes the checkpoint's trainer state: that completes it, and pushes), then the
+        ``checkpoint`` state file and the rotation (see :mod:`~hf_tpu_ext.backends.tensorflow.checkpoint`)."""
         if self.checkpointer is None:
             return
         # every worker saves (MultiWorkerMirroredStrategy needs all of them); non-chiefs write to a temp dir
-        path = self.checkpointer.save(step, epoch=step / self.steps_per_epoch)
-        if self.info.is_chief:
-            logger.info("saved checkpoint %s", path)
+        window = {"loss_sum": float(getattr(self, "window_loss", 0.0)), "steps": int(getattr(self, "window_n", 0))}
+        path = self.checkpointer.write(step, epoch=step / self.steps_per_epoch, extra={"loss_window": window},
+                                       with_state=self.on_save is not None and self.info.is_chief)
+        interrupts.kill_for_test("checkpoint_weights", step)  # weights written, trainer state not yet
         if self.on_save is not None:
             self.on_save(step, path)
+        self.checkpointer.commit(path)
+        if self.info.is_chief:
+            logger.info("saved checkpoint %s", path)
 
 
 def _gpu_kind() -> str:
@@ -568,15 +572,50 @@ def _gpu_kind() -> str:
     return default_device_kind()
 
 
+class _RunMFU:
+    """MFU of one run against one fixed peak: present in every log line or in none, never above 100%.
+
+    Args:
+        flops_per_token: training FLOPs per token (None: no MFU).
+        peak: :class:`hf_tpu_ext.flops.Peak` of one replica.
+        replicas: replicas the tokens/s are spread over.
+        note: why MFU is left out (None when it is reported).
+        log: whether this process logs (the chief).
+    """
+
+    def __init__(self, flops_per_token, peak, replicas: int, note: Optional[str] = None, log: bool = True):
+        self.flops_per_token, self.peak, self.replicas = flops_per_token, peak, replicas
+        self.note, self.log = note, log
+
+    def __call__(self, tokens_per_second: float) -> Optional[float]:
+        from hf_tpu_ext.flops import above_peak_message, compute_mfu
+
+        if self.note is not None:
+            return None
+        value = compute_mfu(tokens_per_second / self.replicas, self.flops_per_token, self.peak.flops)
+        if value is None:  # above the peak: the peak is wrong for this machine; left out from here on, said once
+            self.note = above_peak_message(tokens_per_second / self.replicas, self.flops_per_token, self.peak)
+            if self.log:
+                logger.warning("%s.", self.note)
+        return value
+
+    def summary(self, steady_tokens_per_second: float) -> Dict[str, Any]:
+        """``mfu`` (of the steady rate), ``mfu_peak_flops``, ``mfu_peak_source``; or ``mfu_note`` (why none)."""
+        value = self(steady_tokens_per_second) if steady_tokens_per_second else None
+        if value is None:
+            return {"mfu_note": self.note or "MFU left out: no training steps were timed"}
+        return {"mfu": value, "mfu_peak_flops": self.peak.flops, "mfu_peak_source": self.peak.source}
+
+
 def _format_entry(entry: Dict[str, Any]) -> str:
-    """One log line: a training entry as ``step 10 (epoch 0.16): loss 6.1527, lr 4.97e-04 | 5,340 tokens/s in
-    training steps (compilation, evaluation and checkpoints excluded), MFU 2.1%``; other entries as
+    """One log line: a training entry as ``step 10 (epoch 0.16): loss 6.1527, lr 4.97e-04 | steady 5,340 tokens/s
+    (median training step; compilation, evaluation and checkpoints excluded), MFU 2.1%``; other entries as
     ``key=value`` pairs."""
     if "loss" not in entry or "tokens_per_second" not in entry:
         return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry.items())
     text = (f"step {entry['step']} (epoch {entry['epoch']:.2f}): loss {entry['loss']:.4f}, "
-            f"lr {entry['learning_rate']:.3g} | {entry['tokens_per_second']:,.0f} tokens/s in training steps "
-            "(median step; compilation, evaluation and checkpoints excluded)")
+            f"lr {entry['learning_rate']:.3g} | steady {entry['tokens_per_second']:,.0f} tokens/s "
+            "(median training step; compilation, evaluation and checkpoints excluded)")
     if entry.get("mfu") is not None:
         text += f", MFU {entry['mfu']:.1%}"
     return text

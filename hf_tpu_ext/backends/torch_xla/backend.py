@@ -13,7 +13,7 @@ import re
 import zipfile
 from typing import Any, Dict, List
 
-from hf_tpu_ext.backends.base import CheckpointInfo, RunPlan, SaveHook
+from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
 from hf_tpu_ext.errors import CheckpointError
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -30,13 +30,15 @@ def _log_history(trainer) -> List[Dict[str, Any]]:
     return [dict(e) for e in trainer.state.log_history if "train_runtime" not in e]
 
 
-class TorchXLABackend:
+class TorchXLABackend(BackendDefaults):
     """``--backend torch_xla``: our :class:`~hf_tpu_ext.backends.torch_xla.trainer.MaskedLMTrainer` on XLA."""
 
     name = "torch_xla"
     callback_kind = "torch"
     supports_tfrecord = False
     needs_remote_data = False
+    #: a first SIGINT/SIGTERM: the Trainer saves the step reached and stops (trainer.save_on_signal_callback)
+    checks_interrupts = True
 
     def __init__(self):
         self.info = None
@@ -96,6 +98,25 @@ class TorchXLABackend:
 
     def checkpoint_state_file(self, path: str) -> str:
         return os.path.join(path, STATE_NAME)
+
+    def remove_incomplete_checkpoints(self, output_dir: str) -> List[str]:
+        """Delete ``checkpoint-N/`` folders without the Trainer's ``trainer_state.json`` (it is written after the
+        weights and optimizer: a save stopped before it) and ``tmp-checkpoint-N/`` folders. A checkpoint with it
+        but without the run's ``run_trainer_state.json`` stays: the Trainer's log history in it is whole."""
+        import shutil
+
+        removed = []
+        if not os.path.isdir(output_dir):
+            return removed
+        for name in sorted(os.listdir(output_dir)):
+            path = os.path.join(output_dir, name)
+            if not os.path.isdir(path):
+                continue
+            if name.startswith("tmp-checkpoint-") or (
+                    _CKPT_RE.match(name) and not os.path.isfile(os.path.join(path, "trainer_state.json"))):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(name)
+        return removed
 
     def checkpoint_info(self, path: str) -> CheckpointInfo:
         """Check that the weights read back and the optimizer file is whole; read step, config and state.
@@ -178,7 +199,9 @@ class TorchXLABackend:
 
         from hf_tpu_ext.backends.torch_xla.data import masking_epoch_callback
         from hf_tpu_ext.metrics.xla_compiles import compile_counts
-        from hf_tpu_ext.backends.torch_xla.trainer import _trainer_class, hf_training_arguments, host_barrier
+        from hf_tpu_ext import interrupts
+        from hf_tpu_ext.backends.torch_xla.trainer import (_trainer_class, hf_training_arguments, host_barrier,
+                                                           save_on_signal_callback)
 
         args, plan = self.args, self.plan
         backend = self
@@ -194,7 +217,8 @@ class TorchXLABackend:
         self.trainer = trainer = _trainer_class()(
             model=self.model, args=hf_args, train_dataset=self.train_ds, eval_dataset=self.eval_ds,
             data_collator=self.train_collator, eval_collator=self.eval_collator,
-            callbacks=[*callbacks, masking_epoch_callback(self.train_collator), _SaveHook()], max_predictions=self.P)
+            callbacks=[*callbacks, masking_epoch_callback(self.train_collator), _SaveHook(), save_on_signal_callback()],
+            max_predictions=self.P)
         if args.disable_tqdm:  # the Trainer's PrinterCallback prints every log dict; our logger does that
             trainer.remove_callback(PrinterCallback)
             trainer.remove_callback(ProgressCallback)
@@ -205,6 +229,7 @@ class TorchXLABackend:
         if not os.path.isdir(final):  # the final step is always checkpointed (resume, Hub last-checkpoint)
             trainer._save_checkpoint(trainer.model, trial=None)
             on_save(step, final)
+        interrupts.check()  # stopped by a signal: its step is saved above (or by the Trainer); now stop the run
         runtime = float(output.metrics.get("train_runtime") or 0.0)
         steps_run = max(step - start_step, 0)
         tokens_per_step = plan.global_batch_size * plan.seq_length

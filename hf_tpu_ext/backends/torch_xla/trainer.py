@@ -226,3 +226,28 @@ def host_barrier(folder: str, name: str, rank: int, world_size: int, timeout: fl
         if time.monotonic() > deadline:
             raise TimeoutError(f"process {rank}: the other processes did not reach {name!r} within {timeout:.0f} s.")
         time.sleep(0.05)
+
+
+def save_on_signal_callback():
+    """A ``TrainerCallback`` that makes a first SIGINT/SIGTERM a save (see ``checks_interrupts`` in
+    :mod:`hf_tpu_ext.backends.base`): at the end of the step in progress it sets ``control.should_save`` and
+    ``control.should_training_stop``, so the Trainer writes ``checkpoint-<step>/`` (its ``on_save`` callbacks --
+    the run's trainer state and push -- included) and leaves its loop; the caller then raises
+    ``KeyboardInterrupt`` with :func:`hf_tpu_ext.interrupts.check`. The signal itself is only recorded by the
+    run's handler (:func:`hf_tpu_ext.interrupts.deferring`), never raised inside a step.
+
+    Returns:
+        A ``transformers.TrainerCallback`` instance (any PyTorch device; nothing here needs XLA).
+    """
+    from transformers import TrainerCallback
+
+    from hf_tpu_ext import interrupts
+
+    class SaveOnSignalCallback(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if interrupts.received() is not None:
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+    return SaveOnSignalCallback()

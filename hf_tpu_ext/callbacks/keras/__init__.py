@@ -18,24 +18,9 @@ def backend_name() -> str:
 
 
 def process_index() -> int:
-    """This process's index among the training processes (0 on the chief / a single host).
+    """This process's index among the training processes (0 on the chief / a single host): the one answer of
+    :func:`hf_tpu_ext.distributed.process_index` (a multi-host ``keras.distribution`` on JAX, ``TF_CONFIG`` on
+    TensorFlow)."""
+    from hf_tpu_ext.distributed import process_index as _process_index
 
-    JAX: ``keras.distribution`` (``jax.process_index()`` under a multi-host ``keras.distribution``
-    setup); TensorFlow: the ``TF_CONFIG`` task index of a worker (0 without one); other backends: 0.
-    """
-    name = backend_name()
-    if name == "jax":
-        import jax
-
-        return int(jax.process_index())
-    if name == "tensorflow":
-        import json
-        import os
-
-        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
-        task, cluster = config.get("task") or {}, config.get("cluster") or {}
-        if not task or task.get("type") == "chief":
-            return 0
-        # without a "chief" task, worker 0 is the chief (tf.distribute's convention)
-        return int(task.get("index", 0)) + (1 if "chief" in cluster else 0)
-    return 0
+    return _process_index()

@@ -1,310 +1,146 @@
-"""Push a Keras 3 model (a keras-hub preset, or a ``.keras`` file) to the Hub in the background while training.
+"""Push a Keras 3 model (a keras-hub preset, or a ``.keras`` file) to the Hub in the background while ``fit`` runs.
 
-The Hub side -- preflight, ``hub_strategy``, the background queue with retries, the card check, the final
-report -- is :class:`hf_tpu_ext.hub.pusher.HubPusher`; this callback writes the folders and calls it.
-
-What a save writes into ``output_dir`` (the model folder, pushed by ``hub_strategy``):
-
-- a keras-hub task model (``keras_hub.models.Task``: ``RobertaMaskedLM``...): its preset
-  (``model.save_to_preset``: ``config.json``, ``task.json``, ``model.weights.h5``, ``metadata.json``,
-  ``tokenizer.json``/``preprocessor.json``, ``assets/``), which
-  ``keras_hub.models.<Task>.from_preset("hf://<repo_id>")`` loads;
-- any other Keras 3 model: ``model.keras`` (``model.save``; ``keras.saving.load_model`` loads it);
-- ``README.md``: a card whose metadata makes the Hub show a keras-hub model (``library_name: keras-hub``,
-  ``pipeline_tag: fill-mask``, tags) or a Keras one (``library_name: keras``).
-
-A resumable checkpoint (``hub_strategy="checkpoint"``: the Hub's ``last-checkpoint/``;
-``"all_checkpoints"``: ``checkpoint-<step>/``) is ``checkpoint.weights.h5`` (``model.save_weights``: the
-model's and the optimizer's variables) and ``trainer_state.json`` (``global_step``, ``epoch``);
-:meth:`PushToHubCallback.restore_from_hub` restores both into a compiled model.
+The Keras 3 adapter of :class:`hf_tpu_ext.hub.push_session.PushSession` (cadence, ``hub_strategy``, the
+commit budget, titles, preflight, final push and report are the session's). This class only knows Keras 3:
+the global step is the optimizer's iterations at train begin plus the batches since (no device read per
+step), and a save writes the files of :mod:`hf_tpu_ext.callbacks.keras.model_files` -- the preset or
+``model.keras``, its card, and a checkpoint ``checkpoints/checkpoint-<step>/`` (``checkpoint.weights.h5`` +
+``trainer_state.json``; only the newest is kept) that :meth:`PushToHubCallback.restore_from_hub` restores.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
 import shutil
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import keras
+from huggingface_hub import ModelCard
 
-from hf_tpu_ext.args import check_repo_id
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.keras import process_index
-from hf_tpu_ext.errors import ArgumentError, CheckpointError
+from hf_tpu_ext.callbacks.keras.model_files import render_card, restore_from_hub, save_checkpoint, save_model
+from hf_tpu_ext.hub.model_card import write_card
+from hf_tpu_ext.hub.push_session import PushConfig, PushSession, SessionBacked
 
-logger = logging.getLogger("hf_tpu_ext")
-
-SAVE_STRATEGIES = ("epoch", "steps", "no")
-CHECKPOINT_WEIGHTS = "checkpoint.weights.h5"
-TRAINER_STATE = "trainer_state.json"
-KERAS_FILE = "model.keras"
-
-
-def is_keras_hub_task(model) -> bool:
-    """True for a keras-hub task model (it has ``save_to_preset`` and a ``backbone``)."""
-    return callable(getattr(model, "save_to_preset", None)) and getattr(model, "backbone", None) is not None
-
-
-def _task_tags(model) -> List[str]:
-    tags = ["keras-hub", "keras"]
-    backbone = getattr(model, "backbone", None)
-    if backbone is not None:
-        tags.append(type(backbone).__name__.replace("Backbone", "").lower())
-    return tags
-
-
-def render_card(model, repo_id: str, *, step: int, epoch: float, logs: Optional[Dict[str, Any]] = None,
-                final: bool = False, **card_fields) -> str:
-    """The model card text (``huggingface_hub.ModelCard``) for a save of ``model`` at ``step``.
-
-    Args:
-        model: the Keras 3 model.
-        repo_id: the Hub repo (named in the loading example).
-        step, epoch: where training is (global optimizer steps; epochs completed, float).
-        logs: the latest Keras logs (loss, eval metrics, throughput), shown as a table.
-        final: the end-of-training card.
-        **card_fields: ``license``, ``language``, ``datasets``, ``base_model``, ``tags`` (added to the
-            defaults), ``pipeline_tag`` (default ``fill-mask`` for a keras-hub masked LM).
-
-    Returns:
-        Markdown with YAML metadata: ``library_name`` (``keras-hub`` for a keras-hub task, else ``keras``),
-        ``pipeline_tag``, ``tags``.
-    """
-    from huggingface_hub import ModelCard, ModelCardData
-
-    keras_hub = is_keras_hub_task(model)
-    name = type(model).__name__
-    tags = (_task_tags(model) if keras_hub else ["keras"]) + list(card_fields.pop("tags", None) or [])
-    pipeline_tag = card_fields.pop("pipeline_tag", "fill-mask" if "MaskedLM" in name or not keras_hub else None)
-    data = ModelCardData(library_name="keras-hub" if keras_hub else "keras", pipeline_tag=pipeline_tag,
-                         tags=list(dict.fromkeys(tags)), **{k: v for k, v in card_fields.items() if v is not None})
-    if keras_hub:
-        load = (f"```python\nimport keras_hub\n\nmodel = keras_hub.models.{name}.from_preset(\"hf://{repo_id}\")\n```")
-    else:
-        load = (f"```python\nimport keras\nfrom huggingface_hub import hf_hub_download\n\n"
-                f"model = keras.saving.load_model(hf_hub_download(\"{repo_id}\", \"{KERAS_FILE}\"))\n```")
-    rows = "\n".join(f"| {k} | {v:.6g} |" for k, v in sorted((logs or {}).items())
-                     if isinstance(v, (int, float)) and not isinstance(v, bool))
-    status = "End of training" if final else "Training in progress"
-    content = (
-        f"---\n{data.to_yaml()}\n---\n\n# {repo_id.split('/')[-1]}\n\n"
-        f"A `{name}` trained with Keras {keras.__version__} on the {keras.backend.backend()} backend "
-        f"({status.lower()}: step {step}, epoch {epoch:g}).\n\n## How to load\n\n{load}\n"
-        + (f"\n## Latest training logs\n\n| metric | value |\n|---|---|\n{rows}\n" if rows else "")
-    )
-    return str(ModelCard(content))
+_D = PushConfig  # the defaults (class attributes of the dataclass): the session's, not this adapter's
 
 
 @register_callback("push_to_hub", framework="keras")
-class PushToHubCallback(keras.callbacks.Callback):
+class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
     """Push checkpoints, the model and its card to the Hub in the background while a Keras 3 ``fit`` runs.
 
-    Chief-only: on every process but index 0 (:func:`hf_tpu_ext.callbacks.keras.process_index`:
-    ``jax.process_index()`` under ``keras.distribution``, the ``TF_CONFIG`` task on TensorFlow) it does
-    nothing. On the chief: :meth:`preflight` at train begin (token, repo, write access: a bad token fails
-    before the first step), a save at each epoch end or every ``save_steps`` steps (the folder is written on
-    the training thread; the upload runs in the background and never blocks the next save), and the final
-    state at train end, always pushed whatever ``hub_strategy`` (``on_train_end`` waits up to
-    ``push_timeout`` seconds for the uploads and logs what landed; ``self.report``).
+    Chief-only (:func:`hf_tpu_ext.callbacks.keras.process_index` 0; elsewhere it does nothing): Hub access is
+    checked at train begin (a bad token fails before the first step); saves at each epoch end or every
+    ``save_steps`` steps (the upload runs in the background); the final state at train end is always pushed
+    (``on_train_end`` waits up to ``push_timeout`` seconds; ``self.report``).
 
     Args:
-        output_dir: local folder the model folder is written to (and ``checkpoints/`` under it).
-        hub_model_id: ``"user/name"`` or ``"name"`` (default: the name of ``output_dir`` under the token's user).
-        hub_token: the Hub token (default: ``HF_TOKEN`` or the cached login). Never logged or written.
-        hub_strategy: ``"end"``, ``"every_save"``, ``"checkpoint"`` or ``"all_checkpoints"``
-            (:class:`~hf_tpu_ext.hub.pusher.HubPusher`).
-        save_strategy: ``"epoch"``, ``"steps"`` (every ``save_steps`` global steps) or ``"no"`` (final only).
-        save_steps: interval in global optimizer steps for ``save_strategy="steps"``.
-        hub_private_repo: create the repo private.
-        hub_revision: branch to push to.
-        push_timeout: seconds ``on_train_end`` waits for the uploads.
-        max_retries, backoff_seconds: the pusher's retry policy.
-        **card_fields: see :func:`render_card` (``license``, ``language``, ``datasets``, ``tags``...).
+        output_dir, hub_model_id, hub_token, hub_strategy, save_strategy, save_steps, hub_private_repo,
+            hub_revision, push_timeout, max_retries, backoff_seconds, hub_commit_budget: see
+            :class:`~hf_tpu_ext.hub.push_session.PushConfig`.
+        **card_fields: see :func:`~hf_tpu_ext.callbacks.keras.model_files.render_card` (``license``, ``tags``...).
 
     Attributes:
-        repo_id: the full repo id after :meth:`preflight`.
-        pushed_steps: global steps of the saves handed to the pusher (the final one included).
-        report: the pusher's :class:`~hf_tpu_ext.hub.push_queue.PushReport` after training.
+        session: the :class:`~hf_tpu_ext.hub.push_session.PushSession` (``repo_id``, ``pushed_steps``,
+            ``pusher`` are its; ``pusher`` stays None on other processes); report: the push report after training.
 
     Raises:
-        ArgumentError: an unknown strategy, or ``save_strategy="steps"`` without ``save_steps >= 1``.
+        ArgumentError: see :class:`~hf_tpu_ext.hub.push_session.PushConfig`.
     """
 
     def __init__(self, output_dir: str, hub_model_id: Optional[str] = None, hub_token: Optional[str] = None,
-                 hub_strategy: str = "every_save", save_strategy: str = "epoch", save_steps: Optional[int] = None,
-                 hub_private_repo: Optional[bool] = None, hub_revision: Optional[str] = None,
-                 push_timeout: float = 600, max_retries: int = 5, backoff_seconds: float = 1.0, **card_fields):
+                 hub_strategy: str = _D.hub_strategy, save_strategy: str = _D.save_strategy,
+                 save_steps: Optional[int] = None, hub_private_repo: Optional[bool] = None,
+                 hub_revision: Optional[str] = None, push_timeout: float = _D.push_timeout,
+                 max_retries: int = _D.max_retries, backoff_seconds: float = _D.backoff_seconds,
+                 hub_commit_budget: int = _D.hub_commit_budget, **card_fields):
         super().__init__()
-        from hf_tpu_ext.hub.pusher import HUB_STRATEGIES, HubPusher
-
-        if hub_strategy not in HUB_STRATEGIES:
-            raise ArgumentError(f"hub_strategy must be one of {', '.join(HUB_STRATEGIES)}, got {hub_strategy!r}.")
-        if save_strategy not in SAVE_STRATEGIES:
-            raise ArgumentError(f"save_strategy must be one of {', '.join(SAVE_STRATEGIES)}, got {save_strategy!r}.")
-        if save_strategy == "steps" and (save_steps is None or int(save_steps) < 1):
-            raise ArgumentError("save_strategy='steps' needs save_steps >= 1 (global optimizer steps between pushes).")
-        if hub_model_id is not None:
-            check_repo_id(hub_model_id, "hub_model_id")  # on every process, at construction
-        self.output_dir = os.fspath(output_dir)
-        self.hub_strategy, self.save_strategy = hub_strategy, save_strategy
-        self.save_steps = int(save_steps) if save_steps else None
-        self.push_timeout = push_timeout
-        self.card_fields = card_fields
-        self.is_chief = process_index() == 0
-        self.pusher = HubPusher(hub_model_id, token=hub_token, hub_strategy=hub_strategy, private=hub_private_repo,
-                                revision=hub_revision, output_dir=self.output_dir, max_retries=max_retries,
-                                backoff_seconds=backoff_seconds, push_timeout=push_timeout) if self.is_chief else None
-        self.repo_id: Optional[str] = None
-        self.pushed_steps: List[int] = []
-        self.report = None
+        config = PushConfig(output_dir, hub_model_id, hub_token, hub_strategy, hub_private_repo, hub_revision,
+                            save_strategy, save_steps, push_timeout=push_timeout, max_retries=max_retries,
+                            backoff_seconds=backoff_seconds, hub_commit_budget=hub_commit_budget, card_fields=card_fields)
+        self.session = PushSession(config, is_chief=process_index() == 0)
+        self.output_dir, self.report = config.output_dir, None
         self._logs: Dict[str, Any] = {}
-        self._step0 = 0
-        self._steps = 0
-        self._epoch = 0
+        self._step0 = self._steps = self._epoch = 0
         self._last_save: Optional[int] = None
         self._last_checkpoint: Optional[str] = None
 
     def __repr__(self):  # the token stays out of logs and tracebacks
-        return (f"PushToHubCallback(output_dir={self.output_dir!r}, repo_id={self.repo_id!r}, "
-                f"hub_strategy={self.hub_strategy!r}, save_strategy={self.save_strategy!r})")
+        return f"PushToHubCallback({self.session!r})"
 
     def preflight(self) -> Optional[str]:
-        """Token, repo and write access, before training (chief only; idempotent). Returns the repo id.
-
-        Raises:
-            HubAuthError, HubRepoError, HubError: see :meth:`HubPusher.preflight`.
-        """
-        if self.pusher is not None:
-            self.repo_id = self.pusher.preflight()
-        return self.repo_id
-
-    # ------------------------------------------------------------------ saving
-    def _global_step(self) -> int:
-        return self._step0 + self._steps
+        """Token, repo and write access before training (chief only; idempotent); returns the repo id."""
+        return self.session.preflight()
 
     def save(self, final: bool = False) -> Optional[int]:
-        """Write the model folder (and a checkpoint where ``hub_strategy`` pushes one) and queue the push.
+        """Write the model folder, card (and the checkpoint ``hub_strategy`` pushes) and queue the push.
 
         Returns:
-            The global step saved, or None on a non-chief process.
+            The global step pushed, or None (another process, or a save the commit budget coalesced).
         """
-        if self.pusher is None:
+        s, step = self.session, self._step0 + self._steps
+        if not (final or s.due(step)) or not s.admit(step, final):
             return None
-        step = self._global_step()
-        if final and step == self._last_save:  # the folder holds this state already: new card, final push
-            with open(os.path.join(self.output_dir, "README.md"), "w", encoding="utf-8") as f:
-                f.write(render_card(self._model, self.repo_id or self.pusher.repo_id, step=step, epoch=self._epoch,
-                                    logs=self._logs, final=True, **self.card_fields))
-            self.pusher.push_save(self.output_dir, step=step, checkpoint_folder=self._last_checkpoint, final=True)
-            self.pushed_steps.append(step)
-            return step
         model = self.model  # on JAX the property syncs the training state into the variables
-        os.makedirs(self.output_dir, exist_ok=True)
-        if is_keras_hub_task(model):
-            model.save_to_preset(self.output_dir)
-        else:
-            model.save(os.path.join(self.output_dir, KERAS_FILE))
-        with open(os.path.join(self.output_dir, "README.md"), "w", encoding="utf-8") as f:
-            f.write(render_card(model, self.repo_id or self.pusher.repo_id, step=step, epoch=self._epoch,
-                                logs=self._logs, final=final, **self.card_fields))
-        checkpoint = None
-        if self.hub_strategy in ("checkpoint", "all_checkpoints"):
-            checkpoint = self._write_checkpoint(model, step)
-        self.pusher.push_save(self.output_dir, step=step, checkpoint_folder=checkpoint, final=final)
+        if not (final and step == self._last_save):  # else the folder holds this state already: new card only
+            save_model(model, self.output_dir)
+        # a README.md the user wrote keeps its text (the card's metadata merged in)
+        write_card(self.output_dir, ModelCard(render_card(model, s.repo_id, step=step, epoch=self._epoch, logs=self._logs,
+                                                          final=final, max_steps=self._max_steps() or None,
+                                                          **s.config.card_fields)))
+        checkpoint = self._last_checkpoint if step == self._last_save else None
+        if checkpoint is None and s.wants_checkpoint(final):
+            checkpoint = save_checkpoint(model, os.path.join(self.output_dir, "checkpoints", f"checkpoint-{step}"))
+            s.write_trainer_state(checkpoint, step, epoch=self._epoch, max_steps=self._max_steps())
+        s.save(self.output_dir, step=step, checkpoint_folder=checkpoint, final=final)
         if self._last_checkpoint and self._last_checkpoint != checkpoint:  # keep only the newest locally
             shutil.rmtree(self._last_checkpoint, ignore_errors=True)
         self._last_checkpoint = checkpoint
-        self.pushed_steps.append(step)
         self._last_save = step
         return step
 
-    def _write_checkpoint(self, model, step: int) -> str:
-        folder = os.path.join(self.output_dir, "checkpoints", f"checkpoint-{step}")
-        os.makedirs(folder, exist_ok=True)
-        model.save_weights(os.path.join(folder, CHECKPOINT_WEIGHTS))  # model + optimizer variables
-        with open(os.path.join(folder, TRAINER_STATE), "w", encoding="utf-8") as f:
-            json.dump({"global_step": step, "epoch": self._epoch}, f)
-        return folder
+    def _max_steps(self) -> int:
+        params = getattr(self, "params", None) or {}
+        return int((params.get("steps") or 0) * (params.get("epochs") or 0))
 
-    # ------------------------------------------------------------------ resume
     @classmethod
     def restore_from_hub(cls, model, hub_model_id: str, token: Optional[str] = None,
                          local_dir: Optional[str] = None) -> Dict[str, Any]:
-        """Restore the model's and optimizer's variables from the repo's ``last-checkpoint/``.
-
-        Call after ``model.compile(...)`` and before ``fit``; pass ``initial_epoch=state["epoch"]`` to ``fit``
-        so the epoch count continues.
-
-        Args:
-            model: a compiled Keras 3 model of the same architecture.
-            hub_model_id: ``"user/name"`` or ``"user/name@revision"``.
-            token: Hub token (private repos; default ``HF_TOKEN`` or the cached login).
-            local_dir: download folder (default: a temp folder, removed afterwards).
-
-        Returns:
-            ``trainer_state.json``: ``{"global_step": int, "epoch": int}``.
-
-        Raises:
-            CheckpointError: the repo has no ``last-checkpoint/`` with a Keras 3 checkpoint.
-            HubRepoError, HubError: the repo cannot be read.
-        """
-        import tempfile
-
-        from hf_tpu_ext.hub.resume import download_last_checkpoint
-
-        def is_checkpoint(folder: str) -> bool:
-            return os.path.isfile(os.path.join(folder, CHECKPOINT_WEIGHTS))
-
-        with tempfile.TemporaryDirectory(prefix="hf-tpu-resume-") as tmp:
-            folder = download_last_checkpoint(hub_model_id, token, local_dir or tmp, is_checkpoint=is_checkpoint,
-                                              kind=f"Keras 3 checkpoint ({CHECKPOINT_WEIGHTS})")
-            if getattr(model, "optimizer", None) is None:
-                raise CheckpointError("restore_from_hub needs a compiled model (its optimizer receives the state).")
-            if not model.optimizer.built:
-                model.optimizer.build(model.trainable_variables)
-            model.load_weights(os.path.join(folder, CHECKPOINT_WEIGHTS))
-            with open(os.path.join(folder, TRAINER_STATE), encoding="utf-8") as f:
-                state = json.load(f)
-        logger.info("Resumed from %s at global step %s (epoch %s).", hub_model_id, state.get("global_step"),
-                    state.get("epoch"))
-        return state
+        """Restore a compiled model's and optimizer's variables from the repo's ``last-checkpoint/``; returns its
+        trainer state (see :func:`hf_tpu_ext.callbacks.keras.model_files.restore_from_hub`)."""
+        return restore_from_hub(model, hub_model_id, token, local_dir)
 
     # ------------------------------------------------------------------ hooks
     def on_train_begin(self, logs=None):
-        if self.pusher is None:
+        if not self.session.is_chief:
             return
-        self.preflight()
+        self.session.preflight()
         iterations = getattr(getattr(self._model, "optimizer", None), "iterations", None)
         self._step0 = int(keras.ops.convert_to_numpy(getattr(iterations, "value", iterations))) if iterations is not None else 0
         self._steps = 0
+        self.session.begin(self._step0)
 
     def on_train_batch_begin(self, batch, logs=None):
         self._batch_begin = batch
 
     def on_train_batch_end(self, batch, logs=None):
         self._steps += int(batch) - int(getattr(self, "_batch_begin", batch)) + 1
-        if self.pusher is None or self.save_strategy != "steps":
-            return
-        step = self._global_step()
-        previous = self._last_save if self._last_save is not None else self._step0
-        if step // self.save_steps > previous // self.save_steps:  # steps_per_execution may jump over it
+        if self.session.active and self.session.is_save_step(self._step0 + self._steps):
             self._logs = dict(logs or {})
             self.save()
 
     def on_epoch_end(self, epoch, logs=None):
-        self._epoch = epoch + 1
-        self._logs = dict(logs or {})
-        if self.pusher is not None and self.save_strategy == "epoch":
+        self._epoch, self._logs = epoch + 1, dict(logs or {})
+        self.session.note_logs(logs, self._step0 + self._steps, self._epoch)
+        if self.session.active and self.session.saves_each_epoch:
             self.save()
 
     def on_train_end(self, logs=None):
-        if self.pusher is None:
+        if not self.session.active:
             return
-        if logs:
-            self._logs.update(logs)
+        self._logs.update(logs or {})
         try:
             self.save(final=True)
         finally:
-            self.report = self.pusher.finish(timeout=self.push_timeout)
+            self.report = self.session.finish()

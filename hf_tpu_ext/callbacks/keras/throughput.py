@@ -71,12 +71,16 @@ def analytic_flops_per_token(model, seq_length: int) -> Optional[float]:
     return flops_per_token(shape, seq_length)
 
 
-def device_peak_flops() -> Optional[float]:
-    """Datasheet peak FLOP/s of one device (:func:`hf_tpu_ext.flops.known_peak_flops`) for the compute dtype of
-    ``keras.config.dtype_policy()``: on JAX from ``jax.devices()[0].device_kind`` (names the TPU generation,
-    e.g. ``"TPU v4"``), on TensorFlow from :func:`hf_tpu_ext.flops.default_device_kind`; None for CPUs and
-    unknown devices (no MFU then)."""
-    from hf_tpu_ext.flops import known_peak_flops
+def device_peak():
+    """The peak of one device (:func:`hf_tpu_ext.flops.device_peak`: a TPU/GPU datasheet value or the CPU
+    formula) for the compute dtype of ``keras.config.dtype_policy()``: on JAX the device from
+    ``jax.devices()[0].device_kind`` (names the TPU generation, e.g. ``"TPU v4"``; ``"cpu"`` on a CPU), on
+    TensorFlow from :func:`hf_tpu_ext.flops.default_device_kind`.
+
+    Returns:
+        :class:`hf_tpu_ext.flops.Peak` (``flops`` None with the reason for an unknown device or backend).
+    """
+    from hf_tpu_ext.flops import Peak, device_peak as peak_of
 
     try:
         if backend_name() == "jax":
@@ -88,10 +92,10 @@ def device_peak_flops() -> Optional[float]:
 
             kind = default_device_kind()
         else:
-            return None
-    except Exception:  # no device information: no MFU rather than a failed fit
-        return None
-    return known_peak_flops(kind, keras.config.dtype_policy().compute_dtype)
+            return Peak(None, f"no peak: the {backend_name()} backend's device is not looked up")
+    except Exception as err:  # no device information: no MFU rather than a failed fit
+        return Peak(None, f"no peak: the device could not be named ({err})")
+    return peak_of(kind, keras.config.dtype_policy().compute_dtype)
 
 
 @register_callback("throughput", framework="keras")
@@ -117,9 +121,9 @@ class ThroughputCallback(ThroughputMeter, keras.callbacks.Callback):
         seq_length: tokens per sequence.
         num_replicas: replicas (devices) the global batch is split over.
         flops_per_token: training FLOPs per token (default: counted as above).
-        peak_flops: peak FLOP/s of one device (default: :func:`device_peak_flops`, the datasheet value of a
-            known GPU/TPU); no MFU without it (CPUs).
-        measure_peak, peak_dtype, warmup_steps, log_every: as in the tf_keras callback.
+        peak_flops: peak FLOP/s of one device (default: :func:`device_peak` at train begin, the datasheet value
+            of a known GPU/TPU or the CPU formula); no MFU without it.
+        peak_dtype, warmup_steps, log_every: as in the tf_keras callback.
 
     Raises:
         ArgumentError: a size argument is < 1, or ``warmup_steps`` < 0.
@@ -127,19 +131,29 @@ class ThroughputCallback(ThroughputMeter, keras.callbacks.Callback):
 
     def __init__(self, global_batch_size: int, seq_length: int, num_replicas: int = 1,
                  flops_per_token: Optional[float] = None, peak_flops: Optional[float] = None,
-                 measure_peak: bool = False, peak_dtype: str = "float32", warmup_steps: int = 2,
-                 log_every: int = 100):
+                 peak_dtype: str = "float32", warmup_steps: int = 2, log_every: int = 100):
         super().__init__(global_batch_size, seq_length, num_replicas=num_replicas, flops_per_token=flops_per_token,
-                         peak_flops=peak_flops, measure_peak=measure_peak, peak_dtype=peak_dtype,
-                         warmup_steps=warmup_steps, log_every=log_every)
+                         peak_flops=peak_flops, peak_dtype=peak_dtype, warmup_steps=warmup_steps,
+                         log_every=log_every)
         self.flops_source = "given" if flops_per_token else None
+
+    @classmethod
+    def from_run(cls, run) -> "ThroughputCallback":
+        """The callback of an ``hf-tpu train --backend keras`` run: its global batch, sequence length, replicas
+        and FLOPs per token (:func:`hf_tpu_ext.flops.flops_per_token` with the head at the masked positions, the
+        count every backend uses), logging at ``--logging_steps``."""
+        args = run.training_args
+        return cls(run.global_batch_size, run.seq_length, num_replicas=run.num_replicas,
+                   flops_per_token=getattr(run, "flops_per_token", None),
+                   log_every=max(1, int(getattr(args, "logging_steps", 100) or 100)))
 
     def _iterations(self) -> Optional[int]:
         return None  # JAX keeps the optimizer step outside the variable mid-epoch: count batch indices
 
+    def _device_peak(self):
+        return device_peak()
+
     def on_train_begin(self, logs=None):
-        if self.peak_flops is None and not self.measure_peak:
-            self.peak_flops = device_peak_flops()
         if not self.flops_per_token:
             model = self._model
             forward = jax_forward_flops(model, self.seq_length) if backend_name() == "jax" else None

@@ -41,8 +41,8 @@ class ThroughputCallback(TrainerCallback):
         num_replicas: devices the batch is split over (default: ``args.world_size``).
         flops_per_token: training FLOPs per token (default: :func:`hf_tpu_ext.flops.flops_per_token` of the
             model's config, when it is a transformer encoder's).
-        peak_flops: peak FLOP/s of one device (default: the datasheet peak of a known CUDA GPU; none on CPU,
-            so no MFU there).
+        peak_flops: peak FLOP/s of one device (default: :func:`hf_tpu_ext.flops.device_peak`: the datasheet peak
+            of a known CUDA GPU, the CPU formula on a CPU; MFU is never above 1).
         warmup_steps: optimizer steps not timed at the start of each ``train()``.
 
     Raises:
@@ -70,13 +70,13 @@ class ThroughputCallback(TrainerCallback):
     @classmethod
     def from_run(cls, run) -> "ThroughputCallback":
         """Configure from the torch backend's ``RunContext`` (sizes, FLOPs per token, the device's peak)."""
-        from hf_tpu_ext.flops import flops_per_token, known_peak_flops
+        from hf_tpu_ext.flops import flops_per_token, peak_flops
 
         fraction = min(1.0, run.max_predictions / run.seq_length) if run.max_predictions else None
         fpt = flops_per_token(run.model_config, run.seq_length, masked_fraction=fraction) if run.model_config else None
         dtype = "bfloat16" if getattr(run.training_args, "bf16", False) else "float32"
         return cls(seq_length=run.seq_length, global_batch_size=run.global_batch_size, num_replicas=run.num_replicas,
-                   flops_per_token=fpt, peak_flops=known_peak_flops(run.device_info.device_kind, dtype))
+                   flops_per_token=fpt, peak_flops=peak_flops(run.device_info.device_kind, dtype))
 
     def _reset(self):
         self._first_step: Optional[int] = None
@@ -104,7 +104,11 @@ class ThroughputCallback(TrainerCallback):
         if self.flops_per_token:
             rates["model_flops_per_second"] = rates["tokens_per_second"] * self.flops_per_token
         if self.flops_per_token and self.peak_flops:
-            rates["mfu"] = rates["tokens_per_second_per_replica"] * self.flops_per_token / self.peak_flops
+            from hf_tpu_ext.flops import compute_mfu
+
+            mfu = compute_mfu(rates["tokens_per_second_per_replica"], self.flops_per_token, self.peak_flops)
+            if mfu is not None:  # never above 1: a rate above the peak leaves MFU out
+                rates["mfu"] = mfu
         return rates
 
     def _median_ms(self) -> Optional[float]:
@@ -116,9 +120,10 @@ class ThroughputCallback(TrainerCallback):
         return value * 1e3
 
     def _fill_flops(self, args, model) -> None:
-        """FLOPs per token from the model's config, the peak from a known CUDA device (when not given)."""
+        """FLOPs per token from the model's config; the peak (when not given) of a known CUDA device's datasheet
+        or the CPU formula (:func:`hf_tpu_ext.flops.device_peak`)."""
         from hf_tpu_ext.errors import ArgumentError
-        from hf_tpu_ext.flops import flops_per_token, known_peak_flops
+        from hf_tpu_ext.flops import flops_per_token, peak_flops
 
         config = getattr(model, "config", None)
         if self.flops_per_token is None and config is not None:
@@ -133,9 +138,11 @@ class ThroughputCallback(TrainerCallback):
                 device = next(model.parameters()).device
             except StopIteration:
                 return
+            dtype = "bfloat16" if getattr(args, "bf16", False) else "float32"
             if device.type == "cuda":
-                dtype = "bfloat16" if getattr(args, "bf16", False) else "float32"
-                self.peak_flops = known_peak_flops(torch.cuda.get_device_name(device), dtype)
+                self.peak_flops = peak_flops(torch.cuda.get_device_name(device), dtype)
+            elif device.type == "cpu":
+                self.peak_flops = peak_flops("CPU", dtype)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._reset()
@@ -168,7 +175,8 @@ class ThroughputCallback(TrainerCallback):
         entry = state.log_history[-1] if state.log_history else None
         if entry is not None and entry.get("step") == state.global_step and "loss" in entry:
             entry.update(rounded)
-        logger.info("step %d: %.1f samples/s, %.0f tokens/s (%.0f per replica), median step %.1f ms%s",
+        logger.info("step %d: steady %.1f samples/s, %.0f tokens/s (%.0f per replica; steps after warm-up), "
+                    "median step %.1f ms%s",
                     state.global_step, rates["samples_per_second"], rates["tokens_per_second"],
                     rates["tokens_per_second_per_replica"], rates["step_time_ms_median"],
                     f", MFU {rates['mfu']:.1%}" if "mfu" in rates else "")

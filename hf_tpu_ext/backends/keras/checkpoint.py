@@ -1,0 +1,216 @@
+"""Checkpoints of the Keras backend: ``checkpoint-<global_step>/`` folders in ``output_dir``, written atomically.
+
+A checkpoint folder holds (all float32 as trained):
+
+* ``model_state.safetensors``: the model's trainable variables keyed by their Keras path (keras-hub names every
+  layer), its non-trainable ones (dropout seed states) as ``non_trainable/<index>``;
+* ``optimizer_state.safetensors``: the optimizer's variables (iteration count, Adam moments) keyed
+  ``<index>/<path>``, restored by position;
+* ``checkpoint.json`` (:data:`META_NAME`): ``global_step``, ``epoch``, ``model_config`` (the shape fields of the
+  transformers config), the data position (``seed``, ``global_batch_size``, ``num_train_blocks``: the batches
+  of every step follow from them, see :mod:`hf_tpu_ext.data.numpy_batches`), ``keras_backend``, ``dtype_policy``;
+* ``trainer_state.json``: the run's trainer state, written by the training run after the save.
+
+Atomic: everything is written into ``.checkpoint-<step>.tmp-<pid>`` beside the final name, flushed to disk, then
+renamed (a rename within a folder is atomic on POSIX), so a kill leaves either no ``checkpoint-<step>`` or a
+complete one; stale temporary folders of killed runs are deleted at the next save. :func:`find_checkpoints` lists
+only complete folders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from hf_tpu_ext.errors import CheckpointError
+
+MODEL_NAME = "model_state.safetensors"
+OPTIMIZER_NAME = "optimizer_state.safetensors"
+META_NAME = "checkpoint.json"
+STATE_NAME = "trainer_state.json"
+FORMAT = "hf-tpu-ext keras checkpoint 1"
+LAST_CHECKPOINT_DIRNAME = "last-checkpoint"
+_CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+_TMP_RE = re.compile(r"^(\.checkpoint-\d+\.tmp-\d+|checkpoint-\d+\.old-\d+)$")
+MODEL_CONFIG_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+                       "max_position_embeddings")
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _save_tensors(path: str, tensors: Dict[str, np.ndarray], metadata: Dict[str, str]) -> None:
+    from safetensors.numpy import save_file
+
+    # np.array, not np.ascontiguousarray: that one turns a 0-d value (the iteration count) into shape (1,)
+    save_file({k: np.array(v, order="C") for k, v in tensors.items()}, path, metadata=metadata)
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def save_checkpoint(output_dir: str, step: int, model_vars: Dict[str, np.ndarray],
+                    optimizer_vars: Dict[str, np.ndarray], meta: Dict[str, Any],
+                    keep: Optional[int] = None) -> str:
+    """Write ``output_dir/checkpoint-<step>/`` atomically (see the module doc) and rotate old ones.
+
+    Args:
+        output_dir: the run folder.
+        step: the global step.
+        model_vars, optimizer_vars: name -> array.
+        meta: the JSON fields of ``checkpoint.json`` (``global_step`` is set here).
+        keep: ``--save_total_limit``: keep this many newest checkpoints (None: all).
+
+    Returns:
+        the checkpoint folder.
+    """
+    os.makedirs(output_dir, exist_ok=True)
+    for name in os.listdir(output_dir):  # folders of a killed save
+        if _TMP_RE.match(name):
+            shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
+    final = os.path.join(output_dir, f"checkpoint-{int(step)}")
+    tmp = os.path.join(output_dir, f".checkpoint-{int(step)}.tmp-{os.getpid()}")
+    os.makedirs(tmp)
+    _save_tensors(os.path.join(tmp, MODEL_NAME), model_vars, {"format": FORMAT})
+    _save_tensors(os.path.join(tmp, OPTIMIZER_NAME), optimizer_vars, {"format": FORMAT})
+    meta = dict(meta, global_step=int(step), format=FORMAT)
+    with open(os.path.join(tmp, META_NAME), "w", encoding="utf-8") as f:
+        f.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(tmp)
+    if os.path.isdir(final):  # the same step saved again (a resumed run's final checkpoint): replace it whole
+        old = final + f".old-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+    _fsync_dir(output_dir)
+    if keep:
+        for path in find_checkpoints(output_dir)[int(keep):]:
+            shutil.rmtree(path, ignore_errors=True)
+    return final
+
+
+def is_checkpoint_folder(folder: str) -> bool:
+    """Whether ``folder`` is one complete Keras-backend checkpoint (its ``checkpoint.json`` names the format)."""
+    meta = os.path.join(folder, META_NAME)
+    if not os.path.isfile(meta) or not os.path.isfile(os.path.join(folder, MODEL_NAME)):
+        return False
+    try:
+        with open(meta, encoding="utf-8") as f:
+            return json.load(f).get("format") == FORMAT
+    except (OSError, ValueError):
+        return False
+
+
+def find_checkpoints(folder: str) -> List[str]:
+    """Complete checkpoints of a run folder (``checkpoint-N/``, else ``last-checkpoint/``), newest first; a
+    checkpoint folder itself gives ``[folder]``; ``[]`` when none."""
+    if not os.path.isdir(folder):
+        return []
+    if is_checkpoint_folder(folder):
+        return [folder]
+    steps = sorted(((int(m.group(1)), n) for n in os.listdir(folder) for m in [_CKPT_RE.match(n)] if m),
+                   reverse=True)
+    found = [os.path.join(folder, n) for _, n in steps if is_checkpoint_folder(os.path.join(folder, n))]
+    last = os.path.join(folder, LAST_CHECKPOINT_DIRNAME)
+    if not found and is_checkpoint_folder(last):
+        found = [last]
+    return found
+
+
+def read_meta(path: str) -> Dict[str, Any]:
+    """``checkpoint.json`` of a checkpoint folder.
+
+    Raises:
+        CheckpointError: missing or not JSON (the message names the file).
+    """
+    meta = os.path.join(path, META_NAME)
+    try:
+        with open(meta, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"Checkpoint {path} has no {META_NAME}; it is not a --backend keras checkpoint.") from None
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{meta} cannot be read ({err}); delete the checkpoint.") from None
+
+
+def load_tensors(path: str, name: str) -> Dict[str, np.ndarray]:
+    """Every tensor of ``path/name`` (read whole: a truncated file fails here).
+
+    Raises:
+        CheckpointError: the file is missing, truncated or not safetensors (named in the message).
+    """
+    from safetensors.numpy import load_file
+
+    file = os.path.join(path, name)
+    try:
+        return load_file(file)
+    except FileNotFoundError:
+        raise CheckpointError(f"Checkpoint {path} lacks {name}.") from None
+    except Exception as err:  # SafetensorError, OSError on a truncated/garbled file
+        raise CheckpointError(f"Checkpoint file {file} cannot be read ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0][:200] if str(err) else ''}).") from None
+
+
+def read_trainer_state(path: str, step: int) -> Optional[Dict[str, Any]]:
+    """The checkpoint's ``trainer_state.json`` when it belongs to ``step``, else None.
+
+    Raises:
+        CheckpointError: the file exists but is not JSON.
+    """
+    file = os.path.join(path, STATE_NAME)
+    if not os.path.isfile(file):
+        return None
+    try:
+        with open(file, encoding="utf-8") as f:
+            state = json.load(f)
+    except ValueError as err:
+        raise CheckpointError(f"{file} is not valid JSON ({err}); delete the checkpoint.") from None
+    return state if int(state.get("global_step", -1)) == int(step) else None
+
+
+def export_checkpoint_folder(path: str, folder: str) -> str:
+    """Copy the checkpoint's files into ``folder`` (flat: the Hub's ``last-checkpoint/``)."""
+    os.makedirs(folder, exist_ok=True)
+    for name in (MODEL_NAME, OPTIMIZER_NAME, META_NAME, STATE_NAME):
+        src = os.path.join(path, name)
+        if os.path.isfile(src):
+            shutil.copyfile(src, os.path.join(folder, name))
+    return folder
+
+
+def remove_incomplete(output_dir: str) -> List[str]:
+    """Delete what killed saves left in ``output_dir``: temporary folders, and ``checkpoint-N/`` folders whose
+    trainer state of step N is missing (the run writes it right after the weights). Returns the names removed."""
+    removed: List[str] = []
+    if not os.path.isdir(output_dir):
+        return removed
+    for name in sorted(os.listdir(output_dir)):
+        path = os.path.join(output_dir, name)
+        incomplete = bool(_TMP_RE.match(name))
+        if not incomplete and _CKPT_RE.match(name) and os.path.isdir(path):
+            try:
+                incomplete = read_trainer_state(path, int(_CKPT_RE.match(name).group(1))) is None
+            except CheckpointError:
+                incomplete = True
+        if incomplete:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(name)
+    return removed

@@ -1,0 +1,215 @@
+"""The compiled training and evaluation steps of the Keras backend on JAX (stateless Keras 3).
+
+One ``jax.jit`` program per optimizer step: forward (``model.stateless_call``), backward (``jax.value_and_grad``),
+gradient accumulation (a ``lax.scan`` over the micro-batches), clipping by the global norm and the AdamW update
+(``optimizer.stateless_apply``). The state (trainable variables, optimizer variables) is donated, so XLA updates
+it in place. Data parallel: the state is replicated and the batch sharded over the ``"data"`` axis of a
+``jax.sharding.Mesh`` of every device (all hosts); XLA (GSPMD) inserts the gradient all-reduce. The program is
+the same whatever the device count: with 4 devices it computes what 1 device computes, split by rows.
+
+Batch layout (host -> step): the training batch contract of ARCHITECTURE.md with a leading micro-batch axis,
+``[A, B / A, ...]`` for ``A = gradient_accumulation_steps`` (``B``: global batch), sharded on axis 1.
+
+Loss normalization: every micro-batch's loss is ``sum(token losses) / N`` with ``N`` the masked-token count of the
+whole global batch, so the summed micro-batch gradients are the gradient of one ``B``-sequence batch, and
+``A x B/A`` equals ``1 x B``. The loss's softmax runs on float32 logits (bf16 compute otherwise).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Tuple
+
+import numpy as np
+
+#: the batch keys the step reads (ARCHITECTURE.md "Training batch")
+BATCH_KEYS = ("input_ids", "attention_mask", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+
+
+def _model_inputs(batch):
+    return {"token_ids": batch["input_ids"], "padding_mask": batch["attention_mask"],
+            "mask_positions": batch["masked_lm_positions"]}
+
+
+def masked_lm_sums(logits, labels, weights):
+    """``(summed cross-entropy, correct top-1 predictions, count)`` over weighted masked positions (float32).
+
+    Args:
+        logits: ``[..., P, V]`` any float dtype (cast to float32 first).
+        labels: int ``[..., P]``; weights: float ``[..., P]`` (0 for padding slots).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    logits = logits.astype(jnp.float32)
+    weights = weights.astype(jnp.float32)
+    gold = jnp.take_along_axis(logits, labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    nll = jax.nn.logsumexp(logits, axis=-1) - gold
+    correct = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+    return jnp.sum(nll * weights), jnp.sum(correct * weights), jnp.sum(weights)
+
+
+def make_train_step(model, optimizer, seed: int, accumulation: int, dropout: bool = True) -> Callable:
+    """``step(state, batch, global_step) -> (state, loss_sum, count)``, not yet jitted.
+
+    Args:
+        model: the Keras model (``stateless_call`` is used; its variables are not touched).
+        optimizer: a built Keras optimizer (``stateless_apply``).
+        seed: the run's seed (dropout keys).
+        accumulation: ``A``, micro-batches per step (the batch has a leading axis of that size).
+        dropout: counter-based dropout (:mod:`hf_tpu_ext.backends.keras.dropout`); False keeps Keras' own.
+
+    ``state`` is ``(trainable, non_trainable, optimizer_variables)`` (lists of arrays).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from hf_tpu_ext.backends.keras.dropout import counter_based_dropout, dropout_key
+
+    def micro_loss(trainable, non_trainable, micro, total, step, index):
+        # one key per step; micro-batch i offsets the element counters by its place in the global batch, so
+        # A micro-batches draw the masks one B-sequence batch draws
+        key = dropout_key(seed, step) if dropout else None
+        with counter_based_dropout(key, micro_batch=index if accumulation > 1 else None):
+            logits, _ = model.stateless_call(trainable, non_trainable, _model_inputs(micro), training=True)
+        loss_sum, _, count = masked_lm_sums(logits, micro["masked_lm_ids"], micro["masked_lm_weights"])
+        return loss_sum / total, (loss_sum, count)
+
+    grad_fn = jax.value_and_grad(micro_loss, has_aux=True)
+
+    def train_step(state, batch, global_step):
+        trainable, non_trainable, opt_vars = state
+        total = jnp.maximum(jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)), 1.0)
+        if accumulation == 1:
+            micro = {k: v[0] for k, v in batch.items()}
+            (_, (loss_sum, count)), grads = grad_fn(trainable, non_trainable, micro, total, global_step, 0)
+        else:
+            def body(carry, xs):
+                acc, loss_acc, count_acc = carry
+                micro, index = xs
+                (_, (l, c)), g = grad_fn(trainable, non_trainable, micro, total, global_step, index)
+                return ([a + b for a, b in zip(acc, g)], loss_acc + l, count_acc + c), None
+
+            zeros = [jnp.zeros_like(v) for v in trainable]
+            (grads, loss_sum, count), _ = jax.lax.scan(
+                body, (zeros, jnp.float32(0.0), jnp.float32(0.0)),
+                (batch, jnp.arange(accumulation, dtype=jnp.int32)))
+        trainable, opt_vars = optimizer.stateless_apply(opt_vars, grads, trainable)
+        return (trainable, non_trainable, opt_vars), loss_sum, count
+
+    return train_step
+
+
+def make_eval_step(model) -> Callable:
+    """``eval_step(trainable, non_trainable, batch) -> (loss_sum, correct, count)`` (no dropout), not jitted."""
+
+    def eval_step(trainable, non_trainable, batch):
+        logits, _ = model.stateless_call(trainable, non_trainable, _model_inputs(batch), training=False)
+        return masked_lm_sums(logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
+
+    return eval_step
+
+
+class Placement:
+    """Where arrays live: a 1-D ``jax.sharding.Mesh`` (axis ``"data"``) over every device of every process.
+
+    Attributes:
+        mesh: the mesh; ``replicated``: sharding of the state; ``num_devices``: devices in the mesh.
+    """
+
+    def __init__(self, devices=None):
+        import jax
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        self.devices = list(devices if devices is not None else jax.devices())
+        self.mesh = Mesh(np.array(self.devices), ("data",))
+        self.num_devices = len(self.devices)
+        self.replicated = NamedSharding(self.mesh, PartitionSpec())
+        self._P, self._NamedSharding = PartitionSpec, NamedSharding
+
+    def batch_sharding(self, axis: int):
+        """Rows (dimension ``axis``) split over the devices, the rest replicated."""
+        spec = [None] * (axis + 1)
+        spec[axis] = "data"
+        return self._NamedSharding(self.mesh, self._P(*spec))
+
+    def put_batch(self, batch: Dict[str, np.ndarray], axis: int) -> Dict[str, Any]:
+        """A host batch (the same global values on every process) as global arrays sharded by rows.
+
+        Uses ``jax.make_array_from_callback``: each process fills only its own devices' shards, so it works on a
+        multi-host TPU slice as on one host.
+        """
+        import jax
+
+        out = {}
+        for k, v in batch.items():
+            sharding = self.batch_sharding(axis)
+            out[k] = jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index])
+        return out
+
+    def put_replicated(self, values):
+        import jax
+
+        return [jax.make_array_from_callback(np.shape(v), self.replicated, lambda index, v=v: np.asarray(v)[index])
+                for v in values]
+
+
+def jit_train_step(step: Callable, placement: Placement) -> Callable:
+    """``jax.jit`` of :func:`make_train_step`'s step: state donated, replicated; the step number a traced int32."""
+    import jax
+
+    return jax.jit(step, donate_argnums=(0,))
+
+
+def jit_eval_step(eval_step: Callable) -> Callable:
+    import jax
+
+    return jax.jit(eval_step)
+
+
+def split_micro_batches(batch: Dict[str, np.ndarray], accumulation: int) -> Dict[str, np.ndarray]:
+    """``[B, ...] -> [A, B / A, ...]``: micro-batch ``i`` holds rows ``i*B/A .. (i+1)*B/A - 1``."""
+    out = {}
+    for k, v in batch.items():
+        rows = v.shape[0]
+        out[k] = v.reshape((accumulation, rows // accumulation) + v.shape[1:])
+    return out
+
+
+def state_to_host(state) -> Tuple[list, list, list]:
+    """The state's arrays as NumPy (a device-to-host copy of replicated arrays)."""
+    import jax
+
+    return tuple([np.asarray(x) for x in jax.device_get(part)] for part in state)
+
+
+#: the event JAX records after every XLA compilation it did not serve from its cache (``fun_name=`` the function)
+JAX_BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+class CompileCounter:
+    """Counts JAX's own XLA compilations of functions named ``fun_name`` while registered (``jax.monitoring``)."""
+
+    def __init__(self, fun_name: str = "train_step"):
+        self.fun_name = fun_name
+        self.count = 0
+        self.seconds = 0.0
+
+    def _listener(self, event: str, duration: float, **kwargs) -> None:
+        # fun_name is "jit(train_step)" (jax 0.10) or "train_step" (older releases)
+        if event == JAX_BACKEND_COMPILE_EVENT and str(kwargs.get("fun_name", "")) in (
+                self.fun_name, f"jit({self.fun_name})"):
+            self.count += 1
+            self.seconds += float(duration)
+
+    def __enter__(self) -> "CompileCounter":
+        import jax.monitoring
+
+        jax.monitoring.register_event_duration_secs_listener(self._listener)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import jax.monitoring
+
+        unregister = getattr(jax.monitoring, "unregister_event_duration_listener", None)
+        if unregister is not None:
+            unregister(self._listener)

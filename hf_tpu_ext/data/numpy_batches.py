@@ -1,0 +1,193 @@
+"""Masked global batches in NumPy, deterministic and resumable, without TensorFlow (the Keras/JAX backend's feed).
+
+The same contract as the tf.data pipeline (:mod:`hf_tpu_ext.data.pipeline`, ARCHITECTURE.md "Training batch"),
+computed with NumPy's counter-based Philox generator instead of TensorFlow's stateless ops:
+
+* order: with ``spe = N // B`` steps per epoch (the short last batch dropped: static shapes), global step ``g``
+  takes rows ``perm_e[(g % spe) * B : (g % spe + 1) * B]`` of epoch ``e = g // spe``, ``perm_e`` a permutation
+  of the ``N`` blocks seeded by ``(seed, e)``;
+* masks of step ``g`` are seeded by ``(seed, g)``; evaluation batch ``i`` by ``(seed, -1 - i)``: per sequence
+  exactly ``min(P, maskable)`` positions drawn uniformly without replacement among non-special tokens, ascending,
+  padding slots last (position 0, weight 0); 80% ``<mask>``, 10% a random non-special id, 10% unchanged.
+
+Nothing depends on the history of an iterator, so a run started at ``start_step`` sees exactly the batches an
+uninterrupted run sees from there on. The draws are NumPy's, so the masks are not bit-equal to the TensorFlow
+backend's (same distribution, same seeding rule).
+
+Why NumPy and not tf.data: the Keras backend then needs no TensorFlow at all (the ``[jax]`` extra installs none),
+and one small-preset batch (32 x 128 tokens) masks in well under a millisecond, far below a training step, so a
+background thread (:class:`Prefetcher`) hides it completely.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable, Dict, Iterable, Iterator, Optional
+
+import numpy as np
+
+from hf_tpu_ext.errors import DataError
+
+_TRAIN, _EVAL, _ORDER = 0, 1, 2  # stream ids mixed into the seed: masks, evaluation masks, epoch order
+
+
+class NumpyMasker:
+    """Masks an int ``[B, L]`` block batch for masked language modeling (see the module doc for the rules).
+
+    Args:
+        mask_token_id: id of ``<mask>``.
+        vocab_size: random replacements come from ``[0, vocab_size)`` minus ``special_token_ids``.
+        special_token_ids: ids never chosen nor drawn as replacements.
+        max_predictions: ``P`` per sequence (``data_args.max_predictions_per_seq``), ``1 <= P <= L``.
+        pad_token_id: ``attention_mask`` is 0 where ``input_ids == pad_token_id`` (None: all ones).
+
+    Raises:
+        DataError: ``max_predictions < 1`` or no id left for random replacement.
+    """
+
+    def __init__(self, mask_token_id: int, vocab_size: int, special_token_ids: Iterable[int], max_predictions: int,
+                 pad_token_id: Optional[int] = None):
+        self.mask_token_id = int(mask_token_id)
+        self.special = np.array(sorted({int(i) for i in special_token_ids if i is not None}) or [-1], np.int32)
+        self.replacement_ids = np.setdiff1d(np.arange(int(vocab_size), dtype=np.int32), self.special)
+        if not len(self.replacement_ids):
+            raise DataError(f"vocab_size={vocab_size} leaves no non-special token id for random replacement.")
+        self.max_predictions = int(max_predictions)
+        if self.max_predictions < 1:
+            raise DataError(f"max_predictions_per_seq must be >= 1, got {max_predictions}.")
+        self.pad_token_id = pad_token_id
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, max_predictions: int) -> "NumpyMasker":
+        """The masker of a tokenizer with a mask token (``len(tokenizer)`` as vocabulary size)."""
+        return cls(tokenizer.mask_token_id, len(tokenizer), tokenizer.all_special_ids, max_predictions,
+                   tokenizer.pad_token_id)
+
+    def __call__(self, ids: np.ndarray, seed) -> Dict[str, np.ndarray]:
+        """Mask ``ids`` (int ``[B, L]``) with the generator seeded by ``seed`` (a sequence of ints >= 0).
+
+        Returns:
+            ``input_ids`` int32 ``[B, L]``, ``attention_mask`` int32 ``[B, L]``, ``masked_lm_positions`` int32
+            ``[B, P]``, ``masked_lm_ids`` int32 ``[B, P]``, ``masked_lm_weights`` float32 ``[B, P]``.
+
+        Raises:
+            DataError: ``P > L``.
+        """
+        ids = np.asarray(ids, np.int32)
+        batch, length = ids.shape
+        P = self.max_predictions
+        if P > length:
+            raise DataError(f"max_predictions_per_seq={P} exceeds the sequence length {length}.")
+        rng = np.random.Generator(np.random.Philox(np.random.SeedSequence([int(s) for s in seed])))
+        scores = rng.random((batch, length))
+        scores[np.isin(ids, self.special)] = -1.0
+        top = np.argpartition(-scores, P - 1, axis=1)[:, :P] if P < length else np.tile(np.arange(length), (batch, 1))
+        valid = np.take_along_axis(scores, top, axis=1) >= 0
+        positions = np.sort(np.where(valid, top, length), axis=1)
+        valid = positions < length
+        positions = np.where(valid, positions, 0).astype(np.int32)
+        original = np.take_along_axis(ids, positions, axis=1)
+        action = rng.integers(0, 10, size=(batch, P))
+        random_ids = self.replacement_ids[rng.integers(0, len(self.replacement_ids), size=(batch, P))]
+        new = np.where(action < 8, self.mask_token_id, np.where(action < 9, random_ids, original)).astype(np.int32)
+        masked = ids.copy()
+        rows = np.broadcast_to(np.arange(batch)[:, None], (batch, P))
+        masked[rows[valid], positions[valid]] = new[valid]
+        attention = (np.ones_like(ids) if self.pad_token_id is None
+                     else (ids != int(self.pad_token_id)).astype(np.int32))
+        return {"input_ids": masked, "attention_mask": attention, "masked_lm_positions": positions,
+                "masked_lm_ids": np.where(valid, original, 0).astype(np.int32),
+                "masked_lm_weights": valid.astype(np.float32)}
+
+
+class TrainBatches:
+    """The masked global batch of any global step (random access; see the module doc).
+
+    Args:
+        blocks: int ``[N, L]`` training blocks.
+        global_batch_size: ``B``, sequences per optimizer step.
+        seed: the run's ``--seed`` (int >= 0).
+        masker: a :class:`NumpyMasker`.
+
+    Raises:
+        DataError: fewer than ``B`` blocks.
+    """
+
+    def __init__(self, blocks: np.ndarray, global_batch_size: int, seed: int, masker: NumpyMasker):
+        self.blocks = np.asarray(blocks, np.int32)
+        self.batch = int(global_batch_size)
+        self.seed = int(seed)
+        self.masker = masker
+        self.steps_per_epoch = self.blocks.shape[0] // self.batch
+        if self.steps_per_epoch < 1:
+            raise DataError(f"{self.blocks.shape[0]} training blocks are fewer than one global batch of {self.batch}.")
+        self._order = (None, None)
+
+    def order(self, epoch: int) -> np.ndarray:
+        """The permutation of the blocks in ``epoch`` (cached for the current epoch)."""
+        if self._order[0] != epoch:
+            rng = np.random.Generator(np.random.Philox(np.random.SeedSequence([self.seed, _ORDER, int(epoch)])))
+            self._order = (epoch, rng.permutation(self.blocks.shape[0]))
+        return self._order[1]
+
+    def __call__(self, step: int) -> Dict[str, np.ndarray]:
+        """The masked batch of global step ``step`` (int >= 0)."""
+        epoch, index = divmod(int(step), self.steps_per_epoch)
+        rows = self.order(epoch)[index * self.batch:(index + 1) * self.batch]
+        return self.masker(self.blocks[rows], (self.seed, _TRAIN, int(step)))
+
+
+def eval_batches(blocks: np.ndarray, batch_size: int, seed: int, masker: NumpyMasker) -> Iterator[Dict[str, np.ndarray]]:
+    """The evaluation split in order, ``len(blocks) // batch_size`` full batches (static shapes), fixed masks."""
+    blocks = np.asarray(blocks, np.int32)
+    for i in range(blocks.shape[0] // int(batch_size)):
+        yield masker(blocks[i * batch_size:(i + 1) * batch_size], (int(seed), _EVAL, i))
+
+
+class Prefetcher:
+    """Runs ``produce(step)`` for ``steps`` in a background thread, ``depth`` results ahead of the consumer.
+
+    ``produce`` may also put the batch on the accelerator (``jax.device_put``), so the training loop's host work
+    per step is one ``queue.get``. An exception in ``produce`` is raised by :meth:`get`. :meth:`close` stops the
+    thread (it is a daemon: a killed run leaves nothing behind).
+    """
+
+    def __init__(self, produce: Callable[[int], object], steps: Iterable[int], depth: int = 2):
+        self._queue: "queue.Queue" = queue.Queue(maxsize=max(1, int(depth)))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(produce, list(steps)), daemon=True,
+                                        name="hf-tpu-prefetch")
+        self._thread.start()
+
+    def _run(self, produce, steps):
+        for step in steps:
+            try:
+                item = (step, produce(step), None)
+            except BaseException as err:  # handed to the consumer, which raises it
+                item = (step, None, err)
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if self._stop.is_set() or item[2] is not None:
+                return
+
+    def get(self, step: int):
+        """The result for ``step`` (steps come in the order given)."""
+        got, value, err = self._queue.get()
+        if err is not None:
+            raise err
+        if got != step:
+            raise RuntimeError(f"prefetcher out of order: expected step {step}, got {got}")
+        return value
+
+    def close(self) -> None:
+        self._stop.set()
+        try:
+            while True:
+                self._queue.get_nowait()
+        except queue.Empty:
+            pass

@@ -1,0 +1,716 @@
+"""The push session: what a push is, once, for ``hf-tpu train`` and the three push callbacks.
+
+A :class:`PushSession` owns every decision about pushing a run to the Hub; the training run and the
+tf_keras, Keras 3 and ``Trainer`` adapters only know how their framework writes a model folder and a
+checkpoint, and ask the session:
+
+- **configuration**: one :class:`PushConfig` (transformers' argument names), from ``TrainingArguments``
+  (:meth:`PushConfig.from_training_args`) or from a callback's keywords;
+- **preflight**: token, repo, write access and the card fields, before the first step (chief only);
+- **cadence**: ``save_strategy``/``save_steps`` (global steps, a multiple crossed inside one execution
+  counts), ``save_best_only`` on ``monitor``/``mode`` (:meth:`PushSession.is_save_step`,
+  :meth:`PushSession.improved`);
+- **strategy**: ``hub_strategy`` as in transformers (``"end"``, ``"every_save"``, ``"checkpoint"``: model and
+  ``last-checkpoint/`` in one commit, ``"all_checkpoints"``: also ``checkpoint-<step>/``), which folders a
+  commit carries (:meth:`PushSession.wants_checkpoint`) and the commit titles (:func:`commit_title`);
+- **the commit budget** (:class:`CommitBudget`): the Hub allows 128 commits per hour per repo and 1,000 API
+  requests per 300 s; the session plans at most ``hub_commit_budget`` commits per ``budget_period`` seconds
+  (default 100 per hour): a first burst, then one commit per ``period / budget`` seconds, and one commit of
+  the window kept for the final push. A save that does not fit is not written or uploaded: it *coalesces* into the next commit
+  (the newest state wins). A 429 from the Hub blocks further saves until its ``Retry-After`` (the upload
+  retries in the background: training never waits); the final push is never refused by the budget, waits
+  for a ``Retry-After`` the Hub sent, and replaces a stale upload that is waiting for one;
+- **the card's fields**: from the run's summary, else what the callbacks measured (:meth:`PushSession.note_logs`:
+  throughput, steps, wall time) and what the folder shows (:meth:`PushSession.write_card`);
+- **trainer_state.json** of a checkpoint (:meth:`PushSession.write_trainer_state`: one shape,
+  :class:`hf_tpu_ext.outputs.TrainerState`);
+- **the report**: :meth:`PushSession.report_dict` (``training_summary.json`` ``hub_pushes``: the landed,
+  failed, superseded pushes plus the coalesced and skipped saves).
+
+The uploads themselves (snapshots, retries, ``Retry-After``, the card check in the push job, cleanup) are
+:class:`~hf_tpu_ext.hub.pusher.HubPusher` on :class:`~hf_tpu_ext.hub.push_queue.PushQueue`. Signals belong to
+:mod:`hf_tpu_ext.interrupts` (the pusher only registers a callback there that reports what is pending); an
+unfinished session is closed at interpreter exit (``atexit``) and by its context manager.
+
+Example:
+    >>> config = PushConfig(output_dir="out", hub_model_id="alice/tiny", hub_strategy="checkpoint")
+    >>> with PushSession(config) as session:
+    ...     session.preflight()
+    ...     if session.admit(100):                     # the budget has room: write and push
+    ...         session.save("out", step=100, checkpoint_folder="out/last-checkpoint")
+    ...     session.save("out", step=200, final=True)
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import dataclasses
+import logging
+import math
+import os
+import threading
+import time
+import weakref
+from typing import Any, Callable, Deque, Dict, List, Optional
+
+from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id
+from hf_tpu_ext.errors import ArgumentError, ModelCardError
+from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
+
+logger = logging.getLogger("hf_tpu_ext.hub")
+
+SAVE_STRATEGIES = ("no", "steps", "epoch")
+DEFAULT_HUB_STRATEGY = "every_save"
+DEFAULT_SAVE_STRATEGY = "epoch"
+#: the Hub's limit: "exceeded the rate limit for repository commits (128 per hour)"
+HUB_COMMITS_PER_HOUR = 128
+#: the session's default: below the Hub's limit, with room for a second writer (``hf-tpu push``, a resume)
+DEFAULT_COMMIT_BUDGET = 100
+DEFAULT_BUDGET_PERIOD = 3600.0
+#: the Hub's API limit: 1,000 requests per 300 s per token
+HUB_API_CALLS, HUB_API_PERIOD = 1000, 300.0
+#: requests one commit of a push costs (preupload, LFS batch, commit, card validation)
+API_CALLS_PER_COMMIT = 4
+FINAL_COMMIT_TITLE = "End of training"
+_SAVE_COMMIT_TITLE = "Training in progress, step {step}"
+_CHECKPOINT_COMMIT_TITLE = "Checkpoint at step {step}"
+# Keras and transformers name the same metrics differently
+_MONITOR_ALIASES = {"eval_loss": "val_loss", "val_loss": "eval_loss", "eval_accuracy": "val_accuracy",
+                    "val_accuracy": "eval_accuracy"}
+
+
+def commit_title(step: int, final: bool = False, checkpoint_only: bool = False) -> str:
+    """The commit summary of a push: ``"End of training"``, ``"Training in progress, step N"`` or, for a
+    ``checkpoint-N/`` folder of ``hub_strategy="all_checkpoints"``, ``"Checkpoint at step N"``."""
+    if final:
+        return FINAL_COMMIT_TITLE
+    return (_CHECKPOINT_COMMIT_TITLE if checkpoint_only else _SAVE_COMMIT_TITLE).format(step=int(step))
+
+
+@dataclasses.dataclass
+class PushConfig:
+    """How a run pushes (transformers' ``TrainingArguments`` names); validated at construction.
+
+    Attributes:
+        output_dir: the local folder the model folder is written to and pushed from (``None``: the
+            ``Trainer``'s, filled in by its adapter).
+        hub_model_id: ``"user/name"`` or ``"name"`` (``None``: the name of ``output_dir`` under the token's user).
+        hub_token: the Hub token (``None``: ``HF_TOKEN`` or the cached login); never in a repr, log or file.
+        hub_strategy: one of :data:`HUB_STRATEGIES` (see the module doc).
+        hub_private_repo: create the repo private (an existing repo is left as it is).
+        hub_revision: the branch to push to (created from main when missing).
+        save_strategy: ``"epoch"``, ``"steps"`` (every ``save_steps`` global optimizer steps) or ``"no"``.
+        save_steps: the interval for ``save_strategy="steps"``.
+        save_best_only, monitor, mode: save only when ``monitor`` improves (``"min"``/``"max"``).
+        push_timeout: seconds the final push waits for the uploads (``None``: no limit).
+        max_retries, backoff_seconds: retries per push and the first retry's wait (seconds, doubling).
+        hub_commit_budget: at most this many commits per ``budget_period`` seconds (the final push included;
+            ``--hub_commit_budget``).
+        budget_period: the budget's window in seconds (default one hour, the Hub's window).
+        card_fields: the card's fields (``license``, ``language``, ``dataset_name``, ``tags``, ...).
+
+    Raises:
+        ArgumentError: an unknown strategy or mode, ``save_strategy="steps"`` without ``save_steps >= 1``,
+            a malformed ``hub_model_id``, a budget below 1 commit.
+    """
+
+    output_dir: Optional[str] = None
+    hub_model_id: Optional[str] = None
+    hub_token: Optional[str] = dataclasses.field(default=None, repr=False)
+    hub_strategy: str = DEFAULT_HUB_STRATEGY
+    hub_private_repo: Optional[bool] = None
+    hub_revision: Optional[str] = None
+    save_strategy: str = DEFAULT_SAVE_STRATEGY
+    save_steps: Optional[int] = None
+    save_best_only: bool = False
+    monitor: str = "eval_loss"
+    mode: str = "min"
+    push_timeout: Optional[float] = 600.0
+    max_retries: int = 5
+    backoff_seconds: float = 1.0
+    hub_commit_budget: int = DEFAULT_COMMIT_BUDGET
+    budget_period: float = DEFAULT_BUDGET_PERIOD
+    card_fields: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.hub_strategy not in HUB_STRATEGIES:
+            raise ArgumentError(f"hub_strategy must be one of {', '.join(HUB_STRATEGIES)}, got {self.hub_strategy!r}.")
+        if self.save_strategy not in SAVE_STRATEGIES:
+            raise ArgumentError(f"save_strategy must be one of {', '.join(SAVE_STRATEGIES)}, got {self.save_strategy!r}.")
+        if self.save_strategy == "steps" and (self.save_steps is None or int(self.save_steps) < 1):
+            raise ArgumentError("save_strategy='steps' needs save_steps >= 1 (global optimizer steps between pushes).")
+        if self.mode not in ("min", "max"):
+            raise ArgumentError(f"mode must be 'min' or 'max', got {self.mode!r}.")
+        if int(self.hub_commit_budget) < 1 or not self.budget_period > 0:
+            raise ArgumentError(f"The commit budget must allow at least 1 commit per period, got {self.hub_commit_budget} "
+                                f"per {self.budget_period} s.")
+        if self.hub_model_id is not None:
+            check_repo_id(self.hub_model_id, "hub_model_id")  # at construction, not at the first push
+        self.output_dir = os.fspath(self.output_dir) if self.output_dir is not None else None
+        self.save_steps = int(self.save_steps) if self.save_steps else None
+        self.card_fields = dict(self.card_fields or {})
+
+    @classmethod
+    def from_training_args(cls, args, data_args=None, **overrides) -> "PushConfig":
+        """The push configuration of ``hf-tpu train``'s (or transformers') ``TrainingArguments``.
+
+        Args:
+            args: the training arguments (``output_dir``, ``hub_*``, ``save_strategy``, ``save_steps``,
+                ``hub_commit_budget``, ``license``, ``language``; missing ones keep their defaults).
+            data_args: the data arguments (``dataset_name`` for the card).
+            **overrides: fields to set instead (e.g. ``save_strategy`` of a callback).
+        """
+        get = _getter(args)
+        fields = dict(output_dir=get("output_dir"), hub_model_id=get("hub_model_id"), hub_token=get("hub_token"),
+                      hub_strategy=get("hub_strategy", DEFAULT_HUB_STRATEGY), hub_private_repo=get("hub_private_repo"),
+                      hub_revision=get("hub_revision"),
+                      save_strategy=str(getattr(get("save_strategy", "epoch"), "value", get("save_strategy", "epoch"))),
+                      save_steps=get("save_steps"), hub_commit_budget=get("hub_commit_budget", DEFAULT_COMMIT_BUDGET))
+        if fields["save_strategy"] == "best":  # transformers 4.5x: saves follow the best metric
+            fields.update(save_strategy="epoch", save_best_only=True)
+        card = {"license": get("license"), "language": get("language"),
+                "dataset_name": getattr(data_args, "dataset_name", None) if data_args is not None else None}
+        fields["card_fields"] = {k: v for k, v in card.items() if v is not None}
+        fields.update(overrides)
+        return cls(**fields)
+
+
+def _getter(obj) -> Callable[..., Any]:
+    """``get(name, default=None)`` over an object's attributes (a dict's keys)."""
+    if isinstance(obj, dict):
+        return lambda name, default=None: obj.get(name, default) if obj.get(name) is not None else default
+    return lambda name, default=None: getattr(obj, name, None) if getattr(obj, name, None) is not None else default
+
+
+class CommitBudget:
+    """A per-repo plan of commits: at most ``commits`` per ``period`` seconds, one of them kept for the final push.
+
+    A token bucket paces the commits: it holds up to ``burst`` commits (default a tenth of the budget, at
+    least 1) and refills at ``commits / period`` per second, so a run pushes its first saves at once and then
+    one commit per ``period / commits`` seconds (36 s at 100 per hour). A non-final commit may start when
+    (1) the bucket holds a commit, (2) fewer than ``commits - reserve`` commits started in the last ``period``
+    seconds, (3) the API requests of the last :data:`HUB_API_PERIOD` seconds leave room for one more commit
+    (:data:`HUB_API_CALLS`), and (4) no ``Retry-After`` from the Hub is running. A final commit only waits for
+    (4). Thread-safe; :func:`budget_for` shares one instance per repo among the sessions of a process.
+
+    Args:
+        commits: commits per ``period``.
+        period: the window in seconds.
+        burst: commits the bucket holds (``None``: ``max(1, commits // 10)``).
+        reserve: commits of the window kept for the final push (1; 0 when ``commits`` is 1).
+        clock: seconds, monotonic (tests pass a fake).
+    """
+
+    def __init__(self, commits: int = DEFAULT_COMMIT_BUDGET, period: float = DEFAULT_BUDGET_PERIOD,
+                 burst: Optional[int] = None, reserve: int = 1, clock: Callable[[], float] = time.monotonic):
+        self.commits, self.period = int(commits), float(period)
+        self.reserve = min(int(reserve), self.commits - 1)
+        self.burst = max(1, min(self.commits - self.reserve, int(burst) if burst else self.commits // 10))
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._tokens, self._filled_at = float(self.burst), clock()
+        # commit starts and their API requests within the windows; only the newest ``commits`` / ``HUB_API_CALLS``
+        # are ever looked at, so the deques are bounded (memory stays flat however long a run pushes)
+        self._starts: Deque[float] = collections.deque(maxlen=self.commits)
+        self._calls: Deque[float] = collections.deque(maxlen=HUB_API_CALLS)
+        self._blocked_until = 0.0
+        self.rate_limited = 0  # 429 answers seen
+
+    def _update(self, now: float) -> None:
+        self._tokens = min(float(self.burst), self._tokens + (now - self._filled_at) * self.commits / self.period)
+        self._filled_at = now
+        while self._starts and self._starts[0] <= now - self.period:
+            self._starts.popleft()
+        while self._calls and self._calls[0] <= now - HUB_API_PERIOD:
+            self._calls.popleft()
+
+    def wait_seconds(self, final: bool = False) -> float:
+        """Seconds until a commit may start (0: now); ``final``: only a running ``Retry-After`` counts."""
+        with self._lock:
+            now = self._clock()
+            self._update(now)
+            waits = [self._blocked_until - now]
+            if not final:
+                waits.append((1.0 - self._tokens) * self.period / self.commits)
+                allowed = self.commits - self.reserve
+                if len(self._starts) >= allowed:
+                    waits.append(self._starts[-allowed] + self.period - now)
+                over = len(self._calls) + API_CALLS_PER_COMMIT - HUB_API_CALLS
+                if over > 0:
+                    waits.append(self._calls[over - 1] + HUB_API_PERIOD - now)
+            return max(0.0, *waits)
+
+    def note_commit(self) -> None:
+        """A commit starts now."""
+        with self._lock:
+            now = self._clock()
+            self._update(now)
+            self._tokens -= 1.0
+            self._starts.append(now)
+            self._calls.extend([now] * API_CALLS_PER_COMMIT)
+
+    def note_rate_limited(self, retry_after: Optional[float]) -> None:
+        """The Hub answered 429: no commit starts before ``retry_after`` seconds from now."""
+        with self._lock:
+            self.rate_limited += 1
+            if retry_after:
+                self._blocked_until = max(self._blocked_until, self._clock() + float(retry_after))
+
+    def to_dict(self) -> dict:
+        """``{"commits", "period_seconds", "rate_limited"}`` for the push report."""
+        return {"commits": self.commits, "period_seconds": self.period, "rate_limited": self.rate_limited}
+
+
+_BUDGETS: Dict[tuple, CommitBudget] = {}
+_BUDGETS_LOCK = threading.Lock()
+
+
+def budget_for(repo_id: str, commits: int, period: float) -> CommitBudget:
+    """The process-wide :class:`CommitBudget` of ``repo_id`` on the current endpoint (made on first use).
+
+    Every session and ``hf-tpu push`` of this process that pushes to the repo counts against one budget; the
+    Hub counts per repo, whatever the branch. A later call with other numbers makes the budget stricter only.
+    """
+    endpoint = os.environ.get("HF_ENDPOINT", "")
+    key = (endpoint, repo_id)
+    with _BUDGETS_LOCK:
+        budget = _BUDGETS.get(key)
+        if budget is None or commits / period < budget.commits / budget.period:
+            stricter = CommitBudget(commits, period)
+            if budget is not None:  # what the repo already spent stays spent
+                stricter._starts, stricter._calls = budget._starts, budget._calls
+                stricter._blocked_until, stricter.rate_limited = budget._blocked_until, budget.rate_limited
+                stricter._tokens = min(stricter._tokens, budget._tokens)
+            budget = _BUDGETS[key] = stricter
+        return budget
+
+
+def reset_budgets() -> None:
+    """Forget every repo's budget (a test's fresh Hub; never needed in a run)."""
+    with _BUDGETS_LOCK:
+        _BUDGETS.clear()
+
+
+# ---- sessions still open at interpreter exit ------------------------------------------------------
+_OPEN: "weakref.WeakSet[PushSession]" = weakref.WeakSet()
+_ATEXIT_LOCK = threading.Lock()
+_atexit_registered = False
+
+
+def _close_open_sessions() -> None:
+    for session in list(_OPEN):
+        session.abandon("The process is exiting")
+
+
+class PushSession:
+    """One run's pushes to one Hub repo (see the module doc).
+
+    Args:
+        config: the :class:`PushConfig`.
+        pusher: a :class:`~hf_tpu_ext.hub.pusher.HubPusher` to push through (default: one made from
+            ``config`` at :meth:`preflight`).
+        api: the :class:`huggingface_hub.HfApi` for the uploads (tests; default: one on ``HF_ENDPOINT``).
+        is_chief: whether this process talks to the Hub (default: :func:`hf_tpu_ext.distributed.is_main_process`).
+            Other processes get a session that pushes nothing (its methods return at once).
+
+    Attributes:
+        repo_id: the full ``"namespace/name"`` after :meth:`preflight`.
+        pushed_steps: the steps of the saves handed to the pusher (the final one included; the last 100).
+        coalesced_steps: saves the budget folded into a later commit (not written, not uploaded).
+        best, best_step: the best ``monitor`` value so far and its step (``save_best_only``).
+    """
+
+    def __init__(self, config: PushConfig, *, pusher=None, api=None, is_chief: Optional[bool] = None):
+        from hf_tpu_ext.distributed import is_main_process
+
+        self.config = config
+        self.is_chief = is_main_process() if is_chief is None else bool(is_chief)
+        self.pusher = pusher
+        self.repo_id: Optional[str] = getattr(pusher, "repo_id", None)
+        self._api = api
+        self.pushed_steps: List[int] = []
+        self.coalesced_steps: List[int] = []
+        self._coalesced_total = 0
+        self.best: Optional[float] = None
+        self.best_step: Optional[int] = None
+        self.budget: Optional[CommitBudget] = None
+        self._last_save_step: Optional[int] = None
+        self._last_due_step: Optional[int] = None
+        self._measured: Dict[str, Any] = {}
+        self._started: Optional[float] = None
+        self._warned_monitor = False
+        self._closed = False
+        self._final_report = None
+
+    def __repr__(self):  # the token stays out of logs and tracebacks
+        c = self.config
+        return (f"PushSession(repo_id={self.repo_id or c.hub_model_id!r}, hub_strategy={c.hub_strategy!r}, "
+                f"save_strategy={c.save_strategy!r})")
+
+    # ---- Hub access --------------------------------------------------------------------------
+    @property
+    def token(self) -> Optional[str]:
+        """The resolved token (after :meth:`preflight`), for other Hub calls of the same run."""
+        return self.pusher.token if self.pusher is not None else self.config.hub_token
+
+    @property
+    def push_timeout(self) -> Optional[float]:
+        return self.config.push_timeout
+
+    @property
+    def active(self) -> bool:
+        """This process pushes (the chief) and the session is open."""
+        return self.is_chief and not self._closed
+
+    def preflight(self) -> Optional[str]:
+        """Token, repo, write access and card fields, before training; idempotent. Chief only.
+
+        Returns:
+            The full repo id (``None`` on other processes).
+
+        Raises:
+            HubAuthError, HubRepoError, HubError: see :meth:`hf_tpu_ext.hub.pusher.HubPusher.preflight`.
+            ModelCardError: the card fields (license, language, dataset) do not validate.
+        """
+        global _atexit_registered
+        if not self.is_chief:
+            return None
+        c = self.config
+        if self.pusher is None:
+            from hf_tpu_ext.hub.pusher import HubPusher
+
+            self.pusher = HubPusher(c.hub_model_id, token=c.hub_token, hub_strategy=c.hub_strategy,
+                                    private=c.hub_private_repo, revision=c.hub_revision, output_dir=c.output_dir,
+                                    api=self._api, max_retries=c.max_retries, backoff_seconds=c.backoff_seconds,
+                                    push_timeout=c.push_timeout, card_fields=c.card_fields)
+        self.repo_id = self.pusher.preflight()
+        if self.budget is None:
+            self.budget = budget_for(self.repo_id, c.hub_commit_budget, c.budget_period)
+            self.pusher.set_rate_limit_listener(self.budget.note_rate_limited)
+        with _ATEXIT_LOCK:
+            _OPEN.add(self)
+            if not _atexit_registered:
+                atexit.register(_close_open_sessions)
+                _atexit_registered = True
+        return self.repo_id
+
+    # ---- cadence -----------------------------------------------------------------------------
+    def begin(self, step: int) -> None:
+        """Training starts (or resumes) at global ``step``: the save cadence and the wall clock start here."""
+        self._last_save_step = int(step)
+        if self._started is None:
+            self._started = time.monotonic()
+
+    def is_save_step(self, step: int) -> bool:
+        """``save_strategy="steps"``: ``step`` crossed a multiple of ``save_steps`` since the last save (with
+        ``steps_per_execution > 1`` the step jumps; the save happens at the first step past the multiple)."""
+        c = self.config
+        if c.save_strategy != "steps":
+            return False
+        last = self._last_save_step or 0
+        return int(step) // c.save_steps > last // c.save_steps
+
+    @property
+    def saves_each_epoch(self) -> bool:
+        """``save_strategy="epoch"``: a save at every epoch end."""
+        return self.config.save_strategy == "epoch"
+
+    def due(self, step: int, logs: Optional[dict] = None) -> bool:
+        """Whether the save point at ``step`` saves: not a second save of the step just saved, and with
+        ``save_best_only`` an improvement. Every process asks (the answer is the same on all: checkpoint
+        writes may be collective); the cadence of :meth:`is_save_step` restarts at ``step`` either way."""
+        step = int(step)
+        if step == self._last_due_step:
+            return False
+        self._last_save_step = self._last_due_step = step
+        return self.improved(logs, step)
+
+    def checkpoint_folder(self) -> str:
+        """The local folder an adapter writes a save's resumable checkpoint into (``output_dir/last-checkpoint``,
+        rewritten by each save; the pusher snapshots it, ``all_checkpoints`` names it ``checkpoint-<step>/``
+        on the Hub). Model pushes never include it."""
+        return os.path.join(self.config.output_dir or ".", LAST_CHECKPOINT)
+
+    def improved(self, logs: Optional[dict], step: int) -> bool:
+        """``save_best_only``: whether ``logs[monitor]`` (Keras' ``val_*`` or ``eval_*`` name) beats the best so far.
+
+        Without ``save_best_only`` always True. A missing or NaN value is not an improvement (warned once).
+        """
+        c = self.config
+        if not c.save_best_only:
+            return True
+        value = None
+        for key in (c.monitor, _MONITOR_ALIASES.get(c.monitor)):
+            if key and (logs or {}).get(key) is not None:
+                try:
+                    value = float(logs[key])
+                except (TypeError, ValueError):
+                    value = None
+                break
+        if value is None or math.isnan(value):
+            if not self._warned_monitor:
+                logger.warning("save_best_only: %r is not in the logs at step %d; nothing saved.", c.monitor, step)
+                self._warned_monitor = True
+            return False
+        if self.best is None or (value < self.best if c.mode == "min" else value > self.best):
+            self.best, self.best_step = value, int(step)
+            return True
+        return False
+
+    def wants_checkpoint(self, final: bool = False) -> bool:
+        """Whether a save's commit carries a resumable checkpoint (``"checkpoint"``: ``last-checkpoint/``, also
+        with the final push; ``"all_checkpoints"``: ``checkpoint-<step>/`` of each save during training)."""
+        strategy = self.config.hub_strategy
+        return strategy == "checkpoint" or (strategy == "all_checkpoints" and not final)
+
+    def admit(self, step: int, final: bool = False) -> bool:
+        """Whether the save at ``step`` is pushed now: the adapter writes and hands over the folders only then.
+
+        ``hub_strategy="end"`` pushes the final state only. A save the commit budget has no room for is
+        *coalesced*: recorded (``coalesced_steps``), not written, and its state reaches the Hub with the next
+        save that fits, or the final push. The final push is always admitted. Non-chief processes: False.
+        """
+        if not self.active:
+            return False
+        if final:
+            return True
+        if self.config.hub_strategy == "end":
+            return False
+        wait = self.budget.wait_seconds() if self.budget is not None else 0.0
+        if wait > 0:
+            self._coalesced_total += 1
+            _note(self.coalesced_steps, step)
+            logger.info("Save at step %d coalesced into the next push (commit budget %d per %.0f s; room in %.0f s).",
+                        step, self.budget.commits, self.budget.period, wait)
+            return False
+        return True
+
+    # ---- pushes ------------------------------------------------------------------------------
+    def save(self, model_folder: Optional[str], *, step: int, checkpoint_folder: Optional[str] = None,
+             final: bool = False) -> None:
+        """Hand a written save to the pusher (returns at once; the upload runs in the background).
+
+        Args:
+            model_folder: the model folder (weights, config, tokenizer, card, run files); ``None``: none.
+            step: the global optimizer step of the save.
+            checkpoint_folder: a resumable checkpoint of ``step`` (with its ``trainer_state.json``), when
+                :meth:`wants_checkpoint` said so.
+            final: the final state (pushed whatever the strategy and budget).
+
+        Raises:
+            HubAuthError, HubRepoError, HubError: from :meth:`preflight` when it has not run yet.
+        """
+        if not self.active:
+            return
+        self.preflight()
+        step = int(step)
+        if self.budget is not None:
+            self.budget.note_commit()
+        if not self.wants_checkpoint(final):
+            checkpoint_folder = None
+        self.pusher.push_save(model_folder, step=step, checkpoint_folder=checkpoint_folder, final=final,
+                              commit_message=commit_title(step, final))
+        _note(self.pushed_steps, step)
+        self._last_save_step = step
+
+    # ---- measurements and files -------------------------------------------------------------
+    def note_logs(self, logs: Optional[dict], step: Optional[int] = None, epoch: Optional[float] = None) -> None:
+        """Remember what the callbacks measured, for the card (``tokens_per_second`` of the throughput callback,
+        evaluation results, the step and epoch)."""
+        from hf_tpu_ext.hub.model_card import eval_results_from_logs
+
+        logs = logs or {}
+        m = self._measured
+        for key, name in (("tokens_per_second", "train_tokens_per_second"), ("samples_per_second", "samples_per_second")):
+            value = logs.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+                m[name] = float(value)
+        found = eval_results_from_logs(logs)
+        if found:
+            m["eval_results"] = found
+        if step is not None:
+            m["global_step"] = int(step)
+        if epoch is not None:
+            m["epoch"] = float(epoch)
+
+    def measured(self, **known) -> Dict[str, Any]:
+        """The card fields this session measured, completed with ``known`` ones (the adapter's: batch size,
+        accelerator, precision): wall time so far, throughput, tokens seen (``step x batch x sequence``, with
+        the sequence length from the throughput figures)."""
+        out = dict(self._measured)
+        out.update({k: v for k, v in known.items() if v is not None})
+        if self._started is not None:
+            out.setdefault("train_runtime", time.monotonic() - self._started)
+        tps, sps = out.get("train_tokens_per_second"), out.pop("samples_per_second", None)
+        if out.get("global_step") and out.get("global_batch_size") and tps and sps:
+            out.setdefault("tokens_seen", int(out["global_step"] * out["global_batch_size"] * round(tps / sps)))
+        return out
+
+    def write_card(self, folder: str, summary=None, name_or_path: Optional[str] = None, **known) -> Optional[str]:
+        """Render the fill-mask card of ``folder`` into ``folder/README.md`` (checked locally; the Hub checks
+        it in the push job).
+
+        Args:
+            folder: the model folder.
+            summary: the run's training summary, or a callable returning it (a failing one is logged and
+                ignored); ``None``: what the folder holds, completed with what this session measured and ``known``.
+            name_or_path: what the weights were loaded from (the card's ``base_model``/``initialized_from``).
+            **known: the adapter's facts (``global_batch_size``, ``accelerator``, ``backend``, ``precision``, ...).
+
+        Returns:
+            The card path, or ``None`` when the card did not validate (logged; training goes on).
+        """
+        from hf_tpu_ext.hub.model_card import (initialization_fields, load_summary, render_model_card,
+                                               validate_model_card, write_card)
+
+        if callable(summary):
+            try:
+                summary = summary()
+            except Exception as err:  # a summary problem must not stop training
+                logger.warning("summary_fn failed (%s: %s); the card uses what the output folder shows.",
+                               type(err).__name__, err)
+                summary = None
+        if summary is None:
+            summary = load_summary(folder)
+            facts = dict(self.measured(**known), **initialization_fields(name_or_path))
+            for key, value in facts.items():
+                if summary.get(key) in (None, {}, "") and value is not None:
+                    summary[key] = value
+        try:
+            card = render_model_card(folder, repo_id=self.repo_id or self.config.hub_model_id, summary=summary,
+                                     **self.config.card_fields)
+            validate_model_card(card, remote=False)
+            path = os.path.join(folder, "README.md")
+            write_card(folder, card)  # a README.md the user wrote keeps its text (metadata merged)
+            return path
+        except ModelCardError as err:
+            logger.error("Model card not updated: %s", err)
+            return None
+
+    def write_trainer_state(self, folder: str, step: int, *, epoch: float, max_steps: int = 0,
+                            state: Optional[dict] = None, name: str = "trainer_state.json") -> str:
+        """Write ``folder/trainer_state.json`` of a save (:class:`hf_tpu_ext.outputs.TrainerState`'s shape).
+
+        Args:
+            folder: the checkpoint folder.
+            step, epoch, max_steps: where training is (global optimizer steps; epochs as a float).
+            state: the run's state (log history, best metric, ...); ``global_step``, ``epoch`` and
+                ``max_steps`` are set from the arguments, ``best_metric``/``best_global_step`` from this session
+                when the state has none.
+            name: the file name.
+
+        Returns:
+            The path written.
+        """
+        from hf_tpu_ext.outputs import TrainerState
+
+        fields = {f.name for f in dataclasses.fields(TrainerState)}
+        data = {k: v for k, v in dict(state or {}).items() if k in fields}
+        data.update(global_step=int(step), epoch=float(epoch), max_steps=int(max_steps or 0))
+        if data.get("best_metric") is None:
+            data.update(best_metric=self.best, best_global_step=self.best_step)
+        if self.config.save_steps and "save_steps" not in (state or {}):
+            data["save_steps"] = self.config.save_steps
+        return TrainerState(**data).save(os.path.join(folder, name))
+
+    # ---- the end -----------------------------------------------------------------------------
+    def report(self):
+        """The pusher's :class:`~hf_tpu_ext.hub.push_queue.PushReport` so far (after :meth:`finish`: the final one)."""
+        if self._final_report is not None:
+            return self._final_report
+        if self.pusher is not None:
+            return self.pusher.report()
+        from hf_tpu_ext.hub.push_queue import PushReport
+
+        return PushReport(repo_id=self.repo_id, revision=self.config.hub_revision)
+
+    def finish(self, timeout: Optional[float] = None):
+        """Wait for the uploads (``timeout`` seconds; default ``push_timeout``), log the report, close.
+
+        Returns:
+            The final :class:`~hf_tpu_ext.hub.push_queue.PushReport` (``None`` on non-chief processes).
+        """
+        if not self.is_chief:
+            return None
+        if self._final_report is not None:
+            return self._final_report
+        try:
+            if self.pusher is not None:
+                self._final_report = self.pusher.finish(self.config.push_timeout if timeout is None else timeout)
+        finally:
+            self._close()
+        return self._final_report
+
+    def close(self) -> None:
+        """Stop without waiting: pending uploads are dropped (and reported), staging removed; idempotent."""
+        if self.pusher is not None and self._final_report is None:
+            self.pusher.close()
+            self._final_report = self.pusher.report()
+        self._close()
+
+    def abandon(self, why: str) -> None:
+        """Report what is pending (``why``: the reason) and close without waiting."""
+        if self._closed:
+            return
+        try:
+            if self.pusher is not None:
+                self.pusher.log_pending(why)
+        finally:
+            self.close()
+
+    def _close(self) -> None:
+        self._closed = True
+        with _ATEXIT_LOCK:
+            _OPEN.discard(self)
+
+    def report_dict(self) -> dict:
+        """``training_summary.json``'s ``hub_pushes``: the pusher's report (:meth:`PushReport.to_dict`) plus
+        ``coalesced_saves``/``skipped_saves`` (steps whose state a later commit carried / that no commit carried),
+        their totals, and ``commit_budget``."""
+        report = self.report()
+        data = report.to_dict()
+        landed = [o.step for o in report.outcomes if o.status == "pushed" and o.step is not None]
+        last = max(landed) if landed else None
+        not_landed = sorted(set(self.coalesced_steps) | {o.step for o in report.outcomes
+                                                          if o.status in ("superseded", "failed", "dropped")
+                                                          and o.step is not None})
+        data["coalesced_saves"] = [s for s in not_landed if last is not None and s <= last]
+        data["skipped_saves"] = [s for s in not_landed if last is None or s > last]
+        data["coalesced_by_budget"] = self._coalesced_total
+        data["commit_budget"] = self.budget.to_dict() if self.budget is not None else {
+            "commits": self.config.hub_commit_budget, "period_seconds": self.config.budget_period}
+        return data
+
+    def __enter__(self) -> "PushSession":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is None:
+            self.finish()
+        else:
+            what = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else f"stopped by {exc_type.__name__}"
+            self.abandon(f"Training {what}")
+        return False
+
+
+class SessionBacked:
+    """Mixin of the push adapters: ``repo_id``, ``pushed_steps``, ``best``, ``best_step``, ``pusher`` and the
+    configuration's fields (``hub_model_id``, ``hub_strategy``, ``save_steps``, ``output_dir``, ...; never the token)
+    are read from the adapter's ``session``, so the adapter's public attributes stay what they were."""
+
+    def __getattr__(self, name: str):
+        session = self.__dict__.get("session")
+        if session is not None:
+            if name in ("repo_id", "pushed_steps", "best", "best_step", "pusher"):
+                return getattr(session, name)
+            if name in PushConfig.__dataclass_fields__ and name != "hub_token":
+                return getattr(session.config, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+def _note(steps: List[int], step: int, limit: int = 100) -> None:
+    """Append ``step``, keeping the last ``limit`` (memory stays flat however long a run pushes)."""
+    steps.append(int(step))
+    if len(steps) > limit:
+        del steps[: len(steps) - limit]

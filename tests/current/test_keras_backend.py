@@ -1,0 +1,310 @@
+"""`hf-tpu train --backend keras` (Keras 3 on JAX): the run, exact resume, data parallel, accumulation, one compile.
+
+One uninterrupted tiny run (session fixture, in this process) is the reference: 12 steps, dropout on, constant
+learning rate (so a run extended from a shorter one follows the same curve), checkpoints every 4 steps. Resumed
+runs -- after a SIGKILL mid-run, after a SIGKILL behind the last checkpoint, and from the loopback Hub's
+``last-checkpoint/`` into a new folder -- must end with its weights (1e-5) and its log history (timing keys
+aside). The step itself is checked in a subprocess with 4 simulated CPU devices (``XLA_FLAGS``): 4 devices, 1
+device and 4 accumulated micro-batches of 8 give the same losses and weights for a 32-sequence batch.
+
+Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu python -m pytest tests/current``.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("keras_hub")
+pytest.importorskip("jax")
+if os.environ.get("KERAS_BACKEND", "jax") != "jax":
+    pytest.skip("--backend keras runs on KERAS_BACKEND=jax", allow_module_level=True)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+TIMING_KEYS = ("tokens_per_second", "mfu")
+STEPS = 12
+
+
+def keras_args(output_dir, *extra, steps=STEPS):
+    """A tiny `--backend keras` run on the embedded corpus, dropout on (keyed by step: resumable)."""
+    return ["--backend", "keras", "--output_dir", str(output_dir),
+            "--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "2",
+            "--intermediate_size", "64", "--vocab_size", "300", "--max_seq_length", "32",
+            "--hidden_dropout_prob", "0.1", "--attention_probs_dropout_prob", "0.1",
+            "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8",
+            "--max_train_samples", "256", "--max_eval_samples", "32", "--logging_steps", "2",
+            "--learning_rate", "1e-3", "--lr_scheduler_type", "constant", "--weight_decay", "0.01",
+            "--max_steps", str(steps), "--save_steps", "4", "--eval_steps", "6", "--seed", "7",
+            "--disable_tqdm", "true", *extra]
+
+
+def _train_here(args):
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run import train
+
+    return train(*parse_args(list(map(str, args))))
+
+
+def _train_process(args, kill_at=None, timeout=600):
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.pop("HF_TPU_EXT_TEST_KILL_AT", None)
+    if kill_at:
+        env["HF_TPU_EXT_TEST_KILL_AT"] = kill_at
+    return subprocess.run([sys.executable, "-m", "hf_tpu_ext", "train", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _weights(folder):
+    from safetensors.numpy import load_file
+
+    return load_file(str(Path(folder) / "model.safetensors"))
+
+
+def _history(folder):
+    state = json.loads((Path(folder) / "trainer_state.json").read_text())
+    return [{k: v for k, v in e.items() if k not in TIMING_KEYS} for e in state["log_history"]]
+
+
+def _assert_same_run(folder, reference, final_eval_of_shorter_run=None):
+    ours, ref = _weights(folder), _weights(reference)
+    assert sorted(ours) == sorted(ref)
+    for name in ref:
+        np.testing.assert_allclose(ours[name], ref[name], atol=1e-5, rtol=0, err_msg=name)
+    got, want = _history(folder), _history(reference)
+    if final_eval_of_shorter_run is not None:  # the shorter run's end-of-training evaluation, kept in its history
+        extra = [e for e in got if e.get("step") == final_eval_of_shorter_run and "eval_loss" in e]
+        assert len(extra) == 1
+        got.remove(extra[0])
+    assert [sorted(e) for e in got] == [sorted(e) for e in want]
+    for a, b in zip(got, want):
+        for k in b:
+            assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), (k, a, b)
+
+
+@pytest.fixture(scope="session")
+def keras_run(tmp_path_factory):
+    """The uninterrupted reference run: (output_dir, results)."""
+    out = tmp_path_factory.mktemp("keras") / "run"
+    results = _train_here(keras_args(out))
+    return out, results
+
+
+def test_run_outputs(keras_run):
+    out, results = keras_run
+    for name in ("config.json", "tokenizer.json", "model.safetensors", "trainer_state.json", "all_results.json",
+                 "training_summary.json", "run_state.json", "loss_curve.png", "README.md"):
+        assert (out / name).is_file(), name
+    # save_steps 4: checkpoints 4, 8, 12, the newest two kept (--save_total_limit's default 2), each with the
+    # run's trainer state of its step
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-12", "checkpoint-8"]
+    for step in (8, 12):
+        state = json.loads((out / f"checkpoint-{step}" / "trainer_state.json").read_text())
+        assert state["global_step"] == step
+    assert not list(out.glob(".checkpoint-*")), "a temporary checkpoint folder was left behind"
+    history = _history(out)
+    assert [e["step"] for e in history if "loss" in e] == [2, 4, 6, 8, 10, 12]
+    assert [e["step"] for e in history if "eval_loss" in e] == [6, 12]
+    assert all(np.isfinite(e["loss"]) for e in history if "loss" in e)
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["backend"] == "keras"
+    assert json.loads((out / "run_state.json").read_text())["phases"]["export"] == "done"
+    assert results["global_step"] == STEPS
+    # one XLA compilation of the train step over the whole run, counted from JAX's compile events
+    assert results["xla_step_compilations"] == 1
+
+
+def test_transformers_loads_the_export(keras_run):
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForMaskedLM
+
+    out, _ = keras_run
+    model = AutoModelForMaskedLM.from_pretrained(out)
+    assert model.config.hidden_size == 32 and model.config.num_hidden_layers == 2
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[0, 5, 6, 4, 2]])).logits
+    assert tuple(logits.shape) == (1, 5, model.config.vocab_size) and torch.isfinite(logits).all()
+
+
+def test_resume_after_kill_mid_run_and_after_last_checkpoint(keras_run, tmp_path):
+    reference, _ = keras_run
+    out = tmp_path / "killed"
+    # SIGKILL right after the first checkpoint (step 4)
+    proc = _train_process(keras_args(out), kill_at="train")
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4"]
+    assert not (out / "model.safetensors").exists()
+    # resume; SIGKILL after the last checkpoint, before the export
+    proc = _train_process(keras_args(out, "--resume_from_checkpoint", "true"), kill_at="checkpoint")
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert "resuming from" in proc.stderr and "checkpoint-4" in proc.stderr
+    assert (out / "checkpoint-12").is_dir() and not (out / "model.safetensors").exists()
+    # resume: nothing left to train, the export and the card are written
+    proc = _train_process(keras_args(out, "--resume_from_checkpoint", "true"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _assert_same_run(out, reference)
+
+
+def test_resume_from_hub_into_new_folder(keras_run, loopback_hub, tmp_path):
+    reference, _ = keras_run
+    repo = "alice/tiny-keras-backend"
+    pushed = tmp_path / "pushed"
+    _train_here(keras_args(pushed, "--push_to_hub", "true", "--hub_model_id", repo, "--hub_strategy", "checkpoint",
+                           "--hub_token", loopback_hub.token, steps=8))
+    from huggingface_hub import HfApi
+
+    files = HfApi(token=loopback_hub.token).list_repo_files(repo)
+    assert "last-checkpoint/model_state.safetensors" in files and "model.safetensors" in files
+    resumed = tmp_path / "resumed"
+    _train_here(keras_args(resumed, "--resume_from_checkpoint", repo, "--hub_token", loopback_hub.token))
+    assert json.loads((resumed / "trainer_state.json").read_text())["global_step"] == STEPS
+    # the 8-step run evaluated at its end (step 8); otherwise the history is the uninterrupted run's
+    _assert_same_run(resumed, reference, final_eval_of_shorter_run=8)
+
+
+DEVICES_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np, jax
+    from types import SimpleNamespace
+    from transformers import RobertaConfig
+    from hf_tpu_ext.backends.keras.model import build_masked_lm
+    from hf_tpu_ext.backends.keras.optimization import make_optimizer
+    from hf_tpu_ext.backends.keras.step import Placement, make_train_step, split_micro_batches, state_to_host
+    from hf_tpu_ext.data.numpy_batches import NumpyMasker, TrainBatches
+
+    args = SimpleNamespace(lr_scheduler_type="linear", learning_rate=1e-3, num_warmup_steps=lambda total: 2,
+                           max_grad_norm=1.0, optim="adamw_torch", weight_decay=0.01, adam_beta1=0.9,
+                           adam_beta2=0.999, adam_epsilon=1e-8)
+    config = RobertaConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=64, max_position_embeddings=34)
+    blocks = np.random.default_rng(0).integers(5, 120, size=(96, 32)).astype(np.int32)
+    batches = TrainBatches(blocks, 32, 3, NumpyMasker(4, 120, [0, 1, 2, 3, 4], 5, 1))
+    out = {"devices": jax.device_count()}
+    for name, devices, accumulation in (("one", jax.devices()[:1], 1), ("four", jax.devices(), 1),
+                                        ("accumulated", jax.devices()[:1], 4)):
+        model = build_masked_lm(config, seed=0)  # dropout 0.1 on: the masks must not depend on the split
+        optimizer, _ = make_optimizer(args, 10)
+        optimizer.build(model.trainable_variables)
+        place = Placement(devices)
+        step = jax.jit(make_train_step(model, optimizer, 3, accumulation), donate_argnums=(0,))
+        state = tuple(place.put_replicated([v.value for v in vs]) for vs in
+                      (model.trainable_variables, model.non_trainable_variables, optimizer.variables))
+        losses = []
+        for s in range(5):
+            batch = place.put_batch(split_micro_batches(batches(s), accumulation), axis=1)
+            state, loss_sum, count = step(state, batch, np.int32(s))
+            losses.append(float(loss_sum) / float(count))
+        out[name] = {"losses": losses, "weights": [w.ravel()[:64].tolist() for w in state_to_host(state)[0]],
+                     "shards": len(batch["input_ids"].sharding.device_set), "compiled": step._cache_size()}
+    print("RESULT" + json.dumps(out))
+""")
+
+
+def test_four_devices_and_accumulation_match_one_device():
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", DEVICES_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.split("RESULT", 1)[1])
+    assert result["devices"] == 4
+    assert (result["one"]["shards"], result["four"]["shards"]) == (1, 4)
+    for name in ("four", "accumulated"):
+        np.testing.assert_allclose(result[name]["losses"], result["one"]["losses"], atol=1e-5, rtol=0)
+        for a, b in zip(result[name]["weights"], result["one"]["weights"]):
+            np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+        assert result[name]["compiled"] == 1
+    assert result["one"]["losses"][-1] < result["one"]["losses"][0]
+
+
+def test_numpy_masking_follows_the_batch_contract():
+    from hf_tpu_ext.data.numpy_batches import NumpyMasker, TrainBatches
+
+    rng = np.random.default_rng(1)
+    blocks = rng.integers(5, 60, size=(40, 16)).astype(np.int32)
+    blocks[:, 0], blocks[:, -1] = 0, 2  # <s> ... </s>: special, never chosen
+    blocks[3, 1:12] = 1  # a mostly padded row: fewer maskable tokens (3) than P
+    masker = NumpyMasker(mask_token_id=4, vocab_size=60, special_token_ids=[0, 1, 2, 3, 4], max_predictions=5,
+                         pad_token_id=1)
+    batch = masker(blocks, (7, 0, 3))
+    assert {k: (v.dtype.name, v.shape) for k, v in batch.items()} == {
+        "input_ids": ("int32", (40, 16)), "attention_mask": ("int32", (40, 16)),
+        "masked_lm_positions": ("int32", (40, 5)), "masked_lm_ids": ("int32", (40, 5)),
+        "masked_lm_weights": ("float32", (40, 5))}
+    weights, positions = batch["masked_lm_weights"], batch["masked_lm_positions"]
+    assert weights.sum(axis=1).tolist() == [5.0] * 3 + [3.0] + [5.0] * 36
+    for row in range(40):
+        real = positions[row][weights[row] == 1]
+        assert (np.diff(real) > 0).all() and not np.isin(blocks[row, real], [0, 1, 2, 3, 4]).any()
+        assert (positions[row][weights[row] == 0] == 0).all()
+        np.testing.assert_array_equal(batch["masked_lm_ids"][row][weights[row] == 1], blocks[row, real])
+    unchanged = np.ones_like(blocks, bool)
+    unchanged[np.repeat(np.arange(40), 5)[weights.ravel() == 1], positions.ravel()[weights.ravel() == 1]] = False
+    np.testing.assert_array_equal(batch["input_ids"][unchanged], blocks[unchanged])  # only chosen positions change
+    assert (batch["attention_mask"][3, 1:12] == 0).all() and batch["attention_mask"][0].all()
+    # seeded by (seed, step): the same step gives the same batch in any order; another step other masks
+    train = TrainBatches(blocks, 8, 7, masker)
+    later = train(6)
+    for k, v in TrainBatches(blocks, 8, 7, masker)(6).items():
+        np.testing.assert_array_equal(v, later[k])
+    assert not np.array_equal(train(0)["masked_lm_positions"], train(1)["masked_lm_positions"])
+    # an epoch (5 steps of 8) is a permutation of the 40 blocks, each epoch another one; step 5 opens epoch 1
+    assert sorted(train.order(0).tolist()) == list(range(40))
+    assert not np.array_equal(train.order(0), train.order(1))
+    rows = blocks[train.order(1)[:8]]
+    step5 = train(5)
+    np.testing.assert_array_equal(step5["masked_lm_ids"] * step5["masked_lm_weights"].astype(np.int32),
+                                  np.take_along_axis(rows, step5["masked_lm_positions"], 1)
+                                  * step5["masked_lm_weights"].astype(np.int32))
+
+
+def test_checkpoint_leftovers_are_removed_and_never_resumed(tmp_path):
+    from hf_tpu_ext.backends.keras import checkpoint as ckpt
+
+    meta = {"model_config": {"hidden_size": 8}}
+    first = ckpt.save_checkpoint(str(tmp_path), 4, {"w": np.ones((2, 3), np.float32)}, {"00000/it": np.zeros((), np.int64)},
+                                 meta)
+    (Path(first) / ckpt.STATE_NAME).write_text(json.dumps({"global_step": 4, "log_history": []}))
+    ckpt.save_checkpoint(str(tmp_path), 8, {"w": np.zeros((2, 3), np.float32)}, {"00000/it": np.ones((), np.int64)}, meta)
+    (tmp_path / ".checkpoint-12.tmp-999").mkdir()  # a save killed before its rename
+    assert [Path(p).name for p in ckpt.find_checkpoints(str(tmp_path))] == ["checkpoint-8", "checkpoint-4"]
+    assert ckpt.is_checkpoint_folder(first) and not ckpt.is_checkpoint_folder(str(tmp_path / ".checkpoint-12.tmp-999"))
+    # checkpoint-8 has no trainer state (killed between the weights and the run's state): incomplete
+    assert ckpt.remove_incomplete(str(tmp_path)) == [".checkpoint-12.tmp-999", "checkpoint-8"]
+    assert [Path(p).name for p in ckpt.find_checkpoints(str(tmp_path))] == ["checkpoint-4"]
+    np.testing.assert_array_equal(ckpt.load_tensors(first, ckpt.MODEL_NAME)["w"], np.ones((2, 3)))
+    data = Path(first) / ckpt.OPTIMIZER_NAME
+    data.write_bytes(data.read_bytes()[:20])  # truncated
+    with pytest.raises(Exception) as err:
+        ckpt.load_tensors(first, ckpt.OPTIMIZER_NAME)
+    assert type(err.value).__name__ == "CheckpointError" and "optimizer_state.safetensors" in str(err.value)
+
+
+def test_backend_registry():
+    from hf_tpu_ext.backends import BACKEND_REGISTRY, backend_entry, make_backend
+    from hf_tpu_ext.errors import BackendError
+
+    assert backend_entry("keras").callback_kind == "keras" and backend_entry("keras").extra == "jax"
+    assert backend_entry(None) is BACKEND_REGISTRY["tensorflow"]
+    backend = make_backend("keras")
+    assert (backend.name, backend.callback_kind, backend.checks_interrupts, backend.processes_to_spawn) == (
+        "keras", "keras", True, 0)
+    with pytest.raises(BackendError, match="Unknown --backend 'jaxx': use one of tensorflow, torch_xla, keras"):
+        make_backend("jaxx")
+
+
+def test_flags_of_the_tensorflow_loop_are_refused():
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as err:
+        parse_args(["--backend", "keras", "--output_dir", "x", "--steps_per_execution", "4"])
+    assert str(err.value) == ("--steps_per_execution only applies to --backend tensorflow (--backend keras compiles "
+                              "every step with XLA and uses every device JAX sees); drop it.")
+    with pytest.raises(ArgumentError, match="--optim adafactor is not available with --backend keras"):
+        parse_args(["--backend", "keras", "--output_dir", "x", "--optim", "adafactor"])
