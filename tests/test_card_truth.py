@@ -60,6 +60,34 @@ def test_eval_results_from_keras_logs():
     assert eval_results_from_logs({"val_loss": float("nan")}) == {}
 
 
+class _RecordingPusher:
+    """Stands in for :class:`hf_tpu_ext.hub.pusher.HubPusher`: the callback writes the model folder and card as in
+    a run; the saves it hands over are recorded instead of uploaded."""
+
+    def __init__(self, repo_id):
+        self.repo_id, self.token, self.saves = repo_id, None, []
+
+    def preflight(self):
+        return self.repo_id
+
+    def set_rate_limit_listener(self, listener):
+        pass
+
+    def push_save(self, model_folder, **kwargs):
+        self.saves.append((model_folder, kwargs))
+
+    def log_pending(self, why):
+        pass
+
+    def close(self):
+        pass
+
+    def report(self):
+        from hf_tpu_ext.hub.push_queue import PushReport
+
+        return PushReport(repo_id=self.repo_id)
+
+
 def test_script_push_callback_card_says_continued_with_model_index(trained_model_dir, tmp_path):
     pytest.importorskip("tensorflow")
     from hf_tpu_ext.backends.tensorflow.export import load_tf_model, save_model_folder
@@ -71,10 +99,14 @@ def test_script_push_callback_card_says_continued_with_model_index(trained_model
     import tf_keras
 
     model.compile(optimizer=tf_keras.optimizers.Adam(1e-4))  # a script's compile: model.optimizer.iterations
-    cb = PushToHubCallback(output_dir=str(out), save_fn=save_model_folder, hub_strategy="end", save_strategy="no")
+    pusher = _RecordingPusher("alice/card-truth-script")
+    cb = PushToHubCallback(output_dir=str(out), save_fn=save_model_folder, hub_strategy="end", save_strategy="no",
+                           pusher=pusher)
     cb.set_model(model)
     cb.on_epoch_end(0, {"loss": 6.3, "val_loss": 6.0})
-    cb._write_model_folder()
+    cb.on_train_end()  # the final save: model folder and card written, then handed to the pusher
+    assert pusher.saves == [(str(out), {"step": 0, "checkpoint_folder": None, "final": True,
+                                        "commit_message": "End of training"})]
     text = (out / "README.md").read_text()
     assert "from scratch" not in text
     assert f"a local model folder (`{os.path.basename(str(trained_model_dir))}`, not on the Hub)" in text
@@ -146,10 +178,15 @@ def test_torch_push_callback_card_fills_trainer_progress(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "model.safetensors").write_bytes(b"x")
-    cb = PushToHubCallback(output_dir=str(out))
-    args = SimpleNamespace(train_batch_size=4, gradient_accumulation_steps=2, world_size=1, device=torch.device("cpu"))
-    cb._remember(args, SimpleNamespace(global_step=30, epoch=3.0))
-    cb._write_card()
+    trainer_dir = tmp_path / "trainer"
+    (trainer_dir / "checkpoint-30").mkdir(parents=True)  # what the Trainer saved before calling on_save
+    (trainer_dir / "checkpoint-30" / "model.safetensors").write_bytes(b"x")
+    pusher = _RecordingPusher("alice/card-truth-torch")
+    cb = PushToHubCallback(output_dir=str(out), pusher=pusher)
+    args = SimpleNamespace(train_batch_size=4, gradient_accumulation_steps=2, world_size=1, device=torch.device("cpu"),
+                           output_dir=str(trainer_dir))
+    cb.on_save(args, SimpleNamespace(global_step=30, epoch=3.0), None)
+    assert [(folder, kw["step"], kw["final"]) for folder, kw in pusher.saves] == [(str(out), 30, False)]
     text = (out / "README.md").read_text()
     assert "It was trained with hf-tpu-ext using PyTorch (transformers Trainer) on CPU." in text
     for row in ("| Optimizer steps | 30 |", "| Epochs | 3 |", "| Global batch size (sequences) | 8 |",

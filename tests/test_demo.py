@@ -492,13 +492,20 @@ def test_app_is_the_ui_on_the_fill_mask_library():
 
 
 def test_demo_command_argument_errors(tmp_path, monkeypatch, capsys):
+    from huggingface_hub.utils import are_progress_bars_disabled, enable_progress_bars
+    from transformers.utils import logging as hf_logging
+
     from hf_tpu_ext import cli
 
     monkeypatch.delenv("MODEL_ID", raising=False)
     assert cli.main(["demo"]) == 1
     assert "hf-tpu demo OUTPUT_DIR" in capsys.readouterr().err
+    enable_progress_bars()
+    verbosity = hf_logging.get_verbosity()
     assert cli.main(["demo", str(tmp_path)]) == 1
     assert "has no config.json" in capsys.readouterr().err
+    # the command quieted the libraries while it ran (in this process) and put them back when it ended
+    assert not are_progress_bars_disabled() and hf_logging.get_verbosity() == verbosity
     with pytest.raises(SystemExit):
         cli.main(["demo", str(tmp_path), "--share", "maybe"])
 

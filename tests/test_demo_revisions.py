@@ -1,7 +1,8 @@
 """The Space as a test bench, end to end on the loopback Hub.
 
 One ``hf-tpu train --push_to_hub --hub_strategy all_checkpoints --probe_file probes.txt --hub_space_id ...`` run
-(20 steps, evaluation and pushes at steps 10 and 20) fills a model repo and deploys the Space; the Space's own
+(20 steps, evaluation at steps 10 and 20, saves pushed at steps 5, 10 and 15, the save at step 20 in the final
+push) fills a model repo and deploys the Space; the Space's own
 files (``app.py`` + the ``hf_tpu_ext/fill_mask`` library as uploaded) are then launched against the repo and driven
 with gradio_client: the revision list is the repo's commits (the initial commit marked not loadable), two revisions
 answer differently, and a 200-line probe file scores the same in the app, in ``hf-tpu probe`` and in the training
@@ -90,7 +91,7 @@ def bench(loopback_hub_server, trained_model_dir, tmp_path_factory):
         write_probe_file(probe_path, AutoTokenizer.from_pretrained(trained_model_dir))
         out = tmp / "run"
         results = train(*parse_args(tiny_train_args(
-            out, "--max_steps", "20", "--save_strategy", "steps", "--save_steps", "10", "--eval_strategy", "steps",
+            out, "--max_steps", "20", "--save_strategy", "steps", "--save_steps", "5", "--eval_strategy", "steps",
             "--eval_steps", "10", "--push_to_hub", "true", "--hub_model_id", REPO, "--hub_strategy", "all_checkpoints",
             "--hub_token", ALICE_TOKEN, "--probe_file", str(probe_path), "--tokenizer_name", str(trained_model_dir),
             "--hub_space_id", SPACE, "--learning_rate", "5e-3")))
@@ -150,9 +151,14 @@ def test_revision_list_matches_the_repo_commits(bench):
     assert [r["label"] for r in listed] == [f"{c['message']} · {c['sha'][:7]}" for c in commits]
     steps = {r["title"]: r["step"] for r in listed}
     assert steps["End of training"] is None  # no step in the title: read from trainer_state.json when scored
-    assert "Training in progress, step 10" in titles and "Checkpoint at step 10" in titles
-    assert "End of training" in titles and "Checkpoint at step 20" in titles
-    assert steps["Training in progress, step 10"] == 10 and steps["Checkpoint at step 20"] == 20
+    # saves at steps 5, 10, 15 push the model and checkpoint-<step>/; the save at the last step (20) is carried by
+    # the final push: the model in "End of training", checkpoint-20/ in its own commit
+    # (the upload order of a save's two commits is the push queue's: compared as a set)
+    assert sorted(titles) == sorted(["End of training", "initial commit"] + [
+        t for s in (5, 10, 15) for t in (f"Training in progress, step {s}", f"Checkpoint at step {s}")]
+        + ["Checkpoint at step 20"])  # all_checkpoints: the final push carries checkpoint-20/ too, as the Trainer's
+    assert titles[-1] == "initial commit"
+    assert steps["Training in progress, step 10"] == 10 and steps["Checkpoint at step 15"] == 15
 
 
 def test_two_revisions_give_different_answers(bench):

@@ -93,8 +93,9 @@ def test_latency_longer_than_an_epoch_final_weights_land(loopback_hub, tmp_path,
     loopback_hub.server.latency(1.0, route="commit")
     cb = PushToHubCallback(str(tmp_path / "out"), hub_model_id="lat", hub_token=loopback_hub.token,
                            save_strategy="epoch", license="apache-2.0", backoff_seconds=0.01)
-    model.fit(tiny_data(), epochs=2, callbacks=[cb], verbose=0)
-    assert cb.pushed_steps == [4, 8, 8]
+    model.fit(tiny_data(), epochs=3, callbacks=[cb], verbose=0)
+    assert cb.pushed_steps == [4, 8, 12]  # the save at step 12 of 12 is the final push's (one commit, not two)
+    assert cb.session.coalesced_steps == [12]
     report = cb.report
     assert not report.failed and not report.pending and not report.timed_out
     assert [m for m, _ in report.pushed][-1] == "End of training"

@@ -154,8 +154,9 @@ def test_429_never_stalls_saves_and_the_final_push_lands(loopback_hub, tmp_path)
 
 
 def test_memory_stays_flat_with_the_number_of_pushes(loopback_hub, tmp_path, caplog):
-    """100 more pushes through the session, pusher and queue (an in-memory upload: the Hub client is not what
-    is measured here) leave no more than 100 bytes per push on the Python heap: every per-push record is bounded."""
+    """Pushes through the session, pusher and queue (an in-memory upload: the Hub client is not what is measured
+    here) leave less than 1 KB per push on the Python heap once the bounded records are full: every per-push
+    record is bounded (a snapshot or report kept per push, ~23 KB, would show as > 2 MB per 100 pushes)."""
     import gc
     import tracemalloc
     from types import SimpleNamespace
@@ -185,15 +186,17 @@ def test_memory_stays_flat_with_the_number_of_pushes(loopback_hub, tmp_path, cap
     tracemalloc.start()  # before the warm-up, so records the bounded lists drop later are counted as freed
     # first the bounded records fill up: the last 100 outcomes and steps, the budget's last 1,000 API requests
     push(range(1, 261))
-    gc.collect()
-    before = tracemalloc.get_traced_memory()[0]
-    push(range(261, 361))
-    gc.collect()
-    grown = tracemalloc.get_traced_memory()[0] - before
+    grown = []
+    for first in (261, 361):  # two measured batches: a leak grows both; a one-off cache filled (by a library,
+        gc.collect()  # or a test run before this one) shows in one at most
+        before = tracemalloc.get_traced_memory()[0]
+        push(range(first, first + 100))
+        gc.collect()
+        grown.append(tracemalloc.get_traced_memory()[0] - before)
     tracemalloc.stop()
     report = session.finish(30)
-    assert report.counts["pushed"] == 360 and len(report.outcomes) == 100 and len(session.pushed_steps) == 100
-    assert grown < 100 * 100, f"{grown} bytes more after 100 pushes"
+    assert report.counts["pushed"] == 460 and len(report.outcomes) == 100 and len(session.pushed_steps) == 100
+    assert min(grown) < 100 * 1000, f"{grown} bytes more after each batch of 100 pushes"
 
 
 # ---- the chief ------------------------------------------------------------------------------------

@@ -346,7 +346,15 @@ def test_run_mlm_style_json_config_trains_and_keeps_the_best_model(tmp_path, mon
     out.mkdir()
     (out / "old.txt").write_text("from an earlier run")  # overwrite_output_dir lets the run use the folder
     base = dict(zip(tiny_train_args(out)[::2], tiny_train_args(out)[1::2]))
-    cfg = {k.lstrip("-"): v for k, v in base.items()}
+
+    def json_value(text):
+        """The JSON value a config file holds for a command-line word: 64 and 1e-3 numbers, true a boolean."""
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text  # a path
+
+    cfg = {k.lstrip("-"): json_value(v) for k, v in base.items()}  # typed as in run_mlm's JSON files
     cfg.update({
         "do_train": True, "do_eval": True, "evaluation_strategy": "steps", "eval_steps": 2, "save_steps": 2,
         "save_total_limit": 1, "max_steps": 6, "gradient_accumulation_steps": 2, "per_device_train_batch_size": 4,

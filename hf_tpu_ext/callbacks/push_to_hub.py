@@ -111,7 +111,7 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
         if not final and not s.due(step, logs):
             return
         prefix = self._checkpoint(step) if s.wants_checkpoint(final) else None
-        if not s.admit(step, final):
+        if not s.admit(step, final, max_steps=self._max_steps()):  # the last step's save: in the final push
             return
         (self.save_fn or save_model_folder)(self.model, self.output_dir, self.tokenizer)
         # a card pushed before the end says "Training in progress, step N of M" (hub.model_card.progress_note)

@@ -126,11 +126,14 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     if args.model or os.environ.get(MODEL_ENV):  # (no model: load_demo says so first)
         check_port_free(args.host, args.port)  # before the model is loaded, not a 15-line OSError after
-    from hf_tpu_ext.fill_mask.quiet import quiet_libraries
+    from hf_tpu_ext.fill_mask.quiet import quieted
     from spaces_demo.app import launch
 
-    quiet_libraries(args.log_level)  # before the model download: no bars, no library notices unless asked
-    demo = load_demo(args.model, backend=args.backend, revision=args.revision, concurrency_limit=args.concurrency_limit)
-    launch(demo, args.host, args.port, args.share, share_hint="--share yes")
-    demo.block_thread()
+    # before the model download: no bars, no library notices unless asked; restored when the command ends (it runs
+    # in the caller's process, which may push or download afterwards)
+    with quieted(args.log_level):
+        demo = load_demo(args.model, backend=args.backend, revision=args.revision,
+                         concurrency_limit=args.concurrency_limit)
+        launch(demo, args.host, args.port, args.share, share_hint="--share yes")
+        demo.block_thread()
     return 0

@@ -459,23 +459,28 @@ class PushSession:
         return False
 
     def wants_checkpoint(self, final: bool = False) -> bool:
-        """Whether a save's commit carries a resumable checkpoint (``"checkpoint"``: ``last-checkpoint/``, also
-        with the final push; ``"all_checkpoints"``: ``checkpoint-<step>/`` of each save during training)."""
-        strategy = self.config.hub_strategy
-        return strategy == "checkpoint" or (strategy == "all_checkpoints" and not final)
+        """Whether a save's commit carries a resumable checkpoint (``"checkpoint"``: ``last-checkpoint/``;
+        ``"all_checkpoints"``: ``checkpoint-<step>/`` of each save, the final one included, as transformers'
+        Trainer pushes them). ``final`` is accepted for symmetry with :meth:`admit`; both push it."""
+        return self.config.hub_strategy in ("checkpoint", "all_checkpoints")
 
-    def admit(self, step: int, final: bool = False) -> bool:
+    def admit(self, step: int, final: bool = False, max_steps: Optional[int] = None) -> bool:
         """Whether the save at ``step`` is pushed now: the adapter writes and hands over the folders only then.
 
         ``hub_strategy="end"`` pushes the final state only. A save the commit budget has no room for is
         *coalesced*: recorded (``coalesced_steps``), not written, and its state reaches the Hub with the next
-        save that fits, or the final push. The final push is always admitted. Non-chief processes: False.
+        save that fits, or the final push. A save at the run's last step (``step == max_steps``, global
+        optimizer steps) coalesces into the final push that follows with the same state: one commit instead of
+        two against the Hub's 128 per hour, as ``hf-tpu train`` does. The final push is always admitted. Non-chief processes: False.
         """
         if not self.active:
             return False
         if final:
             return True
         if self.config.hub_strategy == "end":
+            return False
+        if max_steps and int(step) == int(max_steps):
+            _note(self.coalesced_steps, step)
             return False
         wait = self.budget.wait_seconds() if self.budget is not None else 0.0
         if wait > 0:
