@@ -51,7 +51,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from hf_tpu_ext import interrupts
-from hf_tpu_ext.errors import (ArgumentError, BackendError, CheckpointError, HubPushError, IncompleteCheckpointError,
+from hf_tpu_ext.errors import (ArgumentError, CheckpointError, HubPushError, IncompleteCheckpointError,
                                OutputDirError, TrainingInterrupted)
 
 logger = logging.getLogger("hf_tpu_ext")
