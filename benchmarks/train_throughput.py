@@ -832,10 +832,12 @@ def draw_chart(result: Dict[str, Any], path: Path) -> None:
     values = [result["recipes"][n]["tokens_per_second"] for n in names]
     labels = {"hf_tpu": "hf-tpu train", "plain": "plain recipe", "plain_xla": "plain + jit_compile",
               "hf_tpu_no_xla": "hf-tpu train\n--jit_compile false", "hf_tpu_bf16": "hf-tpu train\n--bf16 (XLA)",
-              "hf_tpu_bf16_no_xla": "hf-tpu train\n--bf16 (TF kernels)"}
+              "hf_tpu_bf16_no_xla": "hf-tpu train\n--bf16 (TF kernels)", "keras_jax": "--backend keras\n(JAX)",
+              "keras_jax_bf16": "--backend keras\n(JAX) --bf16", "keras_hub_fit": "keras-hub\nRobertaMaskedLM.fit"}
     fig, ax = plt.subplots(figsize=(9.6, 4.4), dpi=120)
     colors = {"hf_tpu": "#ff9d00", "plain": "#7f7f7f", "plain_xla": "#4c72b0", "hf_tpu_no_xla": "#ffc266",
-              "hf_tpu_bf16": "#d62728", "hf_tpu_bf16_no_xla": "#ff9896"}
+              "hf_tpu_bf16": "#d62728", "hf_tpu_bf16_no_xla": "#ff9896", "keras_jax": "#2ca02c",
+              "keras_jax_bf16": "#98df8a", "keras_hub_fit": "#9467bd"}
     bars = ax.bar([labels[n] for n in names], values, color=[colors[n] for n in names])
     for bar, value, name in zip(bars, values, names):
         mfu = result["recipes"][name].get("mfu")
