@@ -75,3 +75,16 @@ def check_writable_dir(path: str, option: str = "--output_dir") -> None:
     except OSError as err:
         raise OutputDirError(f"{option} {path!r} is not writable: creating a folder in {where} failed "
                              f"({err.strerror or type(err).__name__}). Choose a folder you can write to.") from None
+
+
+def read_json_object(path: str) -> dict:
+    """The JSON object in ``path``; ``{}`` when the file is missing, unreadable, not JSON or not an object
+    (run files are optional: a reader treats a damaged one as absent)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}

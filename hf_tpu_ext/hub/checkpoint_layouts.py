@@ -31,7 +31,6 @@ Standard library only: no TensorFlow, torch or Keras.
 from __future__ import annotations
 
 import glob
-import json
 import logging
 import os
 import re
@@ -39,6 +38,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
+from hf_tpu_ext.fileio import read_json_object
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
 logger = logging.getLogger("hf_tpu_ext.hub")
@@ -87,13 +87,7 @@ class CheckpointLayout:
     pack: Callable[[FoundCheckpoint, str], None]
 
 
-def _read_json(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+_read_json = read_json_object  # missing or damaged run files read as {}
 
 
 # ---- tensorflow: checkpoints/ckpt-N.* ------------------------------------------------------------

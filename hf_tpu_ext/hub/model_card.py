@@ -23,6 +23,7 @@ import re
 from importlib import resources
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from hf_tpu_ext.fileio import read_json_object
 from hf_tpu_ext.errors import ModelCardError
 
 logger = logging.getLogger("hf_tpu_ext.hub")
@@ -40,13 +41,7 @@ def default_template_path() -> str:
     return str(resources.files("hf_tpu_ext").joinpath("templates", "model_card.md"))
 
 
-def _read_json(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+_read_json = read_json_object  # missing or damaged run files read as {}
 
 
 def load_summary(output_dir: str) -> Dict[str, Any]:
