@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from hf_tpu_ext.outputs import format_log_entry
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
 from hf_tpu_ext.errors import BackendError, CheckpointError
 
@@ -667,17 +668,7 @@ class KerasBackend(BackendDefaults):
                              else "XLA (JAX), whole step in one program")}
 
 
-def _format_entry(entry: Dict[str, Any]) -> str:
-    """One log line, worded as the TensorFlow backend's: ``step 10 (epoch 0.16): loss 6.1527, lr 4.97e-04 | steady
-    5,340 tokens/s (median training step; compilation, evaluation and checkpoints excluded), MFU 2.1%``."""
-    if "loss" not in entry or "tokens_per_second" not in entry:
-        return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry.items())
-    text = (f"step {entry['step']} (epoch {entry['epoch']:.2f}): loss {entry['loss']:.4f}, "
-            f"lr {entry['learning_rate']:.3g} | steady {entry['tokens_per_second']:,.0f} tokens/s "
-            "(median training step; compilation, evaluation and checkpoints excluded)")
-    if entry.get("mfu") is not None:
-        text += f", MFU {entry['mfu']:.1%}"
-    return text
+_format_entry = format_log_entry  # the TensorFlow backend's wording (hf_tpu_ext.outputs)
 
 
 def _version(dist: str) -> str:

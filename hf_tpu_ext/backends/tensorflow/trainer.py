@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional
 import tensorflow as tf
 import tf_keras
 
+from hf_tpu_ext.outputs import format_log_entry
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.backends.tensorflow.dropout import counter_based_dropout, dropout_key
 from hf_tpu_ext.backends.tensorflow.model import count_parameters, masked_lm_sums
@@ -607,18 +608,7 @@ class _RunMFU:
         return {"mfu": value, "mfu_peak_flops": self.peak.flops, "mfu_peak_source": self.peak.source}
 
 
-def _format_entry(entry: Dict[str, Any]) -> str:
-    """One log line: a training entry as ``step 10 (epoch 0.16): loss 6.1527, lr 4.97e-04 | steady 5,340 tokens/s
-    (median training step; compilation, evaluation and checkpoints excluded), MFU 2.1%``; other entries as
-    ``key=value`` pairs."""
-    if "loss" not in entry or "tokens_per_second" not in entry:
-        return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry.items())
-    text = (f"step {entry['step']} (epoch {entry['epoch']:.2f}): loss {entry['loss']:.4f}, "
-            f"lr {entry['learning_rate']:.3g} | steady {entry['tokens_per_second']:,.0f} tokens/s "
-            "(median training step; compilation, evaluation and checkpoints excluded)")
-    if entry.get("mfu") is not None:
-        text += f", MFU {entry['mfu']:.1%}"
-    return text
+_format_entry = format_log_entry  # one wording for every backend (hf_tpu_ext.outputs)
 
 
 def make_optimizer(training_args, total_steps: int):
