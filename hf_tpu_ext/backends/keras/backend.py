@@ -109,6 +109,10 @@ class KerasBackend(BackendDefaults):
         if self.keras_backend == "tensorflow":
             self._setup_tensorflow(training_args)
             return
+        from hf_tpu_ext.host_memory import keep_step_memory
+
+        # before the JAX client's threads first allocate: its executor threads allocate each step's temporaries
+        self.host_memory_tuned = keep_step_memory(single_arena=True)
         self.distributed = maybe_initialize_distributed()
         import jax
 
@@ -125,8 +129,9 @@ class KerasBackend(BackendDefaults):
         native = self.accelerator != "CPU" or bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS)
         self.precision = resolve_precision(args.bf16, True, self.accelerator, native)
         args.bf16, args.jit_compile = self.precision.bf16, True
-        logger.info("keras %s on JAX %s: %d %s device(s) in %d process(es), data parallel over all of them",
-                    _version("keras"), jax.__version__, self.num_replicas, self.device_kind, jax.process_count())
+        logger.info("keras %s on JAX %s: %d %s device(s) in %d process(es), data parallel over all of them; "
+                    "host memory: %s", _version("keras"), jax.__version__, self.num_replicas, self.device_kind,
+                    jax.process_count(), "malloc_tuned" if self.host_memory_tuned else "defaults")
 
     def _setup_tensorflow(self, args) -> None:
         """``KERAS_BACKEND=tensorflow``: one device (a GPU when TensorFlow sees one), this process the chief."""

@@ -1,6 +1,7 @@
 """The compiled training and evaluation steps of the Keras backend on JAX (stateless Keras 3).
 
-One ``jax.jit`` program per optimizer step: forward (``model.stateless_call``), backward (``jax.value_and_grad``),
+One ``jax.jit`` program per optimizer step: forward (``model.stateless_call``, exact GELU through ``erf``:
+:mod:`hf_tpu_ext.backends.keras.gelu`), backward (``jax.value_and_grad``),
 gradient accumulation (a ``lax.scan`` over the micro-batches), clipping by the global norm and the AdamW update
 (``optimizer.stateless_apply``). The state (trainable variables, optimizer variables) is donated, so XLA updates
 it in place. Data parallel: the state is replicated and the batch sharded over the ``"data"`` axis of a
@@ -64,12 +65,13 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, dropout: boo
     import jax.numpy as jnp
 
     from hf_tpu_ext.backends.keras.dropout import counter_based_dropout, dropout_key
+    from hf_tpu_ext.backends.keras.gelu import erf_gelu
 
     def micro_loss(trainable, non_trainable, micro, total, step, index):
         # one key per step; micro-batch i offsets the element counters by its place in the global batch, so
         # A micro-batches draw the masks one B-sequence batch draws
         key = dropout_key(seed, step) if dropout else None
-        with counter_based_dropout(key, micro_batch=index if accumulation > 1 else None):
+        with counter_based_dropout(key, micro_batch=index if accumulation > 1 else None), erf_gelu():
             logits, _ = model.stateless_call(trainable, non_trainable, _model_inputs(micro), training=True)
         loss_sum, _, count = masked_lm_sums(logits, micro["masked_lm_ids"], micro["masked_lm_weights"])
         return loss_sum / total, (loss_sum, count)

@@ -117,9 +117,6 @@ def resolve_strategy(tpu_name: Optional[str] = None, tpu_zone: Optional[str] = N
     return StrategyInfo(strategy, DistributedType.NO, "GPU" if gpus else "CPU", 1, 1, 1, False, True)
 
 
-#: glibc mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-
 
 def configure_host_memory() -> Dict[str, bool]:
     """Keep the host allocator from returning memory to the OS between steps (the "slow mode" of a CPU step).
@@ -141,15 +138,9 @@ def configure_host_memory() -> Dict[str, bool]:
     import os
 
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
-    tuned = False
-    try:
-        import ctypes
-        import ctypes.util
+    from hf_tpu_ext.host_memory import keep_step_memory
 
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        tuned = bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 1 << 30))
-    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to tune
-        pass
+    tuned = keep_step_memory()  # TensorFlow's own threads allocate through BFC: no single arena needed
     return {"bfc_allocator": os.environ["TF_CPU_ALLOCATOR_USE_BFC"].lower() in ("1", "true"), "malloc_tuned": tuned}
 
 
