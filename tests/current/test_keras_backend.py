@@ -308,3 +308,36 @@ def test_flags_of_the_tensorflow_loop_are_refused():
                               "every step with XLA and uses every device JAX sees); drop it.")
     with pytest.raises(ArgumentError, match="--optim adafactor is not available with --backend keras"):
         parse_args(["--backend", "keras", "--output_dir", "x", "--optim", "adafactor"])
+
+
+def test_best_model_survives_a_kill_and_is_exported(tmp_path):
+    """--load_best_model_at_end keeps the best evaluation's weights on disk (checkpoints/best/): a run killed while
+    saving step 6 and resumed from checkpoint-4 exports exactly the weights of its best evaluation's checkpoint."""
+    from safetensors.numpy import load_file
+
+    out = tmp_path / "best"
+    args = keras_args(out, "--max_steps", "8", "--save_steps", "2", "--eval_steps", "2", "--load_best_model_at_end",
+                      "true", "--metric_for_best_model", "accuracy", "--greater_is_better", "true",
+                      "--save_total_limit", "10", steps=8)  # every checkpoint kept: the test compares with them
+    proc = _train_process(args, kill_at="checkpoint_weights@6")
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert (out / "checkpoints" / "best" / "model_state.safetensors").is_file()
+    proc = _train_process(args + ["--resume_from_checkpoint", "true"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "checkpoint-4" in proc.stderr and "loaded the best model of step" in proc.stderr
+
+    state = json.loads((out / "trainer_state.json").read_text())
+    evals = [(e["step"], e["eval_accuracy"]) for e in state["log_history"] if "eval_accuracy" in e and e["step"] > 0]
+    assert [s for s, _ in evals] == [2, 4, 6, 8]
+    best_step = max(evals, key=lambda e: (e[1], -e[0]))[0]  # highest accuracy, the earliest of ties
+    assert state["best_global_step"] == best_step
+    kept = load_file(str(out / "checkpoints" / "best" / "model_state.safetensors"))
+    at_best = load_file(str(out / f"checkpoint-{best_step}" / "model_state.safetensors"))
+    assert set(kept) <= set(at_best) and len(kept) > 10
+    for name, value in kept.items():
+        np.testing.assert_allclose(value, at_best[name], atol=1e-6, err_msg=name)
+    exported = _weights(out)["roberta.embeddings.word_embeddings.weight"]
+    np.testing.assert_allclose(exported, at_best["embeddings/token_embedding/embeddings"], atol=1e-6)
+    if best_step != 8:  # the export is the best, not the last step's weights
+        last = load_file(str(out / "checkpoint-8" / "model_state.safetensors"))["embeddings/token_embedding/embeddings"]
+        assert not np.allclose(exported, last, atol=1e-6)

@@ -351,7 +351,22 @@ class KerasBackend(BackendDefaults):
             var.assign(value)
         self._state_from_variables()
         self._step = int(meta["global_step"])
+        self._restore_best()
         return self._step
+
+    def _restore_best(self) -> None:
+        """Resume the best-model tracking from ``checkpoints/best/`` when it belongs to the restored history (its
+        step at or before the checkpoint's, the same metric); a best of a killed later segment is redone."""
+        from hf_tpu_ext.args import BEST_METRICS
+        from hf_tpu_ext.backends.keras import checkpoint as ckpt
+
+        if not getattr(self.args, "load_best_model_at_end", False):
+            return
+        best = ckpt.read_best(self.args.output_dir, with_weights=False)
+        key = BEST_METRICS[getattr(self.args, "metric_for_best_model", None) or "loss"]
+        if best is not None and best["metric"] == key and 0 < best["global_step"] <= self._step:
+            self._best = (best["value"], best["global_step"])
+            self.best_model_checkpoint = best["folder"]
 
     def run_context(self):
         return self.context
@@ -623,24 +638,40 @@ class KerasBackend(BackendDefaults):
             return
         best = getattr(self, "_best", None)
         if best is None or (value > best[0] if greater else value < best[0]):
-            if self.on_tensorflow:
-                from keras import ops
+            from hf_tpu_ext.backends.keras import checkpoint as ckpt
 
-                weights = [ops.convert_to_numpy(v.value) for v in self.model.trainable_variables]
-            else:
-                import jax
+            if self.is_chief:  # on disk, not in memory: a killed run's best survives into the resumed one
+                if self.on_tensorflow:
+                    from keras import ops
 
-                weights = [np.asarray(x) for x in jax.device_get(self.state[0])]
-            self._best = (float(value), step, weights)
-            self.best_model_checkpoint = os.path.join(self.args.output_dir, f"checkpoint-{step}")
+                    weights = [ops.convert_to_numpy(v.value) for v in self.model.trainable_variables]
+                else:
+                    import jax
+
+                    weights = [np.asarray(x) for x in jax.device_get(self.state[0])]
+                ckpt.save_best(self.args.output_dir, step, key, float(value),
+                               {var.path: w for var, w in zip(self.model.trainable_variables, weights)})
+                logger.info("new best %s=%.4g at step %d: weights kept in %s", key, value, step,
+                            os.path.join(self.args.output_dir, ckpt.BEST_DIRNAME))
+            self._best = (float(value), step)
+            self.best_model_checkpoint = os.path.join(self.args.output_dir, ckpt.BEST_DIRNAME)
 
     def _load_best(self) -> None:
+        from hf_tpu_ext.backends.keras import checkpoint as ckpt
+
         best = getattr(self, "_best", None)
         if best is None:
             logger.warning("load_best_model_at_end: no evaluation after step 0; the final weights are exported.")
             return
-        for var, value in zip(self.model.trainable_variables, best[2]):
-            var.assign(value)
+        if not self.is_chief:  # only the chief exports (and only it wrote the file)
+            return
+        kept = ckpt.read_best(self.args.output_dir)
+        if kept is None or kept["global_step"] != best[1]:
+            logger.warning("load_best_model_at_end: the best weights of step %d are gone from %s; the final weights "
+                           "are exported.", best[1], os.path.join(self.args.output_dir, ckpt.BEST_DIRNAME))
+            return
+        for var in self.model.trainable_variables:
+            var.assign(kept["weights"][var.path])
         self.loaded_best = True
         logger.info("loaded the best model of step %d (load_best_model_at_end)", best[1])
 

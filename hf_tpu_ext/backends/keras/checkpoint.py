@@ -15,6 +15,11 @@ Atomic: everything is written into ``.checkpoint-<step>.tmp-<pid>`` beside the f
 renamed (a rename within a folder is atomic on POSIX), so a kill leaves either no ``checkpoint-<step>`` or a
 complete one; stale temporary folders of killed runs are deleted at the next save. :func:`find_checkpoints` lists
 only complete folders.
+
+The best evaluation's weights (``--load_best_model_at_end``) are one file, ``checkpoints/best/`` :data:`BEST_NAME`
+(:func:`save_best`, :func:`read_best`): written to a temporary name and renamed over the previous best, its step and
+metric in the safetensors metadata. ``checkpoints/`` is left out of Hub pushes (``hub.pusher.MODEL_IGNORE_PATTERNS``),
+as the TensorFlow backend's ``checkpoints/best/``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ META_NAME = "checkpoint.json"
 STATE_NAME = "trainer_state.json"
 FORMAT = "hf-tpu-ext keras checkpoint 1"
 LAST_CHECKPOINT_DIRNAME = "last-checkpoint"
+BEST_DIRNAME = os.path.join("checkpoints", "best")
+BEST_NAME = "model_state.safetensors"
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 _TMP_RE = re.compile(r"^(\.checkpoint-\d+\.tmp-\d+|checkpoint-\d+\.old-\d+)$")
 MODEL_CONFIG_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
@@ -105,6 +112,49 @@ def save_checkpoint(output_dir: str, step: int, model_vars: Dict[str, np.ndarray
         for path in find_checkpoints(output_dir)[int(keep):]:
             shutil.rmtree(path, ignore_errors=True)
     return final
+
+
+def save_best(output_dir: str, step: int, metric: str, value: float, model_vars: Dict[str, np.ndarray]) -> str:
+    """Write the best evaluation's trainable weights to ``output_dir/checkpoints/best/`` atomically.
+
+    Args:
+        step: the global step of the evaluation; metric, value: its metric name (e.g. ``eval_loss``) and value.
+        model_vars: variable path -> array (the model's trainable variables).
+
+    Returns:
+        the folder.
+    """
+    folder = os.path.join(output_dir, BEST_DIRNAME)
+    os.makedirs(folder, exist_ok=True)
+    final = os.path.join(folder, BEST_NAME)
+    tmp = f"{final}.tmp-{os.getpid()}"
+    _save_tensors(tmp, model_vars, {"format": FORMAT, "global_step": str(int(step)), "metric": metric,
+                                    "value": repr(float(value))})
+    os.replace(tmp, final)
+    _fsync_dir(folder)
+    return folder
+
+
+def read_best(output_dir: str, with_weights: bool = True) -> Optional[Dict[str, Any]]:
+    """The kept best evaluation: ``{"global_step", "metric", "value", "folder", "weights"}`` or None when there is
+    none (or the file cannot be read: a missing best is recomputed by the next evaluation, never fatal).
+
+    ``weights`` (path -> float32 array) only with ``with_weights``.
+    """
+    from safetensors import safe_open
+
+    folder = os.path.join(output_dir, BEST_DIRNAME)
+    file = os.path.join(folder, BEST_NAME)
+    if not os.path.isfile(file):
+        return None
+    try:
+        with safe_open(file, framework="numpy") as f:
+            meta = f.metadata() or {}
+            weights = {k: f.get_tensor(k) for k in f.keys()} if with_weights else None
+        return {"global_step": int(meta["global_step"]), "metric": meta["metric"], "value": float(meta["value"]),
+                "folder": folder, "weights": weights}
+    except Exception:  # noqa: BLE001 (a garbled file: no best rather than no run)
+        return None
 
 
 def is_checkpoint_folder(folder: str) -> bool:

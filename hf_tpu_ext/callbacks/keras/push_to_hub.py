@@ -80,7 +80,8 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
             The global step pushed, or None (another process, or a save the commit budget coalesced).
         """
         s, step = self.session, self._step0 + self._steps
-        if not (final or s.due(step)) or not s.admit(step, final):
+        # a save at the last step coalesces into the final push (one commit, not two: PushSession.admit)
+        if not (final or s.due(step)) or not s.admit(step, final, max_steps=self._max_steps() or None):
             return None
         model = self.model  # on JAX the property syncs the training state into the variables
         if not (final and step == self._last_save):  # else the folder holds this state already: new card only
