@@ -149,17 +149,18 @@ def known_peak_flops(device_kind: Optional[str], dtype: str = "bfloat16") -> Opt
 #: AMD Zen 4 (family 0x19 with AVX-512) runs 512-bit ops on 256-bit pipes: halved, see :func:`cpu_peak`.
 #: Arm: NEON 2 x 128-bit FMA pipes (Neoverse N1) = 16; SVE cores (Neoverse V1/V2) 32; ``bf16`` (BFMMLA) twice
 #: the float32 rate. Without native bf16 a bf16 run multiplies in float32: the float32 rate applies.
+#: The last two fields name the units of each rate: a peak's label names only the units its rate counts.
 CPU_FLOP_PER_CYCLE = (
-    (("amx_bf16", "avx512f"), 64, 1024, "AMX-BF16 tiles, AVX-512 FMA"),
-    (("avx512_bf16", "avx512f"), 64, 128, "AVX512-BF16 dot products, AVX-512 FMA"),
-    (("avx512f",), 64, None, "AVX-512 FMA"),
-    (("avx2", "fma"), 32, None, "AVX2 FMA"),
-    (("avx",), 16, None, "AVX"),
-    (("sse2",), 8, None, "SSE2"),
-    (("sve", "bf16"), 32, 64, "SVE FMA, BF16 matrix multiply"),
-    (("sve",), 32, None, "SVE FMA"),
-    (("asimd", "bf16"), 16, 32, "NEON FMA, BF16 matrix multiply"),
-    (("asimd",), 16, None, "NEON FMA"),
+    (("amx_bf16", "avx512f"), 64, 1024, "AVX-512 FMA", "AMX-BF16 tiles"),
+    (("avx512_bf16", "avx512f"), 64, 128, "AVX-512 FMA", "AVX512-BF16 dot products"),
+    (("avx512f",), 64, None, "AVX-512 FMA", None),
+    (("avx2", "fma"), 32, None, "AVX2 FMA", None),
+    (("avx",), 16, None, "AVX", None),
+    (("sse2",), 8, None, "SSE2", None),
+    (("sve", "bf16"), 32, 64, "SVE FMA", "BF16 matrix multiply"),
+    (("sve",), 32, None, "SVE FMA", None),
+    (("asimd", "bf16"), 16, 32, "NEON FMA", "BF16 matrix multiply"),
+    (("asimd",), 16, None, "NEON FMA", None),
 )
 
 
@@ -236,7 +237,7 @@ def cpu_peak(dtype: str = "float32", cpuinfo_text: Optional[str] = None, cores: 
     if row is None:
         return Peak(None, "no CPU peak: /proc/cpuinfo shows none of the instruction sets the peak formula knows "
                           "(AVX-512, AVX2/FMA, AVX, SSE2, SVE, NEON)")
-    _, fp32, bf16, units = row
+    _, fp32, bf16, fp32_units, bf16_units = row
     if clock_hz is None:
         clock_hz = _sysfs_max_clock_hz() if read_sysfs else None
         if clock_hz is None:
@@ -246,6 +247,7 @@ def cpu_peak(dtype: str = "float32", cpuinfo_text: Optional[str] = None, cores: 
                 return Peak(None, "no CPU peak: the kernel reports no CPU clock (no cpufreq, no 'cpu MHz')")
     half = _is_half(dtype) and bf16 is not None
     per_cycle = bf16 if half else fp32
+    units = bf16_units if half else fp32_units
     if "avx512f" in flags and info.get("vendor_id") == "AuthenticAMD" and info.get("cpu family") == "25":
         per_cycle //= 2  # Zen 4 executes 512-bit FMAs and bf16 dot products on 256-bit pipes
         units += " on 256-bit pipes"
