@@ -7,14 +7,24 @@ fastest bf16 step is TensorFlow's kernels, not XLA. On TPUs and GPUs XLA is the 
 precisions. A CPU without native bf16 emulates it (on XLA little or no gain over float32: 522 vs 539 ms/step on
 the small preset), so ``--bf16 auto`` keeps float32 there.
 
+XLA:CPU does not multiply bf16 natively even where the CPU can: jaxlib 0.10.2's optimized HLO of a bf16 dot on
+an AMX-BF16/AVX512-BF16 Xeon is ``convert`` bf16 -> f32, an f32 dot (YNNPACK), ``convert`` back. So bf16 on
+XLA:CPU buys only the casts: the Keras backend on JAX ran ``--bf16 true`` at 0.83x its float32 speed on an
+AVX512-BF16 CPU (issue 29: 579 vs 479 ms/step, small preset, idle machine; one feed-forward layer on a busy AMX
+host: 0.71-1.58x per round, benchmarks/NOTES.md). ``--bf16 auto`` therefore keeps float32 on a CPU whose step is
+XLA (the Keras backend, which always compiles its step, or ``--jit_compile true``) until a bf16 XLA:CPU step is
+measured faster; on the TensorFlow backend (``--jit_compile`` unset or false) it keeps bf16 on TensorFlow's
+oneDNN kernels, 1.14x its float32 there (issue 29).
+
 Resolution (:func:`resolve_precision`):
 
 ==========  ===========================================================================
 ``--bf16``  meaning
 ==========  ===========================================================================
 unset       ``auto`` on a TPU, float32 elsewhere
-``auto``    bf16 where the hardware has it natively: TPU, GPU with compute capability
-            >= 8.0, CPU with one of :data:`NATIVE_BF16_CPU_FLAGS`
+``auto``    bf16 where the hardware has it natively and the step's compiler uses it: TPU, GPU
+            with compute capability >= 8.0, CPU with one of :data:`NATIVE_BF16_CPU_FLAGS`
+            when the step runs on TensorFlow's kernels (not on XLA:CPU: see above)
 ``true``    bf16 mixed precision (float32 weights, loss and softmax of the loss in float32)
 ``false``   float32
 ==========  ===========================================================================
@@ -34,6 +44,12 @@ from typing import FrozenSet, Optional, Union
 #: /proc/cpuinfo flags of CPUs with bfloat16 dot-product instructions (x86 AVX512-BF16 and AMX, Arm BF16)
 NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 BF16_CHOICES = ("auto", "true", "false")
+#: why ``--bf16 auto`` keeps float32 on a native-bf16 CPU whose step is XLA (the Keras backend; --jit_compile true)
+AUTO_XLA_CPU_REASON = ("--bf16 auto: float32, this CPU has native bf16 but the step runs on XLA:CPU, which "
+                       "multiplies bf16 in float32: slower than float32, 0.83x on the Keras backend on JAX")
+#: added to the reason of ``--bf16 true`` in that case
+TRUE_XLA_CPU_NOTE = ("; XLA:CPU multiplies bf16 in float32 even on this native-bf16 CPU: slower than float32, "
+                     "0.83x on the Keras backend on JAX, and --bf16 auto would keep float32")
 
 
 def parse_bf16(value: Union[None, bool, str]) -> Union[None, bool, str]:
@@ -111,7 +127,8 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
 
     Args:
         bf16: ``--bf16`` after :func:`parse_bf16`.
-        jit_compile: ``--jit_compile`` (``None``: unset).
+        jit_compile: ``--jit_compile`` (``None``: unset); the Keras backend passes True (its step is always one
+            XLA program), so on a CPU ``--bf16 auto`` keeps float32 there (module docstring).
         accelerator: ``"TPU"``, ``"GPU"`` or ``"CPU"``.
         native_bf16: the accelerator multiplies bf16 natively (TPU: always; GPU: :func:`gpu_has_native_bf16`;
             CPU: :data:`NATIVE_BF16_CPU_FLAGS` in :func:`cpu_flags`).
@@ -121,14 +138,20 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
     """
     accelerator = accelerator.upper()
     native = bool(native_bf16 or accelerator == "TPU")
+    xla_cpu = accelerator == "CPU" and jit_compile is True
     if bf16 is None:
         use_bf16 = accelerator == "TPU"
         why = ("bf16 by default on a TPU" if use_bf16
                else "float32 is the default off a TPU; --bf16 auto uses bf16 where the hardware has it")
     elif bf16 == "auto":
-        use_bf16 = native
-        why = (f"--bf16 auto: this {accelerator} has native bf16" if native
-               else f"--bf16 auto: this {accelerator} has no native bf16, float32 is faster")
+        # XLA:CPU converts bf16 dot operands to float32 whatever the CPU has: no gain, only casts
+        use_bf16 = native and not xla_cpu
+        if use_bf16:
+            why = f"--bf16 auto: this {accelerator} has native bf16"
+        elif native:
+            why = AUTO_XLA_CPU_REASON
+        else:
+            why = f"--bf16 auto: this {accelerator} has no native bf16, float32 is faster"
     else:
         use_bf16 = bool(bf16)
         why = f"--bf16 {str(use_bf16).lower()}"
@@ -146,6 +169,8 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
             why += "; XLA, faster than TensorFlow's kernels on emulated bf16"
     else:
         xla = bool(jit_compile)
+        if use_bf16 and native and xla_cpu:
+            why += TRUE_XLA_CPU_NOTE
     if xla:
         compiler = "XLA"
     else:
