@@ -104,3 +104,41 @@ def test_throughput_figures_reach_the_printed_trainer_log(capsys):
         assert logs["mfu"] == pytest.approx(logs["model_flops_per_second"] / 1e12, abs=1e-6)  # logged to 6 decimals
     assert state.log_history[-1]["mfu"] == printed[-1]["mfu"]
     assert cb.summary["mfu"] > 0 and cb.summary["global_batch_size"] == 2
+
+
+def test_padded_batch_tokens_per_second_counts_real_tokens(caplog):
+    # a collator that pads to the batch's longest line: 2 x 32 positions, 11 + 7 = 18 of them real tokens
+    import logging
+
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    config = RobertaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=32, max_position_embeddings=40)
+    model = RobertaForMaskedLM(config)
+    cb = get_callback("throughput", framework="torch", seq_length=32, warmup_steps=1, peak_flops=1e12)
+    args = SimpleNamespace(per_device_train_batch_size=2, world_size=1, gradient_accumulation_steps=1, bf16=False)
+    ids = torch.randint(5, 100, (2, 32))
+    mask = torch.zeros(2, 32, dtype=torch.long)
+    mask[0, :11], mask[1, :7] = 1, 1
+    state = _state(0)
+    cb.on_train_begin(args, state, None, model=model)
+    with caplog.at_level(logging.INFO, logger="hf_tpu_ext"):
+        for step in range(4):
+            state.global_step = step
+            cb.on_step_begin(args, state, None)
+            model(input_ids=ids, attention_mask=mask, labels=ids).loss.backward()
+            model.eval()
+            model(input_ids=ids, attention_mask=torch.ones_like(mask))  # an eval forward is not counted
+            model.train()
+        state.global_step = 4
+        state.log_history.append({"loss": 4.5, "step": 4})
+        logs = {"loss": 4.5}
+        cb.on_step_begin(args, state, None)  # closes step 3's window, as the next step's begin does
+        cb.on_log(args, state, None, logs)
+    assert caplog.records == []  # the Trainer's printed dict is the one throughput line
+    assert cb._measured_steps == 3  # steps 1-3 (step 0 is warm-up)
+    assert logs["tokens_per_second"] == pytest.approx(round(3 * 18 / cb._measured_seconds, 6))
+    assert logs["samples_per_second"] == pytest.approx(round(3 * 2 / cb._measured_seconds, 6))
+    cb.on_train_end(args, state, None)
+    assert cb.summary["tokens_measured"] == 54 and cb.summary["tokens_counted"] == "real tokens (attention_mask sum)"
+    assert cb._hook is None and not model._forward_pre_hooks  # the hook goes with the run

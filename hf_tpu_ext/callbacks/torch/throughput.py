@@ -29,10 +29,18 @@ class ThroughputCallback(TrainerCallback):
     (tracing and XLA compilation) and windows holding an evaluation or a checkpoint save are left out, as
     the Keras callback times only the train function.
 
-    At every Trainer log (``on_log``) the rates so far are added to the logged dict (so the Trainer's printed
-    log line shows them) and to the log entry in ``state.log_history``, and logged to the ``hf_tpu_ext`` logger
-    (``samples_per_second``, ``tokens_per_second``, ``tokens_per_second_per_replica``,
-    ``step_time_ms_median``; ``model_flops_per_second`` and ``mfu`` when known). After training ``self.summary`` holds the run's numbers.
+    Tokens are real tokens (``count_tokens="attention_mask"``, the default): a forward pre-hook on the model sums
+    each training batch's ``attention_mask`` (``input_ids.numel()`` for a batch without one) into a device
+    tensor, read on the host only at a log, so a collator that pads to the batch's longest line does not
+    inflate tokens/s and MFU. ``count_tokens="seq_length"`` counts ``seq_length`` per sequence instead (right for
+    full blocks, as ``hf-tpu train`` feeds; no device op). Under several processes each one counts its own
+    batches: ``tokens_per_second`` is this process's rate x ``num_replicas``.
+
+    At every Trainer log (``on_log``) the rates so far are added to the logged dict and to the log entry in
+    ``state.log_history`` (``samples_per_second``, ``tokens_per_second``, ``tokens_per_second_per_replica``,
+    ``step_time_ms_median``; ``model_flops_per_second`` and ``mfu`` when known): the Trainer's printed log line
+    is the one line that shows them (nothing else is printed). After training ``self.summary`` holds the run's
+    numbers (``tokens_counted`` says how tokens were counted).
 
     Args:
         seq_length: tokens per sequence (``max_seq_length``).
@@ -44,13 +52,15 @@ class ThroughputCallback(TrainerCallback):
         peak_flops: peak FLOP/s of one device (default: :func:`hf_tpu_ext.flops.device_peak`: the datasheet peak
             of a known CUDA GPU, the CPU formula on a CPU; MFU is never above 1).
         warmup_steps: optimizer steps not timed at the start of each ``train()``.
+        count_tokens: ``"attention_mask"`` (real tokens, as above) or ``"seq_length"`` (every position).
 
     Raises:
-        ArgumentError: a size < 1 or ``warmup_steps < 0``.
+        ArgumentError: a size < 1, ``warmup_steps < 0`` or another ``count_tokens``.
     """
 
     def __init__(self, seq_length: int, global_batch_size: Optional[int] = None, num_replicas: Optional[int] = None,
-                 flops_per_token: Optional[float] = None, peak_flops: Optional[float] = None, warmup_steps: int = 3):
+                 flops_per_token: Optional[float] = None, peak_flops: Optional[float] = None, warmup_steps: int = 3,
+                 count_tokens: str = "attention_mask"):
         from hf_tpu_ext.errors import ArgumentError
 
         for name, value in (("seq_length", seq_length), ("global_batch_size", global_batch_size),
@@ -59,6 +69,11 @@ class ThroughputCallback(TrainerCallback):
                 raise ArgumentError(f"ThroughputCallback: {name} must be >= 1, got {value}.")
         if warmup_steps < 0:
             raise ArgumentError(f"ThroughputCallback: warmup_steps must be >= 0, got {warmup_steps}.")
+        if count_tokens not in ("attention_mask", "seq_length"):
+            raise ArgumentError(f"ThroughputCallback: count_tokens must be 'attention_mask' or 'seq_length', got "
+                                f"{count_tokens!r}.")
+        self.count_tokens = count_tokens
+        self._hook = None
         self.seq_length = int(seq_length)
         self.global_batch_size = int(global_batch_size) if global_batch_size else None
         self.num_replicas = int(num_replicas) if num_replicas else None
@@ -75,8 +90,10 @@ class ThroughputCallback(TrainerCallback):
         fraction = min(1.0, run.max_predictions / run.seq_length) if run.max_predictions else None
         fpt = flops_per_token(run.model_config, run.seq_length, masked_fraction=fraction) if run.model_config else None
         dtype = "bfloat16" if getattr(run.training_args, "bf16", False) else "float32"
+        # hf-tpu train's batches are full blocks: every position is a real token, and no device op is added
         return cls(seq_length=run.seq_length, global_batch_size=run.global_batch_size, num_replicas=run.num_replicas,
-                   flops_per_token=fpt, peak_flops=peak_flops(run.device_info.device_kind, dtype))
+                   flops_per_token=fpt, peak_flops=peak_flops(run.device_info.device_kind, dtype),
+                   count_tokens="seq_length")
 
     def _reset(self):
         self._first_step: Optional[int] = None
@@ -86,6 +103,23 @@ class ThroughputCallback(TrainerCallback):
         self._step_times: "deque[float]" = deque(maxlen=MEDIAN_WINDOW)  # seconds per step of the last windows
         self._measured_steps = 0
         self._measured_seconds = 0.0
+        self._win_tokens: Any = 0  # int, or a device tensor once a batch with an attention_mask was counted
+        self._measured_tokens: Any = 0
+        self._tokens_seen = 0  # batches the hook counted (0: fall back to seq_length per sequence)
+
+    def _count_tokens(self, module, args, kwargs) -> None:
+        """Forward pre-hook: add a training batch's real tokens to the window (eval forwards are not counted)."""
+        if not module.training:
+            return
+        mask = kwargs.get("attention_mask")
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if mask is not None:
+            self._win_tokens = self._win_tokens + mask.detach().sum()
+        elif ids is not None and hasattr(ids, "numel"):
+            self._win_tokens = self._win_tokens + int(ids.numel())
+        else:
+            return
+        self._tokens_seen += 1
 
     def _close_window(self, step: int) -> None:
         if self._win_start is None:
@@ -95,12 +129,23 @@ class ThroughputCallback(TrainerCallback):
             self._measured_steps += steps
             self._measured_seconds += seconds
             self._step_times.append(seconds / steps)
+            self._measured_tokens = self._measured_tokens + self._win_tokens  # on the device: no host read
         self._win_start = None
+        self._win_tokens = 0
+
+    def _real_tokens(self) -> bool:
+        return self.count_tokens == "attention_mask" and self._tokens_seen > 0
 
     def _rates(self, steps: int, seconds: float) -> Dict[str, float]:
         samples = steps * self.global_batch_size / max(seconds, 1e-12)
-        rates = {"samples_per_second": samples, "tokens_per_second": samples * self.seq_length,
-                 "tokens_per_second_per_replica": samples * self.seq_length / self.num_replicas}
+        if self._real_tokens():  # this process's real tokens (one host read, at a log)
+            per_replica = float(self._measured_tokens) / max(seconds, 1e-12)
+            tokens = per_replica * self.num_replicas
+        else:
+            tokens = samples * self.seq_length
+            per_replica = tokens / self.num_replicas
+        rates = {"samples_per_second": samples, "tokens_per_second": tokens,
+                 "tokens_per_second_per_replica": per_replica}
         if self.flops_per_token:
             rates["model_flops_per_second"] = rates["tokens_per_second"] * self.flops_per_token
         if self.flops_per_token and self.peak_flops:
@@ -147,6 +192,9 @@ class ThroughputCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._reset()
         self._fill_flops(args, model)
+        self._remove_hook()
+        if self.count_tokens == "attention_mask" and model is not None and hasattr(model, "register_forward_pre_hook"):
+            self._hook = model.register_forward_pre_hook(self._count_tokens, with_kwargs=True)
         self._first_step = int(state.global_step)
         if self.global_batch_size is None:
             self.global_batch_size = args.per_device_train_batch_size * max(1, args.world_size) * args.gradient_accumulation_steps
@@ -175,19 +223,25 @@ class ThroughputCallback(TrainerCallback):
         entry = state.log_history[-1] if state.log_history else None
         if entry is not None and entry.get("step") == state.global_step and "loss" in entry:
             entry.update(rounded)
-        logger.info("step %d: steady %.1f samples/s, %.0f tokens/s (%.0f per replica; steps after warm-up), "
-                    "median step %.1f ms%s",
-                    state.global_step, rates["samples_per_second"], rates["tokens_per_second"],
-                    rates["tokens_per_second_per_replica"], rates["step_time_ms_median"],
-                    f", MFU {rates['mfu']:.1%}" if "mfu" in rates else "")
+        # no line of its own: the Trainer's printed log line (and hf-tpu train's) is the one throughput line
+
+    def _remove_hook(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
 
     def on_train_end(self, args, state, control, **kwargs):
         wait_device()  # the last window ends when the device finished its queued steps
         self._close_window(int(state.global_step))
+        self._remove_hook()
         summary: Dict[str, Any] = {"global_batch_size": self.global_batch_size, "seq_length": self.seq_length,
                                    "num_replicas": self.num_replicas, "warmup_steps": self.warmup_steps,
                                    "flops_per_token": self.flops_per_token, "peak_flops": self.peak_flops,
-                                   "steps_measured": self._measured_steps, "seconds_measured": self._measured_seconds}
+                                   "steps_measured": self._measured_steps, "seconds_measured": self._measured_seconds,
+                                   "tokens_counted": ("real tokens (attention_mask sum)" if self._real_tokens()
+                                                      else "seq_length per sequence")}
+        if self._real_tokens():
+            summary["tokens_measured"] = int(self._measured_tokens)
         if self._measured_steps:
             summary.update(self._rates(self._measured_steps, self._measured_seconds))
             summary["step_time_ms_mean"] = self._measured_seconds / self._measured_steps * 1e3
