@@ -58,10 +58,15 @@ def test_a_429_blocks_every_commit_until_its_retry_after():
     clock = _Clock()
     budget = CommitBudget(100, 3600.0, clock=clock)
     budget.note_rate_limited(20.0)
-    assert budget.wait_seconds() == pytest.approx(20.0) and budget.wait_seconds(final=True) == pytest.approx(20.0)
+    # the final push waits for the Retry-After only; the 429 also emptied the bucket: a paced commit is one interval
+    # (3600 / 100 = 36 s) after it
+    assert budget.wait_seconds(final=True) == pytest.approx(20.0) and budget.wait_seconds() == pytest.approx(36.0)
     clock.now += 20.0
-    assert budget.wait_seconds() == 0 and budget.to_dict() == {"commits": 100, "period_seconds": 3600.0,
-                                                               "rate_limited": 1}
+    assert budget.wait_seconds(final=True) == 0 and budget.wait_seconds() == pytest.approx(16.0)
+    clock.now += 16.0
+    assert budget.wait_seconds() == pytest.approx(0.0, abs=1e-9)
+    assert budget.to_dict() == {"commits": 100, "period_seconds": 3600.0, "burst": 10, "seconds_per_commit": 36.0,
+                                "reserved_for_final": 1, "commits_started": 0, "rate_limited": 1}
 
 
 def test_budget_is_shared_per_repo_and_only_gets_stricter(monkeypatch):

@@ -13,13 +13,12 @@ checkpoint, and ask the session:
 - **strategy**: ``hub_strategy`` as in transformers (``"end"``, ``"every_save"``, ``"checkpoint"``: model and
   ``last-checkpoint/`` in one commit, ``"all_checkpoints"``: also ``checkpoint-<step>/``), which folders a
   commit carries (:meth:`PushSession.wants_checkpoint`) and the commit titles (:func:`commit_title`);
-- **the commit budget** (:class:`CommitBudget`): the Hub allows 128 commits per hour per repo and 1,000 API
-  requests per 300 s; the session plans at most ``hub_commit_budget`` commits per ``budget_period`` seconds
-  (default 100 per hour): a first burst, then one commit per ``period / budget`` seconds, and one commit of
-  the window kept for the final push. A save that does not fit is not written or uploaded: it *coalesces* into the next commit
-  (the newest state wins). A 429 from the Hub blocks further saves until its ``Retry-After`` (the upload
-  retries in the background: training never waits); the final push is never refused by the budget, waits
-  for a ``Retry-After`` the Hub sent, and replaces a stale upload that is waiting for one;
+- **the commit budget** (:class:`~hf_tpu_ext.hub.commit_budget.CommitBudget`): at most ``hub_commit_budget``
+  commits per ``budget_period`` seconds (default 100 per hour, the Hub allows 128), paced over the window
+  with one commit kept for the final push. A save that does not fit is not written or uploaded: it
+  *coalesces* into the next commit (the newest state wins). A 429 blocks further saves until its
+  ``Retry-After`` (training never waits); the final push and the save of a SIGINT/SIGTERM are never refused
+  by the budget (the final push replaces a stale upload waiting for a ``Retry-After``);
 - **the card's fields**: from the run's summary, else what the callbacks measured (:meth:`PushSession.note_logs`:
   throughput, steps, wall time) and what the folder shows (:meth:`PushSession.write_card`);
 - **trainer_state.json** of a checkpoint (:meth:`PushSession.write_trainer_state`: one shape,
@@ -44,7 +43,6 @@ Example:
 from __future__ import annotations
 
 import atexit
-import collections
 import dataclasses
 import logging
 import math
@@ -52,26 +50,19 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
-from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id
-from hf_tpu_ext.errors import ArgumentError, ModelCardError
+from hf_tpu_ext.args import HUB_STRATEGIES  # noqa: F401 (the flag's choices, re-exported)
+from hf_tpu_ext.errors import ModelCardError
+from hf_tpu_ext.hub.commit_budget import (API_CALLS_PER_COMMIT, DEFAULT_BUDGET_PERIOD, DEFAULT_COMMIT_BUDGET,  # noqa: F401
+                                          HUB_API_CALLS, HUB_API_PERIOD, HUB_COMMITS_PER_HOUR, CommitBudget,
+                                          budget_for, reset_budgets)
+from hf_tpu_ext.hub.push_config import (DEFAULT_HUB_STRATEGY, DEFAULT_SAVE_STRATEGY, SAVE_STRATEGIES,  # noqa: F401
+                                        PushConfig)
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
-SAVE_STRATEGIES = ("no", "steps", "epoch")
-DEFAULT_HUB_STRATEGY = "every_save"
-DEFAULT_SAVE_STRATEGY = "epoch"
-#: the Hub's limit: "exceeded the rate limit for repository commits (128 per hour)"
-HUB_COMMITS_PER_HOUR = 128
-#: the session's default: below the Hub's limit, with room for a second writer (``hf-tpu push``, a resume)
-DEFAULT_COMMIT_BUDGET = 100
-DEFAULT_BUDGET_PERIOD = 3600.0
-#: the Hub's API limit: 1,000 requests per 300 s per token
-HUB_API_CALLS, HUB_API_PERIOD = 1000, 300.0
-#: requests one commit of a push costs (preupload, LFS batch, commit, card validation)
-API_CALLS_PER_COMMIT = 4
 FINAL_COMMIT_TITLE = "End of training"
 _SAVE_COMMIT_TITLE = "Training in progress, step {step}"
 _CHECKPOINT_COMMIT_TITLE = "Checkpoint at step {step}"
@@ -86,210 +77,6 @@ def commit_title(step: int, final: bool = False, checkpoint_only: bool = False) 
     if final:
         return FINAL_COMMIT_TITLE
     return (_CHECKPOINT_COMMIT_TITLE if checkpoint_only else _SAVE_COMMIT_TITLE).format(step=int(step))
-
-
-@dataclasses.dataclass
-class PushConfig:
-    """How a run pushes (transformers' ``TrainingArguments`` names); validated at construction.
-
-    Attributes:
-        output_dir: the local folder the model folder is written to and pushed from (``None``: the
-            ``Trainer``'s, filled in by its adapter).
-        hub_model_id: ``"user/name"`` or ``"name"`` (``None``: the name of ``output_dir`` under the token's user).
-        hub_token: the Hub token (``None``: ``HF_TOKEN`` or the cached login); never in a repr, log or file.
-        hub_strategy: one of :data:`HUB_STRATEGIES` (see the module doc).
-        hub_private_repo: create the repo private (an existing repo is left as it is).
-        hub_revision: the branch to push to (created from main when missing).
-        save_strategy: ``"epoch"``, ``"steps"`` (every ``save_steps`` global optimizer steps) or ``"no"``.
-        save_steps: the interval for ``save_strategy="steps"``.
-        save_best_only, monitor, mode: save only when ``monitor`` improves (``"min"``/``"max"``).
-        push_timeout: seconds the final push waits for the uploads (``None``: no limit).
-        max_retries, backoff_seconds: retries per push and the first retry's wait (seconds, doubling).
-        hub_commit_budget: at most this many commits per ``budget_period`` seconds (the final push included;
-            ``--hub_commit_budget``).
-        budget_period: the budget's window in seconds (default one hour, the Hub's window).
-        card_fields: the card's fields (``license``, ``language``, ``dataset_name``, ``tags``, ...).
-
-    Raises:
-        ArgumentError: an unknown strategy or mode, ``save_strategy="steps"`` without ``save_steps >= 1``,
-            a malformed ``hub_model_id``, a budget below 1 commit.
-    """
-
-    output_dir: Optional[str] = None
-    hub_model_id: Optional[str] = None
-    hub_token: Optional[str] = dataclasses.field(default=None, repr=False)
-    hub_strategy: str = DEFAULT_HUB_STRATEGY
-    hub_private_repo: Optional[bool] = None
-    hub_revision: Optional[str] = None
-    save_strategy: str = DEFAULT_SAVE_STRATEGY
-    save_steps: Optional[int] = None
-    save_best_only: bool = False
-    monitor: str = "eval_loss"
-    mode: str = "min"
-    push_timeout: Optional[float] = 600.0
-    max_retries: int = 5
-    backoff_seconds: float = 1.0
-    hub_commit_budget: int = DEFAULT_COMMIT_BUDGET
-    budget_period: float = DEFAULT_BUDGET_PERIOD
-    card_fields: Dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self):
-        if self.hub_strategy not in HUB_STRATEGIES:
-            raise ArgumentError(f"hub_strategy must be one of {', '.join(HUB_STRATEGIES)}, got {self.hub_strategy!r}.")
-        if self.save_strategy not in SAVE_STRATEGIES:
-            raise ArgumentError(f"save_strategy must be one of {', '.join(SAVE_STRATEGIES)}, got {self.save_strategy!r}.")
-        if self.save_strategy == "steps" and (self.save_steps is None or int(self.save_steps) < 1):
-            raise ArgumentError("save_strategy='steps' needs save_steps >= 1 (global optimizer steps between pushes).")
-        if self.mode not in ("min", "max"):
-            raise ArgumentError(f"mode must be 'min' or 'max', got {self.mode!r}.")
-        if int(self.hub_commit_budget) < 1 or not self.budget_period > 0:
-            raise ArgumentError(f"The commit budget must allow at least 1 commit per period, got {self.hub_commit_budget} "
-                                f"per {self.budget_period} s.")
-        if self.hub_model_id is not None:
-            check_repo_id(self.hub_model_id, "hub_model_id")  # at construction, not at the first push
-        self.output_dir = os.fspath(self.output_dir) if self.output_dir is not None else None
-        self.save_steps = int(self.save_steps) if self.save_steps else None
-        self.card_fields = dict(self.card_fields or {})
-
-    @classmethod
-    def from_training_args(cls, args, data_args=None, **overrides) -> "PushConfig":
-        """The push configuration of ``hf-tpu train``'s (or transformers') ``TrainingArguments``.
-
-        Args:
-            args: the training arguments (``output_dir``, ``hub_*``, ``save_strategy``, ``save_steps``,
-                ``hub_commit_budget``, ``license``, ``language``; missing ones keep their defaults).
-            data_args: the data arguments (``dataset_name`` for the card).
-            **overrides: fields to set instead (e.g. ``save_strategy`` of a callback).
-        """
-        get = _getter(args)
-        fields = dict(output_dir=get("output_dir"), hub_model_id=get("hub_model_id"), hub_token=get("hub_token"),
-                      hub_strategy=get("hub_strategy", DEFAULT_HUB_STRATEGY), hub_private_repo=get("hub_private_repo"),
-                      hub_revision=get("hub_revision"),
-                      save_strategy=str(getattr(get("save_strategy", "epoch"), "value", get("save_strategy", "epoch"))),
-                      save_steps=get("save_steps"), hub_commit_budget=get("hub_commit_budget", DEFAULT_COMMIT_BUDGET))
-        if fields["save_strategy"] == "best":  # transformers 4.5x: saves follow the best metric
-            fields.update(save_strategy="epoch", save_best_only=True)
-        card = {"license": get("license"), "language": get("language"),
-                "dataset_name": getattr(data_args, "dataset_name", None) if data_args is not None else None}
-        fields["card_fields"] = {k: v for k, v in card.items() if v is not None}
-        fields.update(overrides)
-        return cls(**fields)
-
-
-def _getter(obj) -> Callable[..., Any]:
-    """``get(name, default=None)`` over an object's attributes (a dict's keys)."""
-    if isinstance(obj, dict):
-        return lambda name, default=None: obj.get(name, default) if obj.get(name) is not None else default
-    return lambda name, default=None: getattr(obj, name, None) if getattr(obj, name, None) is not None else default
-
-
-class CommitBudget:
-    """A per-repo plan of commits: at most ``commits`` per ``period`` seconds, one of them kept for the final push.
-
-    A token bucket paces the commits: it holds up to ``burst`` commits (default a tenth of the budget, at
-    least 1) and refills at ``commits / period`` per second, so a run pushes its first saves at once and then
-    one commit per ``period / commits`` seconds (36 s at 100 per hour). A non-final commit may start when
-    (1) the bucket holds a commit, (2) fewer than ``commits - reserve`` commits started in the last ``period``
-    seconds, (3) the API requests of the last :data:`HUB_API_PERIOD` seconds leave room for one more commit
-    (:data:`HUB_API_CALLS`), and (4) no ``Retry-After`` from the Hub is running. A final commit only waits for
-    (4). Thread-safe; :func:`budget_for` shares one instance per repo among the sessions of a process.
-
-    Args:
-        commits: commits per ``period``.
-        period: the window in seconds.
-        burst: commits the bucket holds (``None``: ``max(1, commits // 10)``).
-        reserve: commits of the window kept for the final push (1; 0 when ``commits`` is 1).
-        clock: seconds, monotonic (tests pass a fake).
-    """
-
-    def __init__(self, commits: int = DEFAULT_COMMIT_BUDGET, period: float = DEFAULT_BUDGET_PERIOD,
-                 burst: Optional[int] = None, reserve: int = 1, clock: Callable[[], float] = time.monotonic):
-        self.commits, self.period = int(commits), float(period)
-        self.reserve = min(int(reserve), self.commits - 1)
-        self.burst = max(1, min(self.commits - self.reserve, int(burst) if burst else self.commits // 10))
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._tokens, self._filled_at = float(self.burst), clock()
-        # commit starts and their API requests within the windows; only the newest ``commits`` / ``HUB_API_CALLS``
-        # are ever looked at, so the deques are bounded (memory stays flat however long a run pushes)
-        self._starts: Deque[float] = collections.deque(maxlen=self.commits)
-        self._calls: Deque[float] = collections.deque(maxlen=HUB_API_CALLS)
-        self._blocked_until = 0.0
-        self.rate_limited = 0  # 429 answers seen
-
-    def _update(self, now: float) -> None:
-        self._tokens = min(float(self.burst), self._tokens + (now - self._filled_at) * self.commits / self.period)
-        self._filled_at = now
-        while self._starts and self._starts[0] <= now - self.period:
-            self._starts.popleft()
-        while self._calls and self._calls[0] <= now - HUB_API_PERIOD:
-            self._calls.popleft()
-
-    def wait_seconds(self, final: bool = False) -> float:
-        """Seconds until a commit may start (0: now); ``final``: only a running ``Retry-After`` counts."""
-        with self._lock:
-            now = self._clock()
-            self._update(now)
-            waits = [self._blocked_until - now]
-            if not final:
-                waits.append((1.0 - self._tokens) * self.period / self.commits)
-                allowed = self.commits - self.reserve
-                if len(self._starts) >= allowed:
-                    waits.append(self._starts[-allowed] + self.period - now)
-                over = len(self._calls) + API_CALLS_PER_COMMIT - HUB_API_CALLS
-                if over > 0:
-                    waits.append(self._calls[over - 1] + HUB_API_PERIOD - now)
-            return max(0.0, *waits)
-
-    def note_commit(self) -> None:
-        """A commit starts now."""
-        with self._lock:
-            now = self._clock()
-            self._update(now)
-            self._tokens -= 1.0
-            self._starts.append(now)
-            self._calls.extend([now] * API_CALLS_PER_COMMIT)
-
-    def note_rate_limited(self, retry_after: Optional[float]) -> None:
-        """The Hub answered 429: no commit starts before ``retry_after`` seconds from now."""
-        with self._lock:
-            self.rate_limited += 1
-            if retry_after:
-                self._blocked_until = max(self._blocked_until, self._clock() + float(retry_after))
-
-    def to_dict(self) -> dict:
-        """``{"commits", "period_seconds", "rate_limited"}`` for the push report."""
-        return {"commits": self.commits, "period_seconds": self.period, "rate_limited": self.rate_limited}
-
-
-_BUDGETS: Dict[tuple, CommitBudget] = {}
-_BUDGETS_LOCK = threading.Lock()
-
-
-def budget_for(repo_id: str, commits: int, period: float) -> CommitBudget:
-    """The process-wide :class:`CommitBudget` of ``repo_id`` on the current endpoint (made on first use).
-
-    Every session and ``hf-tpu push`` of this process that pushes to the repo counts against one budget; the
-    Hub counts per repo, whatever the branch. A later call with other numbers makes the budget stricter only.
-    """
-    endpoint = os.environ.get("HF_ENDPOINT", "")
-    key = (endpoint, repo_id)
-    with _BUDGETS_LOCK:
-        budget = _BUDGETS.get(key)
-        if budget is None or commits / period < budget.commits / budget.period:
-            stricter = CommitBudget(commits, period)
-            if budget is not None:  # what the repo already spent stays spent
-                stricter._starts, stricter._calls = budget._starts, budget._calls
-                stricter._blocked_until, stricter.rate_limited = budget._blocked_until, budget.rate_limited
-                stricter._tokens = min(stricter._tokens, budget._tokens)
-            budget = _BUDGETS[key] = stricter
-        return budget
-
-
-def reset_budgets() -> None:
-    """Forget every repo's budget (a test's fresh Hub; never needed in a run)."""
-    with _BUDGETS_LOCK:
-        _BUDGETS.clear()
 
 
 # ---- sessions still open at interpreter exit ------------------------------------------------------
@@ -332,6 +119,7 @@ class PushSession:
         self.pushed_steps: List[int] = []
         self.coalesced_steps: List[int] = []
         self._coalesced_total = 0
+        self._signal_saves = 0
         self.best: Optional[float] = None
         self.best_step: Optional[int] = None
         self.budget: Optional[CommitBudget] = None
@@ -471,7 +259,9 @@ class PushSession:
         *coalesced*: recorded (``coalesced_steps``), not written, and its state reaches the Hub with the next
         save that fits, or the final push. A save at the run's last step (``step == max_steps``, global
         optimizer steps) coalesces into the final push that follows with the same state: one commit instead of
-        two against the Hub's 128 per hour, as ``hf-tpu train`` does. The final push is always admitted. Non-chief processes: False.
+        two against the Hub's 128 per hour, as ``hf-tpu train`` does. The final push is always admitted, and so
+        is a save after a SIGINT/SIGTERM (:func:`hf_tpu_ext.interrupts.received`): it is the state a resume
+        starts from, pushed within the grace budget whatever the pacing. Non-chief processes: False.
         """
         if not self.active:
             return False
@@ -482,6 +272,14 @@ class PushSession:
         if max_steps and int(step) == int(max_steps):
             _note(self.coalesced_steps, step)
             return False
+        from hf_tpu_ext import interrupts
+
+        signum = interrupts.received()
+        if signum is not None:  # the save of a SIGINT/SIGTERM is what a resume starts from: as a final push
+            logger.info("Save at step %d after %s: pushed now, past the commit budget's pacing (within the %g s "
+                        "grace budget).", step, _signal_name(signum), interrupts.grace())
+            self._signal_saves += 1
+            return True
         wait = self.budget.wait_seconds() if self.budget is not None else 0.0
         if wait > 0:
             self._coalesced_total += 1
@@ -683,6 +481,7 @@ class PushSession:
         data["coalesced_saves"] = [s for s in not_landed if last is not None and s <= last]
         data["skipped_saves"] = [s for s in not_landed if last is None or s > last]
         data["coalesced_by_budget"] = self._coalesced_total
+        data["signal_saves"] = self._signal_saves
         data["commit_budget"] = self.budget.to_dict() if self.budget is not None else {
             "commits": self.config.hub_commit_budget, "period_seconds": self.config.budget_period}
         return data
@@ -712,6 +511,12 @@ class SessionBacked:
             if name in PushConfig.__dataclass_fields__ and name != "hub_token":
                 return getattr(session.config, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+def _signal_name(signum: int) -> str:
+    import signal
+
+    return signal.Signals(signum).name
 
 
 def _note(steps: List[int], step: int, limit: int = 100) -> None:
