@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional
 
 import keras
 
+from benchmarks.common import data_file, peak_rss_mb, train_argv
 from hf_tpu_ext.callbacks import register_callback
 
 KERAS_RECIPE_FLAGS = {"keras_jax": [], "keras_jax_bf16": ["--bf16", "true"]}
@@ -76,12 +77,11 @@ class KerasStepTimer(keras.callbacks.Callback):
 
 def job_keras_train(preset, workdir: Path, extra=()) -> Dict[str, Any]:
     """``hf-tpu train --backend keras`` with the preset's shapes (same arguments as the ``hf_tpu`` recipe)."""
-    from benchmarks.train_throughput import _peak_rss_mb, _train_argv
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.run import train
 
     out = workdir / f"out-{os.getpid()}"
-    argv = _train_argv(preset, workdir, out, preset.steps, "throughput,xla_recompile_guard,bench_step_timer",
+    argv = train_argv(preset, workdir, out, preset.steps, "throughput,xla_recompile_guard,bench_step_timer",
                        ["--backend", "keras", "--report_to", "none", *extra])
     argv += ["--eval_strategy", "steps", "--eval_steps", str(preset.steps)]
     results = train(*parse_args(argv))
@@ -89,7 +89,7 @@ def job_keras_train(preset, workdir: Path, extra=()) -> Dict[str, Any]:
     summary = timer.summary(preset.warmup)
     summary.update(xla_step_compilations=int(results["xla_step_compilations"]),
                    train_step_compilations=int(results["xla_step_compilations"]),
-                   final_loss=float(results["train_loss"]), peak_rss_mb=_peak_rss_mb(),
+                   final_loss=float(results["train_loss"]), peak_rss_mb=peak_rss_mb(),
                    first_step_latency_seconds=timer.first_step_latency(), eval_loss=results.get("eval_loss"),
                    perplexity=results.get("perplexity"), load_average=[round(x, 2) for x in os.getloadavg()])
     info_path = out / "training_summary.json"
@@ -106,7 +106,6 @@ def job_keras_hub_fit(preset, workdir: Path) -> Dict[str, Any]:
     import numpy as np
     from transformers import AutoTokenizer
 
-    from benchmarks.train_throughput import _peak_rss_mb, data_file
     from hf_tpu_ext.data.numpy_batches import NumpyMasker, TrainBatches
 
     tokenizer = AutoTokenizer.from_pretrained(str(workdir / "prepared" / "tokenizer"))
@@ -148,7 +147,7 @@ def job_keras_hub_fit(preset, workdir: Path) -> Dict[str, Any]:
     timer = KerasStepTimer()
     history = model.fit(dataset, steps_per_epoch=preset.steps, epochs=1, callbacks=[timer], verbose=0)
     summary = timer.summary(preset.warmup)
-    summary.update(final_loss=float(history.history["loss"][-1]), peak_rss_mb=_peak_rss_mb(), train_step_compilations=None,
+    summary.update(final_loss=float(history.history["loss"][-1]), peak_rss_mb=peak_rss_mb(), train_step_compilations=None,
                    first_step_latency_seconds=timer.first_step_latency(), precision="float32",
                    compiler="XLA (JAX), keras-hub Task.fit", load_average=[round(x, 2) for x in os.getloadavg()])
     return summary
