@@ -106,3 +106,46 @@ def test_trainer_read_only_token_fails_before_the_first_step(loopback_hub, tmp_p
 
 def test_trainer_adapter_does_not_import_torch_xla():
     assert "torch_xla" not in sys.modules or os.environ.get("PJRT_DEVICE")
+
+
+def test_trainer_masked_lm_metrics_with_padding_collator_reach_state_and_card(loopback_hub, tmp_path):
+    # a stock DataCollatorForLanguageModeling script: lines of different lengths, padded per batch; the metrics
+    # callback is given no collator and uses the Trainer's
+    from huggingface_hub import ModelCard
+    from transformers import DataCollatorForLanguageModeling, RobertaConfig, RobertaForMaskedLM, Trainer, TrainingArguments
+
+    from hf_tpu_ext.callbacks import get_callback
+    from hf_tpu_ext.data.tokenizer import train_bpe_tokenizer
+
+    texts = [" ".join(["the cat sat on the mat", "a dog ran far away", "birds sing"][i % 3] for _ in range(1 + i % 4))
+             for i in range(40)]
+    tokenizer = train_bpe_tokenizer(texts, vocab_size=300, model_max_length=32)
+    lines = [{"input_ids": tokenizer(t, truncation=True)["input_ids"]} for t in texts]
+    assert len({len(x["input_ids"]) for x in lines}) > 2  # really ragged
+    torch.manual_seed(0)
+    config = RobertaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=64, max_position_embeddings=40, pad_token_id=tokenizer.pad_token_id)
+    metrics = get_callback("masked_lm_metrics", framework="torch", eval_dataset=lines[:16], batch_size=8)
+    push = PushToHubCallback(hub_model_id="alice/trainer-eval", hub_token=loopback_hub.token, hub_strategy="end",
+                             backoff_seconds=0.01)
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=4, per_device_train_batch_size=8,
+                             save_strategy="steps", save_steps=4, logging_steps=2, report_to=[], use_cpu=True,
+                             disable_tqdm=True, seed=0, num_train_epochs=1)
+    trainer = Trainer(model=RobertaForMaskedLM(config), args=args, train_dataset=lines, callbacks=[metrics, push],
+                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.3))
+    trainer.train()  # 40 lines / 8 = 5 steps per epoch: evaluated at the last step (4)
+
+    evals = [e for e in trainer.state.log_history if "perplexity" in e]
+    assert [e["step"] for e in evals] == [4] and evals[0] == dict(metrics.results, epoch=0.8, step=4)
+    assert evals[0]["perplexity"] == pytest.approx(np.exp(evals[0]["eval_loss"]), rel=1e-6)
+    # the evaluation is in the last checkpoint's trainer_state.json (made before the Trainer saved step 4)
+    saved = json.loads((tmp_path / "out" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert [e for e in saved["log_history"] if "perplexity" in e] == evals
+
+    card = ModelCard(loopback_hub.server.files("alice/trainer-eval")["README.md"].decode())
+    results = {r.metric_type: r.metric_value for r in card.data.eval_results}
+    assert results["perplexity"] == round(evals[0]["perplexity"], 6)
+    assert results["loss"] == round(evals[0]["eval_loss"], 6)
+    assert "PyTorch (transformers Trainer) on CPU" in card.text
+    assert f"\n- torch {torch.__version__}\n" in card.text
+    assert "tensorflow" not in card.text.split("Framework versions")[-1]

@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from hf_tpu_ext.fileio import read_json_object
 from hf_tpu_ext.errors import ModelCardError
+from hf_tpu_ext.hub.card_facts import framework_versions, strategy_label
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -214,17 +215,8 @@ def eval_results_from_logs(logs: Optional[dict]) -> Dict[str, float]:
     return out
 
 
-def _framework_versions(summary: dict) -> List[Tuple[str, str]]:
-    versions = dict(summary.get("framework_versions") or {})
-    if not versions:
-        from importlib.metadata import PackageNotFoundError, version
-
-        for dist in ("transformers", "tensorflow", "tf-keras", "torch", "tokenizers", "huggingface_hub", "hf-tpu-ext"):
-            try:
-                versions[dist] = version(dist)
-            except PackageNotFoundError:
-                pass
-    return [(k, str(v)) for k, v in versions.items() if v]
+def _framework_versions(summary: dict) -> List[Tuple[str, str]]:  # the run's stack only (hub/card_facts.py)
+    return framework_versions(summary.get("backend"), summary.get("framework_versions"))
 
 
 def progress_note(info: dict) -> Optional[str]:
@@ -617,7 +609,7 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
     procedure_rows = [
         ("Backend", backend),
         ("Accelerator", acc_text),
-        ("Distribution strategy", info.get("strategy") or "n/a"),
+        ("Distribution strategy", strategy_label(info.get("strategy"))),
         ("Replicas", _fmt(info.get("num_replicas")) if info.get("num_replicas") else "n/a"),
         ("Global batch size (sequences)", _fmt(info.get("global_batch_size")) if info.get("global_batch_size") else "n/a"),
         ("Precision", info.get("precision") or "n/a"),

@@ -51,7 +51,8 @@ def masked_lm_sums(model, input_ids, labels, max_predictions: int, attention_mas
     return loss_sum, correct, valid.sum().to(torch.float32)
 
 
-def evaluate_masked_lm(model, dataloader, max_predictions: int, max_batches: Optional[int] = None) -> Dict[str, float]:
+def evaluate_masked_lm(model, dataloader, max_predictions: Optional[int], max_batches: Optional[int] = None
+                       ) -> Dict[str, float]:
     """Loss, perplexity and accuracy over the masked tokens of every batch of ``dataloader``.
 
     The per-batch sums of :func:`masked_lm_sums` are added on the
@@ -61,9 +62,10 @@ def evaluate_masked_lm(model, dataloader, max_predictions: int, max_batches: Opt
 
     Args:
         model: the masked LM (on the XLA device, or any torch device).
-        dataloader: batches ``{"input_ids": [B, L], "labels": [B, L]}`` (already on the device, as the
-            Trainer's eval dataloader gives them on XLA, or moved here).
-        max_predictions: ``P``, masked positions per sequence.
+        dataloader: batches ``{"input_ids": [B, L], "labels": [B, L]}`` and optionally ``"attention_mask"``
+            ``[B, L]`` (a padding collator's: pads are then not attended), already on the device, as the
+            Trainer's eval dataloader gives them on XLA, or moved here. ``L`` may change from batch to batch.
+        max_predictions: ``P``, masked positions per sequence (None: each batch's ``L``, every label counts).
         max_batches: stop after this many batches (None: all).
 
     Returns:
@@ -93,7 +95,10 @@ def evaluate_masked_lm(model, dataloader, max_predictions: int, max_batches: Opt
                     break
                 ids = batch["input_ids"].to(device)
                 labels = batch["labels"].to(device)
-                loss_sum, correct, count = masked_lm_sums(model, ids, labels, max_predictions)
+                mask = batch.get("attention_mask")
+                P = int(ids.shape[1]) if max_predictions is None else max_predictions
+                loss_sum, correct, count = masked_lm_sums(model, ids, labels, P,
+                                                          attention_mask=None if mask is None else mask.to(device))
                 totals = totals + torch.stack([loss_sum.float(), correct, count])
                 if mark_step is not None:
                     mark_step()

@@ -19,15 +19,21 @@ class MaskedLMMetricsCallback(TrainerCallback):
     Uses :func:`hf_tpu_ext.metrics.masked_lm_torch.evaluate_masked_lm`: sums stay on the device and
     reach the host once per evaluation; the numbers come from the package's ``masked_lm`` metric module,
     like the TensorFlow callback's. Works with any collator whose batches have ``input_ids`` and ``labels``
-    (-100 where nothing is predicted), e.g. ``DataCollatorForLanguageModeling``.
+    (-100 where nothing is predicted), e.g. ``DataCollatorForLanguageModeling``; padded batches are read with
+    their ``attention_mask``.
 
-    Results are appended to ``state.log_history`` (``{"eval_loss", "perplexity", "eval_accuracy",
-    "eval_tokens", "epoch", "step"}`` with the default prefix), so ``trainer_state.json`` and the loss curve
-    see them; ``self.results`` holds the latest, ``self.history`` all of them.
+    Results go through the Trainer's log: each evaluation is its own ``state.log_history`` entry
+    (``{"eval_loss", "perplexity", "eval_accuracy", "eval_tokens", "epoch", "step"}`` with the default prefix,
+    the shape of ``Trainer.evaluate``'s), made in ``on_step_end`` -- before the Trainer saves that step, so the
+    checkpoint's ``trainer_state.json`` holds it -- and the Trainer is asked to log at that step
+    (``control.should_log``), whose printed line then carries the figures. ``self.results`` holds the latest,
+    ``self.history`` all of them.
 
     Args:
         eval_dataset: a map-style dataset of examples the collator accepts.
-        data_collator: turns a list of examples into a batch (default: ``transformers.default_data_collator``).
+        data_collator: turns a list of examples into a batch (default: the Trainer's own collator, read from its
+            train dataloader, e.g. ``DataCollatorForLanguageModeling``; ``default_data_collator`` outside a
+            Trainer).
         batch_size: sequences per evaluation batch (the last partial batch is dropped: static shapes).
         eval_steps: batches per evaluation (None: the whole dataset).
         every_n_steps: evaluate every N global steps instead of at each epoch end.
@@ -69,33 +75,61 @@ class MaskedLMMetricsCallback(TrainerCallback):
         return {"eval_loss": p + "loss", "perplexity": "perplexity" if p == "eval_" else p + "perplexity",
                 "eval_accuracy": p + "accuracy", "eval_tokens": p + "tokens"}
 
-    def evaluate(self, model, state=None) -> Dict[str, Any]:
-        """Run one evaluation of ``model`` now; returns (and stores) the prefixed results."""
+    def evaluate(self, model, state=None, collator=None) -> Dict[str, Any]:
+        """Run one evaluation of ``model`` now; returns (and stores) the prefixed results.
+
+        ``collator``: the one to use when the callback was given none (the Trainer's).
+        """
         from torch.utils.data import DataLoader
         from transformers import default_data_collator
 
         from hf_tpu_ext.metrics.masked_lm_torch import evaluate_masked_lm
 
         loader = DataLoader(self.eval_dataset, batch_size=self.batch_size, shuffle=False, drop_last=True,
-                            collate_fn=self.data_collator or default_data_collator)
-        P = self.max_predictions
-        if P is None:
-            first = next(iter(loader))
-            P = int(first["input_ids"].shape[1])
-        raw = evaluate_masked_lm(model, loader, P, max_batches=self.eval_steps)
+                            collate_fn=self.data_collator or collator or default_data_collator)
+        # None: every position of each batch (a padding collator's length changes per batch)
+        raw = evaluate_masked_lm(model, loader, self.max_predictions, max_batches=self.eval_steps)
         keys = self._keys()
         self.results = {keys[k]: v for k, v in raw.items()}
         step = state.global_step if state is not None else None
         self.history.append(dict(self.results, step=step))
         if state is not None:
+            self._evaluated_at = step
             state.log_history.append(dict(self.results, epoch=round(state.epoch or 0.0, 4), step=step))
-        logger.info("eval at step %s: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in self.results.items()))
+        logger.debug("eval at step %s: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in self.results.items()))
         return self.results
 
+    @staticmethod
+    def _trainer_collator(kwargs):
+        """The Trainer's data collator: its train dataloader's ``collate_fn`` (None outside a Trainer)."""
+        loader = kwargs.get("train_dataloader")
+        return getattr(loader, "collate_fn", None)
+
+    def _due(self, args, state) -> bool:
+        if self.every_n_steps:
+            return state.global_step % self.every_n_steps == 0
+        # per epoch: the step that ends one (state.epoch is whole there) or the run's last step; evaluating here
+        # rather than in on_epoch_end puts the entry before the Trainer saves this step
+        epoch = float(state.epoch or 0.0)
+        at_epoch_end = epoch > 0 and abs(epoch - round(epoch)) < 1e-6
+        return at_epoch_end or (state.max_steps and state.global_step >= state.max_steps)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._evaluated_at = None
+        self._pending = None
+
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        if self.every_n_steps and state.global_step % self.every_n_steps == 0 and model is not None:
-            self.evaluate(model, state)
+        if model is not None and self._due(args, state) and getattr(self, "_evaluated_at", None) != state.global_step:
+            self._pending = self.evaluate(model, state, self._trainer_collator(kwargs))
+            control.should_log = True  # the Trainer logs at this step: its printed line carries the results
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        pending = getattr(self, "_pending", None)
+        if pending and logs is not None and "loss" in logs:
+            logs.update(pending)  # the printed dict only: log_history has the evaluation as its own entry
+            self._pending = None
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
-        if not self.every_n_steps and model is not None:
-            self.evaluate(model, state)
+        # an epoch that ended between optimizer steps (a partial accumulation) was not seen by on_step_end
+        if not self.every_n_steps and model is not None and getattr(self, "_evaluated_at", None) != state.global_step:
+            self.evaluate(model, state, self._trainer_collator(kwargs))

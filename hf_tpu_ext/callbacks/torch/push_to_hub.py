@@ -71,7 +71,6 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
     def __repr__(self):  # the token stays out of logs and tracebacks
         return f"PushToHubCallback({self.session!r}, backend='torch')"
 
-
     def preflight(self) -> Optional[str]:
         """Token, write access, repo and card fields (chief only; idempotent); see :meth:`PushSession.preflight`."""
         return self.session.preflight()
@@ -106,8 +105,11 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
             self.finish(model, int(state.global_step))
 
     def _remember(self, args, state) -> None:
-        """The Trainer's progress for the card: steps, epoch, global batch size and the device type."""
-        self._facts.update(global_step=int(state.global_step), epoch=state.epoch)
+        """The Trainer's progress for the card: steps, epoch, global batch size, the device type, and what its log
+        history holds (evaluation results, steady throughput, tokens seen; :func:`facts_from_trainer_state`)."""
+        from hf_tpu_ext.hub.card_facts import facts_from_trainer_state
+
+        self._facts.update(global_step=int(state.global_step), epoch=state.epoch, **facts_from_trainer_state(state))
         try:  # transformers' own arithmetic: per-device batch x accumulation x processes
             self._facts["global_batch_size"] = int(
                 args.train_batch_size * args.gradient_accumulation_steps * max(1, args.world_size))

@@ -1,0 +1,102 @@
+"""Card facts a drop-in callback gathers from its framework (framework-free: the card renderer's inputs).
+
+- :func:`framework_versions`: the versions of the stack the run used (a PyTorch ``Trainer`` run lists PyTorch,
+  not the TensorFlow that happens to be installed beside it);
+- :func:`strategy_label`: a ``tf.distribute`` strategy's class name in words (the default strategy is "one device");
+- :func:`facts_from_log_history`, :func:`facts_from_trainer_state`: what a ``Trainer``'s state says for the card
+  (evaluation results, the steady throughput, wall time, tokens seen).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+#: the distributions each backend's card lists, in this order (those installed)
+BACKEND_DISTRIBUTIONS = {
+    "tensorflow": ("transformers", "tensorflow", "tf-keras", "tokenizers", "huggingface_hub", "hf-tpu-ext"),
+    "pytorch": ("transformers", "torch", "accelerate", "tokenizers", "huggingface_hub", "hf-tpu-ext"),
+    "torch_xla": ("transformers", "torch", "torch-xla", "accelerate", "tokenizers", "huggingface_hub", "hf-tpu-ext"),
+    "keras": ("keras", "keras-hub", "jax", "jaxlib", "transformers", "huggingface_hub", "hf-tpu-ext"),
+}
+
+
+def framework_versions(backend: Optional[str], recorded: Optional[Dict[str, str]] = None) -> List[Tuple[str, str]]:
+    """``[(distribution, version)]`` for the card's "Framework versions".
+
+    Args:
+        backend: the card's backend (``"tensorflow"``, ``"pytorch"``, ``"torch_xla"``, ``"keras"``; another or None:
+            the TensorFlow list).
+        recorded: the versions the run recorded (``training_summary.json``'s ``framework_versions``): used as they
+            are when given.
+
+    Returns:
+        Pairs of strings, only installed distributions (looked up with ``importlib.metadata``).
+    """
+    versions = dict(recorded or {})
+    if not versions:
+        from importlib.metadata import PackageNotFoundError, version
+
+        for dist in BACKEND_DISTRIBUTIONS.get(str(backend or "tensorflow"), BACKEND_DISTRIBUTIONS["tensorflow"]):
+            try:
+                versions[dist] = version(dist)
+            except PackageNotFoundError:
+                pass
+    return [(k, str(v)) for k, v in versions.items() if v]
+
+
+def strategy_label(strategy: Optional[str]) -> str:
+    """A distribution strategy's name for the card: ``"_DefaultDistributionStrategy"`` (what ``tf.distribute``
+    gives without a ``strategy.scope()``) -> ``"one device (no distribution strategy)"``; None -> ``"n/a"``."""
+    if not strategy:
+        return "n/a"
+    if str(strategy).lstrip("_") in ("DefaultDistributionStrategy", "DefaultDistributionStrategyV1"):
+        return "one device (no distribution strategy)"
+    return str(strategy)
+
+
+def _number(value) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def facts_from_log_history(log_history: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
+    """The card fields a ``Trainer``'s ``state.log_history`` holds.
+
+    Args:
+        log_history: the entries (``{"loss", "step", ...}``, ``{"eval_loss", "perplexity", ...}``, the final
+            ``{"train_runtime", ...}``).
+
+    Returns:
+        Some of: ``eval_results`` (the latest evaluation: ``eval_loss`` nats, ``perplexity``, ``eval_accuracy``;
+        see :func:`hf_tpu_ext.hub.model_card.eval_results_from_logs`), ``steady_tokens_per_second`` and ``mfu``
+        (the latest log entry the throughput callback filled), ``train_runtime`` (s).
+    """
+    from hf_tpu_ext.hub.model_card import eval_results_from_logs
+
+    out: Dict[str, Any] = {}
+    for entry in log_history or ():
+        if not isinstance(entry, dict):
+            continue
+        found = eval_results_from_logs({k: v for k, v in entry.items() if k != "loss"})
+        if found:
+            out["eval_results"] = found
+        rate = _number(entry.get("tokens_per_second"))
+        if rate and "loss" in entry:
+            out["steady_tokens_per_second"] = rate
+        runtime = _number(entry.get("train_runtime"))
+        if runtime:
+            out["train_runtime"] = runtime
+    return out
+
+
+def facts_from_trainer_state(state) -> Dict[str, Any]:
+    """:func:`facts_from_log_history` of a ``transformers.TrainerState`` (any object with ``log_history``), with
+    ``tokens_seen`` from ``num_input_tokens_seen`` where the Trainer counted it
+    (``TrainingArguments(include_num_input_tokens_seen=...)``)."""
+    out = facts_from_log_history(getattr(state, "log_history", None) or [])
+    seen = getattr(state, "num_input_tokens_seen", 0)
+    if isinstance(seen, (int, float)) and seen > 0:
+        out["tokens_seen"] = int(seen)
+    return out
