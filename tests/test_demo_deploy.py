@@ -52,7 +52,7 @@ def test_deploy_space_uploads_demo(loopback_hub, pushed_model, monkeypatch, tmp_
     library = sorted(f"hf_tpu_ext/fill_mask/{n}" for n in os.listdir(os.path.join(REPO_ROOT, "hf_tpu_ext", "fill_mask"))
                      if n.endswith(".py"))
     assert sorted(p for p in modules if p.startswith("hf_tpu_ext/fill_mask/")) == library  # none forgotten
-    assert {"hf_tpu_ext/__init__.py", "hf_tpu_ext/probes.py"} <= set(modules)
+    assert {"hf_tpu_ext/__init__.py", "hf_tpu_ext/probes/__init__.py", "hf_tpu_ext/probes/scoring.py"} <= set(modules)
     for path in modules:
         with open(os.path.join(REPO_ROOT, *path.split("/")), "rb") as f:
             assert files[path] == f.read(), path

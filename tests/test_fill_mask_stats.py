@@ -106,3 +106,40 @@ def test_report_intervals_and_template_spread():
                                       {"template": 2, "n": 4, "top1": 0.25, "mrr": pytest.approx((1/3 + 1/2 + 1 + 1/4) / 4)}]
     assert spread["spread"]["top1"] == pytest.approx(0.75)
     assert report.template_spread(_result([1, 2])) is None
+
+
+def test_bootstrap_p_value_has_the_resolution_of_its_resamples():
+    reps = np.array([0.5, 0.2, -0.1, 0.3])
+    assert stats.bootstrap_p_value(reps) == (0.5, False)  # 1 of 4 at or below 0: 2 * 1/4
+    assert stats.bootstrap_p_value(np.full(2000, 0.001)) == (1 / 2000, True)  # none crosses: p < 1/B, not 0
+    res = stats.paired_bootstrap([0.0] * 40, [0.001] * 40)
+    assert (res["p_value"], res["p_below"], res["resamples"]) == (0.0005, True, 2000)
+    assert stats.format_p(res["p_value"], res["p_below"]) == "p < 0.0005"
+    assert stats.format_p(0.03125) == "p=0.0312" and stats.format_p(0.0) == "p < 1e-300"
+
+
+def test_twelve_probes_moving_by_0_001_are_not_called_real():
+    # every probe's reciprocal rank rises from 1/100 to 1/91: MRR +0.001 with no resample crossing 0
+    few = report.compare(_result([100] * 12), _result([91] * 12), "main", "step 20")
+    m = few["metrics"]["mrr"]
+    assert (m["p_value"], m["p_below"], m["differs"]) == (0.0005, True, False) and few["enough"] is False
+    assert few["summary"] == ("step 20 vs main on 12 paired probes: top-1 +0.000 (McNemar exact p=1); "
+                              "MRR +0.001 (paired bootstrap p < 0.0005); log-lik +0.094 (paired bootstrap p < 0.0005): "
+                              "too few probes to call any difference real (12 < 30).")
+    assert "p=0 " not in few["summary"] and "p=0)" not in few["summary"]
+    enough = report.compare(_result([100] * 30), _result([91] * 30))
+    assert enough["enough"] and enough["metrics"]["mrr"]["differs"]  # the same shift on 30 facts is called real
+
+
+def test_many_revisions_are_holm_corrected():
+    assert stats.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    base = [2] * 40
+    better = [1] * 6 + [2] * 34  # 6 probes right only in B: McNemar p = 2 / 2**6 = 0.03125
+    alone = report.compare(_result(base), _result(better))
+    assert alone["metrics"]["top1"]["p_value"] == pytest.approx(0.03125) and alone["metrics"]["top1"]["differs"]
+    first, second = report.compare_all([_result(base), _result(better), _result(better)], ["s10", "s20", "s30"])
+    top1 = first["metrics"]["top1"]
+    assert top1["p_adjusted"] == pytest.approx(0.0625) and top1["differs"] is False  # 2 comparisons: 2 x 0.03125
+    assert second["metrics"]["top1"]["p_adjusted"] == 1.0
+    assert first["summary"].startswith("s20 vs s10 on 40 paired probes: top-1 +0.150 (McNemar exact p=0.0312, "
+                                       "Holm over 2 comparisons p=0.0625: within noise); ")

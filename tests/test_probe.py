@@ -153,23 +153,50 @@ def test_unscorable_probes_are_skipped_or_refused_with_strict(predictor):
     target = predictor.max_length - k + 2  # fits with its one mask, one token too long with k masks
     fits = next(t for t in (" ".join([word] * m) + " <mask> ." for m in range(1, predictor.max_length))
                 if len(tok(t)["input_ids"]) >= target)
-    lst = [Probe(f"the <mask> is {word}", word, 1), Probe("the <mask> sat", "zqxjkvwq", 2),  # several tokens: scored
-           Probe("x " * 40 + "<mask>", word, 3), Probe(fits, "zqxjkvwq", 4)]
+    lst = [Probe(f"the <mask> is {word}", word, 1), Probe("the <mask> sat", "zqxjkvwq", 2, (word,)),  # scored
+           Probe("x " * 40 + "<mask>", word, 3), Probe(fits, "zqxjkvwq", 4, (word,)),
+           Probe("the <mask> sat", "zqxjkvwq", 5)]  # several tokens and nothing to rank them against
     n3 = len(tok(lst[2].text)["input_ids"])
     n4 = len(tok(lst[3].text)["input_ids"])
     assert n3 > predictor.max_length and n4 <= predictor.max_length < n4 + k - 1  # fits with 1 mask, not with k
     reason3 = f"{n3} tokens, the model reads at most {predictor.max_length}"
     reason4 = f"{n4 + k - 1} tokens with {k} masks for the longest candidate, the model reads at most {predictor.max_length}"
+    pieces = tok.convert_ids_to_tokens(tok(" zqxjkvwq", add_special_tokens=False)["input_ids"])
+    reason5 = (f"answer 'zqxjkvwq' is {k} tokens {pieces} and the line has no distractors to rank it against (it "
+               "would rank last against single tokens): add some, '\u21d2 zqxjkvwq | other | ...'")
     with pytest.raises(ProbeError) as info:
         probes.encode_probes(lst, tok, predictor.vocab_size, predictor.max_length)  # strict by default (training)
-    assert str(info.value) == f"2 of 4 probes cannot be scored: line 3: {reason3}; line 4: {reason4}. Fix or remove those lines."
+    assert str(info.value) == (f"3 of 5 probes cannot be scored: line 3: {reason3}; line 4: {reason4}; "
+                               f"line 5: {reason5}. Fix or remove those lines.")
     enc = probes.encode_probes(lst, tok, predictor.vocab_size, predictor.max_length, strict=False)
-    assert [p.line for p in enc.probes] == [1, 2] and [(p.line, why) for p, why in enc.skipped] == [(3, reason3), (4, reason4)]
-    assert enc.candidates[1] == [tok(" zqxjkvwq", add_special_tokens=False)["input_ids"]]
+    assert [p.line for p in enc.probes] == [1, 2]
+    assert [(p.line, why) for p, why in enc.skipped] == [(3, reason3), (4, reason4), (5, reason5)]
+    assert enc.candidates[1] == [tok(" zqxjkvwq", add_special_tokens=False)["input_ids"], [tok.get_vocab()["\u0120" + word]]]
     result = predictor.score_probes(lst)  # the bench and `hf-tpu probe` default: skip and list
-    assert result.n == 2 and result.num_tokens == [1, k] and result.skipped == [(3, 0, reason3), (4, 0, reason4)]
+    assert result.n == 2 and result.num_tokens == [1, k]
+    assert result.skipped == [(3, 0, reason3), (4, 0, reason4), (5, 0, reason5)]
     with pytest.raises(ProbeError, match="^4 of 4 probes cannot be scored"):  # nothing left: an error either way
         predictor.score_probes([lst[2]] * 2 + [lst[3]] * 2)
+
+
+def test_a_malformed_line_is_listed_and_the_rest_scored(predictor):
+    words = _spaced_words(predictor.tokenizer, 3)
+    text = (f"the <mask> of {words[0]} is good . => {words[1]}\n"
+            f"the {words[2]} has no mask at all . => {words[0]}\n"
+            f"the <mask> of {words[1]} is good . => {words[2]}\n")
+    with pytest.raises(ProbeError, match=r"^A probe has exactly one <mask> \(or \[MASK\]\): line 2: 0 masks.$"):
+        parse_probes(text)  # strict (the training run's --probe_file)
+    lst = parse_probes(text, strict=False)
+    assert [p.line for p in lst] == [1, 3] and lst.malformed == [(2, "0 masks: a probe has exactly one <mask> (or [MASK])")]
+    result = predictor.score_probes(lst)
+    assert result.n == 2 and result.lines == [1, 3]
+    assert result.skipped == [(2, 0, "0 masks: a probe has exactly one <mask> (or [MASK])")]
+    with pytest.raises(ProbeError, match=r"^1 of 3 probes cannot be scored: line 2: 0 masks"):
+        predictor.score_probes(lst, strict=True)
+    assert parse_probes("no arrow\na <mask> => b\n", strict=False).malformed == [
+        (1, "no arrow: write 'sentence with <mask> \u21d2 answer' (or '=>')")]
+    with pytest.raises(ProbeError, match=r"^No line of the probe set is a probe: line 1: 0 masks"):
+        parse_probes("a => b\n", strict=False)
 
 
 def test_scores_match_a_direct_ranking(predictor):
@@ -200,7 +227,8 @@ def test_multi_token_score_is_the_left_to_right_sum_of_log_probs(predictor):
     k = len(cand)
     assert k >= 3  # several tokens in any byte-level vocabulary
     rival = _spaced_words(tok, 1)[0]
-    with_rival = predictor.score_probes([Probe(text, word, 1, (rival,)), Probe(text, word, 2)], batch_size=3)
+    with_rival = predictor.score_probes([Probe(text, word, 1, (rival,)), Probe(text, word, 2, (rival, "the"))],
+                                        batch_size=3)
     ids = tok(text.replace("<mask>", tok.mask_token))["input_ids"]
     pos = ids.index(tok.mask_token_id)
     blocked = torch.as_tensor(probes.blocked_ids(tok, predictor.vocab_size))
@@ -219,10 +247,11 @@ def test_multi_token_score_is_the_left_to_right_sum_of_log_probs(predictor):
     assert with_rival.loglik_per_char == pytest.approx(total / len(word), abs=1e-5)
     rival_lp = one_mask[tok.get_vocab()["\u0120" + rival]].item()
     assert with_rival.ranks[0] == (1 if total >= rival_lp else 2)  # ranked against the file's distractor
-    # no distractors: against every single non-special token at the one mask but the answer's first piece
-    rivals = (~blocked).clone()
-    rivals[cand[0]] = False
-    assert with_rival.ranks[1] == 1 + int((one_mask[rivals] > total).sum())
+    the_lp = one_mask[tok.get_vocab()["\u0120the"]].item()
+    assert with_rival.ranks[1] == 1 + (rival_lp > total) + (the_lp > total)
+    # no distractors: not ranked against single tokens (it would always come last), skipped with the reason
+    alone = predictor.score_probes([Probe(text, word, 1, (rival,)), Probe(text, word, 2)])
+    assert alone.n == 1 and alone.skipped[0][:2] == (2, 0) and "the line has no distractors" in alone.skipped[0][2]
 
 
 @pytest.fixture(scope="module")
@@ -291,7 +320,7 @@ def test_probe_cli_errors_are_fast_and_clear(trained_model_dir, tmp_path, capsys
     assert cli.main(["probe", str(tmp_path), str(good)]) == 1
     assert f"{tmp_path} has no config.json" in capsys.readouterr().err
     partial = tmp_path / "partial.txt"
-    partial.write_text("the <mask> sat => zqxjkvwq\n" + "x " * 40 + "<mask> => cat\n", encoding="utf-8")
+    partial.write_text("the <mask> sat => zqxjkvwq | cat\n" + "x " * 40 + "<mask> => cat | dog\n", encoding="utf-8")
     assert cli.main(["probe", str(trained_model_dir), str(partial)]) == 0  # the multi-token line is scored
     out, err = capsys.readouterr()
     assert out.startswith(f"{trained_model_dir}: probes=1 top1=")
@@ -299,6 +328,16 @@ def test_probe_cli_errors_are_fast_and_clear(trained_model_dir, tmp_path, capsys
                           "  line 2: ") and "the model reads at most" in err
     assert cli.main(["probe", str(trained_model_dir), str(partial), "--strict"]) == 1
     assert capsys.readouterr().err.startswith("hf-tpu probe: error: partial.txt: 1 of 2 probes cannot be scored: line 2: ")
+    malformed = tmp_path / "malformed.txt"
+    malformed.write_text("the <mask> sat => cat | dog\nthe cat sat => mat\n", encoding="utf-8")
+    assert cli.main(["probe", str(trained_model_dir), str(malformed)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{trained_model_dir}: probes=1 top1=")
+    assert err == ("hf-tpu probe: skipped 1 of 2 probes that cannot be scored (--strict makes this an error):\n"
+                   "  line 2: 0 masks: a probe has exactly one <mask> (or [MASK])\n")
+    assert cli.main(["probe", str(trained_model_dir), str(malformed), "--strict"]) == 1
+    assert capsys.readouterr().err.strip() == ("hf-tpu probe: error: malformed.txt: A probe has exactly one <mask> "
+                                               "(or [MASK]): line 2: 0 masks.")
 
 
 def test_split_model_ref(tmp_path):

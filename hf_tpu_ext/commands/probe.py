@@ -1,10 +1,12 @@
 """``hf-tpu probe``: score a cloze probe set (top-1/top-5 accuracy, MRR, answer log-likelihood, each with a 95%
-interval) on a model folder or Hub revisions, and compare consecutive revisions with paired tests.
+interval) on a model folder or Hub revisions, and compare consecutive revisions with paired tests (Holm-corrected
+over the comparisons; fewer than 30 facts: no difference called real).
 
 The scoring is the Gradio test bench's (``spaces_demo/app.py``, ``/probe``) and the training run's
 (``--probe_file``): :mod:`hf_tpu_ext.probes` (multi-token answers scored left to right), with the intervals
-and tests of :mod:`hf_tpu_ext.fill_mask.report`. Lines that cannot be scored are listed on stderr and
-skipped; ``--strict`` makes them an error (for CI).
+and tests of :mod:`hf_tpu_ext.fill_mask.report`. Lines that cannot be scored (malformed, too long, a multi-token
+answer without distractors) are listed on stderr and skipped; ``--strict`` makes them an error (for CI).
+Revisions that name one commit (``main`` and its sha) are scored once.
 
 Examples:
     hf-tpu probe output/ probes.txt
@@ -38,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ranks", action="store_true",
                         help="With --json: include the answer's rank and log-probability per probe.")
     parser.add_argument("--strict", action="store_true",
-                        help="Fail when a probe cannot be scored (too long, characters the vocabulary lacks) "
+                        help="Fail when a line is malformed (no mask, no arrow) or a probe cannot be scored (too "
+                             "long, characters the vocabulary lacks, a multi-token answer without distractors) "
                              "instead of skipping and listing it.")
     return parser
 
@@ -88,12 +91,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         0.
 
     Raises:
-        DataError: the probe file is missing, not UTF-8 or malformed; with ``--strict``, a probe this tokenizer
-            cannot score (without it, only when none can be).
+        DataError: the probe file is missing, not UTF-8 or has no probe; with ``--strict``, a malformed line or a
+            probe this tokenizer cannot score (without it, only when none can be).
         ArgumentError: a bad model reference or batch size, or a model/revision that cannot be loaded.
         HubRepoError, HubAuthError: the repo or a revision does not exist or cannot be reached (named at once).
         MissingExtraError: neither PyTorch nor TensorFlow (or not the ``--backend`` one) is installed.
     """
+    import sys
+
     args = build_parser().parse_args(argv)
     _check_frameworks(args.backend)
     from hf_tpu_ext import probes
@@ -101,7 +106,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.batch_size < 1:
         raise ArgumentError(f"--batch_size must be >= 1, got {args.batch_size}.")
     try:
-        probe_list = probes.read_probe_file(args.probe_file)  # before any model download
+        probe_list = probes.read_probe_file(args.probe_file, strict=args.strict)  # before any model download
     except probes.ProbeError as err:
         raise DataError(str(err)) from None
     model, revisions = split_model_ref(args.model)
@@ -109,43 +114,83 @@ def main(argv: Optional[List[str]] = None) -> int:
         revisions = [args.revision]
     _check_model(model, revisions)
 
-    import sys
+    from hf_tpu_ext.fill_mask import report
 
-    from hf_tpu_ext.fill_mask import FillMaskPredictor, report
-
-    results, labels = [], []
+    results, labels, commits = [], [], {}
     for rev in revisions:
         where = f"{model}@{rev}" if rev else model
-        try:
-            predictor = FillMaskPredictor(model, backend=args.backend, revision=rev)
-        except (OSError, ValueError, ImportError) as err:
-            raise ArgumentError(f"Cannot load {where}: {err}") from None
-        try:
-            result = predictor.score_probes(probe_list, batch_size=args.batch_size, strict=args.strict)
-        except probes.ProbeError as err:
-            raise DataError(f"{os.path.basename(args.probe_file)}: {err}") from None
-        if result.skipped and not results:  # the same lines for every revision of one tokenizer: listed once
-            print(f"hf-tpu probe: skipped {len(result.skipped)} of {len(probe_list)} probes that cannot be scored "
-                  "(--strict makes this an error):", file=sys.stderr)
-            for line, template, reason in result.skipped:
-                print(f"  line {line}" + (f" (template {template + 1})" if template else "") + f": {reason}",
-                      file=sys.stderr)
+        sha = _commit_of(model, rev)
+        if sha is not None and sha in commits:  # e.g. main and its commit: one commit, scored and listed once
+            print(f"hf-tpu probe: {where} is the same commit as {commits[sha]} ({sha[:7]}): scored once.",
+                  file=sys.stderr)
+            continue
+        commits[sha or where] = where
+        result = _score(model, rev, where, probe_list, args, list_skipped=not results)
         results.append(result)
         labels.append(where)
-        full = report.revision_report(result)
-        if args.json:
-            extra = {"ranks": result.ranks, "logprobs": result.logprobs} if args.ranks else {}
-            print(json.dumps({"model": model, "revision": rev, **full, **extra}))
-        else:
-            ci = full["intervals"]
-            figures = " ".join(f"{k}={full[k]:.4f} [{ci[k][0]:.4f}, {ci[k][1]:.4f}]" for k in ("top1", "top5", "mrr"))
-            print(f"{where}: probes={result.n} {figures} loglik/char={result.loglik_per_char:.4f} "
-                  f"({result.n / max(result.seconds, 1e-9):.0f} probes/s)")
-            spread = full["templates"]
-            if spread:
-                print(f"  {spread['templates']} templates: spread (max - min) top1={spread['spread']['top1']:.4f} "
-                      f"mrr={spread['spread']['mrr']:.4f}")
+        _print_result(model, rev, where, result, args)
     if not args.json:
         for comparison in report.compare_all(results, labels):
             print(comparison["summary"])
     return 0
+
+
+def _commit_of(model: str, rev: Optional[str]) -> Optional[str]:
+    """The commit sha a Hub revision names (``HfApi.model_info``), or ``None`` (a folder, offline, not found)."""
+    if rev is None or os.path.isdir(model):
+        return None
+    try:
+        from huggingface_hub import HfApi
+
+        return HfApi().model_info(model, revision=rev).sha
+    except Exception:  # a failed lookup only means duplicates are not recognised; loading says what is wrong
+        return None
+
+
+def _score(model: str, rev: Optional[str], where: str, probe_list, args, list_skipped: bool):
+    """One revision's :class:`~hf_tpu_ext.probes.ProbeResult`; with ``list_skipped`` the skipped lines on stderr
+    (the same lines for every revision of one tokenizer: the first lists them).
+
+    Raises:
+        ArgumentError: the revision cannot be loaded. DataError: with ``--strict``, an unscorable probe.
+    """
+    import sys
+
+    from hf_tpu_ext import probes
+    from hf_tpu_ext.fill_mask import FillMaskPredictor
+
+    try:
+        predictor = FillMaskPredictor(model, backend=args.backend, revision=rev)
+    except (OSError, ValueError, ImportError) as err:
+        raise ArgumentError(f"Cannot load {where}: {err}") from None
+    try:
+        result = predictor.score_probes(probe_list, batch_size=args.batch_size, strict=args.strict)
+    except probes.ProbeError as err:
+        raise DataError(f"{os.path.basename(args.probe_file)}: {err}") from None
+    total = len(probe_list) + len(getattr(probe_list, "malformed", []))
+    if result.skipped and list_skipped:
+        print(f"hf-tpu probe: skipped {len(result.skipped)} of {total} probes that cannot be scored "
+              "(--strict makes this an error):", file=sys.stderr)
+        for line, template, reason in result.skipped:
+            print(f"  line {line}" + (f" (template {template + 1})" if template else "") + f": {reason}",
+                  file=sys.stderr)
+    return result
+
+
+def _print_result(model: str, rev: Optional[str], where: str, result, args) -> None:
+    """One JSON object (``--json``) or one table line (and the template spread) for a revision."""
+    from hf_tpu_ext.fill_mask import report
+
+    full = report.revision_report(result)
+    if args.json:
+        extra = {"ranks": result.ranks, "logprobs": result.logprobs} if args.ranks else {}
+        print(json.dumps({"model": model, "revision": rev, **full, **extra}))
+        return
+    ci = full["intervals"]
+    figures = " ".join(f"{k}={full[k]:.4f} [{ci[k][0]:.4f}, {ci[k][1]:.4f}]" for k in ("top1", "top5", "mrr"))
+    print(f"{where}: probes={result.n} {figures} loglik/char={result.loglik_per_char:.4f} "
+          f"({result.n / max(result.seconds, 1e-9):.0f} probes/s)")
+    spread = full["templates"]
+    if spread:
+        print(f"  {spread['templates']} templates: spread (max - min) top1={spread['spread']['top1']:.4f} "
+              f"mrr={spread['spread']['mrr']:.4f}")

@@ -8,15 +8,19 @@
   independent draws.
 * Two revisions on the same probes: McNemar's exact test (two-sided binomial on the probes only one revision
   gets right; McNemar 1947) for accuracies, and a paired bootstrap of the mean difference for MRR and
-  log-likelihood. A difference "counts" when p < 0.05 (the paired bootstrap's 95% interval of the difference
-  excludes 0); pairing removes the probe-to-probe variance both revisions share, so it is sharper than
-  comparing the two separate intervals.
+  log-likelihood; pairing removes the probe-to-probe variance both revisions share, so it is sharper than
+  comparing the two separate intervals. A bootstrap p-value has the resolution of its B resamples: when none
+  crosses 0 it is reported as "p < 1/B" (:func:`format_p`), never 0.
+* What counts as a real difference (:func:`fill_mask.report.compare`): p < :data:`ALPHA` after a Holm
+  correction when several revisions are compared (:func:`holm`), and at least :data:`MIN_PROBES` independent
+  probes (facts); below that nothing is called real (the percentile bootstrap is anti-conservative on a handful
+  of probes: 12 probes that all move the same tiny way give p < 1/B).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -24,6 +28,7 @@ Z95 = 1.959963984540054  # the 97.5% quantile of the standard normal: a two-side
 SEED = 0
 RESAMPLES = 2000
 ALPHA = 0.05
+MIN_PROBES = 30  # fewer independent probes (facts) than this: no difference is called real
 _CHUNK = 200  # resamples drawn at once (memory: _CHUNK x clusters int64)
 
 
@@ -124,8 +129,8 @@ def paired_bootstrap(values_a: Sequence[float], values_b: Sequence[float], clust
     """Paired bootstrap of ``mean(b) - mean(a)`` over the same probes (the same resampled probes for both).
 
     Returns:
-        ``{"diff": mean(b - a), "low", "high": 95% percentile interval of the difference, "p_value":
-        two-sided, 2 · min(share of replicates <= 0, share >= 0), at most 1}``.
+        ``{"diff": mean(b - a), "low", "high": 95% percentile interval of the difference, "p_value": see
+        :func:`bootstrap_p_value`, "p_below": True when ``p_value`` is the bound 1/B, "resamples": B}``.
 
     Raises:
         ValueError: the two sequences differ in length.
@@ -134,8 +139,52 @@ def paired_bootstrap(values_a: Sequence[float], values_b: Sequence[float], clust
     if a.shape != b.shape:
         raise ValueError(f"paired values need the same probes: {a.shape[0]} vs {b.shape[0]}.")
     if a.size == 0:
-        return {"diff": float("nan"), "low": float("nan"), "high": float("nan"), "p_value": 1.0}
+        return {"diff": float("nan"), "low": float("nan"), "high": float("nan"), "p_value": 1.0, "p_below": False,
+                "resamples": resamples}
     reps = bootstrap_means(b - a, clusters, resamples, seed)
     lo, hi = np.quantile(reps, [ALPHA / 2, 1 - ALPHA / 2])
-    p = min(1.0, 2 * min(float((reps <= 0).mean()), float((reps >= 0).mean())))
-    return {"diff": float((b - a).mean()), "low": float(lo), "high": float(hi), "p_value": p}
+    p, below = bootstrap_p_value(reps)
+    return {"diff": float((b - a).mean()), "low": float(lo), "high": float(hi), "p_value": p, "p_below": below,
+            "resamples": int(reps.size)}
+
+
+def bootstrap_p_value(replicates: Sequence[float]) -> Tuple[float, bool]:
+    """Two-sided p-value of "the mean difference is 0" from bootstrap replicates of it, at their resolution.
+
+    ``p = min(1, 2 · k / B)`` with ``k`` = the fewer of the replicates ``<= 0`` and ``>= 0``. When ``k == 0`` (no
+    replicate crosses 0) the B resamples only say ``p < 1/B``: the result is ``(1/B, True)``, never 0.
+
+    Returns:
+        ``(p, below)``: ``below`` True when ``p`` is the bound ``1/B``.
+    """
+    reps = np.asarray(replicates, dtype=np.float64)
+    k = min(int((reps <= 0).sum()), int((reps >= 0).sum()))
+    if k == 0:
+        return 1.0 / reps.size, True
+    return min(1.0, 2.0 * k / reps.size), False
+
+
+def holm(p_values: Sequence[float]) -> List[float]:
+    """Holm's step-down adjusted p-values (Holm, Scand. J. Statist. 1979): control the chance of any false
+    "real difference" among m tests. Sorted ascending, the i-th smallest (0-based) gets ``(m - i) · p``, made
+    non-decreasing, at most 1.
+
+    Returns:
+        The adjusted p-values in the order given.
+    """
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted = [0.0] * len(p_values)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * float(p_values[i])))
+        adjusted[i] = running
+    return adjusted
+
+
+def format_p(p: float, below: bool = False) -> str:
+    """``"p=0.031"`` (3 significant digits), or ``"p < 0.0005"`` for a bound (``below``); never ``"p=0"``."""
+    if below:
+        return f"p < {p:.2g}"
+    if p <= 0:  # an exact test underflowing to 0: say how small, not 0
+        return "p < 1e-300"
+    return f"p={p:.3g}"
