@@ -1,0 +1,330 @@
+"""The code's shape (issue 26's targets), read with ``ast`` only: nothing is imported; it runs in about a second.
+
+* No file in ``hf_tpu_ext/``, ``spaces_demo/``, ``benchmarks/`` over :data:`MAX_FILE_LINES` lines and no function
+  (method, nested function) over :data:`MAX_FUNCTION_LINES` lines, counted from its ``def`` line to its last line
+  (decorators not counted; a nested function's lines count in the outer one too).
+* A ratchet: the files and functions already over a limit when this check came in are listed, with their size
+  then, in :data:`FILE_OFFENDERS` and :data:`FUNCTION_OFFENDERS`. They may only shrink: a new offender fails, a
+  listed one that grew fails, a listed one that is now within the limit (or gone) fails until its entry is removed.
+* No import cycle among the modules of ``hf_tpu_ext`` (and of ``benchmarks``, ``spaces_demo``): every import
+  counts, at module level or inside a function (a lazy import only moves the cycle to run time); imports under
+  ``if TYPE_CHECKING:`` are not run and do not count. An edge goes to the most specific module named
+  (``from hf_tpu_ext.hub import pusher`` -> ``hf_tpu_ext.hub.pusher``; ``from hf_tpu_ext.hub.pusher import X`` ->
+  ``hf_tpu_ext.hub.pusher``), so a package ``__init__`` re-exporting its submodules is no cycle by itself.
+  :data:`KNOWN_CYCLES` lists the cycles allowed for now, each with its reason; it too may only shrink.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+from conftest import REPO_ROOT
+
+MAX_FILE_LINES = 600
+MAX_FUNCTION_LINES = 80
+#: the folders checked, relative to the repository root
+ROOTS = ("hf_tpu_ext", "spaces_demo", "benchmarks")
+THIS_FILE = "tests/test_code_shape.py"
+
+#: file -> its lines when it was last measured over the limit (only ever lower these numbers or drop entries)
+FILE_OFFENDERS: Dict[str, int] = {
+    "hf_tpu_ext/args.py": 903,
+    "hf_tpu_ext/backends/tensorflow/trainer.py": 625,
+    "hf_tpu_ext/hub/model_card.py": 821,
+    "hf_tpu_ext/training_run.py": 1108,
+}
+#: "file::Class.function" -> its lines when it was last measured over the limit (only ever lower or drop)
+FUNCTION_OFFENDERS: Dict[str, int] = {
+    "hf_tpu_ext/args.py::TrainingArguments.__post_init__": 111,
+    "hf_tpu_ext/backends/tensorflow/export.py::load_tf_model": 89,
+    "hf_tpu_ext/backends/tensorflow/trainer.py::TFTrainer._build_functions": 115,
+    "hf_tpu_ext/backends/tensorflow/trainer.py::TFTrainer.train": 135,
+    "hf_tpu_ext/commands/prepare_data.py::main": 99,
+    "hf_tpu_ext/commands/push.py::push": 96,
+    "hf_tpu_ext/data/beam_prepare.py::build_pipeline": 153,
+    "hf_tpu_ext/data/masking.py::mask_tokens": 102,
+    "hf_tpu_ext/data/pipeline.py::make_train_dataset": 88,
+    "hf_tpu_ext/hub/model_card.py::render_model_card": 164,
+    "hf_tpu_ext/training_run.py::TrainingRun._run_phases": 94,
+    "spaces_demo/app.py::build_demo": 225,
+}
+#: the members of an import cycle allowed for now -> why, and what ends it
+KNOWN_CYCLES: Dict[frozenset, str] = {
+    frozenset({"hf_tpu_ext.hub.push_session", "hf_tpu_ext.hub.pusher"}):
+        "issue 26: the pusher imports commit_title back from the push session (lazily, inside a function); it "
+        "ends when the commit title has one definition in a no-I/O push policy module below both",
+    frozenset({"hf_tpu_ext.hub.card_facts", "hf_tpu_ext.hub.model_card"}):
+        "card_facts.py came out of model_card.py and imports eval_results_from_logs back from it (lazily, in a "
+        "function); it ends when that function moves into card_facts.py (model_card.py already imports it)",
+}
+
+
+# ============================================================================================ sizes
+def _python_files() -> Iterator[Tuple[str, Path]]:
+    for root in ROOTS:
+        for path in sorted((REPO_ROOT / root).rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                yield path.relative_to(REPO_ROOT).as_posix(), path
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> Iterator[Tuple[str, int, int]]:
+    """``(qualified name, def line, lines)`` of every function in ``tree``, nested ones included."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            name = prefix + node.name
+            yield name, node.lineno, node.end_lineno - node.lineno + 1
+            yield from _functions(node, name + ".")
+        elif isinstance(node, ast.ClassDef):
+            yield from _functions(node, prefix + node.name + ".")
+        else:  # functions under if/try/with blocks
+            yield from _functions(node, prefix)
+
+
+def measure() -> Tuple[Dict[str, int], Dict[str, Tuple[int, int]]]:
+    """``({file: lines}, {"file::qualname": (lines, def line)})`` of every checked file and function."""
+    files: Dict[str, int] = {}
+    functions: Dict[str, Tuple[int, int]] = {}
+    for rel, path in _python_files():
+        text = path.read_text(encoding="utf-8")
+        files[rel] = len(text.splitlines())
+        for name, line, length in _functions(ast.parse(text, filename=rel)):
+            key = f"{rel}::{name}"
+            if length > functions.get(key, (0, 0))[0]:  # a property and its setter share a name: the longer
+                functions[key] = (length, line)
+    return files, functions
+
+
+def ratchet_failures(limit: int, measured: Dict[str, int], offenders: Dict[str, int], labels: Dict[str, str],
+                     table: str, advice: str) -> List[str]:
+    """The ratchet's verdicts, one line each: new offenders, grown ones, and entries to remove.
+
+    Args:
+        limit: the most lines allowed.
+        measured: name (a key of ``offenders``' kind) -> lines now.
+        offenders: the ratchet's table, name -> lines allowed.
+        labels: name -> how a message names it (``"path:line: function f"``).
+        table: the table's name in this file; advice: what to do about an offender.
+    """
+    failures = []
+    for name, size in sorted(measured.items()):
+        if size <= limit:
+            continue
+        recorded = offenders.get(name)
+        if recorded is None:
+            failures.append(f"{labels[name]} is {size} lines, over the {limit}-line limit. {advice} ({table} in "
+                            f"{THIS_FILE} lists only what was over the limit when the check came in: add nothing "
+                            "to it.)")
+        elif size > recorded:
+            failures.append(f"{labels[name]} grew to {size} lines; {table} in {THIS_FILE} allows it at most "
+                            f"{recorded} (an offender may only shrink). {advice} Do not raise the number.")
+    for name, recorded in sorted(offenders.items()):
+        size = measured.get(name)
+        if size is None:
+            failures.append(f"{name} no longer exists: remove its entry from {table} in {THIS_FILE} (what moved "
+                            "or was renamed is checked under its new name).")
+        elif size <= limit:
+            failures.append(f"{labels[name]} is now {size} lines, within the {limit}-line limit: remove its entry "
+                            f"from {table} in {THIS_FILE} so that it stays there.")
+    return failures
+
+
+def test_no_file_over_600_lines_beyond_the_ratchet():
+    files, _ = measure()
+    assert len(files) > 50 and "hf_tpu_ext/cli.py" in files and "spaces_demo/app.py" in files
+    failures = ratchet_failures(MAX_FILE_LINES, files, FILE_OFFENDERS, {f: f"{f}: the file" for f in files},
+                                "FILE_OFFENDERS", "Split it by job into modules of at most 600 lines.")
+    assert not failures, "\n".join(failures)
+
+
+def test_no_function_over_80_lines_beyond_the_ratchet():
+    _, functions = measure()
+    assert functions["hf_tpu_ext/cli.py::main"][0] > 1  # the walk finds functions
+    labels = {k: f"{k.split('::')[0]}:{line}: function {k.split('::')[1]}" for k, (_, line) in functions.items()}
+    failures = ratchet_failures(MAX_FUNCTION_LINES, {k: v[0] for k, v in functions.items()}, FUNCTION_OFFENDERS,
+                                labels, "FUNCTION_OFFENDERS", "Move its steps into functions of at most 80 lines.")
+    assert not failures, "\n".join(failures)
+
+
+def test_ratchet_verdicts():
+    """The ratchet itself: each way to fail says what to do; shrinking while still over the limit passes."""
+    labels = {n: f"{n}: the file" for n in ("a.py", "b.py", "c.py", "d.py", "e.py")}
+    failures = ratchet_failures(10, {"a.py": 12, "b.py": 30, "c.py": 9, "d.py": 18},
+                                {"b.py": 20, "c.py": 15, "d.py": 25, "e.py": 11}, labels, "T", "Split it.")
+    assert failures == [
+        f"a.py: the file is 12 lines, over the 10-line limit. Split it. (T in {THIS_FILE} lists only what was over "
+        "the limit when the check came in: add nothing to it.)",
+        f"b.py: the file grew to 30 lines; T in {THIS_FILE} allows it at most 20 (an offender may only shrink). "
+        "Split it. Do not raise the number.",
+        f"c.py: the file is now 9 lines, within the 10-line limit: remove its entry from T in {THIS_FILE} so that "
+        "it stays there.",
+        f"e.py no longer exists: remove its entry from T in {THIS_FILE} (what moved or was renamed is checked "
+        "under its new name).",
+    ]  # d.py shrank from 25 to 18 lines, still over 10: allowed
+
+
+# ============================================================================================ import cycles
+def _module_name(rel: str) -> str:
+    parts = rel[:-len(".py")].split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(nodes, in_function: bool = False) -> Iterator[Tuple[ast.stmt, bool]]:
+    """Every import statement under ``nodes`` that runs (``if TYPE_CHECKING:`` bodies skipped), with whether it is
+    inside a function."""
+    for node in nodes:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node, in_function
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from _imports(node.orelse, in_function)
+        else:
+            inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            yield from _imports(ast.iter_child_nodes(node), inner)
+
+
+def _resolve(name: str, modules: Set[str]) -> Optional[str]:
+    """The most specific checked module that ``name`` (dotted) is or lies in; None outside the checked ones."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(sources: Dict[str, str]) -> Dict[str, Dict[str, str]]:
+    """``{module: {imported module: "file:line"}}`` among the modules of ``sources`` (``{relative path: text}``)."""
+    modules = {_module_name(rel): rel for rel in sources}
+    known = set(modules)
+    graph: Dict[str, Dict[str, str]] = {m: {} for m in modules}
+    for module, rel in modules.items():
+        package = module if rel.endswith("__init__.py") else module.rpartition(".")[0]
+        for node, in_function in _imports([ast.parse(sources[rel], filename=rel)]):
+            if isinstance(node, ast.Import):
+                targets = [_resolve(alias.name, known) for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:  # relative: from .x import y / from .. import z
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets = [_resolve(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base, known)
+                           for alias in node.names]
+            for target in targets:
+                if target and target != module and target not in graph[module]:
+                    graph[module][target] = f"{rel}:{node.lineno}" + (" (in a function)" if in_function else "")
+    return graph
+
+
+def strongly_connected(graph: Dict[str, Dict[str, str]]) -> List[List[str]]:
+    """Tarjan's strongly connected components with more than one module (each an import cycle), sorted."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[List[str]] = []
+
+    def visit(start: str) -> None:  # iterative: no recursion limit on deep graphs
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def cycle_path(graph: Dict[str, Dict[str, str]], members: List[str]) -> str:
+    """One cycle through the component's first member, each edge with where it is imported."""
+    start, inside = members[0], set(members)
+    previous: Dict[str, str] = {}
+    frontier = [start]
+    while frontier and start not in previous:  # breadth-first back to the start, inside the component
+        following = []
+        for node in frontier:
+            for child in sorted(graph[node]):
+                if child in inside and child not in previous:
+                    previous[child] = node
+                    following.append(child)
+        frontier = following
+    hops, node = [start], previous[start]
+    while node != start:  # walk the discoveries back: start <- ... <- start
+        hops.append(node)
+        node = previous[node]
+    hops = [start] + hops[::-1]
+    return " -> ".join(f"{a} ({graph[a][b]})" for a, b in zip(hops, hops[1:])) + f" -> {start}"
+
+
+def cycle_failures(graph: Dict[str, Dict[str, str]], known: Dict[frozenset, str]) -> List[str]:
+    """One line per import cycle not in ``known`` and per ``known`` cycle that is gone."""
+    components = strongly_connected(graph)
+    failures = [f"import cycle among {', '.join(c)}: {cycle_path(graph, c)}. Break it: move what both sides need "
+                "into a module below them (the layering in pyproject.toml [tool.importlinter]) or pass it in as an "
+                "argument; a lazy import inside a function is still a cycle." for c in components
+                if frozenset(c) not in known]
+    failures += [f"the known import cycle {', '.join(sorted(c))} is gone: remove it from KNOWN_CYCLES in "
+                 f"{THIS_FILE}." for c in known if sorted(c) not in components]
+    return failures
+
+
+def test_no_import_cycle_beyond_the_known_ones():
+    sources = {rel: path.read_text(encoding="utf-8") for rel, path in _python_files()}
+    graph = import_graph(sources)
+    # the graph holds module-level and function-level edges of every root
+    assert graph["hf_tpu_ext.backends"]["hf_tpu_ext.errors"].endswith(" (in a function)")
+    assert "benchmarks.common" in graph["benchmarks.keras_recipes"]
+    assert "hf_tpu_ext.fill_mask" in graph["spaces_demo.app"]
+    failures = cycle_failures(graph, KNOWN_CYCLES)
+    assert not failures, "\n".join(failures)
+
+
+def test_cycle_check_finds_lazy_and_relative_cycles():
+    sources = {
+        "pkg/__init__.py": "from pkg.a import f\n",
+        "pkg/a.py": "from . import b\ndef f():\n    pass\n",
+        "pkg/b.py": "def g():\n    from pkg.a import f\n    return f\n",
+        "pkg/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import d\n",
+        "pkg/d.py": "import pkg.c\n",
+        "pkg/e.py": "from pkg import f\n",
+        "pkg/f.py": "from .e import x\n",
+    }
+    graph = import_graph(sources)
+    assert graph["pkg.a"] == {"pkg.b": "pkg/a.py:1"} and graph["pkg.b"] == {"pkg.a": "pkg/b.py:2 (in a function)"}
+    assert graph["pkg.c"] == {} and graph["pkg"] == {"pkg.a": "pkg/__init__.py:1"}
+    assert strongly_connected(graph) == [["pkg.a", "pkg.b"], ["pkg.e", "pkg.f"]]
+    assert cycle_path(graph, ["pkg.a", "pkg.b"]) == (
+        "pkg.a (pkg/a.py:1) -> pkg.b (pkg/b.py:2 (in a function)) -> pkg.a")
+    failures = cycle_failures(graph, {frozenset({"pkg.a", "pkg.b"}): "known", frozenset({"pkg.x", "pkg.y"}): "old"})
+    assert failures[0].startswith("import cycle among pkg.e, pkg.f: pkg.e (pkg/e.py:1) -> pkg.f (pkg/f.py:1) -> "
+                                  "pkg.e. Break it: move what both sides need")
+    assert failures[1] == f"the known import cycle pkg.x, pkg.y is gone: remove it from KNOWN_CYCLES in {THIS_FILE}."
+    assert len(failures) == 2
