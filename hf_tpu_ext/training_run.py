@@ -380,6 +380,9 @@ class TrainingRun:
         from hf_tpu_ext.backends import backend_entry
 
         resolve_callbacks(self.callback_names, backend_entry(args.backend).callback_kind)
+        from hf_tpu_ext.extras import require_run_packages
+
+        require_run_packages(backend_entry(args.backend))  # the card's packages: now, not after training
         check_data_files(self.data_args)
         check_model_config(self.model_args, self.data_args)
 

@@ -6,6 +6,7 @@ A core-only install is simulated in a subprocess: ``sys.modules[name] = None`` m
 
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,13 @@ def model_dir(tmp_path):
     (["prepare-data", "--train_file", "corpus.txt", "--output_path", "shards"],
      "hf-tpu prepare-data: error: hf-tpu prepare-data needs: pip install 'hf-tpu-ext[tensorflow]' "
      "(missing: tensorflow, datasets)."),
+    # this is the TensorFlow venv (transformers 4.57, huggingface_hub 0.36): [jax] would replace both, so it is
+    # named for a venv of its own (tests/test_messages.py: the same with fake versions)
     (["train", "--backend", "keras", "--output_dir", "run", "--max_steps", "2", "--report_to", "none"],
-     "hf-tpu train: error: --backend keras needs: pip install 'hf-tpu-ext[jax]' (missing: keras, keras_hub, jax, "
-     "datasets)."),
+     "hf-tpu train: error: --backend keras needs [jax] in a venv of its own (missing here: keras, keras_hub, jax, "
+     f"datasets; installing it here would replace transformers {version('transformers')}, huggingface_hub "
+     f"{version('huggingface_hub')}, which [jax] pins to transformers>=5, huggingface_hub>=1.0): "
+     "python -m venv .venv-jax && .venv-jax/bin/pip install 'hf-tpu-ext[jax]'."),
     (["probe", "out", "probes.txt"],
      "hf-tpu probe: error: hf-tpu probe runs the model with PyTorch or TensorFlow, and neither is installed: "
      "pip install 'hf-tpu-ext[torch]' (or '[tensorflow]')."),

@@ -273,6 +273,45 @@ def _load_file(path: str, builder: str, option: str, cache_dir: Optional[str]):
         ) from e
 
 
+def _unreachable(err: BaseException) -> bool:
+    """Whether ``err`` (or what caused it) says the Hub was not reached: datasets raises ``ConnectionError``
+    ("Couldn't reach ... on the Hub"), the HTTP clients their connect/timeout errors, offline mode its own."""
+    seen: Optional[BaseException] = err
+    for _ in range(5):
+        if seen is None:
+            return False
+        names = " ".join(c.__name__ for c in type(seen).__mro__)
+        if isinstance(seen, (ConnectionError, TimeoutError)) or any(w in names for w in ("Connect", "Timeout",
+                                                                                          "Offline")):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def hub_dataset_error(name: str, config: Optional[str], err: BaseException) -> DataError:
+    """The one-line :class:`DataError` for ``load_dataset(name, config)`` raising ``err``.
+
+    The offline hint (cache, ``HF_DATASETS_OFFLINE``) only when the Hub was not reached; when it answered, the
+    line says what it answered: a config that does not exist (with the ones that do), a dataset it does not have.
+    """
+    what = f"the dataset {name!r}" + (f" (config {config!r})" if config else "")
+    detail = f"{type(err).__name__}: {err}"
+    if _unreachable(err):
+        return DataError(
+            f"Could not load {what}: {detail}. Without network access a Hub dataset only loads from the local cache "
+            "(download it once where the Hub is reachable, then set HF_DATASETS_OFFLINE=1), or pass --train_file.")
+    text = str(err)
+    if config and isinstance(err, ValueError) and "BuilderConfig" in text and "not found" in text:
+        available = text.split("Available:", 1)[1].strip().rstrip(".") if "Available:" in text else "see its page"
+        return DataError(f"--dataset_config_name {config!r} is not a config of the dataset {name!r} (available: "
+                         f"{available}); pass one of them, or leave --dataset_config_name out.")
+    if type(err).__name__ == "DatasetNotFoundError":
+        return DataError(f"--dataset_name {name!r}: {text} Check the name (and HF_TOKEN for a private or gated "
+                         "dataset), or pass --train_file.")
+    return DataError(f"Could not load {what}: {detail}. Check --dataset_name and --dataset_config_name, or pass "
+                     "--train_file.")
+
+
 def _load_hub_dataset(data_args, cache_dir: Optional[str]):
     from datasets import DatasetDict, load_dataset
 
@@ -280,12 +319,7 @@ def _load_hub_dataset(data_args, cache_dir: Optional[str]):
     try:
         loaded = load_dataset(name, data_args.dataset_config_name, cache_dir=cache_dir)
     except Exception as e:
-        raise DataError(
-            f"Could not load the dataset {name!r}"
-            + (f" (config {data_args.dataset_config_name!r})" if data_args.dataset_config_name else "")
-            + f": {type(e).__name__}: {e}. Without network access a Hub dataset only loads from the local cache "
-            "(download it once where the Hub is reachable, then set HF_DATASETS_OFFLINE=1), or pass --train_file."
-        ) from e
+        raise hub_dataset_error(name, data_args.dataset_config_name, e) from e
     if not isinstance(loaded, DatasetDict):  # pragma: no cover - load_dataset without split gives a dict
         loaded = DatasetDict({"train": loaded})
     if "train" not in loaded:

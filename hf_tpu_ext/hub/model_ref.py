@@ -9,12 +9,15 @@ cannot be reached is named. Links in cards and Space READMEs use :func:`hub_url`
 
 from __future__ import annotations
 
+import difflib
 import os
-from typing import Optional
+import threading
+from typing import List, Optional
 
 from hf_tpu_ext.errors import ArgumentError, HubAuthError, HubRepoError
 
 LOOKUP_TIMEOUT = 10.0  # seconds for the one metadata request (huggingface_hub's own etag default)
+LISTING_LIMIT = 1000  # repos of one owner compared for a "did you mean" (one or two pages of the listing)
 
 
 def hub_endpoint() -> str:
@@ -49,6 +52,60 @@ def is_hub_repo_id(value) -> bool:
     except HFValidationError:
         return False
     return True
+
+
+def similar_repo_ids(repo_id: str, token=None, repo_type: str = "model", timeout: float = LOOKUP_TIMEOUT,
+                     ) -> List[str]:
+    """Repo ids of ``repo_id``'s owner that are close to it (``difflib``, best first, at most 3).
+
+    Args:
+        repo_id: ``"owner/name"`` that was not found (a bare ``"name"`` has no owner to list: ``[]``).
+        token: Hub token (lists the owner's private repos too when it may read them). Never in a message.
+        repo_type: ``"model"``, ``"dataset"`` or ``"space"``.
+        timeout: seconds to wait for the listing (it runs in a daemon thread: huggingface_hub's listing has no
+            timeout of its own).
+
+    Returns:
+        Up to 3 ``"owner/name"`` ids, closest first; ``[]`` when the owner has none close, or the listing fails
+        or takes longer than ``timeout`` (a suggestion is a courtesy: it never changes the error).
+    """
+    if "/" not in repo_id:
+        return []
+    owner, name = repo_id.split("/", 1)
+    found: List[str] = []
+
+    def listing() -> None:
+        from huggingface_hub import HfApi
+
+        api = HfApi(endpoint=hub_endpoint(), token=token)
+        lister = {"model": api.list_models, "dataset": api.list_datasets, "space": api.list_spaces}[repo_type]
+        found.extend(r.id for r in lister(author=owner, limit=LISTING_LIMIT))
+
+    def guarded() -> None:
+        try:
+            listing()
+        except Exception:  # noqa: BLE001 (no listing route, HTTP or transport error: no suggestion)
+            found.clear()
+
+    worker = threading.Thread(target=guarded, name="hf-tpu-ext-similar-repos", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return []
+    names = {r.split("/", 1)[1]: r for r in list(found) if "/" in r and r != repo_id}
+    return [names[n] for n in difflib.get_close_matches(name, list(names), n=3, cutoff=0.6)]
+
+
+def missing_repo_message(repo_id: str, token=None, repo_type: str = "model") -> str:
+    """What to say about a repo the Hub answered "not found" for (401/404), without the token, e.g.
+    ``the model repo 'alice/jargon-tff' does not exist at https://huggingface.co (or it is private and the token
+    cannot read it); did you mean 'alice/jargon-tf'?`` (the question only when :func:`similar_repo_ids` finds one)."""
+    message = (f"the {repo_type} repo {repo_id!r} does not exist at {hub_endpoint()} (or it is private and the token "
+               "cannot read it)")
+    near = similar_repo_ids(repo_id, token, repo_type)
+    if near:
+        message += "; did you mean " + " or ".join(repr(r) for r in near) + "?"
+    return message
 
 
 def check_model_ref(value: str, option: str = "--model_name_or_path", *, revision: Optional[str] = None,
@@ -104,9 +161,11 @@ def check_model_ref(value: str, option: str = "--model_name_or_path", *, revisio
         names = " ".join(c.__name__ for c in type(err).__mro__)
         status = getattr(getattr(err, "response", None), "status_code", None)
         if isinstance(err, RepositoryNotFoundError) or status in (401, 404):  # the Hub says 401 for a missing repo
+            near = similar_repo_ids(value, token, repo_type, timeout)
             raise HubRepoError(
                 f"{option} {value!r} is neither an existing local folder nor a {repo_type} repo on {endpoint} (or the "
                 "repo is private and no valid token was given). Check the path or repo id, HF_ENDPOINT and HF_TOKEN."
+                + (" Did you mean " + " or ".join(repr(r) for r in near) + "?" if near else "")
             ) from None
         if status is None and ("Timeout" in names or "Connect" in names or isinstance(err, OSError)):
             kind = "timed out" if "Timeout" in names else "connection failed"

@@ -138,7 +138,8 @@ def hub_call(what: str, fn, token: Optional[str], /, *args, **kwargs):
 
     Raises:
         HubError: the endpoint could not be reached (connection error, timeout).
-        HubRepoError: the repo or revision does not exist (404).
+        HubRepoError: the repo or revision does not exist (404); a missing repo is named, with the owner's
+            repo of the nearest name when there is one (:func:`~hf_tpu_ext.hub.model_ref.missing_repo_message`).
         HubAuthError: 401/403 from the Hub.
         HubError: any other HTTP error, with the Hub's status and message.
 
@@ -146,14 +147,21 @@ def hub_call(what: str, fn, token: Optional[str], /, *args, **kwargs):
     ``LocalEntryNotFoundError`` "check your connection" for a 403 on a file they could not find in the cache)
     is reported by its status and the file it was for (:func:`http_error`).
     """
-    from huggingface_hub.utils import (HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError,
-                                       RevisionNotFoundError)
+    from huggingface_hub.utils import (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError,
+                                       RepositoryNotFoundError, RevisionNotFoundError)
 
     try:
         return fn(*args, **kwargs)
     except transport_errors() as err:
         raise _unreachable(what, err) from None
     except (RepositoryNotFoundError, RevisionNotFoundError) as err:
+        repo_id = _repo_id_argument(args, kwargs)
+        if isinstance(err, RepositoryNotFoundError) and not isinstance(err, GatedRepoError) and repo_id:
+            from hf_tpu_ext.hub.model_ref import missing_repo_message
+
+            # name the repo (and the owner's nearest one) instead of the Hub's "404 Client Error."
+            detail = scrub(missing_repo_message(repo_id, token, kwargs.get("repo_type") or "model"), token)
+            raise HubRepoError(f"Could not {what}: {detail}{'' if detail.endswith('?') else '.'}") from None
         raise HubRepoError(f"Could not {what}: {scrub(_first_line(err), token)}") from None
     except (HfHubHTTPError, LocalEntryNotFoundError) as err:
         # LocalEntryNotFoundError is an HfHubHTTPError without a response in huggingface_hub < 1.0, a
@@ -167,6 +175,12 @@ def hub_call(what: str, fn, token: Optional[str], /, *args, **kwargs):
         if isinstance(cause, transport_errors()):
             raise _unreachable(what, cause) from None
         raise http_error(what, cause, token) from None
+
+
+def _repo_id_argument(args: tuple, kwargs: dict) -> Optional[str]:
+    """The repo id a huggingface_hub call was given (``repo_id=`` or its first positional argument)."""
+    value = kwargs.get("repo_id", args[0] if args else None)
+    return value if isinstance(value, str) and value else None
 
 
 def _unreachable(what: str, err: BaseException) -> HubError:

@@ -117,11 +117,15 @@ class MaskedLMMetrics(keras.callbacks.Callback):
     Raises:
         ArgumentError: ``eval_dataset`` is None, or ``every_n_steps``/``eval_steps`` < 1; a batch that is not
             ``(x, y[, sample_weight])``.
+        MissingExtraError: ``evaluate`` is not installed (``pip install 'hf-tpu-ext[keras]'``).
     """
 
     def __init__(self, eval_dataset, eval_steps: Optional[int] = None, every_n_steps: Optional[int] = None,
                  prefix: str = "eval_"):
         super().__init__()
+        from hf_tpu_ext.extras import require_extra
+
+        require_extra("keras", "Callback 'masked_lm_metrics' for Keras 3", ("evaluate",))  # its metric, at build time
         if eval_dataset is None:
             raise ArgumentError("MaskedLMMetrics needs an eval_dataset: give validation data (or a validation split).")
         if every_n_steps is not None and every_n_steps < 1:
