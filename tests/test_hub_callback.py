@@ -235,3 +235,31 @@ def test_checkpoint_strategy_resume_and_no_token_leak(loopback_hub, tmp_path, ca
             with open(os.path.join(root, name), "rb") as f:
                 assert token.encode() not in f.read(), name
     assert all(token.encode() not in content for content in files.values())
+
+
+def test_drop_in_card_is_complete(loopback_hub, tmp_path, model):
+    # a plain fit with the throughput and push callbacks (push first: the card reads the meter, in any order)
+    from huggingface_hub import ModelCard
+
+    from hf_tpu_ext.callbacks.throughput import ThroughputCallback
+    from hf_tpu_ext.flops import flops_per_token
+
+    out = tmp_path / "out"
+    push = PushToHubCallback(str(out), hub_model_id="alice/complete", hub_token=loopback_hub.token,
+                             hub_strategy="checkpoint", save_strategy="epoch", backoff_seconds=0.01)
+    meter = ThroughputCallback(global_batch_size=4, seq_length=32, warmup_steps=1, log_every=0, peak_flops=1e12)
+    model.fit(tiny_data(), epochs=2, callbacks=[push, meter], verbose=0)
+    # MFU without flops_per_token=: the FLOPs come from the model's config (LM head at every position)
+    assert meter.flops_per_token == flops_per_token(model.config, 32)
+    assert meter.summary["mfu"] == pytest.approx(meter.summary["tokens_per_second"] * meter.flops_per_token / 1e12)
+    files = loopback_hub.server.files("alice/complete")
+    text = ModelCard(files["README.md"].decode()).text
+    assert "| Distribution strategy | one device (no distribution strategy) |" in text
+    assert "| Tokens seen | 1,024 |" in text  # 8 steps x 4 sequences x 32 tokens
+    steady = [line for line in text.splitlines() if line.startswith("| Throughput, steady")]
+    assert len(steady) == 1 and "n/a" not in steady[0]
+    assert "| MFU (steady rate x FLOPs per token / peak FLOP/s) | " in text and "peak 1e+12 FLOP/s" in text
+    assert "![Training and evaluation loss](loss_curve.png)" in text and "loss_curve.png" in files
+    state = json.loads(files["last-checkpoint/trainer_state.json"])
+    losses = [e for e in state["log_history"] if "loss" in e]
+    assert [e["step"] for e in losses] == list(range(1, 9)) and all(np.isfinite(e["loss"]) for e in losses)

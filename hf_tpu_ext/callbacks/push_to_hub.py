@@ -19,6 +19,8 @@ from typing import Callable, Optional
 import tf_keras
 
 from hf_tpu_ext.callbacks import register_callback
+from hf_tpu_ext.callbacks.fit_history import FitHistory
+from hf_tpu_ext.callbacks.throughput_meter import card_facts_of
 from hf_tpu_ext.hub.push_session import PushConfig, PushSession, SessionBacked
 from hf_tpu_ext.tf_model_folder import ModelCheckpointer, copy_checkpoint, model_facts, save_model_folder
 
@@ -67,7 +69,7 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
         self.session = PushSession(config, pusher=pusher)
         self.output_dir, self.tokenizer, self.checkpointer = config.output_dir, tokenizer, checkpointer
         self.summary_fn, self.save_fn, self.max_steps, self.trainer_state_fn = summary_fn, save_fn, max_steps, trainer_state_fn
-        self._owns_pusher, self.report = pusher is None, None
+        self._owns_pusher, self.report, self.history = pusher is None, None, FitHistory()
 
     def __repr__(self):  # the token stays out of logs and tracebacks
         return f"PushToHubCallback({self.session!r})"
@@ -91,12 +93,14 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         step = self._step()
         self.session.note_logs(logs, step, self._epoch(step))
+        self.history.on_batch(logs, step, (getattr(self, "params", None) or {}).get("steps"))
         if self.session.is_save_step(step):
             self._save(step, logs)
 
     def on_epoch_end(self, epoch, logs=None):
         self._epochs_done, step = epoch + 1, self._step()
         self.session.note_logs(logs, step, self._epoch(step))  # val_loss of a Keras script, eval_loss of hf-tpu train
+        self.history.on_epoch(logs, step, self._epoch(step))
         if self.session.saves_each_epoch:
             self._save(step, logs)
 
@@ -114,14 +118,18 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
         if not s.admit(step, final, max_steps=self._max_steps()):  # the last step's save: in the final push
             return
         (self.save_fn or save_model_folder)(self.model, self.output_dir, self.tokenizer)
+        drop_in = self.summary_fn is None and self.trainer_state_fn is None  # else hf-tpu train writes these files
+        if drop_in:
+            self.history.write_curve(self.output_dir)
         # a card pushed before the end says "Training in progress, step N of M" (hub.model_card.progress_note)
-        s.write_card(self.output_dir, self.summary_fn, max_steps=self._max_steps() or None,
-                     training_in_progress=not final, **model_facts(self.model))
+        s.write_card(self.output_dir, self.summary_fn, max_steps=self._max_steps() or None, training_in_progress=not final,
+                     **dict(model_facts(self.model), **card_facts_of(self.model, step)))
         folder = None
         if prefix is not None:  # the checkpoint alone, with tf.train's state file and the trainer state
             folder = copy_checkpoint(prefix, s.checkpoint_folder())
             s.write_trainer_state(folder, step, epoch=self._epoch(step), max_steps=self._max_steps(),
-                                  state=self.trainer_state_fn() if self.trainer_state_fn else None)
+                                  state=self.trainer_state_fn() if self.trainer_state_fn else
+                                  {"log_history": self.history.entries()})
         s.save(self.output_dir, step=step, checkpoint_folder=folder, final=final)
 
     def _max_steps(self) -> int:

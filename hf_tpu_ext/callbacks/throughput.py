@@ -9,6 +9,20 @@ from hf_tpu_ext.callbacks.throughput_meter import ThroughputMeter, _weighted_med
 
 
 
+def config_flops_per_token(model, seq_length: int):
+    """:func:`hf_tpu_ext.flops.flops_per_token` of ``model.config`` (a transformers model's), or None."""
+    from hf_tpu_ext.errors import ArgumentError
+    from hf_tpu_ext.flops import flops_per_token
+
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    try:
+        return flops_per_token(config, seq_length)
+    except (ArgumentError, AttributeError, TypeError, ValueError):  # not a transformer encoder's config
+        return None
+
+
 @register_callback("throughput")
 class ThroughputCallback(ThroughputMeter, tf_keras.callbacks.Callback):
     """Log samples/s, tokens/s (per replica), median step time and MFU.
@@ -37,7 +51,9 @@ class ThroughputCallback(ThroughputMeter, tf_keras.callbacks.Callback):
         global_batch_size: sequences per optimizer step over all replicas.
         seq_length: tokens per sequence.
         num_replicas: replicas the global batch is split over.
-        flops_per_token: training FLOPs per token (see :func:`hf_tpu_ext.flops.flops_per_token`).
+        flops_per_token: training FLOPs per token (default: :func:`hf_tpu_ext.flops.flops_per_token` of the model's
+            ``config`` at train begin, when it is a transformer encoder's, e.g. a ``TFRobertaForMaskedLM``: the LM
+            head at every position; no MFU for a model without one).
         peak_flops: peak FLOP/s of ONE device/replica (default: looked up at train begin with
             :func:`hf_tpu_ext.flops.device_peak` for TensorFlow's device: a TPU/GPU datasheet value or the CPU
             formula; nothing is measured).
@@ -80,6 +96,11 @@ class ThroughputCallback(ThroughputMeter, tf_keras.callbacks.Callback):
         )
         callback.peak_source = peak.source if peak.flops else None
         return callback
+
+    def on_train_begin(self, logs=None):
+        if not self.flops_per_token:
+            self.flops_per_token = config_flops_per_token(getattr(self, "model", None), self.seq_length)
+        super().on_train_begin(logs)
 
     def _device_peak(self):
         from hf_tpu_ext.flops import default_device_kind, device_peak

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import weakref
 from collections import deque
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -19,6 +20,21 @@ logger = logging.getLogger("hf_tpu_ext")
 
 #: device calls the step-time medians look back over: memory stays flat however long the run is
 MEDIAN_WINDOW = 10_000
+
+#: the meter measuring each model's fit (weak keys: a model's meter goes with it), for the push callbacks' cards
+_METERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def card_facts_of(model, step: Optional[int] = None) -> Dict[str, Any]:
+    """What the throughput meter of ``model``'s fit measured so far, as model card fields (empty without one).
+
+    Read by a push callback at its save, whatever the order of the callbacks (see :meth:`ThroughputMeter.card_facts`).
+    """
+    try:
+        meter = _METERS.get(model)
+    except TypeError:  # an unhashable model object: no meter can be registered for it
+        return {}
+    return meter.card_facts(step) if meter is not None else {}
 
 def _weighted_median(values: List[Tuple[float, int]]) -> Optional[float]:
     """Median of per-step times given as ``(seconds_per_step, steps)`` pairs (each call counts ``steps`` times)."""
@@ -84,6 +100,7 @@ class ThroughputMeter:
         self._reset_epoch()
         self._fit_steps = 0
         self._t0 = None
+        self._wall_t0 = None
         self._last_iterations = None
         self._next_log = None
 
@@ -119,6 +136,32 @@ class ThroughputMeter:
         """The device's :class:`hf_tpu_ext.flops.Peak` for ``peak_dtype`` (None: unknown; frameworks override)."""
         return None
 
+    def _meter_model(self):
+        return getattr(self, "_model", None) or getattr(self, "model", None)  # Keras 3's property syncs on JAX
+
+    def card_facts(self, step: Optional[int] = None) -> Dict[str, Any]:
+        """The card fields of this fit so far: ``global_batch_size``, ``tokens_seen`` (``step`` x global batch x
+        ``seq_length``; this fit's steps without ``step``), ``train_tokens_per_second`` (this fit's tokens over its
+        wall time since train begin), ``steady_tokens_per_second`` (steps after warm-up), ``mfu`` with
+        ``mfu_peak_flops`` and ``mfu_peak_source``, or ``mfu_note`` (why not)."""
+        per_step = self.global_batch_size * self.seq_length
+        facts: Dict[str, Any] = {"global_batch_size": self.global_batch_size, "num_replicas": self.num_replicas}
+        steps = int(step) if step is not None else self._all_steps
+        if steps:
+            facts["tokens_seen"] = steps * per_step
+        if self._all_steps and self._wall_t0 is not None:
+            facts["train_tokens_per_second"] = self._all_steps * per_step / max(time.perf_counter() - self._wall_t0, 1e-9)
+        if self._measured_steps:
+            rates = self._rates(self._measured_steps, self._measured_seconds)
+            facts["steady_tokens_per_second"] = rates["tokens_per_second"]
+            if "mfu" in rates:
+                facts.update(mfu=rates["mfu"], mfu_peak_flops=self.peak_flops, mfu_peak_source=self.peak_source)
+        if "mfu" not in facts:
+            facts["mfu_note"] = self.mfu_note or ("MFU left out: no FLOPs per token" if not self.flops_per_token else
+                                                  "MFU left out: no peak FLOP/s for this device" if not self.peak_flops
+                                                  else "MFU left out: no step after warm-up measured yet")
+        return facts
+
     # ------------------------------------------------------------------ hooks
     def on_train_begin(self, logs=None):
         if self.peak_flops is None:
@@ -129,6 +172,13 @@ class ThroughputMeter:
                 self.mfu_note = f"MFU left out: {peak.source}"
         self._reset_run()  # summary and medians cover one fit / one training run
         self._last_iterations = self._iterations()
+        self._wall_t0 = time.perf_counter()
+        model = self._meter_model()
+        if model is not None:
+            try:
+                _METERS[model] = self
+            except TypeError:  # not weak-referenceable / hashable: the card goes without the figures
+                pass
 
     def on_epoch_begin(self, epoch, logs=None):
         self._reset_epoch()
