@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+TF_VENV_HINT = "python -m venv .venv-tf && .venv-tf/bin/pip install 'hf-tpu-ext[tensorflow]'"
 
 
 def _major(dist: str) -> int:
@@ -74,9 +75,13 @@ def test_cli_names_the_missing_extra():
     train = subprocess.run([sys.executable, "-m", "hf_tpu_ext", "train", "--output_dir", "unused-out"],
                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
     assert train.returncode == 1
-    last = train.stderr.strip().splitlines()[-1]
-    assert last.startswith("hf-tpu train: error: the TensorFlow backend needs: pip install 'hf-tpu-ext[tensorflow]' "
-                           "(missing: tf_keras, transformers 4.x (found 5.")
+    # [tensorflow] would move transformers and huggingface_hub back here: a venv of its own
+    found = f"transformers {version('transformers')}, huggingface_hub {version('huggingface_hub')}"
+    assert train.stderr.strip().splitlines()[-1] == (
+        "hf-tpu train: error: the TensorFlow backend needs [tensorflow] in a venv of its own (missing here: tf_keras, "
+        f"transformers 4.x (found {version('transformers')}); installing it here would replace {found}, which "
+        "[tensorflow] pins to transformers>=4.57,<5, huggingface_hub>=0.36,<1.0): "
+        "python -m venv .venv-tf && .venv-tf/bin/pip install 'hf-tpu-ext[tensorflow]'.")
     assert not (REPO_ROOT / "unused-out").exists()
 
     listed = subprocess.run([sys.executable, "-m", "hf_tpu_ext", "callbacks"], capture_output=True, text=True,
@@ -85,7 +90,8 @@ def test_cli_names_the_missing_extra():
     lines = listed.stdout.strip().splitlines()
     assert [line.split()[:2] for line in lines[:4]] == [
         [name, "tf_keras,keras,torch"] for name in ("masked_lm_metrics", "push_to_hub", "throughput", "xla_recompile_guard")]
-    assert lines[4:] == ["(tf_keras is not installed here: pip install 'hf-tpu-ext[tensorflow]')"]
+    assert lines[4:] == [f"(tf_keras is not installed here: {TF_VENV_HINT} (a venv of its own: installing "
+                         f"[tensorflow] here would replace {found}))"]
 
 
 def test_get_callback_without_tf_keras_names_the_extra():
@@ -94,5 +100,22 @@ def test_get_callback_without_tf_keras_names_the_extra():
 
     with pytest.raises(MissingExtraError) as err:
         get_callback("throughput", framework="tensorflow", global_batch_size=8, seq_length=32)
-    assert str(err.value) == ("Callback 'throughput' for tf_keras (TensorFlow) needs: "
-                              "pip install 'hf-tpu-ext[tensorflow]' (missing: tf_keras).")
+    assert str(err.value) == (
+        "Callback 'throughput' for tf_keras (TensorFlow) needs [tensorflow] in a venv of its own (missing here: "
+        f"tf_keras; installing it here would replace transformers {version('transformers')}, huggingface_hub "
+        f"{version('huggingface_hub')}, which [tensorflow] pins to transformers>=4.57,<5, huggingface_hub>=0.36,<1.0): "
+        f"{TF_VENV_HINT}.")
+
+
+def test_keras3_masked_lm_metrics_without_evaluate_names_the_extra_when_built(monkeypatch):
+    """It used to fail with a raw ModuleNotFoundError at the end of epoch 1."""
+    from hf_tpu_ext.callbacks import get_callback
+    from hf_tpu_ext.errors import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "evaluate", None)  # not importable: find_spec returns None
+    with pytest.raises(MissingExtraError) as err:
+        get_callback("masked_lm_metrics", framework="keras", eval_dataset=[])
+    assert str(err.value) == ("Callback 'masked_lm_metrics' for Keras 3 needs: pip install 'hf-tpu-ext[keras]' "
+                              "(missing: evaluate).")
+    monkeypatch.delitem(sys.modules, "evaluate")
+    assert get_callback("masked_lm_metrics", framework="keras", eval_dataset=[]).eval_steps is None
