@@ -49,8 +49,10 @@ def test_packaging_layers_match_the_readme_and_the_extras_module():
     extras = project["optional-dependencies"]
     assert set(EXTRA_MODULES) <= set(extras)  # every extra an error message names exists
     assert "transformers>=4.57,<5" in extras["tensorflow"] and "gradio>=6.17.3" in extras["demo"]
-    # the demo beside [tensorflow]: the gradio that allows huggingface_hub<1.0, so pip need not backtrack
-    assert extras["tensorflow-demo"] == ["hf-tpu-ext[tensorflow]", "gradio>=6.17.3,<6.18", "gradio_client"]
+    # the demo beside [tensorflow]: the gradio that allows huggingface_hub<1.0 and [tensorflow]'s own pins, so pip
+    # need not backtrack (tests/test_packaging.py)
+    assert extras["tensorflow-demo"] == ["transformers>=4.57,<5", "huggingface_hub>=0.36,<1.0", "hf-tpu-ext[tensorflow]",
+                                         "gradio>=6.17.3,<6.18", "gradio_client"]
 
     readme = (REPO_ROOT / "README.md").read_text()
     first = re.search(r"```bash\n# 1\.[^\n]*\n([^\n]+)", readme).group(1)
