@@ -52,7 +52,7 @@ def test_a_spent_budget_is_a_problem_and_exit_1(tmp_path, capsys, monkeypatch):
     from benchmarks import device_check
 
     monkeypatch.setenv("OUT", str(tmp_path))  # the result goes to $OUT/device_check.json
-    assert device_check.main(["--dry-run", "--steps", "3", "--budget-seconds", "0"]) == 1
+    assert device_check.main(["--dry-run", "--layers", "1", "--steps", "3", "--budget-seconds", "0"]) == 1
     out = capsys.readouterr().out
     assert "problem: only 0 of 3 timed steps ran within --budget-seconds 0\n" in out
     assert "step time: n/a (median of 0 steps)\n" in out and "tokens/s: n/a\n" in out
@@ -88,3 +88,23 @@ def test_install_plan_picks_the_cuda_build_of_the_driver(tmp_path, driver, extra
         f"+ {py} -m pip install -q jax[{extra}]==<the jax version [jax] installed>" for extra in extras]
     assert out.splitlines()[-1] == f"+ KERAS_BACKEND=jax timeout 480 {py} -m benchmarks.device_check --batch 32"
     assert f"NVIDIA driver {driver.split('.')[0] if driver else 0}: jax CUDA extras to try: {' '.join(extras)}" in out
+
+
+@pytest.mark.parametrize("flags", ["avx512f avx512_bf16 amx_bf16 amx_tile", "avx2 fma"])
+def test_keras_backend_bf16_auto_keeps_float32_on_a_cpu(monkeypatch, flags):
+    """``--bf16 auto`` as the Keras backend resolves it on a CPU (fake /proc/cpuinfo flags): float32 even with
+    AVX512-BF16/AMX, since its step is XLA and XLA:CPU multiplies bf16 in float32 (hf_tpu_ext.precision).
+    Here because the device check's bf16 claims rest on it; it belongs beside tests/current/test_keras_backend.py."""
+    import hf_tpu_ext.precision as precision
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.backends import make_backend
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda text=None: frozenset(flags.split()))
+    _, _, args = parse_args(["--output_dir", "unused", "--backend", "keras", "--bf16", "auto"])
+    backend = make_backend("keras")
+    backend.setup(args)
+    assert (args.bf16, backend.precision.precision, backend.precision.compiler) == (False, "float32", "XLA")
+    assert backend.precision.reason == (
+        "--bf16 auto: float32, this CPU has native bf16 but the step runs on XLA:CPU, which multiplies bf16 in "
+        "float32: slower than float32, 0.83x on the Keras backend on JAX" if "amx_bf16" in flags
+        else "--bf16 auto: this CPU has no native bf16, float32 is faster")
