@@ -11,7 +11,7 @@ XLA:CPU does not multiply bf16 natively even where the CPU can: jaxlib 0.10.2's 
 an AMX-BF16/AVX512-BF16 Xeon is ``convert`` bf16 -> f32, an f32 dot (YNNPACK), ``convert`` back. So bf16 on
 XLA:CPU buys only the casts: the Keras backend on JAX ran ``--bf16 true`` at 0.83x its float32 speed on an
 AVX512-BF16 CPU (issue 29: 579 vs 479 ms/step, small preset, idle machine; one feed-forward layer on a busy AMX
-host: 0.71-1.58x per round, benchmarks/NOTES.md). ``--bf16 auto`` therefore keeps float32 on a CPU whose step is
+host: medians 0.89-1.40x in 4 runs, noise, benchmarks/NOTES.md). ``--bf16 auto`` therefore keeps float32 on a CPU whose step is
 XLA (the Keras backend, which always compiles its step, or ``--jit_compile true``) until a bf16 XLA:CPU step is
 measured faster; on the TensorFlow backend (``--jit_compile`` unset or false) it keeps bf16 on TensorFlow's
 oneDNN kernels, 1.14x its float32 there (issue 29).
