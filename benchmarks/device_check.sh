@@ -45,6 +45,10 @@ pip_install() {
   if use_uv; then run uv pip install --python "$PY" "$@"; else run "$PY" -m pip install -q "$@"; fi
 }
 
+pip_uninstall() {
+  if use_uv; then run uv pip uninstall --python "$PY" "$@"; else run "$PY" -m pip uninstall -q -y "$@"; fi
+}
+
 make_venv() {
   if [ -x "$PY" ]; then echo "+ reusing $VENV"; return; fi
   if use_uv; then run uv venv -q "$VENV"; else run python3 -m venv "$VENV"; fi
@@ -76,6 +80,7 @@ install() {
       return 0
     fi
     echo "jax[$extra] gave no GPU; trying the next" >&2
+    pip_uninstall "jax-$extra-plugin" "jax-$extra-pjrt" || true  # two CUDA plugins would both claim the GPU
   done
   [ "$PLAN" = 1 ] && return 0
   echo "device_check: no jax CUDA build found a GPU (nvidia-smi: driver $(driver_major)); see the messages above" >&2
