@@ -87,7 +87,8 @@ def test_packages_of_later_phases_are_named_before_training(fake_env):
     fake_env(CURRENT_VENV, missing=("jinja2",))
     with pytest.raises(MissingExtraError) as err:
         extras.require_run_packages(_entry("keras"))
-    assert str(err.value) == "--backend keras needs: pip install 'hf-tpu-ext[jax]' (missing: jinja2 for the model card)."
+    assert str(err.value) == ("--backend keras needs: pip install 'hf-tpu-ext[jax]' (missing: jinja2 for the model "
+                              "card).")
     fake_env(TF_VENV, missing=("matplotlib", "evaluate"))
     with pytest.raises(MissingExtraError) as err:
         extras.require_run_packages(_entry("tensorflow"))
@@ -175,7 +176,7 @@ def test_resume_from_a_repo_that_does_not_exist_names_it_and_the_near_name(loopb
         download_last_checkpoint("alice/jargon-tff", loopback_hub.token, str(tmp_path / "a"))
     assert str(err.value) == (
         f"Could not download last-checkpoint/ of alice/jargon-tff: the model repo 'alice/jargon-tff' does not exist "
-        f"at {loopback_hub.endpoint} (or it is private and the token cannot read it).")
+        f"at {loopback_hub.endpoint} (or it is private and the token cannot read it); check the repo id and HF_TOKEN.")
     _fake_listing(monkeypatch, ["alice/jargon-tf", "alice/other-model", "bob/jargon-tff"])
     with pytest.raises(HubRepoError) as err:
         download_last_checkpoint("alice/jargon-tff", loopback_hub.token, str(tmp_path / "b"))

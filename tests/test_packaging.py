@@ -99,7 +99,8 @@ def _third_party_imports(paths) -> set:
                     names.update(a.name.split(".")[0] for a in node.names)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     names.add(node.module.split(".")[0])
-    return {n for n in names if n not in sys.stdlib_module_names and n not in ("hf_tpu_ext", "spaces_demo", "__future__")}
+    ours = ("hf_tpu_ext", "spaces_demo", "__future__")
+    return {n for n in names if n not in sys.stdlib_module_names and n not in ours}
 
 
 @pytest.mark.parametrize("extra", sorted(EXTRA_PATHS))

@@ -99,13 +99,14 @@ def similar_repo_ids(repo_id: str, token=None, repo_type: str = "model", timeout
 def missing_repo_message(repo_id: str, token=None, repo_type: str = "model") -> str:
     """What to say about a repo the Hub answered "not found" for (401/404), without the token, e.g.
     ``the model repo 'alice/jargon-tff' does not exist at https://huggingface.co (or it is private and the token
-    cannot read it); did you mean 'alice/jargon-tf'?`` (the question only when :func:`similar_repo_ids` finds one)."""
+    cannot read it); did you mean 'alice/jargon-tf'?`` when :func:`similar_repo_ids` finds one, else ending
+    ``...; check the repo id and HF_TOKEN``."""
     message = (f"the {repo_type} repo {repo_id!r} does not exist at {hub_endpoint()} (or it is private and the token "
-               "cannot read it)")
+               "cannot read it); ")
     near = similar_repo_ids(repo_id, token, repo_type)
     if near:
-        message += "; did you mean " + " or ".join(repr(r) for r in near) + "?"
-    return message
+        return message + "did you mean " + " or ".join(repr(r) for r in near) + "?"
+    return message + "check the repo id and HF_TOKEN"
 
 
 def check_model_ref(value: str, option: str = "--model_name_or_path", *, revision: Optional[str] = None,
