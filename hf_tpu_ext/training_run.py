@@ -780,8 +780,10 @@ class TrainingRun:
             raise
 
     def _interrupted(self) -> TrainingInterrupted:
-        """After a signal: wait for the pushes within the grace budget (none after a second signal), report what
-        did not land (log and ``training_summary.json`` ``interrupted``), and the one-line error to raise."""
+        """After a signal: push the checkpoint of the step reached when no save pushed it (the budget had
+        coalesced it, or it is the last step's), wait for the pushes within the grace budget (none after a
+        second signal), report what did not land (log and ``training_summary.json`` ``interrupted``), and the
+        one-line error to raise."""
         signum = interrupts.received() or signal.SIGINT
         try:
             self.step = max(self.step, int(self.backend.current_step()))
@@ -791,6 +793,15 @@ class TrainingRun:
         try:
             if self.pusher is not None:
                 try:
+                    ckpts = self.backend.find_checkpoints(self.args.output_dir) if self.plan is not None else []
+                    if (interrupts.count() < 2 and self.pusher.active and interrupts.seconds_left() and ckpts
+                            and ckpts[0].endswith(f"-{self.step}") and self.step > getattr(self, "_start_step", self.step)
+                            and self.step not in self.pusher.pushed_steps and self.pusher.admit(self.step)):
+                        try:  # a signal is a save: what a resume from the Hub starts from
+                            self._push(self.step, ckpts[0], final=False)
+                        except Exception as err:  # noqa: BLE001 (the local checkpoint is whole: say so, go on)
+                            logger.warning("The checkpoint of step %d was not pushed (%s: %s).", self.step,
+                                           type(err).__name__, err)
                     if interrupts.count() < 2:
                         interrupts.wait_until(lambda: not self.pusher.report().pending, interrupts.seconds_left() or 0.0)
                     report = self.pusher.finish(timeout=0)
@@ -813,19 +824,24 @@ class TrainingRun:
         return TrainingInterrupted(f"interrupted at step {self.step}; resume with: {resume_hint(self.argv, secrets)}",
                                    step=self.step, signum=signum)
 
-    def _write_interrupted_summary(self, signum: int, not_pushed: List[str]) -> None:
-        """``training_summary.json`` of the interrupted run: the figures so far and ``interrupted``: the signal,
-        the step, the checkpoint written for it, the grace budget and what did not reach the Hub."""
+    def _write_interrupted_summary(self, signum: int, not_pushed: List[str],
+                                   results: Optional[Dict[str, Any]] = None) -> None:
+        """``training_summary.json`` of the interrupted run: the figures so far (``results``: the final ones) and
+        ``interrupted``: the signal, the step, the checkpoint written for it, the grace budget and what did not
+        reach the Hub; with ``results`` (a signal after the last step, every phase finished within the grace
+        budget) also ``"completed": true``."""
         if (self.plan is None or not self.backend.is_chief or getattr(self, "tokenizer", None) is None
                 or not os.path.isdir(self.args.output_dir)):
             return  # stopped before the data and the model existed: nothing to summarize
         ckpts = self.backend.find_checkpoints(self.args.output_dir)
-        summary = self._summary(self._results(self.step, None))
+        summary = self._summary(results if results is not None else self._results(self.step, None))
         summary["interrupted"] = {
             "signal": signal.Signals(signum).name, "global_step": self.step,
             "checkpoint": (os.path.relpath(ckpts[0], self.args.output_dir)
                            if ckpts and ckpts[0].endswith(f"-{self.step}") else None),
             "save_on_signal_timeout": interrupts.grace(), "not_pushed": not_pushed}
+        if results is not None:
+            summary["interrupted"]["completed"] = True
         from hf_tpu_ext.outputs import write_training_summary
 
         write_training_summary(self.args.output_dir, summary)
@@ -853,7 +869,7 @@ class TrainingRun:
         if self.pusher is not None:  # the data checks passed: now the repo may be created (and the card checked)
             self.pusher.preflight()
         start = info.global_step if info is not None else 0
-        self.step = start
+        self.step = self._start_step = start
         previous = read_run_state(args.output_dir) if args.resume_latest else {}
         self.run_state = previous
         if self.run_state.get("global_step") != start or self.run_state.get("max_steps") != plan.total_steps:
@@ -932,24 +948,40 @@ class TrainingRun:
                                                  if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
                 self.run_state["compiler"] = backend.model_summary().get("compiler")
                 self._mark("train")
-            interrupts.check()  # a signal during the final evaluation: training is saved; stop here
             _test_kill("checkpoint")
+        return self._after_training(todo, fit_metrics, t_total)
+
+    def _after_training(self, todo: List[str], fit_metrics: Optional[Dict[str, Any]], t_total: float) -> Dict[str, Any]:
+        """The phases after the last step: export, card, final push, Space. A first signal here (or during the
+        final evaluation) is deferred: a phase starts while the grace budget lasts, the final push waits within
+        it, and a run whose phases all finished ends complete (``interrupted.completed`` in the summary); the
+        Space waits for a resume."""
+        args, backend = self.args, self.backend
         results = self._results(self.step, fit_metrics)
         if not backend.is_chief:
             return results
-        if "export" in todo or "train" in todo:
-            self._export(results)
-            self._mark("export")
-        if fit_metrics is not None:
-            backend.end_training({k: v for k, v in results.items() if isinstance(v, float)})
-        if "card" in todo or "export" in todo or "train" in todo:
-            self._write_card()
-            _test_kill("card")
-            self._mark("card")
-        if self.pusher is not None and self._pending("push"):
-            self._final_push(results)
-        elif self.pusher is None and not self.run_state.get("phases", {}).get("push"):
-            self._mark("push", "skipped")
+
+        def budget_left() -> None:  # after a signal a phase starts only with some of the grace budget left
+            if interrupts.received() is not None and not interrupts.seconds_left():
+                interrupts.check()
+
+        with interrupts.deferring(True):
+            if "export" in todo or "train" in todo:
+                budget_left()
+                self._export(results)
+                self._mark("export")
+            if fit_metrics is not None:
+                backend.end_training({k: v for k, v in results.items() if isinstance(v, float)})
+            if "card" in todo or "export" in todo or "train" in todo:
+                budget_left()
+                self._write_card()
+                _test_kill("card")
+                self._mark("card")
+            if self.pusher is not None and self._pending("push"):
+                budget_left()
+                self._final_push(results)
+            elif self.pusher is None and not self.run_state.get("phases", {}).get("push"):
+                self._mark("push", "skipped")
         if self._pending("space"):
             interrupts.check()  # a signal came during the final push: the Space waits for the resume
             from hf_tpu_ext.hub.space import deploy_space
@@ -968,6 +1000,22 @@ class TrainingRun:
         return results
 
     def _final_push(self, results) -> None:
+        """The final push, waited for (``push_timeout``; after a signal within the grace budget). A final push of
+        an earlier process of this run that was still in flight when it stopped (``run_state.json`` keeps its
+        push id) is looked up on the Hub first: landed, it is not pushed again."""
+        for entry in self.run_state.get("hub_pushes", []):
+            report = entry.get("report") or {}
+            for push in list(report.get("unfinished") or []) if entry.get("process") != self._process_id else []:
+                oid = (push.get("final") and push.get("step") == self.step and push.get("push_id")
+                       and self.pusher.find_push(push["push_id"]))
+                if oid:
+                    logger.info("The final push of step %d by the process before landed after it stopped (commit "
+                                "%s): not pushed again.", self.step, oid[:8])
+                    report.update(final_pushed=True, unfinished=[u for u in report["unfinished"] if u is not push])
+                    self._record_pushes(self.pusher.report_dict())
+                    self._write_summary(results)
+                    self._mark("push", "pushed")
+                    return
         ckpts = self.backend.find_checkpoints(self.args.output_dir)
         self._push(self.step, ckpts[0] if ckpts else None, final=True)
         self._record_pushes(self.pusher.report_dict())  # in the report even if this process is killed now
@@ -979,6 +1027,10 @@ class TrainingRun:
         self._write_summary(results)  # the push outcome, locally (the pushed copy predates it)
         if report.final_pushed:
             self._mark("push", "pushed")
+            if interrupts.received() is not None:  # a signal after the last step: finished within the grace budget
+                logger.warning("%s received after the last step: export, card and final push finished within the "
+                               "%g s grace budget.", signal.Signals(interrupts.received()).name, interrupts.grace())
+                self._write_interrupted_summary(interrupts.received(), [], results)
             return
         interrupts.check()  # stopped by a signal: the resume line (a resume pushes again), not a push error
         from hf_tpu_ext.hub.checkpoint_layouts import push_later_command

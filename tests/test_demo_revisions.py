@@ -142,14 +142,16 @@ def test_revision_list_matches_the_repo_commits(bench):
     assert [(b["value"], b["sha"]) for b in branches] == [("main", commits[0]["sha"])]
     assert branches[0]["label"] == f"main (branch) · {titles[0]} · {commits[0]['sha'][:7]}"
     listed = [r for r in listing if r["kind"] == "commit"]
-    assert [r["value"] for r in listed] == [c["sha"] for c in commits]
+    # one entry per commit: the commit main points to is listed once, as main
+    assert [r["sha"] for r in listing] == [c["sha"] for c in commits] and branches[0]["refs"] == ["main"]
+    assert [r["value"] for r in listed] == [c["sha"] for c in commits[1:]]
     # the initial commit (only .gitattributes) is listed as not loadable, with the reason; every push is loadable
     assert [(r["title"], r["loadable"], r["reason"]) for r in listed if not r["loadable"]] == \
         [("initial commit", False, "no config.json, no model weights (model.safetensors), no tokenizer files")]
     assert branches[0]["loadable"] is True and bench["demo"].bench.default_value() == "main"
     assert commits[-1]["sha"] not in [r["value"] for r in bench["demo"].bench.offered()]
-    assert [r["label"] for r in listed] == [f"{c['message']} · {c['sha'][:7]}" for c in commits]
-    steps = {r["title"]: r["step"] for r in listed}
+    assert [r["label"] for r in listed] == [f"{c['message']} · {c['sha'][:7]}" for c in commits[1:]]
+    steps = {r["title"]: r["step"] for r in listing}
     assert steps["End of training"] is None  # no step in the title: read from trainer_state.json when scored
     # saves at steps 5, 10, 15 push the model and checkpoint-<step>/; the save at the last step (20) is carried by
     # the final push: the model in "End of training", checkpoint-20/ in its own commit
@@ -222,6 +224,13 @@ def test_probe_scores_match_in_app_cli_and_training_log(bench, capsys):
     (comparison,) = result["comparisons"]  # step 20 against step 10 on the same 200 probes
     assert comparison["n"] == 200 and comparison["b"] == rows[20]["label"]
     assert comparison["metrics"]["top1"]["diff"] == pytest.approx(rows[20]["top1"] - rows[10]["top1"])
+    assert comparison["facts"] == 200 and comparison["enough"] is True and "corrected_over" not in comparison
+    # main and the sha it points to are one commit: one row, nothing compared with itself
+    main_sha = bench["server"].commits(REPO)[-1]["sha"]
+    once = bench["client"].predict(text, f"main,{main_sha}", api_name="/probe")
+    assert once["ok"] is True and [r["sha"] for r in once["rows"]] == [main_sha] and once["comparisons"] == []
+    assert once["message"] == (f"Scored 200 probes on 1 revision. {main_sha} is the same commit as main "
+                               f"({main_sha[:7]}): scored once.")
 
 
 def test_probe_scores_land_in_the_card(bench):
@@ -253,3 +262,39 @@ def test_bad_model_b_is_refused(bench):
     both = bench["client"].predict(SENTENCE, 5, "", "", "", "../etc", api_name="/compare")
     assert both["a"]["ok"] is True and both["b"]["ok"] is False
     assert re.match(r"'\.\./etc' is not a (valid )?Hub repo id", both["b"]["message"])
+
+
+class _FakeApi:
+    """``HfApi`` with two branches and a tag on a repo of three commits (main and v1 on the newest)."""
+
+    def __init__(self, token=None):
+        from types import SimpleNamespace as NS
+        from datetime import datetime, timezone
+
+        when = datetime(2026, 1, 1, tzinfo=timezone.utc)
+        self.commits = [NS(commit_id=c * 40, title=t, created_at=when) for c, t in
+                        (("c", "End of training"), ("b", "Training in progress, step 10"), ("a", "initial commit"))]
+        self.refs = NS(branches=[NS(name="dev", target_commit="b" * 40), NS(name="main", target_commit="c" * 40)],
+                       tags=[NS(name="v1", target_commit="c" * 40)])
+
+    def list_repo_refs(self, model):
+        return self.refs
+
+    def list_repo_commits(self, model):
+        return self.commits
+
+    def list_repo_files(self, model, revision=None):
+        return [".gitattributes"] if revision == "a" * 40 else ["config.json", "model.safetensors", "tokenizer.json"]
+
+
+def test_one_entry_per_commit(monkeypatch):
+    import huggingface_hub
+
+    from hf_tpu_ext.fill_mask import revisions
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", _FakeApi)
+    listing = revisions.list_revisions("alice/fake")
+    assert [(r["value"], r["kind"], r["refs"], r["sha"][0]) for r in listing] == [
+        ("main", "branch", ["main", "v1"], "c"), ("dev", "branch", ["dev"], "b"), ("a" * 40, "commit", [], "a")]
+    assert listing[0]["label"] == f"main (branch), v1 (tag) · End of training · {'c' * 7}"
+    assert [r["loadable"] for r in listing] == [True, True, False] and listing[1]["step"] == 10

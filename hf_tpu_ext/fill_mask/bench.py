@@ -109,8 +109,8 @@ class FillMaskBench:
             for entry in listing:
                 if revision == entry["value"]:
                     return entry
-            for entry in listing:
-                if entry["kind"] == "commit" and _SHA_RE.match(revision) and entry["sha"].startswith(revision):
+            for entry in listing:  # a sha (or prefix) of a commit a branch names resolves to the branch's entry
+                if entry.get("sha") and _SHA_RE.match(revision) and entry["sha"].startswith(revision):
                     return entry
         return {"value": revision, "label": revision, "kind": "unlisted", "sha": revision, "title": "",
                 "step": step_from_title(revision), "date": None, "loadable": True, "reason": None}
@@ -200,19 +200,26 @@ class FillMaskBench:
             ``{"revision", "label", "sha", "step", "n", "top1", "top5", "mrr", "loglik", "loglik_per_char",
             "multi_token", "intervals": {metric: [low, high]}, "templates": spread or None, "seconds",
             "lines_per_second"}`` (see :func:`hf_tpu_ext.fill_mask.report.revision_report`); a comparison per
-            revision after the first, against the one before it (:func:`hf_tpu_ext.fill_mask.report.compare`).
-            Input problems give ``ok=False`` and the reason.
+            revision after the first, against the one before it, Holm-corrected over the comparisons
+            (:func:`hf_tpu_ext.fill_mask.report.compare_all`). Revisions naming one commit (``main`` and its
+            sha) are scored once. Malformed lines are listed in ``skipped`` (``strict``: an error). Input
+            problems give ``ok=False`` and the reason.
         """
         try:
-            probe_list = probes.parse_probes(text or "")
+            probe_list = probes.parse_probes(text or "", strict=strict)
         except probes.ProbeError as err:
             return {"ok": False, "message": str(err), "n": 0, "rows": [], "comparisons": [], "skipped": []}
         wanted = revisions.split(",") if isinstance(revisions, str) else list(revisions or [])
         wanted = [w.strip() for w in wanted if w and w.strip()] or [""]
-        rows, problems, results, skipped = [], [], [], []
+        rows, problems, results, skipped, duplicates, seen = [], [], [], [], [], {}
         for rev in dict.fromkeys(wanted):
             try:
                 predictor, info = self.predictor(model, rev)
+                if info.get("sha") and info["sha"] in seen:  # one commit under two names: scored once
+                    duplicates.append(f"{rev or 'The default revision'} is the same commit as {seen[info['sha']]} ({info['sha'][:7]}): "
+                                      "scored once.")
+                    continue
+                seen[info.get("sha") or rev] = rev or "the default revision"
                 result = predictor.score_probes(probe_list, strict=strict)
             except (probes.ProbeError, OSError, ValueError) as err:
                 problems.append(f"{rev or 'default revision'}: {err}")
@@ -224,21 +231,27 @@ class FillMaskBench:
             for entry in rows[-1]["skipped"]:
                 if entry not in skipped:
                     skipped.append(entry)
-        ok = bool(rows) and not problems
-        plural = "s" if len(rows) != 1 else ""
-        scored = rows[0]["n"] if rows else 0
-        if skipped and rows:
-            shown = "; ".join(f"line {e['line']}: {e['reason']}" for e in skipped[:5])
-            more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
-            message = (f"Scored {scored} of {len(probe_list)} probes on {len(rows)} revision{plural}; skipped "
-                       f"{len(skipped)} that cannot be scored: {shown}{more}.")
-        else:
-            message = f"Scored {len(probe_list)} probes on {len(rows)} revision{plural}."
-        if problems:
-            message = (message + " " if rows else "") + "Not scored: " + " | ".join(problems)
         comparisons = report.compare_all(results, [r["label"] for r in rows]) if len(rows) > 1 else []
-        return {"ok": ok, "message": message, "n": len(probe_list), "rows": rows, "comparisons": comparisons,
-                "skipped": skipped}
+        total = len(probe_list) + len(probe_list.malformed)
+        return {"ok": bool(rows) and not problems, "message": _probe_message(rows, skipped, problems, duplicates, total),
+                "n": len(probe_list), "rows": rows, "comparisons": comparisons, "skipped": skipped}
+
+
+def _probe_message(rows, skipped, problems, duplicates, total: int) -> str:
+    """The one-paragraph status of a probe request: what was scored, skipped, not scored, scored once."""
+    plural = "s" if len(rows) != 1 else ""
+    if skipped and rows:
+        shown = "; ".join(f"line {e['line']}: {e['reason']}" for e in skipped[:5])
+        more = f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        message = (f"Scored {rows[0]['n']} of {total} probes on {len(rows)} revision{plural}; skipped "
+                   f"{len(skipped)} that cannot be scored: {shown}{more}.")
+    else:
+        message = f"Scored {total} probes on {len(rows)} revision{plural}."
+    if duplicates:
+        message += " " + " ".join(duplicates)
+    if problems:
+        message = (message + " " if rows else "") + "Not scored: " + " | ".join(problems)
+    return message
 
 
 def _public(info: Dict[str, Any]) -> Dict[str, Any]:

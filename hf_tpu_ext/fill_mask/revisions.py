@@ -67,27 +67,30 @@ def revision_files(api, model: str, sha: str) -> List[str]:
 
 
 def list_revisions(model: str, token: Optional[str] = None) -> List[Dict[str, Any]]:
-    """The revisions of a Hub model repo, newest first, each marked loadable or not.
+    """The revisions of a Hub model repo, newest first, one entry per commit, each marked loadable or not.
 
-    Branches (and tags) come first, then every commit of the default branch, newest first. Whether a revision
-    holds a model is read from its file list (:func:`revision_files`, one request per new commit).
+    Branches (and tags) come first, then the other commits of the default branch, newest first. A commit that a
+    branch or tag points to is listed once, under that name (``main`` stays ``main``, so the page follows the
+    branch), never again as a commit: two entries of one commit would be scored and compared with themselves.
+    Whether a revision holds a model is read from its file list (:func:`revision_files`, one request per new
+    commit).
 
     Args:
         model: a Hub repo id (a local folder gives one entry, ``value=""``).
         token: Hub token for a private repo (default: ``HF_TOKEN`` / the cached login).
 
     Returns:
-        ``[{"value": branch name or full commit sha, "label": str, "kind": "branch"|"tag"|"commit"|"local",
-        "sha": commit sha or None, "title": commit title, "step": int or None, "date": ISO time or None,
-        "loadable": bool, "reason": why not (str) or None}]``. A revision whose files cannot be listed counts
-        as loadable (loading it then says what is wrong).
+        ``[{"value": ref name or full commit sha, "label": str, "kind": "branch"|"tag"|"commit"|"local",
+        "refs": names of the branches and tags at that commit, "sha": commit sha or None, "title": commit title,
+        "step": int or None, "date": ISO time or None, "loadable": bool, "reason": why not (str) or None}]``.
+        A revision whose files cannot be listed counts as loadable (loading it then says what is wrong).
 
     Raises:
         huggingface_hub errors (``RepositoryNotFoundError``, connection errors) of the ref/commit listing.
     """
     if is_local_model(model):
         return [{"value": "", "label": f"local folder {os.path.basename(os.path.normpath(model))}", "kind": "local",
-                 "sha": None, "title": "", "step": _local_step(model), "date": None, "loadable": True,
+                 "refs": [], "sha": None, "title": "", "step": _local_step(model), "date": None, "loadable": True,
                  "reason": None}]
     from huggingface_hub import HfApi
 
@@ -95,18 +98,16 @@ def list_revisions(model: str, token: Optional[str] = None) -> List[Dict[str, An
     refs = api.list_repo_refs(model)
     commits = api.list_repo_commits(model)
     by_sha = {c.commit_id: c for c in commits}
-    out: List[Dict[str, Any]] = []
-    for kind, entries in (("branch", refs.branches), ("tag", refs.tags)):
+    named: Dict[str, List[Tuple[str, str]]] = {}  # sha -> [(ref name, kind)], main first
+    for kind, entries in (("branch", refs.branches), ("tag", refs.tags or [])):
         for ref in sorted(entries, key=lambda r: (r.name != "main", r.name)):
-            c = by_sha.get(ref.target_commit)
-            title = c.title if c else ""
-            out.append({"value": ref.name, "label": f"{ref.name} ({kind}) · {title} · {ref.target_commit[:7]}".replace(" ·  ·", " ·"),
-                        "kind": kind, "sha": ref.target_commit, "title": title, "step": step_from_title(title),
-                        "date": c.created_at.isoformat() if c else None})
+            named.setdefault(ref.target_commit, []).append((ref.name, kind))
+    out = [_ref_entry(sha, names, by_sha.get(sha)) for sha, names in named.items()]
     for c in commits:  # the Hub lists them newest first
-        out.append({"value": c.commit_id, "label": f"{c.title} · {c.commit_id[:7]}", "kind": "commit",
-                    "sha": c.commit_id, "title": c.title, "step": step_from_title(c.title),
-                    "date": c.created_at.isoformat()})
+        if c.commit_id not in named:
+            out.append({"value": c.commit_id, "label": f"{c.title} · {c.commit_id[:7]}", "kind": "commit", "refs": [],
+                        "sha": c.commit_id, "title": c.title, "step": step_from_title(c.title),
+                        "date": c.created_at.isoformat()})
     for entry in out:
         try:
             reason = missing_model_files(revision_files(api, model, entry["sha"]))
@@ -114,6 +115,16 @@ def list_revisions(model: str, token: Optional[str] = None) -> List[Dict[str, An
             reason = None
         entry.update(loadable=reason is None, reason=reason)
     return out
+
+
+def _ref_entry(sha: str, names: List[Tuple[str, str]], commit) -> Dict[str, Any]:
+    """The one entry of a commit that branches/tags point to: named by the first (``main`` first)."""
+    title = commit.title if commit else ""
+    shown = ", ".join(f"{name} ({kind})" for name, kind in names)
+    label = " · ".join(part for part in (shown, title, sha[:7]) if part)
+    return {"value": names[0][0], "label": label, "kind": names[0][1], "refs": [name for name, _ in names],
+            "sha": sha, "title": title, "step": step_from_title(title),
+            "date": commit.created_at.isoformat() if commit else None}
 
 
 def _local_step(folder: str) -> Optional[int]:
