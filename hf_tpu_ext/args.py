@@ -366,15 +366,7 @@ class TrainingArguments:
         if self.lr_scheduler_type == "polynomial" and self.learning_rate <= 1e-7:
             raise ArgumentError(f"--lr_scheduler_type polynomial decays to 1e-07, so --learning_rate must be larger, got "
                                 f"{self.learning_rate}.")
-        if self.warmup_steps < 0:
-            raise ArgumentError(f"--warmup_steps must be >= 0, got {self.warmup_steps}.")
-        if self.warmup_steps > 0 and self.warmup_ratio > 0:
-            raise ArgumentError(f"Both --warmup_steps {self.warmup_steps} and --warmup_ratio {self.warmup_ratio} are set; "
-                                "pass one of them (transformers would silently use warmup_steps).")
-        if self.max_steps <= 0 and self.num_train_epochs <= 0:
-            raise ArgumentError("Set --max_steps > 0 or --num_train_epochs > 0.")
-        if self.save_total_limit is not None and self.save_total_limit < 1:
-            raise ArgumentError("--save_total_limit must be >= 1 (or unset to keep every checkpoint).")
+        self._check_step_counts()
         if not (isinstance(self.save_on_signal_timeout, (int, float)) and 0 <= self.save_on_signal_timeout < math.inf):
             raise ArgumentError(f"--save_on_signal_timeout must be a number of seconds >= 0, got "
                                 f"{self.save_on_signal_timeout!r}.")
@@ -445,6 +437,24 @@ class TrainingArguments:
         if "eval_steps" in given and not ({"eval_strategy", "evaluation_strategy"} & set(given)):
             implied["eval_strategy"] = "steps"
         return implied
+
+    def _check_step_counts(self) -> None:
+        """Warmup, ``max_steps``/``num_train_epochs`` and ``save_total_limit`` counts (part of ``__post_init__``).
+
+        Raises:
+            ArgumentError: a negative count (``max_steps`` -1 is transformers' "unset"), both warmups, no length.
+        """
+        if self.warmup_steps < 0:
+            raise ArgumentError(f"--warmup_steps must be >= 0, got {self.warmup_steps}.")
+        if self.warmup_steps > 0 and self.warmup_ratio > 0:
+            raise ArgumentError(f"Both --warmup_steps {self.warmup_steps} and --warmup_ratio {self.warmup_ratio} are set; "
+                                "pass one of them (transformers would silently use warmup_steps).")
+        if self.max_steps < -1:  # another negative is a typo, never "train by epochs"
+            raise ArgumentError(f"--max_steps must be > 0 (or -1: train --num_train_epochs), got {self.max_steps}.")
+        if self.max_steps <= 0 and self.num_train_epochs <= 0:
+            raise ArgumentError("Set --max_steps > 0 or --num_train_epochs > 0.")
+        if self.save_total_limit is not None and self.save_total_limit < 1:
+            raise ArgumentError("--save_total_limit must be >= 1 (or unset to keep every checkpoint).")
 
     def check_user_flags(self, given) -> None:
         """Refuse a passed flag that would have no effect, with the reason (after :meth:`implied_by`).

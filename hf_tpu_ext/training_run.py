@@ -131,13 +131,15 @@ def check_output_dir(training_args) -> None:
     Raises:
         OutputDirError: the folder holds files (nothing in it is touched), is a file, or cannot be written.
     """
+    from hf_tpu_ext.run_lock import LOCK_NAME
+
     out = training_args.output_dir
     if os.path.exists(out) and not os.path.isdir(out):
         raise OutputDirError(f"--output_dir {out!r} exists and is a file; choose a folder path.")
-    if os.path.isdir(out) and os.listdir(out) and not (training_args.overwrite_output_dir
-                                                       or training_args.resume_from_checkpoint):
+    entries = [n for n in os.listdir(out) if n != LOCK_NAME] if os.path.isdir(out) else []  # this run's lock
+    if entries and not (training_args.overwrite_output_dir or training_args.resume_from_checkpoint):
         raise OutputDirError(
-            f"Output directory {out!r} already exists and is not empty ({len(os.listdir(out))} entries). "
+            f"Output directory {out!r} already exists and is not empty ({len(entries)} entries). "
             "Pass --overwrite_output_dir to train into it anyway, --resume_from_checkpoint true to continue the "
             "run saved there, or choose another --output_dir. Nothing in it was changed."
         )
@@ -260,6 +262,20 @@ def checkpoint_seq_length(trainer_state: Optional[Dict[str, Any]]) -> Optional[i
     return tokens // (step * batch)
 
 
+def check_checkpoint_backend(path: str, backend_name: str, shown: Optional[str] = None) -> None:
+    """Refuse resuming ``path`` when it holds a checkpoint of another backend than ``--backend`` (before the
+    generic "no checkpoint found", which would be untrue: it has one).
+
+    Raises:
+        CheckpointError: names the backend that wrote it and the ``--backend`` to rerun with.
+    """
+    from hf_tpu_ext.hub.checkpoint_layouts import wrong_backend_message
+
+    message = wrong_backend_message(path, backend_name, shown)
+    if message:
+        raise CheckpointError(message)
+
+
 # ---------------------------------------------------------------------------------------------- run state
 def read_run_state(output_dir: str) -> Dict[str, Any]:
     """``output_dir/run_state.json`` (``{}`` when missing or unreadable): ``{"global_step", "max_steps",
@@ -370,6 +386,10 @@ class TrainingRun:
         if "push_to_hub" in args.callback_names and not args.push_to_hub:
             raise ArgumentError("--callbacks push_to_hub pushes nothing without --push_to_hub true: add "
                                 "--push_to_hub true (and --hub_model_id), or drop push_to_hub from --callbacks.")
+        from hf_tpu_ext.run_lock import lock_output_dir
+
+        # first: a second run on a busy folder is refused before it reads or writes anything there
+        self._lock = lock_output_dir(args.output_dir)
         check_output_dir(args)
         check_model_refs(self.model_args)
         check_backend(args)
@@ -431,6 +451,7 @@ class TrainingRun:
         if args.resume_latest:
             candidates = backend.find_checkpoints(args.output_dir) if os.path.isdir(args.output_dir) else []
             if not candidates:
+                check_checkpoint_backend(args.output_dir, backend.name)
                 raise CheckpointError(
                     f"--resume_from_checkpoint true found no checkpoint in {args.output_dir!r}. Train without "
                     "--resume_from_checkpoint, or give a checkpoint folder or Hub repo id.")
@@ -438,6 +459,7 @@ class TrainingRun:
         elif os.path.exists(spec) or os.path.exists(spec + ".index"):
             candidates = backend.find_checkpoints(spec)[:1]
             if not candidates:
+                check_checkpoint_backend(spec, backend.name)
                 raise CheckpointError(f"No checkpoint of --backend {backend.name} found at {spec!r}.")
             tokenizer_dir = None
         elif looks_like_repo_spec(spec):
@@ -446,8 +468,12 @@ class TrainingRun:
             local = tempfile.mkdtemp(prefix="hf-tpu-resume-")
             self._tmp_dirs.append(local)
             self._resume_download = (local, spec)  # messages name the repo, not this temp folder
-            folder = download_last_checkpoint(spec, self.token, local, is_checkpoint=backend.is_checkpoint_folder,
-                                              also=TOKENIZER_FILES + ("special_tokens_map.json",))
+            try:
+                folder = download_last_checkpoint(spec, self.token, local, is_checkpoint=backend.is_checkpoint_folder,
+                                                  also=TOKENIZER_FILES + ("special_tokens_map.json",))
+            except CheckpointError:
+                check_checkpoint_backend(local, backend.name, shown=f"the Hub repo {spec}")  # it has one, of another
+                raise
             candidates = backend.find_checkpoints(folder)[:1]
             tokenizer_dir = local
         else:
@@ -455,7 +481,7 @@ class TrainingRun:
                 f"--resume_from_checkpoint {spec!r} is neither a local checkpoint/folder, 'true', nor a Hub repo id "
                 "'user/name[@revision]'.")
         info, errors = None, []
-        for path in candidates:
+        for i, path in enumerate(candidates):
             try:
                 info = backend.checkpoint_info(path)
                 break
@@ -464,7 +490,8 @@ class TrainingRun:
                     raise CheckpointError(f"{self._shown(str(err))} Name an older checkpoint, or start a new "
                                           "run.") from None
                 errors.append(err)
-                logger.warning("%s Resuming from the next older checkpoint instead.", err)
+                if i + 1 < len(candidates):  # the last one's failure is said once, by the error below
+                    logger.warning("%s Resuming from the next older checkpoint instead.", err)
         if info is None:
             if errors and all(isinstance(e, IncompleteCheckpointError) for e in errors):
                 # the first save of the run was stopped: nothing was saved, so the run starts at step 0
@@ -527,6 +554,10 @@ class TrainingRun:
         if self._passed("max_seq_length", data_args):
             if limit and length > limit:
                 conflicts.append(f"--max_seq_length {length} (the checkpoint's model holds {limit} tokens)")
+            elif limit and length != limit and not m.model_name_or_path and not m.config_name:
+                # the default config gets exactly length + 2 positions: another length is another model shape
+                conflicts.append(f"--max_seq_length {length} (the checkpoint was trained with {limit}: its model "
+                                 f"has max_position_embeddings={positions})")
         else:
             trained = checkpoint_seq_length(info.trainer_state)
             target = trained if trained and (not limit or trained <= limit) else (min(length, limit) if limit else None)
@@ -748,6 +779,9 @@ class TrainingRun:
         finally:
             for d in self._tmp_dirs:
                 shutil.rmtree(d, ignore_errors=True)
+            lock = getattr(self, "_lock", None)
+            if lock is not None:  # after an error or a signal too; a SIGKILL leaves a stale lock for the next run
+                lock.release()
 
     def _run(self) -> Dict[str, Any]:
         args = self.args
@@ -768,7 +802,7 @@ class TrainingRun:
                 return self._run_phases(t_total)
         except KeyboardInterrupt:
             raise self._interrupted() from None
-        except BaseException:
+        except BaseException as err:
             if interrupts.received() is not None:  # a library failed half-way through the signal: still one line
                 raise self._interrupted() from None
             if self.pusher is not None:
@@ -777,6 +811,12 @@ class TrainingRun:
                     logger.error("training failed; %d push(es) not uploaded: %s", len(report.pending),
                                  ", ".join(report.pending))
                 self.pusher.close()
+            from hf_tpu_ext.hub.checkpoint_layouts import save_failure_message
+
+            secrets = tuple(t for t in (self.token, getattr(args, "hub_token", None)) if t)
+            message = save_failure_message(err, args.output_dir, resume_hint(self.argv, secrets))
+            if message:  # disk full, quota, read-only: one line naming the intact checkpoint, not a traceback
+                raise OutputDirError(message) from None
             raise
 
     def _interrupted(self) -> TrainingInterrupted:
@@ -910,6 +950,9 @@ class TrainingRun:
         # every check passed: from here on output_dir is written
         if backend.is_chief:
             os.makedirs(args.output_dir, exist_ok=True)
+            if args.overwrite_output_dir and not args.resume_from_checkpoint:  # an earlier run's saves must go
+                from hf_tpu_ext.hub.checkpoint_layouts import clear_for_overwrite
+                clear_for_overwrite(args.output_dir)
             if not all(os.path.isfile(os.path.join(args.output_dir, f)) for f in TOKENIZER_FILES) or info is None:
                 self.tokenizer.save_pretrained(args.output_dir)
             removed = backend.remove_incomplete_checkpoints(args.output_dir)

@@ -30,6 +30,7 @@ Standard library only: no TensorFlow, torch or Keras.
 
 from __future__ import annotations
 
+import errno
 import glob
 import logging
 import os
@@ -44,7 +45,7 @@ from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 logger = logging.getLogger("hf_tpu_ext.hub")
 
 __all__ = ["FoundCheckpoint", "CheckpointLayout", "LAYOUTS", "find_checkpoints", "newest_checkpoint",
-           "pack_checkpoint", "layouts_help", "push_later_command"]
+           "pack_checkpoint", "layouts_help", "push_later_command", "previous_run_paths", "remove_previous_run"]
 
 TF_STATE_SUFFIX = ".trainer_state.json"  # the TensorFlow backend's ckpt-N.trainer_state.json
 TRAINER_STATE = "trainer_state.json"
@@ -257,3 +258,139 @@ def push_later_command(output_dir: Optional[str], repo_id: str, revision: Option
     if revision:
         parts += ["--revision", revision]
     return " ".join(shlex.quote(p) for p in parts)
+
+
+#: what an earlier run leaves in its output folder that a resume or ``hf-tpu push`` would take for the new run's
+#: (its checkpoints in every layout, its run state and results, its model weights); config and tokenizer files are
+#: written again by the new run, TensorBoard's ``runs/`` and a README.md are left alone
+PREVIOUS_RUN_DIRS = ("checkpoints", LAST_CHECKPOINT, f"hub-{LAST_CHECKPOINT}", "keras_hub")
+PREVIOUS_RUN_FILES = ("run_state.json", TRAINER_STATE, "all_results.json", "training_summary.json",
+                      "model.safetensors", "model.safetensors.index.json", "tf_model.h5", "loss_curve.png")
+_CHECKPOINT_TEMP = re.compile(r"^\.?checkpoint-\d+(\.tmp.*)?$")  # checkpoint-N/ and the Keras .checkpoint-N.tmp-PID/
+
+
+def previous_run_paths(output_dir: str) -> List[str]:
+    """The names in ``output_dir`` that :func:`remove_previous_run` removes (sorted; ``[]`` for no folder)."""
+    if not os.path.isdir(output_dir):
+        return []
+    return sorted(n for n in os.listdir(output_dir)
+                  if (n in PREVIOUS_RUN_DIRS and os.path.isdir(os.path.join(output_dir, n)))
+                  or (n in PREVIOUS_RUN_FILES and os.path.isfile(os.path.join(output_dir, n)))
+                  or (_CHECKPOINT_TEMP.match(n) and os.path.isdir(os.path.join(output_dir, n))))
+
+
+def remove_previous_run(output_dir: str) -> Tuple[List[str], List[int]]:
+    """Remove what an earlier run left in ``output_dir`` that a resume or ``hf-tpu push`` would take
+    (``--overwrite_output_dir``): :data:`PREVIOUS_RUN_DIRS`, :data:`PREVIOUS_RUN_FILES`, ``checkpoint-N/``.
+
+    Returns:
+        ``(names removed, global steps of the checkpoints among them, newest first)``.
+
+    Raises:
+        OSError: a file could not be removed (the ones before it are gone).
+    """
+    steps = sorted({c.step for c in find_checkpoints(output_dir)}, reverse=True)
+    names = previous_run_paths(output_dir)
+    for name in names:
+        path = os.path.join(output_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    return names, steps
+
+
+def clear_for_overwrite(output_dir: str) -> List[str]:
+    """:func:`remove_previous_run` for ``--overwrite_output_dir``, said in one log line (nothing: no line).
+
+    Returns:
+        The names removed.
+    """
+    names, steps = remove_previous_run(output_dir)
+    if names:
+        what = f"checkpoints of step {', '.join(map(str, steps))}; " if steps else ""
+        logger.info("--overwrite_output_dir: removed the earlier run's %s%s from %s (a resume or hf-tpu push would "
+                    "have taken them).", what, ", ".join(names), output_dir)
+    return names
+
+
+def _backend_of_folder(folder: str) -> Optional[str]:
+    """Which ``hf-tpu train --backend`` wrote the one checkpoint in ``folder`` (by its files), or ``None``."""
+    names = set(os.listdir(folder)) if os.path.isdir(folder) else set()
+    if any(_TF_INDEX.match(n) for n in names):
+        return "tensorflow"
+    if "model_state.safetensors" in names and "checkpoint.json" in names:
+        return "keras"
+    if "optimizer.pt" in names or "scheduler.pt" in names:
+        return "torch_xla"
+    return None
+
+
+def checkpoint_backend(path: str) -> Optional[Tuple[str, int]]:
+    """``(backend name, step)`` of the newest ``hf-tpu train`` checkpoint at ``path`` -- a run folder, a
+    ``checkpoint-N/`` or ``last-checkpoint/`` folder, a TensorFlow ``ckpt-N`` prefix -- or ``None``, whatever the
+    backend asking (so a resume with the wrong ``--backend`` can name the right one)."""
+    match = re.search(r"ckpt-(\d+)(\.index)?$", path)
+    if match and os.path.isfile(re.sub(r"\.index$", "", path) + ".index"):
+        return "tensorflow", int(match.group(1))
+    for found in find_checkpoints(path):
+        backend = "tensorflow" if found.layout == "tensorflow" else _backend_of_folder(found.path)
+        if backend:
+            return backend, found.step
+    backend = _backend_of_folder(path)  # a checkpoint folder itself
+    if backend:
+        step = _read_json(os.path.join(path, TRAINER_STATE)).get("global_step")
+        match = _NUMBERED_DIR.match(os.path.basename(os.path.normpath(path)))
+        return backend, int(step if step is not None else match.group(1) if match else 0)
+    return None
+
+
+def wrong_backend_message(path: str, backend: str, shown: Optional[str] = None) -> Optional[str]:
+    """The one line for ``--resume_from_checkpoint`` at ``path`` holding another backend's checkpoint (``None``
+    when it holds none, or one of ``backend``); ``shown`` is how the message names the place (default ``path``)."""
+    found = checkpoint_backend(path)
+    if found is None or found[0] == backend:
+        return None
+    other, step = found
+    return (f"--resume_from_checkpoint: {shown or path} holds a {other} backend checkpoint (step {step}), not a "
+            f"{backend} one: rerun with --backend {other}.")
+
+
+#: the OS errors of a write that a rerun can finish once the cause is fixed (space, quota, permissions, I/O)
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EACCES, errno.EPERM, errno.EFBIG}
+_WRITE_TEXTS = {"No space left on device": errno.ENOSPC, "Disk quota exceeded": errno.EDQUOT,
+                "Read-only file system": errno.EROFS}
+
+
+def write_failure_errno(err: BaseException) -> Optional[int]:
+    """The errno of a failed file write in ``err`` (an ``OSError`` with a write errno, or a framework's error
+    whose text says "No space left on device" etc.: TensorFlow's ``ResourceExhaustedError``, safetensors'
+    ``SafetensorError``), else ``None``. Errors raised on purpose by hf-tpu-ext are never one."""
+    from hf_tpu_ext.errors import HfTpuExtError
+
+    if isinstance(err, HfTpuExtError):
+        return None
+    if isinstance(err, OSError) and err.errno in _WRITE_ERRNOS:
+        return err.errno
+    text = str(err)
+    return next((code for phrase, code in _WRITE_TEXTS.items() if phrase in text), None)
+
+
+def save_failure_message(err: BaseException, output_dir: str, resume_command: str) -> Optional[str]:
+    """The one line for a save that failed on a file write (:func:`write_failure_errno`; ``None`` otherwise): the
+    folder, the newest intact checkpoint in it (torn saves are never named, and a resume skips them) and how to
+    resume."""
+    code = write_failure_errno(err)
+    if code is None:
+        return None
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # the torn save is the one that failed: no "skipping" lines beside this one
+    try:
+        found = newest_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+    finally:
+        logger.setLevel(level)
+    intact = (f"the newest intact checkpoint is {os.path.relpath(found.path, output_dir)} (step {found.step})"
+              if found else "it holds no intact checkpoint yet (a rerun starts at step 0)")
+    fix = "free some space" if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else "make it writable"
+    return (f"Writing to --output_dir {output_dir} failed: {os.strerror(code)}; {intact}. {fix.capitalize()}, "
+            f"then resume with: {resume_command}")
