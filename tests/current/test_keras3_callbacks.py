@@ -154,6 +154,16 @@ def _check_common(out, loopback_hub, tmp_path, train_step_name):
     assert check_card_metadata(card.data.to_dict()) == []
     assert 'keras_hub.models.RobertaMaskedLM.from_preset("hf://alice/tiny-keras-hub")' in card.text
     assert "(end of training: step 16, epoch 2)" in card.text
+    # the card's evaluation (model-index and a table) and the checkpoint's trainer state say what ran
+    h = out["history"]
+    results = {r.metric_type: r.metric_value for r in card.data.eval_results}
+    assert results == {"loss": round(h["eval_loss"][-1], 6), "perplexity": round(h["perplexity"][-1], 6),
+                       "accuracy": round(h["eval_accuracy"][-1], 6)}
+    assert f"| Perplexity | {round(h['perplexity'][-1], 6):.6g} |" in card.text
+    assert [(e["step"], e["epoch"]) for e in state["log_history"]] == [(8, 1.0), (16, 2.0)]
+    assert [e["perplexity"] for e in state["log_history"]] == [round(p, 6) for p in h["perplexity"]]
+    assert [e["loss"] for e in state["log_history"]] == [round(v, 6) for v in h["loss"]]
+    assert (state["logging_steps"], state["num_train_epochs"]) == (8, 2)
     # the final preset loads back through HF_ENDPOINT and computes the same logits
     assert out["logits_shape"][0] == 8 and out["logits_shape"][1] == 6
     assert out["max_abs_diff"] <= 1e-5
@@ -161,7 +171,6 @@ def _check_common(out, loopback_hub, tmp_path, train_step_name):
     assert (out["resume_state"]["global_step"], out["resume_state"]["epoch"]) == (16, 2.0)
     assert out["resume_iterations"] == 16 and out["resume_weights_equal"] is True
 
-    h = out["history"]
     assert h["xla_compilations"] == [1, 1]
     assert len(h["eval_loss"]) == 2 and all(t == h["eval_tokens"][0] > 0 for t in h["eval_tokens"])
     assert h["perplexity"][-1] == pytest.approx(__import__("math").exp(h["eval_loss"][-1]))
@@ -217,6 +226,29 @@ def _tiny_keras_model():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     model.compile(keras.optimizers.SGD(0.1), "mse")
     return model
+
+
+def test_throughput_one_line_per_logging_step(caplog):
+    import logging
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from hf_tpu_ext.callbacks.keras.throughput import ThroughputCallback
+
+    # hf-tpu train's loop logs the throughput itself: the callback's from_run adds no second line
+    run = SimpleNamespace(global_batch_size=4, seq_length=3, num_replicas=1, flops_per_token=10.0,
+                          training_args=SimpleNamespace(logging_steps=2))
+    assert ThroughputCallback.from_run(run).log_every == 0
+    assert ThroughputCallback.from_run(SimpleNamespace(**vars(run), logs_throughput=False)).log_every == 2
+    # a plain fit: the callback's line is the one line, once per logging step, in step order
+    model = _tiny_keras_model()
+    cb = ThroughputCallback(global_batch_size=4, seq_length=3, warmup_steps=1, log_every=2, peak_flops=1e12)
+    with caplog.at_level(logging.INFO, logger="hf_tpu_ext"):
+        model.fit(np.ones((24, 3), "float32"), np.zeros((24, 2), "float32"), batch_size=4, epochs=1, verbose=0,
+                  callbacks=[cb])
+    lines = [r.getMessage() for r in caplog.records if "tokens/s" in r.getMessage()]
+    assert [line.split(":")[0] for line in lines] == ["step 2", "step 4", "step 6"], lines
 
 
 def test_push_to_hub_is_chief_only(monkeypatch, tmp_path):

@@ -55,7 +55,9 @@ def render_card(model, repo_id: str, *, step: int, epoch: float, logs: Optional[
 
     Returns:
         Markdown with YAML metadata: ``library_name`` (``keras-hub`` for a keras-hub task, else ``keras``),
-        ``pipeline_tag``, ``tags``.
+        ``pipeline_tag``, ``tags``, and ``model-index`` with the evaluation in ``logs`` (``val_loss`` or
+        ``eval_loss`` in nats, ``perplexity``, accuracy: :func:`hf_tpu_ext.hub.model_card.eval_results_from_logs`),
+        also shown as an "Evaluation results" table.
     """
     from huggingface_hub import ModelCard, ModelCardData
 
@@ -63,8 +65,10 @@ def render_card(model, repo_id: str, *, step: int, epoch: float, logs: Optional[
     name = type(model).__name__
     tags = (_task_tags(model) if keras_hub else ["keras"]) + list(card_fields.pop("tags", None) or [])
     pipeline_tag = card_fields.pop("pipeline_tag", "fill-mask" if "MaskedLM" in name or not keras_hub else None)
+    evals = _eval_results(logs, pipeline_tag, card_fields)
     data = ModelCardData(library_name="keras-hub" if keras_hub else "keras", pipeline_tag=pipeline_tag,
-                         tags=list(dict.fromkeys(tags)), **{k: v for k, v in card_fields.items() if v is not None})
+                         tags=list(dict.fromkeys(tags)), model_name=repo_id.split("/")[-1],
+                         eval_results=evals or None, **{k: v for k, v in card_fields.items() if v is not None})
     if keras_hub:
         load = (f"```python\nimport keras_hub\n\nmodel = keras_hub.models.{name}.from_preset(\"hf://{repo_id}\")\n```")
     else:
@@ -82,9 +86,50 @@ def render_card(model, repo_id: str, *, step: int, epoch: float, logs: Optional[
         f"---\n{data.to_yaml()}\n---\n\n# {repo_id.split('/')[-1]}\n\n"
         f"A `{name}` trained with Keras {keras.__version__} on the {keras.backend.backend()} backend "
         f"({status}: step {step}, epoch {epoch:g}).{progress}\n\n## How to load\n\n{load}\n"
+        + ("\n## Evaluation results\n\n| metric | value |\n|---|---|\n"
+           + "".join(f"| {r.metric_name} | {r.metric_value:.6g} |\n" for r in evals) if evals else "")
         + (f"\n## Latest training logs\n\n| metric | value |\n|---|---|\n{rows}\n" if rows else "")
     )
     return str(mark_generated(ModelCard(content)))  # marked: a later save or `hf-tpu push` may replace it
+
+
+def _eval_results(logs, pipeline_tag, card_fields) -> list:
+    """``huggingface_hub.EvalResult`` rows (the card's model-index) of the evaluation in ``logs``."""
+    from huggingface_hub import EvalResult
+
+    from hf_tpu_ext.hub.model_card import eval_results_from_logs
+
+    found = eval_results_from_logs(logs)
+    datasets = card_fields.get("datasets") or []
+    dataset = datasets[0] if isinstance(datasets, list) and datasets else (datasets or None)
+    where = dict(dataset_name=dataset, dataset_type=dataset) if dataset else dict(dataset_name="validation data",
+                                                                                    dataset_type="text")
+    task = dict(task_type=pipeline_tag or "fill-mask", task_name="Masked Language Modeling")
+    names = (("eval_loss", "loss", "Eval loss (nats)"), ("perplexity", "perplexity", "Perplexity"),
+             ("eval_accuracy", "accuracy", "Masked-token accuracy"))
+    return [EvalResult(metric_type=mtype, metric_value=round(found[key], 6), metric_name=mname, **task, **where)
+            for key, mtype, mname in names if key in found]
+
+
+def history_entry(logs: Optional[Dict[str, Any]], step: int, epoch: float) -> Dict[str, Any]:
+    """One ``log_history`` entry (transformers' shape) of Keras epoch ``logs``: the numbers, ``step`` and ``epoch``."""
+    numbers = {k: round(float(v), 6) for k, v in (logs or {}).items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return dict(numbers, epoch=round(float(epoch), 4), step=int(step))
+
+
+def trainer_state(history: List[tuple], params: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The ``trainer_state.json`` fields a Keras ``fit`` knows: ``log_history`` (one :func:`history_entry` per
+    ``(epoch logs, step, epoch)`` of ``history``: Keras logs per epoch; the logs dicts are read now, so what a
+    later callback added to them is in), ``logging_steps`` (steps per epoch), ``num_train_epochs``
+    (``fit``'s ``epochs``)."""
+    params = params or {}
+    state: Dict[str, Any] = {"log_history": [history_entry(*item) for item in history]}
+    if params.get("steps"):
+        state["logging_steps"] = int(params["steps"])
+    if params.get("epochs"):
+        state["num_train_epochs"] = int(params["epochs"])
+    return state
 
 
 def save_model(model, folder: str) -> None:

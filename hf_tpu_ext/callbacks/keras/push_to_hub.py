@@ -19,7 +19,8 @@ from huggingface_hub import ModelCard
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.keras import process_index
-from hf_tpu_ext.callbacks.keras.model_files import render_card, restore_from_hub, save_checkpoint, save_model
+from hf_tpu_ext.callbacks.keras.model_files import (render_card, restore_from_hub, save_checkpoint, save_model,
+                                                    trainer_state)
 from hf_tpu_ext.hub.model_card import write_card
 from hf_tpu_ext.hub.push_session import PushConfig, PushSession, SessionBacked
 
@@ -61,10 +62,10 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
                             backoff_seconds=backoff_seconds, hub_commit_budget=hub_commit_budget, card_fields=card_fields)
         self.session = PushSession(config, is_chief=process_index() == 0)
         self.output_dir, self.report = config.output_dir, None
-        self._logs: Dict[str, Any] = {}
+        # the latest logs (card); (epoch logs, step, epoch) of each epoch (the checkpoints' trainer_state.json)
+        self._logs, self._history = {}, []  # type: Dict[str, Any], list
         self._step0 = self._steps = self._epoch = 0
-        self._last_save: Optional[int] = None
-        self._last_checkpoint: Optional[str] = None
+        self._last_save, self._last_checkpoint = None, None  # type: Optional[int], Optional[str]
 
     def __repr__(self):  # the token stays out of logs and tracebacks
         return f"PushToHubCallback({self.session!r})"
@@ -93,7 +94,8 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
         checkpoint = self._last_checkpoint if step == self._last_save else None
         if checkpoint is None and s.wants_checkpoint(final):
             checkpoint = save_checkpoint(model, os.path.join(self.output_dir, "checkpoints", f"checkpoint-{step}"))
-            s.write_trainer_state(checkpoint, step, epoch=self._epoch, max_steps=self._max_steps())
+            s.write_trainer_state(checkpoint, step, epoch=self._epoch, max_steps=self._max_steps(),
+                                  state=trainer_state(self._history, getattr(self, "params", None)))
         s.save(self.output_dir, step=step, checkpoint_folder=checkpoint, final=final)
         if self._last_checkpoint and self._last_checkpoint != checkpoint:  # keep only the newest locally
             shutil.rmtree(self._last_checkpoint, ignore_errors=True)
@@ -132,7 +134,8 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
             self.save()
 
     def on_epoch_end(self, epoch, logs=None):
-        self._epoch, self._logs = epoch + 1, dict(logs or {})
+        self._epoch, self._logs = epoch + 1, (logs if logs is not None else {})  # the dict all callbacks get
+        self._history.append((self._logs, self._step0 + self._steps, self._epoch))
         self.session.note_logs(logs, self._step0 + self._steps, self._epoch)
         if self.session.active and self.session.saves_each_epoch:
             self.save()

@@ -141,11 +141,13 @@ class ThroughputCallback(ThroughputMeter, keras.callbacks.Callback):
     def from_run(cls, run) -> "ThroughputCallback":
         """The callback of an ``hf-tpu train --backend keras`` run: its global batch, sequence length, replicas
         and FLOPs per token (:func:`hf_tpu_ext.flops.flops_per_token` with the head at the masked positions, the
-        count every backend uses), logging at ``--logging_steps``."""
+        count every backend uses). No line of its own (``log_every=0``) while the run's loop logs throughput
+        (``run.logs_throughput``, true unless the context says otherwise: the loop's line is the one figure per
+        logging step); else a line every ``--logging_steps``. It still fills the logs and ``summary``."""
         args = run.training_args
+        every = 0 if getattr(run, "logs_throughput", True) else max(1, int(getattr(args, "logging_steps", 100) or 100))
         return cls(run.global_batch_size, run.seq_length, num_replicas=run.num_replicas,
-                   flops_per_token=getattr(run, "flops_per_token", None),
-                   log_every=max(1, int(getattr(args, "logging_steps", 100) or 100)))
+                   flops_per_token=getattr(run, "flops_per_token", None), log_every=every)
 
     def _iterations(self) -> Optional[int]:
         return None  # JAX keeps the optimizer step outside the variable mid-epoch: count batch indices
