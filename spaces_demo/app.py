@@ -42,6 +42,7 @@ import functools
 import html
 import os
 import sys
+from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -229,13 +230,7 @@ def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str]
     import gradio as gr
 
     ignore_request_warnings()  # however the app is launched: no two-line warning per request
-    threads = torch_threads if torch_threads is not None else int(os.environ.get(THREADS_ENV) or 1)
-    if threads > 0 and select_backend(backend) == "torch":
-        import torch
-
-        # Requests run in parallel threads (batches, the probe queue); intra-op threads on top of them
-        # oversubscribe the cores, and OpenMP's spinning then made a probe set 5-10x slower on 2 cores.
-        torch.set_num_threads(threads)
+    _set_torch_threads(backend, torch_threads)
     if predictor is not None:
         model_id_or_path = model_id_or_path or predictor.model_id
     model_id_or_path = model_id_or_path or default_model_id()
@@ -243,10 +238,44 @@ def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str]
         raise ValueError(f"No model: pass a model folder or repo id, or set the {MODEL_ENV} environment variable.")
     bench = FillMaskBench(model_id_or_path, backend=backend, revision=revision, cache_size=cache_size,
                           predictor=predictor)
-    default = bench.default
-    mask = default.mask_token
+    listing = bench.revisions()
+    choices = _choices(listing)
+    shown = {"a": choices, "b": [("(none)", "")] + choices}  # what the page was built with / last updated to
+    api, page = _api_functions(bench), _page_functions(bench, shown)
+    with gr.Blocks(title=f"Fill-mask: {bench.model}") as demo:
+        picks = _revision_pickers(bench, listing, choices)
+        with gr.Tabs():
+            with gr.Tab("Fill mask"):
+                fill = _fill_tab(bench.default.mask_token)
+            with gr.Tab("Probe set"):
+                probe = _probe_tab(bench.default.mask_token, choices)
+        _wire_page(demo, page, picks, fill, probe, concurrency_limit)
+        fill_group = dict(concurrency_id="fill_mask", concurrency_limit=concurrency_limit)
+        gr.api(_batched(api.fill_mask, api.fill_mask_batch), api_name="fill_mask", batch=True,
+               max_batch_size=MAX_BATCH_SIZE, **fill_group)
+        gr.api(api.compare, api_name="compare", **fill_group)
+        gr.api(api.probe, api_name="probe", concurrency_id="probe", concurrency_limit=1)
+        gr.api(api.revisions, api_name="revisions", concurrency_id="hub", concurrency_limit=4)
+    demo.queue(default_concurrency_limit=concurrency_limit)
+    demo.bench = bench
+    demo.predictor = bench.default
+    return demo
 
-    # ---- API functions (typed: gradio derives the client's parameters and defaults from these signatures)
+
+def _set_torch_threads(backend: Optional[str], torch_threads: Optional[int]) -> None:
+    """PyTorch's intra-op threads for the process (see :func:`build_demo`)."""
+    threads = torch_threads if torch_threads is not None else int(os.environ.get(THREADS_ENV) or 1)
+    if threads > 0 and select_backend(backend) == "torch":
+        import torch
+
+        # Requests run in parallel threads (batches, the probe queue); intra-op threads on top of them
+        # oversubscribe the cores, and OpenMP's spinning then made a probe set 5-10x slower on 2 cores.
+        torch.set_num_threads(threads)
+
+
+def _api_functions(bench: FillMaskBench) -> SimpleNamespace:
+    """The API endpoints' functions (typed: gradio derives the client's parameters and defaults from them)."""
+
     def fill_mask(text: str, top_k: Union[int, str] = DEFAULT_TOP_K, targets: str = "", revision: str = "") -> dict:
         """Fill the masks of `text` with one revision of the model (default: the configured one)."""
         return bench.fill_mask_many([(text, top_k, targets, "", revision)])[0]
@@ -263,18 +292,26 @@ def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str]
 
     def probe(probes_text: str, revisions: str = "", model: str = "", strict: bool = False) -> dict:
         """Top-1/top-5 accuracy, MRR and answer log-likelihood, with 95% intervals, of a probe set on
-        comma-separated revisions; each revision compared with the one before it (paired tests). Unscorable
-        lines are skipped and listed (`strict`: they fail the revision instead)."""
+        comma-separated revisions; each revision compared with the one before it (paired tests, Holm-corrected).
+        Malformed and unscorable lines are skipped and listed (`strict`: they fail the revision instead)."""
         return bench.probe(probes_text, revisions, model, strict=bool(strict))
 
     def revisions(model: str = "") -> list:
-        """The model repo's branches and commits, newest first; `loadable` false (with `reason`) where there is no model."""
+        """The model repo's branches and commits, newest first, one entry per commit; `loadable` false (with
+        `reason`) where there is no model."""
         try:
             return bench.revisions(bench.check_model(model), refresh=True)
         except ValueError as err:
             return [{"error": str(err)}]
 
-    # ---- page functions
+    return SimpleNamespace(fill_mask=fill_mask, compare=compare, fill_mask_batch=fill_mask_batch, probe=probe,
+                           revisions=revisions)
+
+
+def _page_functions(bench: FillMaskBench, shown: Dict[str, Any]) -> SimpleNamespace:
+    """The page's event functions; ``shown`` holds the revision choices the widgets show now."""
+    import gradio as gr
+
     def ui_fill(text, top_k, targets, rev_a, model_b, rev_b):
         return ui_fill_batch([(text, top_k, targets, rev_a, model_b, rev_b)])[0]
 
@@ -290,17 +327,9 @@ def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str]
         ends = slots[1:] + [len(reqs)]
         return [{"a": answers[s], "b": answers[s + 1] if e - s > 1 else None} for s, e in zip(slots, ends)]
 
-    def render_one(result):
-        if not result:
-            return [], "", "Pick a revision B to compare."
-        status = ("" if result.get("ok") else "**Note:** ") + html.escape(str(result.get("message", "")))
-        rev = result.get("revision") or {}
-        title = f"**{html.escape(str(rev.get('label') or result.get('model') or ''))}**"
-        return result_rows(result), result.get("filled") or "", title + "\n\n" + status
-
     def render(raw):
         raw = raw or {}
-        return (*render_one(raw.get("a")), *render_one(raw.get("b")))
+        return (*_render_one(raw.get("a")), *_render_one(raw.get("b")))
 
     def ui_probe(text, picked, rev_a, rev_b):
         chosen = list(picked or []) or [r for r in (rev_a, rev_b) if r is not None]
@@ -316,7 +345,6 @@ def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str]
 
     def refresh(model_b, rev_a, rev_b):
         listing = bench.revisions(refresh=True)
-        note = _not_offered_note(listing)
         choices = _choices(listing)
         values = [v for _, v in choices]
         try:
@@ -330,101 +358,119 @@ def build_demo(model_id_or_path: Optional[str] = None, *, backend: Optional[str]
             return gr.update(), gr.update(), gr.update(), gr.update()  # nothing new: leave the widgets alone
         shown.update(a=choices, b=choices_b)
         return (gr.update(choices=choices, value=a), gr.update(choices=choices_b, value=b),
-                gr.update(choices=choices, value=[]), note)
+                gr.update(choices=choices, value=[]), _not_offered_note(listing))
 
-    listing = bench.revisions()
-    choices = _choices(listing)
-    shown = {"a": choices, "b": [("(none)", "")] + choices}  # what the page was built with / last updated to
+    return SimpleNamespace(ui_fill=ui_fill, ui_fill_batch=ui_fill_batch, render=render, ui_probe=ui_probe,
+                           read_upload=read_upload, refresh=refresh)
+
+
+def _render_one(result):
+    """``(table rows, filled sentence, Markdown title + status)`` of one revision's answer."""
+    if not result:
+        return [], "", "Pick a revision B to compare."
+    status = ("" if result.get("ok") else "**Note:** ") + html.escape(str(result.get("message", "")))
+    rev = result.get("revision") or {}
+    title = f"**{html.escape(str(rev.get('label') or result.get('model') or ''))}**"
+    return result_rows(result), result.get("filled") or "", title + "\n\n" + status
+
+
+def _revision_pickers(bench: FillMaskBench, listing, choices) -> SimpleNamespace:
+    """The page's header: title, revision A/B pickers, model B, refresh button, the not-offered note."""
+    import gradio as gr
+
     where = "local folder" if bench.local else "Hub repo"
-    with gr.Blocks(title=f"Fill-mask: {bench.model}") as demo:
-        gr.Markdown(
-            f"# Fill-mask test bench\nModel: `{bench.model}` ({where}, {default.backend}). Pick one or two "
-            f"revisions, type a sentence with `{mask}` (or `[MASK]`) where a word is missing, or score a probe "
-            "set on several revisions. Several masks are predicted independently in one forward pass.")
-        with gr.Row():
-            rev_a = gr.Dropdown(label="Revision A", choices=choices, value=bench.default_value(), elem_id="revision-a",
-                                scale=3)
-            rev_b = gr.Dropdown(label="Revision B (optional)", choices=[("(none)", "")] + choices, value="",
-                                elem_id="revision-b", scale=3)
-            model_b = gr.Textbox(label="Model B (optional: another repo id)", value="", elem_id="model-b", scale=2)
-            refresh_btn = gr.Button("Refresh revisions", scale=1)
-        revisions_note = gr.Markdown(_not_offered_note(listing), elem_id="revisions-note")
-        with gr.Tabs():
-            with gr.Tab("Fill mask"):
-                with gr.Row():
-                    with gr.Column(scale=3):
-                        text = gr.Textbox(label="Sentence", lines=2, placeholder=f"Paris is the {mask} of France.")
-                        targets = gr.Textbox(label="Targets (optional, comma-separated candidate words)", value="",
-                                             placeholder="capital, city")
-                    with gr.Column(scale=1):
-                        top_k = gr.Textbox(label="top_k", value=str(DEFAULT_TOP_K))
-                        submit = gr.Button("Fill", variant="primary")
-                with gr.Row():
-                    with gr.Column():
-                        message_a = gr.Markdown(elem_id="fill-mask-message")
-                        filled_a = gr.Textbox(label="Filled with the best guesses", interactive=False,
-                                              elem_id="fill-mask-filled")
-                        table_a = gr.Dataframe(headers=RESULT_HEADERS, label="Ranked candidates (A)",
-                                               interactive=False, elem_id="fill-mask-table")
-                    with gr.Column():
-                        message_b = gr.Markdown(elem_id="fill-mask-message-b")
-                        filled_b = gr.Textbox(label="Filled by B", interactive=False, elem_id="fill-mask-filled-b")
-                        table_b = gr.Dataframe(headers=RESULT_HEADERS, label="Ranked candidates (B)",
-                                               interactive=False, elem_id="fill-mask-table-b")
-                with gr.Accordion("JSON (what the /compare API returns)", open=False):
-                    raw = gr.JSON(label="result")
-                gr.Examples(
-                    examples=[[f"Paris is the {mask} of France.", str(DEFAULT_TOP_K), ""],
-                              [f"The {mask} sat on the {mask}.", "3", ""],
-                              [f"I like to drink {mask} in the morning.", "5", "coffee, tea, water"]],
-                    inputs=[text, top_k, targets], cache_examples=False)
-            with gr.Tab("Probe set"):
-                with gr.Row():
-                    probe_text = gr.Textbox(label="Probes, one per line: sentence with <mask> \u21d2 answer; "
-                                                  "templates 'a <mask> | b <mask>', distractors '\u21d2 answer | "
-                                                  "other' (or CSV text,answer / JSONL)", lines=8,
-                                            elem_id="probe-text", scale=3,
-                                            placeholder=f"The capital of France is {mask}. | France's capital is "
-                                                        f"{mask}. \u21d2 Paris | Lyon")
-                    probe_file = gr.File(label="Or upload a probe file (.txt, .csv, .jsonl)", type="filepath",
-                                         file_types=[".txt", ".csv", ".tsv", ".jsonl", ".json"], scale=1)
-                probe_revs = gr.CheckboxGroup(label="Revisions to score (none ticked: revisions A and B)",
-                                              choices=choices, value=[], elem_id="probe-revisions")
-                score_btn = gr.Button("Score probe set", variant="primary")
-                probe_message = gr.Markdown(elem_id="probe-message")
-                probe_table = gr.Dataframe(headers=PROBE_HEADERS, label="Scores per revision", interactive=False,
-                                           elem_id="probe-table")
-                probe_notes_md = gr.Markdown(elem_id="probe-compare")
-                probe_plot = gr.Plot(label="Probe scores across revisions", elem_id="probe-plot")
-                probe_raw = gr.JSON(visible=False)
+    gr.Markdown(
+        f"# Fill-mask test bench\nModel: `{bench.model}` ({where}, {bench.default.backend}). Pick one or two "
+        f"revisions, type a sentence with `{bench.default.mask_token}` (or `[MASK]`) where a word is missing, or "
+        "score a probe set on several revisions. Several masks are predicted independently in one forward pass.")
+    with gr.Row():
+        rev_a = gr.Dropdown(label="Revision A", choices=choices, value=bench.default_value(), elem_id="revision-a",
+                            scale=3)
+        rev_b = gr.Dropdown(label="Revision B (optional)", choices=[("(none)", "")] + choices, value="",
+                            elem_id="revision-b", scale=3)
+        model_b = gr.Textbox(label="Model B (optional: another repo id)", value="", elem_id="model-b", scale=2)
+        refresh_btn = gr.Button("Refresh revisions", scale=1)
+    note = gr.Markdown(_not_offered_note(listing), elem_id="revisions-note")
+    return SimpleNamespace(rev_a=rev_a, rev_b=rev_b, model_b=model_b, refresh_btn=refresh_btn, note=note)
 
-        fill_group = dict(concurrency_id="fill_mask", concurrency_limit=concurrency_limit)
-        gr.on(triggers=[submit.click, text.submit], fn=_batched(ui_fill, ui_fill_batch),
-              inputs=[text, top_k, targets, rev_a, model_b, rev_b], outputs=raw, batch=True,
-              max_batch_size=MAX_BATCH_SIZE, api_visibility="private", **fill_group
-              ).then(render, inputs=raw, outputs=[table_a, filled_a, message_a, table_b, filled_b, message_b],
-                     api_visibility="private", queue=False)
-        score_btn.click(ui_probe, inputs=[probe_text, probe_revs, rev_a, rev_b],
-                        outputs=[probe_table, probe_plot, probe_message, probe_notes_md, probe_raw],
-                        api_visibility="private",
-                        concurrency_id="probe", concurrency_limit=1)
-        probe_file.upload(read_upload, inputs=probe_file, outputs=probe_text, api_visibility="private", queue=False)
-        refresh_outputs = [rev_a, rev_b, probe_revs, revisions_note]
-        refresh_btn.click(refresh, inputs=[model_b, rev_a, rev_b], outputs=refresh_outputs, api_visibility="private",
-                          concurrency_id="hub", concurrency_limit=4)
-        model_b.submit(refresh, inputs=[model_b, rev_a, rev_b], outputs=refresh_outputs, api_visibility="private",
-                       concurrency_id="hub", concurrency_limit=4)
-        demo.load(refresh, inputs=[model_b, rev_a, rev_b], outputs=refresh_outputs, api_visibility="private",
-                  concurrency_id="hub", concurrency_limit=4)
 
-        gr.api(_batched(fill_mask, fill_mask_batch), api_name="fill_mask", batch=True, max_batch_size=MAX_BATCH_SIZE, **fill_group)
-        gr.api(compare, api_name="compare", **fill_group)
-        gr.api(probe, api_name="probe", concurrency_id="probe", concurrency_limit=1)
-        gr.api(revisions, api_name="revisions", concurrency_id="hub", concurrency_limit=4)
-    demo.queue(default_concurrency_limit=concurrency_limit)
-    demo.bench = bench
-    demo.predictor = default
-    return demo
+def _fill_tab(mask: str) -> SimpleNamespace:
+    """The Fill mask tab's widgets (inside ``gr.Tab``)."""
+    import gradio as gr
+
+    with gr.Row():
+        with gr.Column(scale=3):
+            text = gr.Textbox(label="Sentence", lines=2, placeholder=f"Paris is the {mask} of France.")
+            targets = gr.Textbox(label="Targets (optional, comma-separated candidate words)", value="",
+                                 placeholder="capital, city")
+        with gr.Column(scale=1):
+            top_k = gr.Textbox(label="top_k", value=str(DEFAULT_TOP_K))
+            submit = gr.Button("Fill", variant="primary")
+    with gr.Row():
+        with gr.Column():
+            message_a = gr.Markdown(elem_id="fill-mask-message")
+            filled_a = gr.Textbox(label="Filled with the best guesses", interactive=False, elem_id="fill-mask-filled")
+            table_a = gr.Dataframe(headers=RESULT_HEADERS, label="Ranked candidates (A)", interactive=False,
+                                   elem_id="fill-mask-table")
+        with gr.Column():
+            message_b = gr.Markdown(elem_id="fill-mask-message-b")
+            filled_b = gr.Textbox(label="Filled by B", interactive=False, elem_id="fill-mask-filled-b")
+            table_b = gr.Dataframe(headers=RESULT_HEADERS, label="Ranked candidates (B)", interactive=False,
+                                   elem_id="fill-mask-table-b")
+    with gr.Accordion("JSON (what the /compare API returns)", open=False):
+        raw = gr.JSON(label="result")
+    gr.Examples(
+        examples=[[f"Paris is the {mask} of France.", str(DEFAULT_TOP_K), ""],
+                  [f"The {mask} sat on the {mask}.", "3", ""],
+                  [f"I like to drink {mask} in the morning.", "5", "coffee, tea, water"]],
+        inputs=[text, top_k, targets], cache_examples=False)
+    return SimpleNamespace(text=text, targets=targets, top_k=top_k, submit=submit, raw=raw,
+                           outputs=[table_a, filled_a, message_a, table_b, filled_b, message_b])
+
+
+def _probe_tab(mask: str, choices) -> SimpleNamespace:
+    """The Probe set tab's widgets (inside ``gr.Tab``)."""
+    import gradio as gr
+
+    with gr.Row():
+        text = gr.Textbox(label="Probes, one per line: sentence with <mask> \u21d2 answer; templates 'a <mask> | b "
+                                "<mask>', distractors '\u21d2 answer | other' (or CSV text,answer / JSONL)", lines=8,
+                          elem_id="probe-text", scale=3,
+                          placeholder=f"The capital of France is {mask}. | France's capital is {mask}. \u21d2 Paris "
+                                      "| Lyon")
+        upload = gr.File(label="Or upload a probe file (.txt, .csv, .jsonl)", type="filepath",
+                         file_types=[".txt", ".csv", ".tsv", ".jsonl", ".json"], scale=1)
+    revisions = gr.CheckboxGroup(label="Revisions to score (none ticked: revisions A and B)", choices=choices,
+                                 value=[], elem_id="probe-revisions")
+    score_btn = gr.Button("Score probe set", variant="primary")
+    message = gr.Markdown(elem_id="probe-message")
+    table = gr.Dataframe(headers=PROBE_HEADERS, label="Scores per revision", interactive=False, elem_id="probe-table")
+    notes = gr.Markdown(elem_id="probe-compare")
+    plot = gr.Plot(label="Probe scores across revisions", elem_id="probe-plot")
+    raw = gr.JSON(visible=False)
+    return SimpleNamespace(text=text, upload=upload, revisions=revisions, score_btn=score_btn,
+                           outputs=[table, plot, message, notes, raw])
+
+
+def _wire_page(demo, page: SimpleNamespace, picks: SimpleNamespace, fill: SimpleNamespace, probe: SimpleNamespace,
+               concurrency_limit: int) -> None:
+    """The page's events (all private: the API is the ``gr.api`` endpoints)."""
+    import gradio as gr
+
+    gr.on(triggers=[fill.submit.click, fill.text.submit], fn=_batched(page.ui_fill, page.ui_fill_batch),
+          inputs=[fill.text, fill.top_k, fill.targets, picks.rev_a, picks.model_b, picks.rev_b], outputs=fill.raw,
+          batch=True, max_batch_size=MAX_BATCH_SIZE, api_visibility="private", concurrency_id="fill_mask",
+          concurrency_limit=concurrency_limit
+          ).then(page.render, inputs=fill.raw, outputs=fill.outputs, api_visibility="private", queue=False)
+    probe.score_btn.click(page.ui_probe, inputs=[probe.text, probe.revisions, picks.rev_a, picks.rev_b],
+                          outputs=probe.outputs, api_visibility="private", concurrency_id="probe", concurrency_limit=1)
+    probe.upload.upload(page.read_upload, inputs=probe.upload, outputs=probe.text, api_visibility="private",
+                        queue=False)
+    hub = dict(inputs=[picks.model_b, picks.rev_a, picks.rev_b],
+               outputs=[picks.rev_a, picks.rev_b, probe.revisions, picks.note], api_visibility="private",
+               concurrency_id="hub", concurrency_limit=4)
+    for trigger in (picks.refresh_btn.click, picks.model_b.submit, demo.load):
+        trigger(page.refresh, **hub)
 
 
 def launch(demo, host: Optional[str] = None, port: Optional[int] = None, share: bool = False,
