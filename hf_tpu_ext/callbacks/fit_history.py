@@ -28,20 +28,26 @@ class FitHistory:
     Args:
         points_per_epoch: about how many batch-loss samples per epoch (Keras' batch ``loss`` is the mean over the
             epoch's batches so far, so the curve is that running mean).
+        max_points: the samples kept over the whole fit (beyond it every other one is dropped and the sampling
+            interval doubles: memory stays flat however long the fit is).
     """
 
-    def __init__(self, points_per_epoch: int = 50):
+    def __init__(self, points_per_epoch: int = 50, max_points: int = 4096):
         self.points_per_epoch = max(1, int(points_per_epoch))
+        self.max_points = max(2, int(max_points))
+        self._stride = 1
         self._batches: List[Dict[str, Any]] = []
         self._epochs: List[tuple] = []
 
     def on_batch(self, logs: Optional[dict], step: int, steps_per_epoch: Optional[int]) -> None:
         """Sample the batch ``loss`` at global ``step`` (every ``steps_per_epoch / points_per_epoch`` steps)."""
-        every = max(1, int(steps_per_epoch or 0) // self.points_per_epoch)
+        every = max(1, int(steps_per_epoch or 0) // self.points_per_epoch) * self._stride
         loss = _number((logs or {}).get("loss"))
         if loss is not None and step % every == 0:
             epoch = step / steps_per_epoch if steps_per_epoch else 0.0
             self._batches.append({"loss": round(loss, 6), "epoch": round(epoch, 4), "step": int(step)})
+            if len(self._batches) > self.max_points:
+                self._batches, self._stride = self._batches[1::2], self._stride * 2
 
     def on_epoch(self, logs: Optional[dict], step: int, epoch: float) -> None:
         """Keep the epoch's logs dict itself: callbacks after the push callback (an evaluation) add to it later."""
