@@ -138,22 +138,39 @@ def test_disk_full_during_a_save_is_one_line_and_the_intact_checkpoint_resumes(t
     assert [e["step"] for e in state["log_history"] if "loss" in e] == [5, 6]
 
 
-def test_bad_resume_inputs_are_one_true_line_each(tmp_path, trained_model_dir, hf_log):
+def _keras_checkpoint(folder, step):
+    """The files of a Keras backend checkpoint (contents do not matter: the backend is told by the names)."""
+    folder.mkdir(parents=True)
+    for name in ("model_state.safetensors", "optimizer_state.safetensors"):
+        (folder / name).write_bytes(b"\0" * 16)
+    (folder / "checkpoint.json").write_text(json.dumps({"global_step": step}))
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+
+
+def test_bad_resume_inputs_are_one_true_line_each(tmp_path, trained_model_dir, hf_log, loopback_hub):
+    from huggingface_hub import HfApi
+
     from hf_tpu_ext.errors import ArgumentError, CheckpointError
 
     with pytest.raises(ArgumentError, match=r"^--max_steps must be > 0 \(or -1: train --num_train_epochs\), got -5\.$"):
         _train(tiny_train_args(tmp_path / "o", "--max_steps", "-5"))
-    # a Keras backend folder resumed with the TensorFlow backend: it has a checkpoint, of the other backend
+    # a Keras backend folder or Hub repo resumed with the TensorFlow backend: it has a checkpoint, of the other one
     keras_run = tmp_path / "keras_run"
-    (keras_run / "checkpoint-20").mkdir(parents=True)
-    for name in ("model_state.safetensors", "optimizer_state.safetensors"):
-        (keras_run / "checkpoint-20" / name).write_bytes(b"\0" * 16)
-    (keras_run / "checkpoint-20" / "checkpoint.json").write_text(json.dumps({"global_step": 20}))
-    (keras_run / "checkpoint-20" / "trainer_state.json").write_text(json.dumps({"global_step": 20}))
+    _keras_checkpoint(keras_run / "checkpoint-20", 20)
     with pytest.raises(CheckpointError) as err:
         _train(tiny_train_args(keras_run, "--max_steps", "30", "--resume_from_checkpoint", "true"))
     assert str(err.value) == (f"--resume_from_checkpoint: {keras_run} holds a keras backend checkpoint (step 20), "
                               "not a tensorflow one: rerun with --backend keras.")
+    _keras_checkpoint(tmp_path / "upload" / "last-checkpoint", 20)
+    api = HfApi(endpoint=loopback_hub.endpoint, token=loopback_hub.token)
+    api.create_repo("alice/keras-run")
+    api.upload_folder(repo_id="alice/keras-run", folder_path=str(tmp_path / "upload"))
+    with pytest.raises(CheckpointError) as err:
+        _train(tiny_train_args(tmp_path / "from_hub", "--max_steps", "30", "--resume_from_checkpoint",
+                               "alice/keras-run", "--hub_token", loopback_hub.token))
+    assert str(err.value) == ("--resume_from_checkpoint: the Hub repo alice/keras-run holds a keras backend "
+                              "checkpoint (step 20), not a tensorflow one: rerun with --backend keras.")
+    assert not (tmp_path / "from_hub").exists()
     # another --max_seq_length than the checkpoint's: the flag named, before the model or TensorBoard exist
     run = tmp_path / "run"
     shutil.copytree(trained_model_dir, run)
