@@ -188,7 +188,7 @@ class TrainingArguments:
     """How to train: names and defaults follow :class:`transformers.TrainingArguments` where it has the field."""
 
     output_dir: str = field(default="hf-tpu-output", metadata={"help": "Where the model, checkpoints, logs and card are written."})
-    overwrite_output_dir: bool = field(default=False, metadata={"help": "Allow writing into a non-empty output_dir (its files may be replaced)."})
+    overwrite_output_dir: bool = field(default=False, metadata={"help": "Allow training into a non-empty output_dir: an earlier run's checkpoints, run state and results are removed first (once the checks pass), so a resume or hf-tpu push never takes them."})
     resume_from_checkpoint: Optional[str] = field(
         default=None,
         metadata={"help": "A checkpoint folder, 'true' for the latest in output_dir, or a Hub repo id 'user/name[@revision]' holding last-checkpoint/."},
@@ -222,7 +222,7 @@ class TrainingArguments:
     warmup_ratio: float = field(default=0.0, metadata={"help": "Share of the total steps used for linear warmup, in [0, 1]."})
     warmup_steps: int = field(default=0, metadata={"help": "Linear warmup steps (give this or warmup_ratio, not both)."})
     num_train_epochs: float = field(default=3.0, metadata={"help": "Epochs to train (ignored when max_steps > 0)."})
-    max_steps: int = field(default=-1, metadata={"help": "Total optimizer steps; > 0 overrides num_train_epochs."})
+    max_steps: int = field(default=-1, metadata={"help": "Total optimizer steps; > 0 overrides num_train_epochs; -1: unset (another negative is refused)."})
     logging_steps: int = field(default=10, metadata={"help": "Log the training loss every N global steps."})
     eval_strategy: str = field(default="epoch", metadata={"help": "When to evaluate: no, steps or epoch (--eval_steps N alone means steps)."})
     evaluation_strategy: Optional[str] = field(
