@@ -28,9 +28,14 @@ its own):
   handler: it calls the callbacks, then raises ``SystemExit(143)`` so ``finally`` blocks and ``atexit`` run
   (SIGTERM's default would end the process with no cleanup); SIGINT stays Python's ``KeyboardInterrupt``.
 
-* :func:`kill_for_test` -- the test hook ``HF_TPU_EXT_TEST_KILL_AT=<phase>`` (:data:`KILL_ENV`): SIGKILL this
+* :func:`kill_for_test` -- the test hooks ``HF_TPU_EXT_TEST_KILL_AT=<phase>`` (:data:`KILL_ENV`): SIGKILL this
   process at a named moment (the training run's phases; ``checkpoint_weights``: a checkpoint's weight files are
-  written, its trainer state is not). Only tests set it.
+  written, its trainer state is not), and ``HF_TPU_EXT_TEST_SIGNAL_AT=<phase>`` (:data:`SIGNAL_ENV`): send it
+  SIGTERM there, once (what a preemption at that moment does). Only tests set them.
+
+A wait after a signal (:func:`wait_until`) leaves :func:`exit_reserve` seconds of the grace budget for the exit
+itself (closing the pusher, ``training_summary.json``), so the process is gone within the budget whatever the
+Hub's latency.
 
 State is per process (signals are delivered to the main thread only).
 """
@@ -49,6 +54,7 @@ from typing import Callable, Iterator, List, Optional
 logger = logging.getLogger("hf_tpu_ext")
 
 KILL_ENV = "HF_TPU_EXT_TEST_KILL_AT"
+SIGNAL_ENV = "HF_TPU_EXT_TEST_SIGNAL_AT"
 #: the grace budget when none is set: fits the 30 s between SIGTERM and SIGKILL on preemptible TPU VMs and in
 #: Kubernetes' default ``terminationGracePeriodSeconds``, with 5 s left for the exit itself
 DEFAULT_GRACE_SECONDS = 25.0
@@ -64,12 +70,13 @@ _lock = threading.Lock()
 _run_handler_active = False
 _fallback_previous = None  # the SIGTERM handler the fallback replaced (outside a run)
 _fallback_installed = False
+_test_signal_sent = False  # the SIGTERM of the test hook was sent (once per run)
 
 
 def reset() -> None:
     """Forget received signals (at the start of a run); the grace budget and callbacks stay."""
-    global _received, _received_at, _count, _deferring
-    _received, _received_at, _count, _deferring = None, None, 0, False
+    global _received, _received_at, _count, _deferring, _test_signal_sent
+    _received, _received_at, _count, _deferring, _test_signal_sent = None, None, 0, False, False
 
 
 def set_grace(seconds: Optional[float]) -> None:
@@ -88,6 +95,11 @@ def set_grace(seconds: Optional[float]) -> None:
 def grace() -> float:
     """The grace budget in seconds (see :func:`set_grace`)."""
     return _grace
+
+
+def exit_reserve() -> float:
+    """Seconds of the grace budget a wait after a signal leaves for the exit: a tenth of it, at most 2 s."""
+    return min(2.0, 0.1 * _grace)
 
 
 def record(signum: int) -> int:
@@ -151,8 +163,8 @@ def check() -> None:
 
 def wait_until(done: Callable[[], bool], timeout: Optional[float], poll: float = 0.1) -> bool:
     """Wait until ``done()`` is true, at most ``timeout`` seconds (``None``: no limit), or -- once a signal was
-    received, before or during the wait -- at most what is left of the grace budget. A first signal does not
-    stop the wait (it is deferred); a second one raises ``KeyboardInterrupt``.
+    received, before or during the wait -- at most what is left of the grace budget less :func:`exit_reserve`.
+    A first signal does not stop the wait (it is deferred); a second one raises ``KeyboardInterrupt``.
 
     Returns:
         ``done()`` at the end.
@@ -162,6 +174,7 @@ def wait_until(done: Callable[[], bool], timeout: Optional[float], poll: float =
         while not done():
             now = time.monotonic()
             left = seconds_left()
+            left = None if left is None else left - exit_reserve()
             if (end is not None and now >= end) or (left is not None and left <= 0):
                 break
             limit = min(x for x in (poll, left, None if end is None else end - now) if x is not None)
@@ -296,10 +309,19 @@ def _remove_fallback() -> None:
 
 # ---------------------------------------------------------------------------------------------- test hook
 def kill_for_test(phase: str, step: Optional[int] = None) -> None:
-    """SIGKILL this process when ``HF_TPU_EXT_TEST_KILL_AT`` names ``phase`` (tests only; see the module doc);
-    ``phase@N`` only when ``step`` is ``N`` (e.g. ``checkpoint_weights@20``: while saving step 20)."""
-    wanted = os.environ.get(KILL_ENV) or ""
-    name, _, at = wanted.partition("@")
-    if name == phase and (not at or (step is not None and int(at) == int(step))):
+    """SIGKILL this process when ``HF_TPU_EXT_TEST_KILL_AT`` names ``phase``, SIGTERM it (once) when
+    ``HF_TPU_EXT_TEST_SIGNAL_AT`` does (tests only; see the module doc); ``phase@N`` only when ``step`` is ``N``
+    (e.g. ``checkpoint_weights@20``: while saving step 20)."""
+    global _test_signal_sent
+    if _names(os.environ.get(SIGNAL_ENV), phase, step) and not _test_signal_sent:
+        _test_signal_sent = True
+        os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode, as a SIGTERM from outside
+    if _names(os.environ.get(KILL_ENV), phase, step):
         logging.shutdown()
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _names(wanted: Optional[str], phase: str, step: Optional[int]) -> bool:
+    """Whether a test hook's ``<phase>[@step]`` value names ``phase`` (at ``step``)."""
+    name, _, at = (wanted or "").partition("@")
+    return name == phase and (not at or (step is not None and int(at) == int(step)))

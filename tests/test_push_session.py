@@ -29,13 +29,14 @@ class _Clock:
 # ---- the budget ---------------------------------------------------------------------------------
 def test_default_budget_is_below_the_hubs_quota_and_paced():
     clock = _Clock()
-    budget = CommitBudget(clock=clock)  # 100 per hour, a burst of 10
-    assert budget.commits < HUB_COMMITS_PER_HOUR and budget.burst == 10
-    for _ in range(10):
+    budget = CommitBudget(clock=clock)  # 100 per hour, a burst of 5
+    assert budget.commits < HUB_COMMITS_PER_HOUR and budget.burst == 5
+    for _ in range(5):
         assert budget.wait_seconds() == 0
         budget.note_commit()
-    assert budget.wait_seconds() == pytest.approx(36.0)  # then one commit per 3600 / 100 s
-    clock.now += 36.0
+    # then one commit per 3600 / (100 - 1 final - 5) s: the burst and a window's refill fit the window's 99
+    assert budget.wait_seconds() == pytest.approx(3600 / 94)
+    clock.now += 3600 / 94
     assert budget.wait_seconds() == pytest.approx(0.0, abs=1e-9)
     assert budget.wait_seconds(final=True) == 0
 
@@ -49,7 +50,7 @@ def test_budget_window_keeps_one_commit_for_the_final_push():
     clock.now += 50.0  # the bucket refilled, but 4 = 5 - 1 commits started within the last 60 s
     assert budget.wait_seconds() == pytest.approx(10.0)
     assert budget.wait_seconds(final=True) == 0
-    budget.note_commit()  # the final push: the 5th commit of the window
+    budget.note_commit(final=True)  # the final push: the 5th commit of the window
     clock.now += 10.0
     assert budget.wait_seconds() == pytest.approx(0.0, abs=1e-9)
 
@@ -59,13 +60,14 @@ def test_a_429_blocks_every_commit_until_its_retry_after():
     budget = CommitBudget(100, 3600.0, clock=clock)
     budget.note_rate_limited(20.0)
     # the final push waits for the Retry-After only; the 429 also emptied the bucket: a paced commit is one interval
-    # (3600 / 100 = 36 s) after it
-    assert budget.wait_seconds(final=True) == pytest.approx(20.0) and budget.wait_seconds() == pytest.approx(36.0)
+    # (3600 / 94 = 38.3 s) after it
+    interval = 3600 / 94
+    assert budget.wait_seconds(final=True) == pytest.approx(20.0) and budget.wait_seconds() == pytest.approx(interval)
     clock.now += 20.0
-    assert budget.wait_seconds(final=True) == 0 and budget.wait_seconds() == pytest.approx(16.0)
-    clock.now += 16.0
+    assert budget.wait_seconds(final=True) == 0 and budget.wait_seconds() == pytest.approx(interval - 20.0)
+    clock.now += interval - 20.0
     assert budget.wait_seconds() == pytest.approx(0.0, abs=1e-9)
-    assert budget.to_dict() == {"commits": 100, "period_seconds": 3600.0, "burst": 10, "seconds_per_commit": 36.0,
+    assert budget.to_dict() == {"commits": 100, "period_seconds": 3600.0, "burst": 5, "seconds_per_commit": 38.298,
                                 "reserved_for_final": 1, "commits_started": 0, "rate_limited": 1}
 
 

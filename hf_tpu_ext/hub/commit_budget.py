@@ -29,20 +29,23 @@ API_CALLS_PER_COMMIT = 4
 class CommitBudget:
     """A per-repo plan of commits: at most ``commits`` per ``period`` seconds, one of them kept for the final push.
 
-    A token bucket paces the commits: it holds up to ``burst`` commits (default a tenth of the budget, at
-    least 1) and refills at ``commits / period`` per second, so a run pushes its first saves at once and then
-    one commit per ``period / commits`` seconds (36 s at 100 per hour). A non-final commit may start when
+    A token bucket paces the commits: it holds up to ``burst`` commits (default a twentieth of the budget, at
+    least 1) and refills at ``(commits - reserve - burst) / period`` per second, so a run pushes its first saves
+    at once and then one commit per :attr:`seconds_per_commit` (38.3 s at 100 per hour): a full bucket plus a
+    window's refill is what the window allows, so the paced commits never run into the window's cap (2) and
+    stall (with the refill at ``commits / period`` a burst of 10 then spent the window's last 11 commits early
+    and the Hub copy aged 396 s). A non-final commit may start when
     (1) the bucket holds a commit, (2) fewer than ``commits - reserve`` commits started in the last ``period``
     seconds, (3) the API requests of the last :data:`HUB_API_PERIOD` seconds leave room for one more commit
     (:data:`HUB_API_CALLS`), and (4) no ``Retry-After`` from the Hub is running. A final commit only waits for
     (4). A 429 empties the bucket as well (the Hub's own count is ahead of the plan: the next paced commit
-    waits for the ``Retry-After`` and at least one interval ``period / commits``). Thread-safe; :func:`budget_for` shares one instance per repo among
+    waits for the ``Retry-After`` and at least one interval). Thread-safe; :func:`budget_for` shares one instance per repo among
     the sessions of a process.
 
     Args:
         commits: commits per ``period``.
         period: the window in seconds.
-        burst: commits the bucket holds (``None``: ``max(1, commits // 10)``).
+        burst: commits the bucket holds (``None``: ``max(1, commits // 20)``).
         reserve: commits of the window kept for the final push (1; 0 when ``commits`` is 1).
         clock: seconds, monotonic (tests pass a fake).
     """
@@ -51,7 +54,9 @@ class CommitBudget:
                  burst: Optional[int] = None, reserve: int = 1, clock: Callable[[], float] = time.monotonic):
         self.commits, self.period = int(commits), float(period)
         self.reserve = min(int(reserve), self.commits - 1)
-        self.burst = max(1, min(self.commits - self.reserve, int(burst) if burst else self.commits // 10))
+        self.burst = max(1, min(self.commits - self.reserve, int(burst) if burst else self.commits // 20))
+        #: seconds between paced commits once the burst is spent
+        self.seconds_per_commit = self.period / max(1, self.commits - self.reserve - self.burst)
         self._clock = clock
         self._lock = threading.Lock()
         self._tokens, self._filled_at = float(self.burst), clock()
@@ -64,7 +69,7 @@ class CommitBudget:
         self.started = 0  # commits started (all of them: paced, a signal's, the final one)
 
     def _update(self, now: float) -> None:
-        self._tokens = min(float(self.burst), self._tokens + (now - self._filled_at) * self.commits / self.period)
+        self._tokens = min(float(self.burst), self._tokens + (now - self._filled_at) / self.seconds_per_commit)
         self._filled_at = now
         while self._starts and self._starts[0] <= now - self.period:
             self._starts.popleft()
@@ -78,7 +83,7 @@ class CommitBudget:
             self._update(now)
             waits = [self._blocked_until - now]
             if not final:
-                waits.append((1.0 - self._tokens) * self.period / self.commits)
+                waits.append((1.0 - self._tokens) * self.seconds_per_commit)
                 allowed = self.commits - self.reserve
                 if len(self._starts) >= allowed:
                     waits.append(self._starts[-allowed] + self.period - now)
@@ -87,19 +92,21 @@ class CommitBudget:
                     waits.append(self._calls[over - 1] + HUB_API_PERIOD - now)
             return max(0.0, *waits)
 
-    def note_commit(self) -> None:
-        """A commit starts now."""
+    def note_commit(self, final: bool = False) -> None:
+        """A commit starts now (``final``: the final push, one of the window's ``reserve``: it takes nothing of
+        the bucket)."""
         with self._lock:
             now = self._clock()
             self._update(now)
-            self._tokens -= 1.0
+            if not final:
+                self._tokens -= 1.0
             self.started += 1
             self._starts.append(now)
             self._calls.extend([now] * API_CALLS_PER_COMMIT)
 
     def note_rate_limited(self, retry_after: Optional[float]) -> None:
         """The Hub answered 429: no commit starts before ``retry_after`` seconds from now, and the bucket is empty
-        (no paced commit before one interval ``period / commits`` either)."""
+        (no paced commit before one interval :attr:`seconds_per_commit` either)."""
         with self._lock:
             self._update(self._clock())
             self.rate_limited += 1
@@ -112,7 +119,7 @@ class CommitBudget:
         once, then one per ``seconds_per_commit``; ``reserved_for_final`` commits of a window), ``commits_started``
         (this process, every session on the repo) and ``rate_limited`` (429 answers)."""
         return {"commits": self.commits, "period_seconds": self.period, "burst": self.burst,
-                "seconds_per_commit": round(self.period / self.commits, 3), "reserved_for_final": self.reserve,
+                "seconds_per_commit": round(self.seconds_per_commit, 3), "reserved_for_final": self.reserve,
                 "commits_started": self.started, "rate_limited": self.rate_limited}
 
 

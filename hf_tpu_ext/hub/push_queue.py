@@ -26,9 +26,6 @@ Example:
 from __future__ import annotations
 
 import collections
-import email.utils
-import fnmatch
-import json
 import logging
 import os
 import shutil
@@ -39,17 +36,17 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
+from hf_tpu_ext import interrupts
 from hf_tpu_ext.hub.preflight import scrub, transport_errors
+from hf_tpu_ext.hub.retry_policy import (MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS, _describe,  # noqa: F401
+                                         _is_unreadable_reply, _status, is_retryable, retry_after_seconds)
+from hf_tpu_ext.hub.staging import STAGING_PREFIX, copy_tree, remove_stale_staging  # noqa: F401 (re-exported)
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
 Patterns = Optional[Union[str, Sequence[str]]]
-MAX_BACKOFF_SECONDS = 60.0
-# a Retry-After above this is cut to it: a run must not sleep for hours on one header
-MAX_RETRY_AFTER_SECONDS = 300.0
 # outcomes kept in a report (totals are counted separately): bounded memory for runs with thousands of pushes
 REPORT_LIMIT = 100
-STAGING_PREFIX = "hf-tpu-push-"
 # the commit description carries this id so a commit whose reply was lost can be found
 PUSH_ID_MARKER = "hf-tpu-ext push id"
 
@@ -98,6 +95,9 @@ class PushReport:
         timed_out: ``wait`` returned because its timeout ran out, with pushes still pending.
         final_pushed: a push submitted with ``final=True`` landed.
         outcomes: one :class:`PushOutcome` per finished push (pushed, failed, superseded, dropped), in order.
+        unfinished: the pending pushes as ``{"commit_message", "step", "final", "push_id"}`` (in flight first):
+            ``push_id`` is in the commit description, so a later process can ask the Hub whether one that was
+            in flight at exit landed (:meth:`PushQueue.find_push`).
         counts: totals over the whole run: ``{"pushed": n, "failed": n, "superseded": n, "dropped": n}``.
         repo_id: the target repo.
         revision: the target branch (``None``: main).
@@ -113,6 +113,7 @@ class PushReport:
     counts: Dict[str, int] = field(default_factory=lambda: {"pushed": 0, "failed": 0, "superseded": 0, "dropped": 0})
     repo_id: Optional[str] = None
     revision: Optional[str] = None
+    unfinished: List[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -123,11 +124,12 @@ class PushReport:
         """A JSON-ready dict for ``training_summary.json`` (no token: errors are scrubbed when recorded).
 
         Keys: ``repo_id``, ``revision``, ``final_pushed``, ``pushed``/``failed``/``superseded``/``dropped``
-        (totals), ``pending`` (commit messages), ``timed_out``, ``pushes`` (the last outcomes, see
-        :meth:`PushOutcome.to_dict`).
+        (totals), ``pending`` (commit messages), ``unfinished`` (their push ids), ``timed_out``, ``pushes``
+        (the last outcomes, see :meth:`PushOutcome.to_dict`).
         """
         return {"repo_id": self.repo_id, "revision": self.revision, "final_pushed": bool(self.final_pushed),
                 **{k: int(v) for k, v in self.counts.items()}, "pending": list(self.pending),
+                "unfinished": [dict(u) for u in self.unfinished],
                 "timed_out": bool(self.timed_out), "pushes": [o.to_dict() for o in self.outcomes]}
 
 
@@ -158,124 +160,6 @@ def _as_list(patterns: Patterns) -> Optional[List[str]]:
     if patterns is None:
         return None
     return [patterns] if isinstance(patterns, str) else list(patterns)
-
-
-def _matches(path: str, patterns: Optional[List[str]]) -> bool:
-    return any(fnmatch.fnmatch(path, p) or (p.endswith("/") and path.startswith(p)) for p in patterns or [])
-
-
-def _status(err: BaseException) -> Optional[int]:
-    return getattr(getattr(err, "response", None), "status_code", None)
-
-
-def is_retryable(err: BaseException) -> bool:
-    """True for errors worth retrying: connection errors, timeouts, HTTP 5xx and 429."""
-    if isinstance(err, transport_errors()):
-        return True
-    status = _status(err)
-    return status is not None and (status >= 500 or status == 429)
-
-
-def retry_after_seconds(err: BaseException, now: Optional[float] = None) -> Optional[float]:
-    """The wait the Hub asked for in ``Retry-After`` (seconds or HTTP date), capped; ``None`` when absent.
-
-    Args:
-        err: an HTTP error with a ``response`` (requests or httpx).
-        now: the current time (seconds since the epoch) for an HTTP-date value (default: ``time.time()``).
-
-    Returns:
-        Seconds in ``[0, MAX_RETRY_AFTER_SECONDS]``, or ``None`` (no header, or a value that is neither).
-    """
-    headers = getattr(getattr(err, "response", None), "headers", None)
-    value = headers.get("Retry-After") if headers is not None else None
-    if not value:
-        return None
-    value = str(value).strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when is None:
-            return None
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    if seconds != seconds:  # NaN
-        return None
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
-
-
-def _is_unreadable_reply(err: BaseException) -> bool:
-    """An ``upload_folder`` that got a 2xx it could not read (empty body, no ``commitUrl``)."""
-    if isinstance(err, (KeyError, json.JSONDecodeError)):
-        return True
-    return type(err).__name__ == "JSONDecodeError"  # requests' own (may derive from simplejson's)
-
-
-def _describe(err: BaseException) -> str:
-    status = _status(err)
-    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    return f"HTTP {status}: {first}" if status is not None else first
-
-
-def remove_stale_staging(tmp: Optional[str] = None) -> List[str]:
-    """Remove the ``hf-tpu-push-<pid>-*`` staging folders of processes that no longer run (e.g. killed with -9).
-
-    A folder whose process id is alive (or cannot be checked) is left alone.
-
-    Returns:
-        The folders removed.
-    """
-    tmp = tmp or tempfile.gettempdir()
-    removed = []
-    try:
-        names = os.listdir(tmp)
-    except OSError:
-        return removed
-    for name in names:
-        rest = name[len(STAGING_PREFIX):] if name.startswith(STAGING_PREFIX) else ""
-        pid = rest.split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # alive (or another user's): not ours to touch
-        except ProcessLookupError:
-            pass
-        except (PermissionError, OSError, OverflowError):
-            continue
-        path = os.path.join(tmp, name)
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
-    if removed:
-        logger.info("Removed %d staging folder(s) of ended processes: %s", len(removed), ", ".join(removed))
-    return removed
-
-
-def copy_tree(src: str, dest: str, allow: Optional[List[str]] = None, ignore: Optional[List[str]] = None) -> int:
-    """Copy the files of ``src`` into ``dest`` (created), filtered like ``upload_folder``; return the file count.
-
-    ``allow``/``ignore`` are fnmatch patterns on paths relative to ``src`` (``/`` separators); a pattern
-    ending in ``/`` matches a whole folder. ``.git/`` and ``.cache/`` are always left out. Files are copied,
-    not hard-linked: ``save_pretrained``/safetensors rewrite files in place.
-    """
-    n_files = 0
-    for root, dirs, files in os.walk(src):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(root, name)
-            rel = os.path.relpath(path, src).replace(os.sep, "/")
-            if allow is not None and not _matches(rel, allow):
-                continue
-            if _matches(rel, ignore) or rel.startswith(".cache/") or "/.git/" in f"/{rel}":
-                continue
-            target = os.path.join(dest, rel)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copy2(path, target)
-            n_files += 1
-    os.makedirs(dest, exist_ok=True)
-    return n_files
 
 
 class PushQueue:
@@ -313,7 +197,7 @@ class PushQueue:
         self._outcomes: Deque[PushOutcome] = collections.deque(maxlen=REPORT_LIMIT)
         self._counts = {"pushed": 0, "failed": 0, "superseded": 0, "dropped": 0}
         self._final_pushed = False
-        self._dropped: Deque[str] = collections.deque(maxlen=REPORT_LIMIT)  # pending when the queue closed
+        self._dropped: Deque[_Job] = collections.deque(maxlen=REPORT_LIMIT)  # pending when the queue closed
         self._closed = False
         self._seq = 0
         remove_stale_staging()
@@ -453,13 +337,16 @@ class PushQueue:
             self._stop.set()
             for job in self._pending:
                 self._record(job, "dropped")
-                self._dropped.append(job.commit_message)
+                self._dropped.append(job)
             self._pending.clear()
             if self._in_flight is not None:
                 self._in_flight.wake.set()
             self._cond.notify_all()
         if self._thread is not threading.current_thread():
-            self._thread.join(timeout=2)  # an upload in flight ends at its next retry wait or request
+            # an upload in flight ends at its next retry wait or request; after a signal, never past the grace
+            # budget (the process must be gone by then: the upload is reported unfinished, with its push id)
+            left = interrupts.seconds_left()
+            self._thread.join(timeout=2.0 if left is None else min(2.0, left / 2))
         shutil.rmtree(self._staging_root, ignore_errors=True)
         report = self.report
         report.timed_out = timed_out
@@ -491,10 +378,12 @@ class PushQueue:
                                           job.attempts))
 
     def _snapshot(self) -> PushReport:
-        pending = (([self._in_flight.commit_message] if self._in_flight else []) + [j.commit_message for j in self._pending]
-                   + list(self._dropped))
-        return PushReport(list(self._pushed), list(self._failed), pending, list(self._superseded), False,
-                          self._final_pushed, list(self._outcomes), dict(self._counts), self.repo_id, self.revision)
+        jobs = ([self._in_flight] if self._in_flight else []) + list(self._pending) + list(self._dropped)
+        unfinished = [{"commit_message": j.commit_message, "step": j.step, "final": j.final, "push_id": j.push_id}
+                      for j in jobs]
+        return PushReport(list(self._pushed), list(self._failed), [j.commit_message for j in jobs],
+                          list(self._superseded), False, self._final_pushed, list(self._outcomes), dict(self._counts),
+                          self.repo_id, self.revision, unfinished)
 
     def _run(self) -> None:
         try:
@@ -560,17 +449,21 @@ class PushQueue:
         while True:
             job.attempts += 1
             try:
+                _NO_CHANGES.seen = False
                 info = api.upload_folder(
                     repo_id=self.repo_id, folder_path=job.staging, path_in_repo=job.path_in_repo,
                     commit_message=job.commit_message, commit_description=f"{PUSH_ID_MARKER}: {job.push_id}",
                     revision=self.revision, repo_type=self.repo_type, delete_patterns=job.delete_patterns,
                 )
+                if _NO_CHANGES.seen:  # huggingface_hub's own warning is held back: this line says it
+                    logger.info("Push %r: the Hub already holds these files (an earlier attempt whose reply was "
+                                "lost landed, or nothing changed): no new commit.", job.commit_message)
                 return info.oid, getattr(info, "commit_url", None)
             except Exception as err:
                 unreadable = _is_unreadable_reply(err)
                 if unreadable or isinstance(err, transport_errors()):
                     # the commit may have landed with its reply lost: look before sending it again
-                    landed = self._find_commit(api, job)
+                    landed = self._find_commit(api, job.push_id)
                     if landed is not None:
                         logger.warning("Push %r: the Hub's reply was unreadable (%s) but the commit landed.",
                                        job.commit_message, type(err).__name__)
@@ -595,15 +488,20 @@ class PushQueue:
                 if job.replaced:
                     raise _Replaced() from None
 
-    def _find_commit(self, api, job: _Job) -> Optional[str]:
-        """The id of the commit carrying ``job``'s push id among the branch's newest commits, else None."""
+    def find_push(self, push_id: str) -> Optional[str]:
+        """The commit id of the push ``push_id`` (a :attr:`PushReport.unfinished` entry, maybe of an earlier
+        process) among the branch's newest :data:`REPORT_LIMIT` commits; ``None``: not there or not known."""
+        return self._find_commit(self._hf_api(), push_id)
+
+    def _find_commit(self, api, push_id: str) -> Optional[str]:
+        """The id of the commit carrying ``push_id`` among the branch's newest commits, else None."""
         try:
             commits = api.list_repo_commits(self.repo_id, repo_type=self.repo_type, revision=self.revision)
         except Exception as err:  # cannot tell: treat as not landed
             logger.debug("Could not list commits of %s: %s", self.repo_id, scrub(_describe(err), self._token))
             return None
         for commit in commits[:REPORT_LIMIT]:
-            if job.push_id in (getattr(commit, "message", "") or "") or job.push_id in (getattr(commit, "title", "") or ""):
+            if push_id in (getattr(commit, "message", "") or "") or push_id in (getattr(commit, "title", "") or ""):
                 return commit.commit_id
         return None
 
@@ -612,6 +510,35 @@ class PushQueue:
 
         prefix = {"model": "", "dataset": "datasets/", "space": "spaces/"}.get(self.repo_type, "")
         return f"{constants.ENDPOINT}/{prefix}{self.repo_id}/commit/{oid}"
+
+
+class _NoChangesFilter(logging.Filter):
+    """Holds back huggingface_hub's "No files have been modified since last commit" warning in a push worker
+    (the queue logs its own line, :attr:`seen` tells it); every other record passes."""
+
+    def __init__(self):
+        super().__init__()
+        self._local = threading.local()
+
+    @property
+    def seen(self) -> bool:
+        return getattr(self._local, "seen", False)
+
+    @seen.setter
+    def seen(self, value: bool) -> None:
+        self._local.seen = value
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if threading.current_thread().name.startswith("hf-tpu-push-") and str(record.msg).startswith(
+                "No files have been modified"):
+            self.seen = True
+            return False
+        return True
+
+
+_NO_CHANGES = _NoChangesFilter()
+for _name in ("huggingface_hub.hf_api", "huggingface_hub._upload_pipeline"):  # < 1.0 / >= 1.0
+    logging.getLogger(_name).addFilter(_NO_CHANGES)
 
 
 def _close_thread_session() -> None:

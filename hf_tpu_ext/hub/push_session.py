@@ -309,7 +309,7 @@ class PushSession:
         self.preflight()
         step = int(step)
         if self.budget is not None:
-            self.budget.note_commit()
+            self.budget.note_commit(final=final)
         if not self.wants_checkpoint(final):
             checkpoint_folder = None
         self.pusher.push_save(model_folder, step=step, checkpoint_folder=checkpoint_folder, final=final,
@@ -427,6 +427,14 @@ class PushSession:
         from hf_tpu_ext.hub.push_queue import PushReport
 
         return PushReport(repo_id=self.repo_id, revision=self.config.hub_revision)
+
+    def find_push(self, push_id: str) -> Optional[str]:
+        """The commit id of an earlier push (``push_id`` from a report's ``unfinished``) on the Hub, else ``None``
+        (see :meth:`hf_tpu_ext.hub.pusher.HubPusher.find_push`); ``None`` on non-chief processes."""
+        if not self.active:
+            return None
+        self.preflight()
+        return self.pusher.find_push(push_id)
 
     def finish(self, timeout: Optional[float] = None):
         """Wait for the uploads (``timeout`` seconds; default ``push_timeout``), log the report, close.

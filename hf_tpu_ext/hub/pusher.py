@@ -324,7 +324,8 @@ class HubPusher:
         """Wait for the pending uploads (``timeout`` seconds; ``None``: no limit), log the report, close.
 
         Ctrl-C while waiting stops the wait: the pushes still pending are reported as not landed, the
-        staging folders removed, and the KeyboardInterrupt raised on.
+        staging folders removed, and the KeyboardInterrupt raised on. After a SIGINT/SIGTERM the card
+        read-back is skipped (its requests would not fit the grace budget).
 
         Returns:
             The final :class:`PushReport` (``timed_out`` when uploads were still running at the deadline;
@@ -341,8 +342,18 @@ class HubPusher:
             raise
         self._close_queue(timed_out=report.timed_out)
         log_push_report(self._last_report, self.repo_id, self.output_dir, self._final_step)
-        self._check_card(self._last_report)
+        from hf_tpu_ext import interrupts
+
+        if interrupts.received() is None:  # after a signal the grace budget has no room for the read-back's requests
+            self._check_card(self._last_report)
         return self._last_report
+
+    def find_push(self, push_id: str) -> Optional[str]:
+        """The commit id of the push ``push_id`` (from a report's ``unfinished``, maybe of an earlier process) on
+        the branch, ``None`` when it is not among the newest commits (or the Hub cannot be asked). Needs
+        :meth:`preflight`."""
+        self.preflight()
+        return self._queue.find_push(push_id) if self._queue is not None else None
 
     # ---- the card on the Hub (hub.model_card): never an LFS pointer, read back after the final push -------
     def _hf_api(self):
