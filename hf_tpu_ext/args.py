@@ -502,8 +502,8 @@ class TrainingArguments:
                                     "to --backend tensorflow (torch_xla compiles every step itself and finds its TPU "
                                     f"through PJRT_DEVICE); drop {'it' if len(ignored) == 1 else 'them'}.")
         if self.backend == "keras":
-            # the Keras backend compiles one step per call with JAX and finds its devices through JAX
-            ignored = [f for f in ("steps_per_execution", "tpu_name", "tpu_zone", "gcp_project") if f in given]
+            # the Keras backend finds its devices through JAX (--steps_per_execution: steps per call, as TensorFlow)
+            ignored = [f for f in ("tpu_name", "tpu_zone", "gcp_project") if f in given]
             if "jit_compile" in given and self.jit_compile is False:
                 ignored.append("jit_compile")
             if ignored:

@@ -678,8 +678,10 @@ class TrainingRun:
         plan = self.plan
         runtime = self.prior_runtime + (fit_metrics or {}).get("train_runtime", 0.0)
         if fit_metrics is None and self.run_state.get("phases", {}).get("train") == "done":
-            # finishing after a kill: the training process's own figures (its runtime is in prior_runtime)
-            fit_metrics = self.run_state.get("fit_metrics") or None
+            # finishing after a kill: the training process's own figures (its runtime is in prior_runtime); killed
+            # before it recorded them, those its last checkpoint kept (Keras: checkpoint.json fit_metrics)
+            fit_metrics = (self.run_state.get("fit_metrics")
+                           or getattr(self.backend, "restored_fit_metrics", None) or None)
         tokens_per_step = plan.global_batch_size * plan.seq_length
         results: Dict[str, Any] = {
             "train_loss": whole_run_train_loss(self.log_history),

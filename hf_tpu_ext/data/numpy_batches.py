@@ -148,6 +148,8 @@ def eval_batches(blocks: np.ndarray, batch_size: int, seed: int, masker: NumpyMa
 class Prefetcher:
     """Runs ``produce(step)`` for ``steps`` in a background thread, ``depth`` results ahead of the consumer.
 
+    A step may be any value compared with ``==`` (the Keras loop passes ``(first step, steps)`` of a device call).
+
     ``produce`` may also put the batch on the accelerator (``jax.device_put``), so the training loop's host work
     per step is one ``queue.get``. An exception in ``produce`` is raised by :meth:`get`. :meth:`close` stops the
     thread (it is a daemon: a killed run leaves nothing behind).
@@ -156,7 +158,8 @@ class Prefetcher:
     def __init__(self, produce: Callable[[int], object], steps: Iterable[int], depth: int = 2):
         self._queue: "queue.Queue" = queue.Queue(maxsize=max(1, int(depth)))
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(produce, list(steps)), daemon=True,
+        # iterated in the thread, not listed: a long run's steps take no memory up front
+        self._thread = threading.Thread(target=self._run, args=(produce, iter(steps)), daemon=True,
                                         name="hf-tpu-prefetch")
         self._thread.start()
 

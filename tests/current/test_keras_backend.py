@@ -2,9 +2,10 @@
 
 One uninterrupted tiny run (session fixture, in this process) is the reference: 12 steps, dropout on, constant
 learning rate (so a run extended from a shorter one follows the same curve), checkpoints every 4 steps. Resumed
-runs -- after a SIGKILL mid-run, after a SIGKILL behind the last checkpoint, and from the loopback Hub's
-``last-checkpoint/`` into a new folder -- must end with its weights (1e-5) and its log history (timing keys
-aside). The step itself is checked in a subprocess with 4 simulated CPU devices (``XLA_FLAGS``): 4 devices, 1
+runs -- after a SIGKILL right after a checkpoint off a logging boundary, after a SIGKILL right after the final
+checkpoint, and from the loopback Hub's ``last-checkpoint/`` into a new folder -- must end with its weights (1e-5),
+its log history (timing keys aside) and its all_results.json keys; ``--steps_per_execution 4`` trains the same
+weights with its entries at call boundaries. The step itself is checked in a subprocess with 4 simulated CPU devices (``XLA_FLAGS``): 4 devices, 1
 device and 4 accumulated micro-batches of 8 give the same losses and weights for a 32-sequence batch.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu python -m pytest tests/current``.
@@ -131,25 +132,6 @@ def test_transformers_loads_the_export(keras_run):
     assert tuple(logits.shape) == (1, 5, model.config.vocab_size) and torch.isfinite(logits).all()
 
 
-def test_resume_after_kill_mid_run_and_after_last_checkpoint(keras_run, tmp_path):
-    reference, _ = keras_run
-    out = tmp_path / "killed"
-    # SIGKILL right after the first checkpoint (step 4)
-    proc = _train_process(keras_args(out), kill_at="train")
-    assert proc.returncode == -9, proc.stderr[-3000:]
-    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4"]
-    assert not (out / "model.safetensors").exists()
-    # resume; SIGKILL after the last checkpoint, before the export
-    proc = _train_process(keras_args(out, "--resume_from_checkpoint", "true"), kill_at="checkpoint")
-    assert proc.returncode == -9, proc.stderr[-3000:]
-    assert "resuming from" in proc.stderr and "checkpoint-4" in proc.stderr
-    assert (out / "checkpoint-12").is_dir() and not (out / "model.safetensors").exists()
-    # resume: nothing left to train, the export and the card are written
-    proc = _train_process(keras_args(out, "--resume_from_checkpoint", "true"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    _assert_same_run(out, reference)
-
-
 def test_resume_from_hub_into_new_folder(keras_run, loopback_hub, tmp_path):
     reference, _ = keras_run
     repo = "alice/tiny-keras-backend"
@@ -266,16 +248,32 @@ def test_numpy_masking_follows_the_batch_contract():
 def test_checkpoint_leftovers_are_removed_and_never_resumed(tmp_path):
     from hf_tpu_ext.backends.keras import checkpoint as ckpt
 
+    host = ckpt._owner_tag().rsplit("-", 1)[0]
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = f".checkpoint-12.tmp-{host}-{int(ended.stdout)}"  # a save killed before its rename
     meta = {"model_config": {"hidden_size": 8}}
     first = ckpt.save_checkpoint(str(tmp_path), 4, {"w": np.ones((2, 3), np.float32)}, {"00000/it": np.zeros((), np.int64)},
                                  meta)
     (Path(first) / ckpt.STATE_NAME).write_text(json.dumps({"global_step": 4, "log_history": []}))
-    ckpt.save_checkpoint(str(tmp_path), 8, {"w": np.zeros((2, 3), np.float32)}, {"00000/it": np.ones((), np.int64)}, meta)
-    (tmp_path / ".checkpoint-12.tmp-999").mkdir()  # a save killed before its rename
-    assert [Path(p).name for p in ckpt.find_checkpoints(str(tmp_path))] == ["checkpoint-8", "checkpoint-4"]
-    assert ckpt.is_checkpoint_folder(first) and not ckpt.is_checkpoint_folder(str(tmp_path / ".checkpoint-12.tmp-999"))
-    # checkpoint-8 has no trainer state (killed between the weights and the run's state): incomplete
-    assert ckpt.remove_incomplete(str(tmp_path)) == [".checkpoint-12.tmp-999", "checkpoint-8"]
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        running = f".checkpoint-16.tmp-{host}-{live.pid}"  # another process of this host saving right now
+        other_host = f".checkpoint-16.tmp-{host}x-other-{live.pid}"  # a shared folder's other host: not checkable
+        for name in (dead, running, other_host):
+            (tmp_path / name).mkdir()
+        ckpt.save_checkpoint(str(tmp_path), 8, {"w": np.zeros((2, 3), np.float32)}, {"00000/it": np.ones((), np.int64)},
+                             meta)
+        assert not (tmp_path / dead).exists() and (tmp_path / running).is_dir() and (tmp_path / other_host).is_dir()
+        (tmp_path / dead).mkdir()
+        assert [Path(p).name for p in ckpt.find_checkpoints(str(tmp_path))] == ["checkpoint-8", "checkpoint-4"]
+        assert ckpt.is_checkpoint_folder(first) and not ckpt.is_checkpoint_folder(str(tmp_path / dead))
+        # checkpoint-8 has no trainer state (killed between the weights and the run's state): incomplete
+        assert ckpt.remove_incomplete(str(tmp_path)) == [dead, "checkpoint-8"]
+    finally:
+        live.kill()
+        live.wait()
+    assert ckpt.remove_incomplete(str(tmp_path)) == [running]  # its process ended
+    assert (tmp_path / other_host).is_dir()
     assert [Path(p).name for p in ckpt.find_checkpoints(str(tmp_path))] == ["checkpoint-4"]
     np.testing.assert_array_equal(ckpt.load_tensors(first, ckpt.MODEL_NAME)["w"], np.ones((2, 3)))
     data = Path(first) / ckpt.OPTIMIZER_NAME
@@ -303,11 +301,67 @@ def test_flags_of_the_tensorflow_loop_are_refused():
     from hf_tpu_ext.errors import ArgumentError
 
     with pytest.raises(ArgumentError) as err:
-        parse_args(["--backend", "keras", "--output_dir", "x", "--steps_per_execution", "4"])
-    assert str(err.value) == ("--steps_per_execution only applies to --backend tensorflow (--backend keras compiles "
-                              "every step with XLA and uses every device JAX sees); drop it.")
+        parse_args(["--backend", "keras", "--output_dir", "x", "--tpu_name", "local"])
+    assert str(err.value) == ("--tpu_name only applies to --backend tensorflow (--backend keras compiles every step "
+                              "with XLA and uses every device JAX sees); drop it.")
+    assert parse_args(["--backend", "keras", "--output_dir", "x", "--steps_per_execution", "4"])[2] \
+        .steps_per_execution == 4
+    with pytest.raises(ArgumentError) as err:
+        parse_args(["--backend", "keras", "--output_dir", "x", "--steps_per_execution", "0"])
+    assert str(err.value) == "--steps_per_execution must be >= 1, got 0."
     with pytest.raises(ArgumentError, match="--optim adafactor is not available with --backend keras"):
         parse_args(["--backend", "keras", "--output_dir", "x", "--optim", "adafactor"])
+
+
+def test_steps_per_execution_4_equals_1(keras_run, tmp_path):
+    """4 optimizer steps per device call train the reference's weights; logs, evaluations and saves happen at call
+    boundaries, a cadence 4 does not divide (evaluation every 6) at the first boundary past each multiple."""
+    reference, ref_results = keras_run
+    out = tmp_path / "spe4"
+    results = _train_here(keras_args(out, "--steps_per_execution", "4"))
+    ours, ref = _weights(out), _weights(reference)
+    for name in ref:
+        np.testing.assert_allclose(ours[name], ref[name], atol=1e-5, rtol=0, err_msg=name)
+    got, want = _history(out), _history(reference)
+    ref_loss = {e["step"]: e["loss"] for e in want if "loss" in e}
+    # logging every 2 steps: one entry per call (steps 4, 8, 12), the mean of the reference's two windows
+    assert [e["step"] for e in got if "loss" in e] == [4, 8, 12]
+    for e in got:
+        if "loss" in e:
+            assert e["loss"] == pytest.approx((ref_loss[e["step"] - 2] + ref_loss[e["step"]]) / 2, abs=1e-6)
+    assert [e["step"] for e in got if "eval_loss" in e] == [8, 12]
+    assert [e for e in got if "eval_loss" in e][-1] == pytest.approx([e for e in want if "eval_loss" in e][-1])
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-12", "checkpoint-8"]
+    assert results["train_loss"] == pytest.approx(ref_results["train_loss"], abs=1e-6)
+    assert results["xla_step_compilations"] == 1
+    assert json.loads((out / "training_summary.json").read_text())["steps_per_execution"] == 4
+
+
+def test_resume_off_a_logging_boundary_and_after_the_final_checkpoint(keras_run, tmp_path):
+    """SIGKILL right after checkpoint-5 (logging every 2: step 5 is in the window of step 6), resume, SIGKILL right
+    after the final checkpoint (before the process recorded its figures), resume (export only): every logged loss,
+    ``train_loss`` and the weights are the uninterrupted run's, and all_results.json has every key the uninterrupted
+    run's has (what only the training process measured); the card reports the MFU."""
+    reference, _ = keras_run
+    out = tmp_path / "off-boundary"
+    proc = _train_process(keras_args(out, "--save_steps", "5"), kill_at="train")  # the first save: step 5
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-5"]
+    assert not (out / "model.safetensors").exists()
+    window = json.loads((out / "checkpoint-5" / "checkpoint.json").read_text())["loss_window"]
+    assert window["steps"] == 1 and 0 < window["loss_sum"] < 20  # step 5's loss; the entry at 6 checks its value
+    proc = _train_process(keras_args(out, "--save_steps", "12", "--resume_from_checkpoint", "true"), kill_at="train")
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert "resuming from" in proc.stderr and "checkpoint-5" in proc.stderr
+    assert (out / "checkpoint-12").is_dir() and not (out / "all_results.json").exists()
+    proc = _train_process(keras_args(out, "--save_steps", "12", "--resume_from_checkpoint", "true"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _assert_same_run(out, reference)
+    ours, ref = (json.loads((d / "all_results.json").read_text()) for d in (out, reference))
+    assert ours["train_loss"] == pytest.approx(ref["train_loss"], abs=1e-6)
+    assert sorted(set(ref) - set(ours)) == []
+    assert ours["steady_tokens_per_second"] > 0 and 0 < ours["mfu"] <= 1
+    assert "MFU | n/a" not in (out / "README.md").read_text()
 
 
 def test_best_model_survives_a_kill_and_is_exported(tmp_path):

@@ -10,8 +10,9 @@ devices); on a multi-host TPU slice each host runs this process, ``jax.distribut
 Data: the run's text blocks, masked in NumPy by :mod:`hf_tpu_ext.data.numpy_batches` (seeded by
 ``(seed, global_step)``) and put on the devices by a background thread two steps ahead, so the loop's host work
 per step is one queue read. Checkpoints: :mod:`~hf_tpu_ext.backends.keras.checkpoint` (atomic
-``checkpoint-<step>/`` folders). The loop checks :mod:`hf_tpu_ext.interrupts` between steps, so SIGINT/SIGTERM
-stop it at a step boundary. Keras 3 callbacks (``callback_kind = "keras"``) get the standard hooks
+``checkpoint-<step>/`` folders). The loop (:mod:`~hf_tpu_ext.backends.keras.loop`: ``--steps_per_execution``
+steps per device call) checks :mod:`hf_tpu_ext.interrupts` between calls, so SIGINT/SIGTERM stop it at a call
+boundary. Keras 3 callbacks (``callback_kind = "keras"``) get the standard hooks
 (``on_train_begin``, ``on_epoch_begin/end``, ``on_train_batch_begin/end``, ``on_train_end``) with
 ``model.train_function`` set to the compiled step.
 
@@ -25,9 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-import statistics
 import time
-from collections import deque
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -38,7 +37,6 @@ from hf_tpu_ext.errors import BackendError, CheckpointError
 
 logger = logging.getLogger("hf_tpu_ext")
 
-STEADY_WINDOW = 10_000
 #: checkpoint keys of the model's non-trainable variables (by position)
 NON_TRAINABLE_PREFIX = "non_trainable/"
 #: ``HF_TPU_JAX_DISTRIBUTED=1``: this process is one of several (one per host of a TPU slice)
@@ -62,10 +60,6 @@ def maybe_initialize_distributed() -> bool:
 
     jax.distributed.initialize()
     return True
-
-
-def _crossed(prev_step: int, step: int, every: int) -> bool:
-    return every > 0 and step // every > prev_step // every
 
 
 class RunContext:
@@ -93,6 +87,8 @@ class KerasBackend(BackendDefaults):
         self.placement = None
         self._step = 0
         self.trainer_ran = False
+        self._restored_meta: Dict[str, Any] = {}
+        self.restored_fit_metrics: Optional[Dict[str, Any]] = None
         self.loaded_best = False
         self.best_model_checkpoint = None
 
@@ -214,7 +210,7 @@ class KerasBackend(BackendDefaults):
         from hf_tpu_ext.backends.keras.model import build_masked_lm, load_pretrained
         from hf_tpu_ext.backends.keras.optimization import make_optimizer
         from hf_tpu_ext.backends.keras.step import (jit_eval_step, jit_train_step, make_eval_step,
-                                                    make_train_step)
+                                                    make_multi_step, make_train_step)
         from hf_tpu_ext.data.numpy_batches import NumpyMasker, TrainBatches
         from hf_tpu_ext.model_config import build_config, check_positions, dropout_overrides
 
@@ -244,8 +240,9 @@ class KerasBackend(BackendDefaults):
             self.train_step = step_tf.make_train_step(self.model, self.optimizer, self.accumulation)
             self.eval_step = step_tf.make_eval_step(self.model)
         else:
-            self.train_step = jit_train_step(make_train_step(self.model, self.optimizer, int(args.seed),
-                                                             self.accumulation), self.placement)
+            step = make_train_step(self.model, self.optimizer, int(args.seed), self.accumulation)
+            n = int(getattr(args, "steps_per_execution", 1) or 1)
+            self.train_step = jit_train_step(make_multi_step(step, n) if n > 1 else step, self.placement)
             self.eval_step = jit_eval_step(make_eval_step(self.model))
         self.model.train_function = self.train_step  # the recompile guard watches this function
         self._state_from_variables()
@@ -320,6 +317,9 @@ class KerasBackend(BackendDefaults):
                          "num_train_blocks": plan.num_train_blocks, "seq_length": plan.seq_length},
                 "keras_backend": self.keras_backend, "dtype_policy": "mixed_bfloat16" if args.bf16 else "float32",
                 "keras_version": _version("keras"), "keras_hub_version": _version("keras-hub")}
+        loop = getattr(self, "_loop", None)
+        if loop is not None:  # the logging window and what this process measured (backends/keras/meter.py)
+            meta.update(loop.meter.checkpoint_fields(self._fit_metrics(step)))
         return save_checkpoint(args.output_dir, step, model_vars, opt_vars, meta, keep=args.save_total_limit)
 
     def restore(self, path: str) -> int:
@@ -351,22 +351,13 @@ class KerasBackend(BackendDefaults):
             var.assign(value)
         self._state_from_variables()
         self._step = int(meta["global_step"])
-        self._restore_best()
+        self._restored_meta = meta
+        # a resume that only finishes the export reports what the training process measured (all_results, card)
+        self.restored_fit_metrics = dict(meta.get("fit_metrics") or {}) or None
+        from hf_tpu_ext.backends.keras.best import restore_best
+
+        restore_best(self)
         return self._step
-
-    def _restore_best(self) -> None:
-        """Resume the best-model tracking from ``checkpoints/best/`` when it belongs to the restored history (its
-        step at or before the checkpoint's, the same metric); a best of a killed later segment is redone."""
-        from hf_tpu_ext.args import BEST_METRICS
-        from hf_tpu_ext.backends.keras import checkpoint as ckpt
-
-        if not getattr(self.args, "load_best_model_at_end", False):
-            return
-        best = ckpt.read_best(self.args.output_dir, with_weights=False)
-        key = BEST_METRICS[getattr(self.args, "metric_for_best_model", None) or "loss"]
-        if best is not None and best["metric"] == key and 0 < best["global_step"] <= self._step:
-            self._best = (best["value"], best["global_step"])
-            self.best_model_checkpoint = best["folder"]
 
     def run_context(self):
         return self.context
@@ -374,15 +365,6 @@ class KerasBackend(BackendDefaults):
     # ------------------------------------------------------------------ training
     def current_step(self) -> int:
         return int(self._step)
-
-    def _put(self, step: int):
-        from hf_tpu_ext.backends.keras.step import split_micro_batches
-
-        if self.on_tensorflow:
-            from hf_tpu_ext.backends.keras.step_tf import to_tensors
-
-            return to_tensors(split_micro_batches(self.train_batches(step), self.accumulation))
-        return self.placement.put_batch(split_micro_batches(self.train_batches(step), self.accumulation), axis=1)
 
     def evaluate(self) -> Dict[str, float]:
         """``eval_loss``, ``perplexity``, ``eval_accuracy`` over the validation split's full batches ({} without)."""
@@ -408,9 +390,19 @@ class KerasBackend(BackendDefaults):
 
     def fit(self, callbacks: list, on_save: SaveHook, start_step: int,
             log_history: List[Dict[str, Any]]) -> Dict[str, Any]:
+        """Train from ``start_step`` to the plan's last step (:class:`~hf_tpu_ext.backends.keras.loop.TrainLoop`:
+        ``--steps_per_execution`` steps per device call), then checkpoint the step reached; returns the segment's
+        figures (``train_loss``, ``train_runtime``, ``steady_tokens_per_second``, ``mfu``, ``global_step``, ...).
+
+        Raises:
+            KeyboardInterrupt: after SIGINT/SIGTERM (the step reached is checkpointed first).
+            FloatingPointError: a non-finite training loss.
+        """
         import keras
 
-        from hf_tpu_ext import interrupts
+        from hf_tpu_ext.backends.keras.loop import TrainLoop, executions
+        from hf_tpu_ext.backends.keras.meter import make_mfu_function, restored_loss_window
+        from hf_tpu_ext.backends.keras.step import CompileCounter
         from hf_tpu_ext.data.numpy_batches import Prefetcher
 
         args, plan = self.args, self.plan
@@ -418,7 +410,6 @@ class KerasBackend(BackendDefaults):
         step = self._step = int(start_step)
         self.log_history = log_history
         self.trainer_ran = True
-        tokens_per_step = plan.global_batch_size * plan.seq_length
         cb = keras.callbacks.CallbackList(list(callbacks), add_history=False, add_progbar=False, model=self.model,
                                           epochs=max(1, math.ceil(total / spe)), steps=spe, verbose=0)
         progress = None
@@ -427,93 +418,19 @@ class KerasBackend(BackendDefaults):
 
             progress = tqdm(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True,
                             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]")
-        mfu_of = self._mfu_function()
-        train_loss_sum, train_loss_n, window_loss, window_n = 0.0, 0, 0.0, 0
-        window_times: List[float] = []
-        steady: "deque[float]" = deque(maxlen=STEADY_WINDOW)
-        first_step: Optional[float] = None
-        tokens_per_second = None
-        steps_run = 0
-        logs: Dict[str, Any] = {}
-        prefetch = Prefetcher(self._put, range(step, total), depth=2)
-        from hf_tpu_ext.backends.keras.step import CompileCounter
-
-        compiles = CompileCounter("train_step")
+        self.mfu_of = make_mfu_function(self.flops_per_token, self.accelerator, self.device_kind, args.bf16,
+                                        self.num_replicas, self.is_chief)
+        # the logging window of the checkpoint resumed from: the next entry averages the same steps as without a stop
+        loop = self._loop = TrainLoop(self, cb, on_save, step, restored_loss_window(self._restored_meta, step))
+        prefetch = Prefetcher(loop.produce, executions(step, total, spe, loop.n), depth=2)
+        compiles = self._compiles = CompileCounter("train_step")
         if not self.on_tensorflow:
             compiles.__enter__()  # XLA's compilations of the step, from JAX's events
-        t_start = time.perf_counter()
         cb.on_train_begin()
         if args.eval_on_start and step == 0:
             self._evaluate_and_log(0)
         try:
-            epoch, epoch_started = step // spe, False
-            while step < total:
-                # a signal is a save: at this step boundary (after the step's logs, evaluation and scheduled
-                # checkpoint) write this step's checkpoint if none was, then stop with KeyboardInterrupt
-                self._stop_if_signalled(step, int(start_step), on_save)
-                if not epoch_started:
-                    cb.on_epoch_begin(epoch)
-                    epoch_started = True
-                batch_index = step - epoch * spe
-                cb.on_train_batch_begin(batch_index)
-                batch = prefetch.get(step)
-                t_call = time.perf_counter()
-                if self.on_tensorflow:
-                    loss_sum, count = self.train_step(batch)
-                else:
-                    self.state, loss_sum, count = self.train_step(self.state, batch, np.int32(step))
-                loss = float(loss_sum) / max(float(count), 1.0)  # waits for the step
-                secs = time.perf_counter() - t_call
-                if first_step is None:
-                    first_step = secs
-                else:
-                    window_times.append(secs)
-                    steady.append(secs)
-                if not math.isfinite(loss):
-                    raise FloatingPointError(
-                        f"Training loss became {loss} at global step {step + 1}; lower --learning_rate or use "
-                        "--warmup_ratio. The last checkpoint in output_dir is intact.")
-                prev, step = step, step + 1
-                self._step = step
-                steps_run += 1
-                train_loss_sum += loss
-                train_loss_n += 1
-                window_loss += loss
-                window_n += 1
-                lr = self.schedule.value(step)
-                logs = {"loss": loss, "learning_rate": lr, "global_step": step, "epoch": step / spe}
-                if _crossed(prev, step, args.logging_steps) or step == total:
-                    tokens_per_second = round(tokens_per_step / max(statistics.median(window_times or [first_step]),
-                                                                    1e-9), 1)
-                    entry = {"loss": round(window_loss / window_n, 6), "learning_rate": lr,
-                             "epoch": round(step / spe, 4), "step": step, "tokens_per_second": tokens_per_second}
-                    mfu = mfu_of(tokens_per_second)
-                    if mfu is not None:
-                        entry["mfu"] = round(mfu, 4)
-                    self._log(entry)
-                    window_loss, window_n, window_times = 0.0, 0, []
-                if progress is not None:
-                    progress.update(1)
-                    postfix = {"loss": f"{loss:.4f}"}
-                    if tokens_per_second is not None:
-                        postfix["tokens/s"] = f"{tokens_per_second:,.0f}"
-                    progress.set_postfix(postfix)
-                # before evaluation and checkpoints: a callback's batch clock and compile watch cover the step only
-                cb.on_train_batch_end(batch_index, logs)
-                at_epoch_end = step % spe == 0 or step == total
-                if args.eval_strategy == "steps" and _crossed(prev, step, args.eval_steps):
-                    logs.update(self._evaluate_and_log(step))
-                if args.save_strategy == "steps" and _crossed(prev, step, args.save_steps):
-                    self._save(step, on_save)
-                if at_epoch_end:
-                    if args.eval_strategy == "epoch" and "eval_loss" not in logs:
-                        logs.update(self._evaluate_and_log(step))
-                    if args.save_strategy == "epoch":
-                        self._save(step, on_save)
-                    cb.on_epoch_end(epoch, dict(logs))
-                    epoch, epoch_started = epoch + 1, False
-                if getattr(self.model, "stop_training", False):
-                    break
+            step = loop.run(prefetch, progress)
         finally:
             if not self.on_tensorflow:
                 compiles.__exit__(None, None, None)
@@ -521,34 +438,23 @@ class KerasBackend(BackendDefaults):
             if progress is not None:
                 progress.close()
         self._stop_if_signalled(step, int(start_step), on_save)
-        runtime = time.perf_counter() - t_start
         self.callbacks = cb
         if getattr(self, "_saved_step", None) != step:
             self._save(step, on_save)  # the final checkpoint: a finished run can be extended and pushed
         self._variables_from_state()
         if getattr(args, "load_best_model_at_end", False):
-            self._load_best()
-        self.final_logs = logs
-        steady_rate = tokens_per_step / max(statistics.median(steady or [first_step]), 1e-9) if first_step else 0.0
-        return {
-            **mfu_of.summary(steady_rate),
-            "train_loss": train_loss_sum / max(train_loss_n, 1),
-            "train_runtime": runtime,
-            "train_steps_per_second": steps_run / max(runtime, 1e-9),
-            "train_samples_per_second": steps_run * plan.global_batch_size / max(runtime, 1e-9),
-            "train_tokens_per_second": steps_run * tokens_per_step / max(runtime, 1e-9),
-            # tokens per median training step (the figure the log lines show); train_*_per_second above are the
-            # segment's wall-time rates (transformers' meaning)
-            "steady_tokens_per_second": steady_rate,
-            "first_step_seconds": first_step,
-            "global_step": step,
-            "epoch": step / spe,
-            "tokens_seen": step * tokens_per_step,
-            # XLA compilations of the train step in this segment (JAX's compile events; 1 = compiled once)
-            "xla_step_compilations": (int(self.train_step.experimental_get_tracing_count()) if self.on_tensorflow
-                                      else compiles.count),
-            "xla_step_compile_seconds": round(compiles.seconds, 3),
-        }
+            from hf_tpu_ext.backends.keras.best import load_best
+
+            load_best(self)
+        self.final_logs = loop.logs
+        return self._fit_metrics(step)
+
+    def _fit_metrics(self, step: int) -> Dict[str, Any]:
+        """The segment's figures so far (:meth:`LoopMeter.fit_metrics`)."""
+        compiles = self._compiles
+        count = (int(self.train_step.experimental_get_tracing_count()) if self.on_tensorflow else compiles.count)
+        return self._loop.meter.fit_metrics(step, self.plan.steps_per_epoch, self.plan.global_batch_size,
+                                            self.mfu_of, count, compiles.seconds)
 
     def _save(self, step: int, on_save: SaveHook) -> None:
         from hf_tpu_ext import interrupts
@@ -576,7 +482,9 @@ class KerasBackend(BackendDefaults):
         metrics = self.evaluate()
         if metrics:
             self._log(dict(metrics, epoch=round(step / self.plan.steps_per_epoch, 4), step=step))
-            self._track_best(metrics, step)
+            from hf_tpu_ext.backends.keras.best import track_best
+
+            track_best(self, metrics, step)
         return metrics
 
     def _log(self, entry: Dict[str, Any]) -> None:
@@ -585,95 +493,6 @@ class KerasBackend(BackendDefaults):
             logger.info(_format_entry(entry))
         if self.summary_writer is not None:
             self.summary_writer.scalars(entry)
-
-    def _mfu_function(self):
-        """``mfu_of(tokens_per_second) -> fraction or None`` with ``mfu_of.summary(rate)``, as the TensorFlow
-        backend: FLOPs per token of :func:`hf_tpu_ext.flops.flops_per_token` (LM head at the masked positions),
-        the peak of one device from :func:`hf_tpu_ext.flops.device_peak` (datasheet, or the CPU formula)."""
-        from hf_tpu_ext.flops import above_peak_message, compute_mfu, device_peak
-
-        fpt = self.flops_per_token
-        kind = "CPU" if self.accelerator == "CPU" else self.device_kind
-        peak = device_peak(kind, "bfloat16" if self.args.bf16 is True else "float32")
-        note = {"why": None if fpt else "MFU left out: no FLOP count for this model config"}
-        if note["why"] is None and not peak.flops:
-            note["why"] = f"MFU left out: {peak.source}"
-        if self.is_chief:
-            if note["why"]:
-                logger.info("%s.", note["why"])
-            else:
-                logger.info("MFU against the peak %.3g FLOP/s per device (%s).", peak.flops, peak.source)
-
-        def mfu_of(tokens_per_second):
-            if note["why"] is not None:
-                return None
-            value = compute_mfu(tokens_per_second / self.num_replicas, fpt, peak.flops)
-            if value is None:  # above the peak: said once, left out from then on
-                note["why"] = above_peak_message(tokens_per_second / self.num_replicas, fpt, peak)
-                if self.is_chief:
-                    logger.warning("%s.", note["why"])
-            return value
-
-        def summary(steady_tokens_per_second):
-            """``mfu``, ``mfu_peak_flops``, ``mfu_peak_source`` of the steady rate; or ``mfu_note`` (why none)."""
-            value = mfu_of(steady_tokens_per_second) if steady_tokens_per_second else None
-            if value is None:
-                return {"mfu_note": note["why"] or "MFU left out: no training steps were timed"}
-            return {"mfu": value, "mfu_peak_flops": peak.flops, "mfu_peak_source": peak.source}
-
-        mfu_of.summary = summary
-        return mfu_of
-
-    # ------------------------------------------------------------------ best model (load_best_model_at_end)
-    def _track_best(self, metrics: Dict[str, float], step: int) -> None:
-        from hf_tpu_ext.args import BEST_METRICS
-
-        args = self.args
-        if not getattr(args, "load_best_model_at_end", False) or step <= 0:
-            return
-        key = BEST_METRICS[getattr(args, "metric_for_best_model", None) or "loss"]
-        greater = bool(getattr(args, "greater_is_better", None)) and key != "eval_loss"
-        value = metrics.get(key)
-        if value is None or not math.isfinite(value):
-            return
-        best = getattr(self, "_best", None)
-        if best is None or (value > best[0] if greater else value < best[0]):
-            from hf_tpu_ext.backends.keras import checkpoint as ckpt
-
-            if self.is_chief:  # on disk, not in memory: a killed run's best survives into the resumed one
-                if self.on_tensorflow:
-                    from keras import ops
-
-                    weights = [ops.convert_to_numpy(v.value) for v in self.model.trainable_variables]
-                else:
-                    import jax
-
-                    weights = [np.asarray(x) for x in jax.device_get(self.state[0])]
-                ckpt.save_best(self.args.output_dir, step, key, float(value),
-                               {var.path: w for var, w in zip(self.model.trainable_variables, weights)})
-                logger.info("new best %s=%.4g at step %d: weights kept in %s", key, value, step,
-                            os.path.join(self.args.output_dir, ckpt.BEST_DIRNAME))
-            self._best = (float(value), step)
-            self.best_model_checkpoint = os.path.join(self.args.output_dir, ckpt.BEST_DIRNAME)
-
-    def _load_best(self) -> None:
-        from hf_tpu_ext.backends.keras import checkpoint as ckpt
-
-        best = getattr(self, "_best", None)
-        if best is None:
-            logger.warning("load_best_model_at_end: no evaluation after step 0; the final weights are exported.")
-            return
-        if not self.is_chief:  # only the chief exports (and only it wrote the file)
-            return
-        kept = ckpt.read_best(self.args.output_dir)
-        if kept is None or kept["global_step"] != best[1]:
-            logger.warning("load_best_model_at_end: the best weights of step %d are gone from %s; the final weights "
-                           "are exported.", best[1], os.path.join(self.args.output_dir, ckpt.BEST_DIRNAME))
-            return
-        for var in self.model.trainable_variables:
-            var.assign(kept["weights"][var.path])
-        self.loaded_best = True
-        logger.info("loaded the best model of step %d (load_best_model_at_end)", best[1])
 
     def end_training(self, logs: Dict[str, Any]) -> None:
         cb = getattr(self, "callbacks", None)
@@ -699,7 +518,8 @@ class KerasBackend(BackendDefaults):
         from hf_tpu_ext.model_config import model_summary_fields
 
         return {**model_summary_fields(self.config, count_parameters(self.model)),
-                "optimizer": optimizer_description(self.args), "jit_compile": True, "steps_per_execution": 1,
+                "optimizer": optimizer_description(self.args), "jit_compile": True,
+                "steps_per_execution": int(getattr(self.args, "steps_per_execution", 1) or 1),
                 "compiler": ("XLA (Keras 3 on TensorFlow), whole step in one program" if self.on_tensorflow
                              else "XLA (JAX), whole step in one program")}
 

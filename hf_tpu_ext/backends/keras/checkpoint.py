@@ -8,12 +8,15 @@ A checkpoint folder holds (all float32 as trained):
   ``<index>/<path>``, restored by position;
 * ``checkpoint.json`` (:data:`META_NAME`): ``global_step``, ``epoch``, ``model_config`` (the shape fields of the
   transformers config), the data position (``seed``, ``global_batch_size``, ``num_train_blocks``: the batches
-  of every step follow from them, see :mod:`hf_tpu_ext.data.numpy_batches`), ``keras_backend``, ``dtype_policy``;
+  of every step follow from them, see :mod:`hf_tpu_ext.data.numpy_batches`), ``keras_backend``, ``dtype_policy``,
+  ``loss_window`` (``{"loss_sum", "steps"}``: the logging window so far) and ``fit_metrics`` (what the training
+  process measured up to the save; :mod:`~hf_tpu_ext.backends.keras.meter`);
 * ``trainer_state.json``: the run's trainer state, written by the training run after the save.
 
-Atomic: everything is written into ``.checkpoint-<step>.tmp-<pid>`` beside the final name, flushed to disk, then
-renamed (a rename within a folder is atomic on POSIX), so a kill leaves either no ``checkpoint-<step>`` or a
-complete one; stale temporary folders of killed runs are deleted at the next save. :func:`find_checkpoints` lists
+Atomic: everything is written into ``.checkpoint-<step>.tmp-<host>-<pid>`` beside the final name, flushed to disk,
+then renamed (a rename within a folder is atomic on POSIX), so a kill leaves either no ``checkpoint-<step>`` or a
+complete one; temporary folders of ended processes of this host are deleted at the next save (a running process's,
+or another host's, are kept). :func:`find_checkpoints` lists
 only complete folders.
 
 The best evaluation's weights (``--load_best_model_at_end``) are one file, ``checkpoints/best/`` :data:`BEST_NAME`
@@ -28,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import socket
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -43,9 +47,37 @@ LAST_CHECKPOINT_DIRNAME = "last-checkpoint"
 BEST_DIRNAME = os.path.join("checkpoints", "best")
 BEST_NAME = "model_state.safetensors"
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
-_TMP_RE = re.compile(r"^(\.checkpoint-\d+\.tmp-\d+|checkpoint-\d+\.old-\d+)$")
+#: a save's temporary folders: ``.checkpoint-<step>.tmp-<host>-<pid>`` and ``checkpoint-<step>.old-<host>-<pid>``
+#: (``<host>-`` absent in folders of older releases)
+_TMP_RE = re.compile(r"^(?:\.checkpoint-\d+\.tmp|checkpoint-\d+\.old)-(?:(?P<host>.+)-)?(?P<pid>\d+)$")
 MODEL_CONFIG_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
                        "max_position_embeddings")
+
+
+def _owner_tag() -> str:
+    """``<host>-<pid>`` of this process, for its temporary folders' names (``-`` in the host name kept)."""
+    host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+    return f"{host}-{os.getpid()}"
+
+
+def _process_ended(name: str) -> bool:
+    """Whether the process that named a temporary folder ``name`` (:data:`_TMP_RE`) is gone: only a process of
+    this host can be checked (``os.kill(pid, 0)``); another host's (a shared file system) counts as running."""
+    match = _TMP_RE.match(name)
+    if match is None:
+        return False
+    host, pid = match.group("host"), int(match.group("pid"))
+    if host is not None and host != _owner_tag().rsplit("-", 1)[0]:
+        return False
+    if pid == os.getpid():  # this process's own leftover (a save that failed before its rename)
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: alive, another user's
+        return False
+    return False
 
 
 def _fsync_dir(path: str) -> None:
@@ -86,11 +118,11 @@ def save_checkpoint(output_dir: str, step: int, model_vars: Dict[str, np.ndarray
         the checkpoint folder.
     """
     os.makedirs(output_dir, exist_ok=True)
-    for name in os.listdir(output_dir):  # folders of a killed save
-        if _TMP_RE.match(name):
+    for name in os.listdir(output_dir):  # folders of a killed save; a running process's are its own
+        if _process_ended(name):
             shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
     final = os.path.join(output_dir, f"checkpoint-{int(step)}")
-    tmp = os.path.join(output_dir, f".checkpoint-{int(step)}.tmp-{os.getpid()}")
+    tmp = os.path.join(output_dir, f".checkpoint-{int(step)}.tmp-{_owner_tag()}")
     os.makedirs(tmp)
     _save_tensors(os.path.join(tmp, MODEL_NAME), model_vars, {"format": FORMAT})
     _save_tensors(os.path.join(tmp, OPTIMIZER_NAME), optimizer_vars, {"format": FORMAT})
@@ -101,7 +133,7 @@ def save_checkpoint(output_dir: str, step: int, model_vars: Dict[str, np.ndarray
         os.fsync(f.fileno())
     _fsync_dir(tmp)
     if os.path.isdir(final):  # the same step saved again (a resumed run's final checkpoint): replace it whole
-        old = final + f".old-{os.getpid()}"
+        old = final + f".old-{_owner_tag()}"
         os.replace(final, old)
         os.replace(tmp, final)
         shutil.rmtree(old, ignore_errors=True)
@@ -247,14 +279,15 @@ def export_checkpoint_folder(path: str, folder: str) -> str:
 
 
 def remove_incomplete(output_dir: str) -> List[str]:
-    """Delete what killed saves left in ``output_dir``: temporary folders, and ``checkpoint-N/`` folders whose
-    trainer state of step N is missing (the run writes it right after the weights). Returns the names removed."""
+    """Delete what killed saves left in ``output_dir``: temporary folders of ended processes, and ``checkpoint-N/``
+    folders whose trainer state of step N is missing (the run writes it right after the weights). Returns the names
+    removed."""
     removed: List[str] = []
     if not os.path.isdir(output_dir):
         return removed
     for name in sorted(os.listdir(output_dir)):
         path = os.path.join(output_dir, name)
-        incomplete = bool(_TMP_RE.match(name))
+        incomplete = _process_ended(name)
         if not incomplete and _CKPT_RE.match(name) and os.path.isdir(path):
             try:
                 incomplete = read_trainer_state(path, int(_CKPT_RE.match(name).group(1))) is None

@@ -32,6 +32,8 @@ not copied from the training model, so both halves of the folder hold the same n
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import copy
 import logging
 import os
@@ -56,6 +58,10 @@ logger = logging.getLogger(__name__)
 
 #: The keras-hub preset's folder inside a model folder / Hub repo (beside the transformers files).
 KERAS_PRESET_DIR = "keras_hub"
+#: keras-hub's RobertaTokenizer special tokens, in RoBERTa's order (start, end, pad, mask)
+ROBERTA_SPECIAL_TOKENS = ("<s>", "</s>", "<pad>", "<mask>")
+#: keys of a preset's ``metadata.json`` that change with every save whatever was saved
+PRESET_VOLATILE_KEYS = ("date_saved",)
 
 
 def transformers_config(masked_lm, config=None, tokenizer=None):
@@ -140,11 +146,119 @@ def keras_hub_preprocessor(tokenizer_folder: str, sequence_length: int):
     import keras_hub
 
     try:
-        tokenizer = keras_hub.models.RobertaTokenizer(vocabulary=dict(model["vocab"]), merges=merges)
+        # fixed names and token order: keras-hub numbers unnamed layers per process and lists its special tokens
+        # from a set (string hash order), so a re-export would change the preset's JSON bytes
+        tokenizer = keras_hub.models.RobertaTokenizer(vocabulary=dict(model["vocab"]), merges=merges,
+                                                      unsplittable_tokens=list(ROBERTA_SPECIAL_TOKENS),
+                                                      name="roberta_tokenizer")
     except ValueError as e:  # a special token RoBERTa needs is missing
         logger.info("keras-hub's RobertaTokenizer cannot use this vocabulary (%s): no preprocessor in the preset.", e)
         return None
-    return keras_hub.models.RobertaMaskedLMPreprocessor(tokenizer=tokenizer, sequence_length=int(sequence_length))
+    return keras_hub.models.RobertaMaskedLMPreprocessor(tokenizer=tokenizer, sequence_length=int(sequence_length),
+                                                        name="roberta_masked_lm_preprocessor")
+
+
+@contextlib.contextmanager
+def fresh_layer_names():
+    """Keras' automatic layer names counted from zero inside the block, the process's counters restored after.
+
+    keras-hub leaves weightless layers unnamed (``dropout``, ``softmax``, ...), so Keras numbers them per process
+    and the preset's ``config.json`` and ``*.weights.h5`` group names would depend on how many models the process
+    built before (a resume's export would change bytes). The counters live in Keras' global state (no public API;
+    without it the names stay Keras' own).
+    """
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError:  # another Keras layout: names as Keras gives them
+        yield
+        return
+    saved = global_state.get_global_attribute("object_name_uids")
+    global_state.set_global_attribute("object_name_uids", collections.defaultdict(int))
+    try:
+        yield
+    finally:
+        global_state.set_global_attribute("object_name_uids", saved)
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    if not (os.path.isfile(a) and os.path.isfile(b)) or os.path.getsize(a) != os.path.getsize(b):
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+def same_preset(new_dir: str, old_dir: str) -> bool:
+    """Whether two keras-hub preset folders hold the same files with the same bytes, ``metadata.json`` compared
+    without :data:`PRESET_VOLATILE_KEYS` (its save date)."""
+    import json
+
+    def names(folder):
+        return sorted(os.path.relpath(os.path.join(r, n), folder) for r, _, ns in os.walk(folder) for n in ns)
+
+    if not os.path.isdir(old_dir) or names(new_dir) != names(old_dir):
+        return False
+    for name in names(new_dir):
+        a, b = os.path.join(new_dir, name), os.path.join(old_dir, name)
+        if name == "metadata.json":
+            try:
+                with open(a, encoding="utf-8") as fa, open(b, encoding="utf-8") as fb:
+                    ma, mb = json.load(fa), json.load(fb)
+            except (OSError, ValueError):
+                return False
+            if {k: v for k, v in ma.items() if k not in PRESET_VOLATILE_KEYS} != {
+                    k: v for k, v in mb.items() if k not in PRESET_VOLATILE_KEYS}:
+                return False
+        elif not _same_bytes(a, b):
+            return False
+    return True
+
+
+def _unchanged_source(tokenizer, fresh: str, names: List[str]):
+    """The local folder ``tokenizer`` was loaded from when it is unchanged since (a fresh load of that folder saves
+    the same bytes as ``tokenizer`` did into ``fresh``), else None."""
+    source = str(getattr(tokenizer, "name_or_path", "") or "")
+    if not source or not os.path.isdir(source):
+        return None
+    from transformers import AutoTokenizer
+
+    with tempfile.TemporaryDirectory(prefix=".tokenizer.", dir=fresh) as again:
+        try:
+            AutoTokenizer.from_pretrained(source).save_pretrained(again)
+        except Exception:  # noqa: BLE001 (not loadable on its own: no source to keep bytes of)
+            return None
+        if all(_same_bytes(os.path.join(fresh, n), os.path.join(again, n)) for n in names):
+            return source
+    return None
+
+
+def save_tokenizer(tokenizer, folder: str, exclude=()) -> List[str]:
+    """The tokenizer's files in ``folder`` (``save_pretrained``'s), each moved into place atomically; a file
+    whose bytes would not change is left alone.
+
+    A tokenizer unchanged since it was loaded from a folder (a resumed run's: ``output_dir`` or the Hub's
+    download) gets that folder's own bytes: a load/save round trip of transformers rewrites fields
+    (``is_local``, ``null`` -> ``""``) although nothing changed, and the Hub's files would change with it.
+
+    Returns:
+        the names relative to ``folder`` (minus ``exclude``).
+    """
+    os.makedirs(folder, exist_ok=True)
+    fresh = tempfile.mkdtemp(prefix="hf-tpu-tokenizer-")  # not in folder: a kill leaves nothing there
+    try:
+        names = save_tokenizer_files(tokenizer, fresh, exclude=exclude)
+        source = _unchanged_source(tokenizer, fresh, names)
+        for name in names:
+            src = os.path.join(fresh, name)
+            if source is not None and os.path.isfile(os.path.join(source, name)):
+                src = os.path.join(source, name)
+            dst = os.path.join(folder, name)
+            if not _same_bytes(src, dst):
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                shutil.copyfile(src, dst + ".tmp")
+                os.replace(dst + ".tmp", dst)
+        return names
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
 
 
 def save_keras_preset(state, config, preset_dir: str, preprocessor=None) -> List[str]:
@@ -171,15 +285,20 @@ def save_keras_preset(state, config, preset_dir: str, preprocessor=None) -> List
         preset_model = masked_lm_from_state_dict(state, config, preprocessor=preprocessor, dtype="float32")
         preset_model.save_to_preset(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only
+        if same_preset(tmp, preset_dir):  # a re-export of the same weights: the files (and Hub) stay byte-equal
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp = None
         old = None
-        if os.path.exists(preset_dir):
+        if tmp is not None and os.path.exists(preset_dir):
             old = tempfile.mkdtemp(prefix=f".{name}.", suffix=".old", dir=parent)
             os.replace(preset_dir, os.path.join(old, name))
-        os.replace(tmp, preset_dir)
+        if tmp is not None:
+            os.replace(tmp, preset_dir)
         if old:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     files = []
     for root, _, names in os.walk(preset_dir):
@@ -232,10 +351,11 @@ def export_masked_lm(masked_lm, folder: str, tokenizer=None, config=None, *, ker
     atomic_write_text(os.path.join(folder, CONFIG_NAME), hf_config.to_json_string(use_diff=True))
     written.append(CONFIG_NAME)
     if tokenizer is not None:
-        written += save_tokenizer_files(tokenizer, folder, exclude=written)
+        written += save_tokenizer(tokenizer, folder, exclude=written)
     if keras_preset:
-        preprocessor = None
-        if tokenizer is not None:
-            preprocessor = keras_hub_preprocessor(folder, masked_lm.backbone.max_sequence_length)
-        written += save_keras_preset(state, hf_config, os.path.join(folder, KERAS_PRESET_DIR), preprocessor)
+        with fresh_layer_names():  # the same names in every export (see there)
+            preprocessor = None
+            if tokenizer is not None:
+                preprocessor = keras_hub_preprocessor(folder, masked_lm.backbone.max_sequence_length)
+            written += save_keras_preset(state, hf_config, os.path.join(folder, KERAS_PRESET_DIR), preprocessor)
     return written

@@ -342,8 +342,10 @@ def masked_lm_from_state_dict(state: Dict[str, np.ndarray], config, *, preproces
         dropout=float(config.hidden_dropout_prob),
         max_sequence_length=max_len,
         dtype=dtype,
+        name="roberta_backbone",  # not Keras' per-process numbering: an export's config.json is the same each time
     )
-    masked_lm = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=preprocessor)
+    masked_lm = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=preprocessor,
+                                                 name="roberta_masked_lm")
     assign_state_dict(masked_lm, state, config)
     return masked_lm
 

@@ -101,6 +101,37 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, dropout: boo
     return train_step
 
 
+def make_multi_step(train_step: Callable, steps: int) -> Callable:
+    """``steps`` optimizer steps in one program (``--steps_per_execution``), not yet jitted:
+    ``train_step(state, batches, first_step, n) -> (state, loss_sums, counts)``.
+
+    Args:
+        train_step: :func:`make_train_step`'s step.
+        steps: ``N``, the stacked batches per call.
+
+    ``batches`` holds ``N`` global batches stacked on a new leading axis (``[N, A, B / A, ...]``, sharded on axis
+    2); ``first_step`` (int32) is the global step of the first, ``n`` (int32, ``1 <= n <= N``) how many of them
+    are trained on (a ``lax.fori_loop`` of ``n`` trips, so a shorter call at an epoch's end or the run's last step
+    reuses the one compiled program). ``loss_sums``, ``counts``: float32 ``[N]``, step ``i``'s summed token loss
+    and masked-token count (zeros past ``n``).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    def train_step_n(state, batches, first_step, n):
+        def body(i, carry):
+            state, sums, counts = carry
+            batch = {k: jax.lax.dynamic_index_in_dim(v, i, 0, keepdims=False) for k, v in batches.items()}
+            state, loss_sum, count = train_step(state, batch, first_step + i)
+            return state, sums.at[i].set(loss_sum), counts.at[i].set(count)
+
+        zeros = jnp.zeros((steps,), jnp.float32)
+        return jax.lax.fori_loop(0, n, body, (state, zeros, zeros))
+
+    train_step_n.__name__ = train_step.__name__  # "train_step": CompileCounter and the recompile guard find it
+    return train_step_n
+
+
 def make_eval_step(model) -> Callable:
     """``eval_step(trainable, non_trainable, batch) -> (loss_sum, correct, count)`` (no dropout), not jitted."""
 
