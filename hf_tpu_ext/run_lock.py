@@ -102,6 +102,7 @@ class RunLock:
         self.taken_over: Optional[Dict[str, Any]] = None
         self._fd: Optional[int] = None
         self._created_folder: Optional[str] = None
+        self._refs = 0  # holders in this process (lock_output_dir): the last release drops the lock
 
     def acquire(self) -> "RunLock":
         """Take the lock; returns ``self``.
@@ -172,7 +173,8 @@ class RunLock:
                   "start_ticks": _start_ticks(os.getpid())}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(record) + "\n").encode("utf-8"), 0)
-        self._fd = fd
+        self._fd, self._refs = fd, 1
+        _HELD[os.path.realpath(self.folder)] = self
         if self.taken_over:
             logger.warning("--output_dir %s: took over the lock of an ended run (%s; it did not release it: killed?).",
                            self.folder, describe(self.taken_over))
@@ -207,10 +209,14 @@ class RunLock:
             folder = os.path.dirname(folder)
 
     def release(self) -> None:
-        """Remove the lock file and drop the kernel lock (idempotent); a folder created for the lock alone goes."""
-        fd, self._fd = self._fd, None
-        if fd is None:
+        """Remove the lock file and drop the kernel lock (idempotent; with several holders in this process, the
+        last one's release); a folder created for the lock alone goes."""
+        self._refs -= 1
+        if self._refs > 0 or self._fd is None:
             return
+        fd, self._fd = self._fd, None
+        if _HELD.get(os.path.realpath(self.folder)) is self:
+            del _HELD[os.path.realpath(self.folder)]
         try:
             if os.path.samestat(os.fstat(fd), os.stat(self.path)):
                 os.unlink(self.path)
@@ -227,10 +233,16 @@ class RunLock:
         self.release()
 
 
+#: the locks this process holds, by real path (``hf-tpu train`` takes its lock before the frameworks load, the
+#: training run takes the same one again)
+_HELD: Dict[str, RunLock] = {}
+
+
 def lock_output_dir(output_dir: Optional[str]) -> Optional[RunLock]:
     """The held :class:`RunLock` of ``output_dir``, or ``None`` where no lock is taken: no folder, a remote
     (``gs://``) folder, a path that is a file (the folder check reports it), or a process that does not write
-    the folder (a spawned child, a worker other than the chief).
+    the folder (a spawned child, a worker other than the chief). A lock this process holds already is shared
+    (each caller releases it once).
 
     Raises:
         RunLockedError, OutputDirError: see :meth:`RunLock.acquire`.
@@ -246,4 +258,8 @@ def lock_output_dir(output_dir: Optional[str]) -> Optional[RunLock]:
             return None
     except ValueError:  # a bad TF_CONFIG: the strategy's check reports it
         return None
+    held = _HELD.get(os.path.realpath(str(output_dir)))
+    if held is not None and held._fd is not None:
+        held._refs += 1
+        return held
     return RunLock(str(output_dir)).acquire()

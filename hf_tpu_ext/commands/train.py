@@ -36,7 +36,11 @@ def main(argv=None) -> int:
     from hf_tpu_ext.errors import TrainingInterrupted
     from hf_tpu_ext.training_run import train
 
+    from hf_tpu_ext.run_lock import lock_output_dir
+
     model_args, data_args, training_args = parse_args(argv)
+    # a second run on a busy folder is refused now, before transformers and the frameworks load (seconds)
+    lock = lock_output_dir(training_args.output_dir)
     try:
         with console_session(training_args.log_level):  # log lines above the progress bar, no Hub upload bars
             results = train(model_args, data_args, training_args, argv=argv)
@@ -45,11 +49,16 @@ def main(argv=None) -> int:
         import hf_tpu_ext.console as console
 
         if console.whole_process:  # checkpoints, push report and staging folders are settled: skip TF's teardown
+            if lock is not None:
+                lock.release()
             console.exit_now(128 + err.signum)
         return 128 + err.signum
     except KeyboardInterrupt:  # before the run took over the signals (arguments, imports): nothing to resume
         print("interrupted before training started; nothing was written.", file=sys.stderr, flush=True)
         return 130
+    finally:
+        if lock is not None:
+            lock.release()
     print(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}, indent=2))
     return 0
 
