@@ -262,14 +262,17 @@ def _timed_train(args):
     return time.perf_counter() - t0, results
 
 
-def test_train_saving_every_2_steps_against_a_rate_limited_hub(loopback_hub, tmp_path):
-    """The Hub allows 5 commits per 60 s (429 + Retry-After 20 beyond); the run saves every 2 steps with
-    ``--hub_commit_budget 5``: it never waits out a Retry-After (within 10 s of the same run without pushes), gets
-    at most 3 429s, and the
-    final commit holds the final weights and ``last-checkpoint/``."""
+def test_train_saving_every_2_steps_against_a_rate_limited_hub(loopback_hub, tmp_path, monkeypatch):
+    """A quota-scaled run: the Hub allows 5 commits per 60 s (429 + Retry-After 20 beyond) and the run's budget is
+    the same quota (``--hub_commit_budget 5`` over a 60 s window); saving every 2 steps it paces its commits (a
+    burst of 1, then one per 20 s), never meets the Hub's 429, finishes within 1.3x + 5 s of the same run without
+    pushes, and the final commit holds the final weights and ``last-checkpoint/``."""
     pytest.importorskip("tensorflow")
     from conftest import tiny_train_args
 
+    from hf_tpu_ext.hub import commit_budget
+
+    monkeypatch.setattr(commit_budget, "DEFAULT_BUDGET_PERIOD", 60.0)  # the hour scaled to the Hub's window
     loopback_hub.server.rate_limit(5, 60.0, retry_after=20.0)
     steps = ["--max_steps", "24", "--save_strategy", "steps", "--save_steps", "2", "--eval_strategy", "no"]
     # first-use costs (imports, TF init, matplotlib's font cache for the loss curve) go to neither measured run
@@ -283,21 +286,25 @@ def test_train_saving_every_2_steps_against_a_rate_limited_hub(loopback_hub, tmp
     t_push, _ = _timed_train(tiny_train_args(tmp_path / "push", *steps, *push))
     t_after, _ = _timed_train(tiny_train_args(tmp_path / "plain-again", *steps))
     t_plain = max(t_before, t_after)
-    # The property: the Hub's 429s never stall training. A training thread that waited out one Retry-After (20 s)
-    # would be 20 s slower; the one-off costs of the pushing run (the save the budget admits exports the model
-    # folder and card on the training thread, the final commit uploads) are 3-5 s on runs this short (~12 s), so
-    # the bound is half a Retry-After. The speed figure itself belongs to benchmarks/ (soak_push.py), not here.
-    assert t_push <= t_plain + 10.0, f"with pushes {t_push:.1f} s, without {t_before:.1f} / {t_after:.1f} s"
+    # The pushing run's own costs (the admitted save exports the model folder and card on the training thread, the
+    # final commit uploads) scale with the machine's load (1.3x) plus a fixed part (5 s); a run that waited out a
+    # Retry-After (20 s) at the end, as the burst did, is far past it.
+    assert t_push <= 1.3 * t_plain + 5.0, f"with pushes {t_push:.1f} s, without {t_before:.1f} / {t_after:.1f} s"
 
     statuses = [r["status"] for r in loopback_hub.server.requests if r["route"] == "commit"]
-    assert statuses.count(429) <= 3, statuses
+    assert 429 not in statuses and 2 <= len(statuses) <= 5, statuses  # paced under the Hub's quota
     commits = loopback_hub.server.commits("alice/limited-run")
-    assert commits[-1]["message"] == FINAL_COMMIT_TITLE
+    assert commits[-1]["message"] == FINAL_COMMIT_TITLE and commits[1]["message"] == "Training in progress, step 2"
     files = loopback_hub.server.files("alice/limited-run")
     assert files["model.safetensors"] == (tmp_path / "push" / "model.safetensors").read_bytes()
     assert "last-checkpoint/ckpt-24.index" in files and "last-checkpoint/ckpt-24.index" in commits[-1]["added"]
     assert json.loads(files["last-checkpoint/trainer_state.json"])["global_step"] == 24
     pushes = json.loads((tmp_path / "push" / "training_summary.json").read_text())["hub_pushes"]
     assert pushes["final_pushed"] and pushes["skipped_saves"] == []
-    # 11 saves during training (steps 2..22): the budget let the first through, the rest went into later commits
-    assert pushes["coalesced_saves"] == list(range(4, 24, 2)) and pushes["commit_budget"]["commits"] == 5
+    # 11 saves during training (steps 2..22): the first went at once, a later one only 20 s after it; the rest went
+    # into later commits
+    pushed = [p["step"] for p in pushes["pushes"] if p["status"] == "pushed" and not p["final"]]
+    assert pushed[0] == 2 and sorted(pushed + pushes["coalesced_saves"]) == list(range(2, 24, 2))
+    assert pushes["commit_budget"] == {"commits": 5, "period_seconds": 60.0, "burst": 1, "seconds_per_commit": 20.0,
+                                       "reserved_for_final": 1, "commits_started": len(pushed) + 1,
+                                       "rate_limited": 0}
