@@ -245,7 +245,8 @@ def lock_output_dir(output_dir: Optional[str]) -> Optional[RunLock]:
     (each caller releases it once).
 
     Raises:
-        RunLockedError, OutputDirError: see :meth:`RunLock.acquire`.
+        OutputDirError: the folder cannot be written (:func:`hf_tpu_ext.fileio.check_writable_dir`).
+        RunLockedError: see :meth:`RunLock.acquire`.
     """
     from hf_tpu_ext.distributed import process_index
 
@@ -262,4 +263,7 @@ def lock_output_dir(output_dir: Optional[str]) -> Optional[RunLock]:
     if held is not None and held._fd is not None:
         held._refs += 1
         return held
+    from hf_tpu_ext.fileio import check_writable_dir
+
+    check_writable_dir(str(output_dir), "--output_dir")  # its message, not the lock file's, for a read-only folder
     return RunLock(str(output_dir)).acquire()
