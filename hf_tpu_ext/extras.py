@@ -46,7 +46,7 @@ EXTRA_MAJOR_VERSIONS: Dict[str, Tuple[Tuple[str, int, Optional[int]], ...]] = {
 EXTRA_PINS: Dict[str, Tuple[Tuple[str, str], ...]] = {
     "tensorflow": (("transformers", ">=4.57,<5"), ("huggingface_hub", ">=0.36,<1.0")),
     "jax": (("transformers", ">=5"), ("huggingface_hub", ">=1.0")),
-    "torch-xla": (("torch", "==2.9.1"), ("transformers", ">=4.57,<5")),
+    "torch-xla": (("torch", "==2.9.1"), ("transformers", ">=4.57,<5"), ("huggingface_hub", ">=0.36,<1.0")),
 }
 
 # extra -> the venv an extra that conflicts with this environment is suggested in

@@ -62,8 +62,8 @@ def test_torch_xla_hint_never_replaces_another_torch(fake_env):
         extras.require_extra("torch-xla", "--backend torch_xla")
     assert str(err.value) == (
         "--backend torch_xla needs [torch-xla] in a venv of its own (missing here: torch_xla; installing it here would "
-        "replace torch 2.13.0+cpu, which [torch-xla] pins to torch==2.9.1, transformers>=4.57,<5): "
-        "python -m venv .venv-xla && .venv-xla/bin/pip install 'hf-tpu-ext[torch-xla]'.")
+        "replace torch 2.13.0+cpu, which [torch-xla] pins to torch==2.9.1, transformers>=4.57,<5, "
+        "huggingface_hub>=0.36,<1.0): python -m venv .venv-xla && .venv-xla/bin/pip install 'hf-tpu-ext[torch-xla]'.")
 
 
 def test_tensorflow_hint_in_the_current_venv_is_a_venv_of_its_own(fake_env):

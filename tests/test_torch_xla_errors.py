@@ -48,7 +48,8 @@ def test_cli_backend_torch_xla_without_torch_xla_names_the_extra(tmp_path, repor
             if not torch or torch.startswith("2.9.1") else
             f"hf-tpu train: error: --backend torch_xla needs [torch-xla] in a venv of its own (missing here: {missing}; "
             f"installing it here would replace torch {torch}, which [torch-xla] pins to torch==2.9.1, "
-            "transformers>=4.57,<5): python -m venv .venv-xla && .venv-xla/bin/pip install 'hf-tpu-ext[torch-xla]'.")
+            "transformers>=4.57,<5, huggingface_hub>=0.36,<1.0): "
+            "python -m venv .venv-xla && .venv-xla/bin/pip install 'hf-tpu-ext[torch-xla]'.")
         assert not out.exists()  # nothing written before the check
 
 
