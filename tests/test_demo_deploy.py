@@ -132,7 +132,8 @@ def test_space_files_alone_run_in_a_fresh_venv(loopback_hub, pushed_model, tmp_p
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["package"] == str(space / "hf_tpu_ext" / "__init__.py")
     assert out["ok"] is True and out["masks"] == 3 and out["probe_ok"] is True
-    assert out["offered"] == [["branch", "model"], ["commit", "model"]] and out["not_offered"] == ["initial commit"]
+    # one entry per commit: the commit main points to is offered once, as main
+    assert out["offered"] == [["branch", "model"]] and out["not_offered"] == ["initial commit"]
     assert out["frameworks"] == []  # torch only: nothing the requirements do not list
 
 
