@@ -140,6 +140,7 @@ def test_bench_side_by_side_and_probe_chart(trained_model_dir, loopback_hub, tmp
     _push_states(HfApi(endpoint=loopback_hub.endpoint, token=loopback_hub.token), str(trained_model_dir), tmp_path)
     commits = list(reversed(loopback_hub.server.commits(BENCH_REPO)))  # newest first
     label = {c["message"]: f"{c['message']} \u00b7 {c['sha'][:7]}" for c in commits}
+    label[commits[0]["message"]] = "main (branch) \u00b7 " + label[commits[0]["message"]]  # one entry per commit
     sha = {c["message"]: c["sha"] for c in commits}
     text = "the <mask> of the module is used ."
     with launched_demo(BENCH_REPO, backend="torch") as (demo, url), sync_api.sync_playwright() as pw:
@@ -159,7 +160,7 @@ def test_bench_side_by_side_and_probe_chart(trained_model_dir, loopback_hub, tmp
             page.get_by_label("Revision A", exact=True).click()
             options = page.get_by_role("option")
             shown = [options.nth(i).inner_text().strip().lstrip("\u2713").strip() for i in range(options.count())]
-            assert shown[1:] == [label[c["message"]] for c in commits if c["message"] != "initial commit"]
+            assert shown == [label[c["message"]] for c in commits if c["message"] != "initial commit"]
             assert label["initial commit"] not in shown
             page.locator("h1").first.click()
             note = page.locator("#revisions-note").inner_text()
