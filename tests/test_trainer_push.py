@@ -131,7 +131,8 @@ def test_trainer_masked_lm_metrics_with_padding_collator_reach_state_and_card(lo
     args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=4, per_device_train_batch_size=8,
                              save_strategy="steps", save_steps=4, logging_steps=2, report_to=[], use_cpu=True,
                              disable_tqdm=True, seed=0, num_train_epochs=1)
-    trainer = Trainer(model=RobertaForMaskedLM(config), args=args, train_dataset=lines, callbacks=[metrics, push],
+    meter = get_callback("throughput", framework="torch", seq_length=32, warmup_steps=1, peak_flops=1e12)
+    trainer = Trainer(model=RobertaForMaskedLM(config), args=args, train_dataset=lines, callbacks=[metrics, push, meter],
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.3))
     trainer.train()  # 40 lines / 8 = 5 steps per epoch: evaluated at the last step (4)
 
@@ -149,3 +150,8 @@ def test_trainer_masked_lm_metrics_with_padding_collator_reach_state_and_card(lo
     assert "PyTorch (transformers Trainer) on CPU" in card.text
     assert f"\n- torch {torch.__version__}\n" in card.text
     assert "tensorflow" not in card.text.split("Framework versions")[-1]
+    # the throughput callback's figures (listed after the push callback), read at the final push
+    steady = [line for line in card.text.splitlines() if line.startswith("| Throughput, steady")]
+    assert len(steady) == 1 and "n/a" not in steady[0]
+    assert "| MFU (steady rate x FLOPs per token / peak FLOP/s) | " in card.text
+    assert "(peak 1e+12 FLOP/s per replica; given (peak_flops))" in card.text

@@ -25,6 +25,16 @@ MEDIAN_WINDOW = 10_000
 _METERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+def register_meter(model, meter) -> None:
+    """Make ``meter`` (anything with ``card_facts(step)``) the one :func:`card_facts_of` ``model`` reads."""
+    if model is None:
+        return
+    try:
+        _METERS[model] = meter
+    except TypeError:  # not weak-referenceable / hashable: the card goes without the figures
+        pass
+
+
 def card_facts_of(model, step: Optional[int] = None) -> Dict[str, Any]:
     """What the throughput meter of ``model``'s fit measured so far, as model card fields (empty without one).
 
@@ -173,12 +183,7 @@ class ThroughputMeter:
         self._reset_run()  # summary and medians cover one fit / one training run
         self._last_iterations = self._iterations()
         self._wall_t0 = time.perf_counter()
-        model = self._meter_model()
-        if model is not None:
-            try:
-                _METERS[model] = self
-            except TypeError:  # not weak-referenceable / hashable: the card goes without the figures
-                pass
+        register_meter(self._meter_model(), self)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._reset_epoch()

@@ -83,7 +83,7 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
         if getattr(getattr(model, "device", None), "type", None) == "xla":
             self._facts["backend"] = "torch_xla"
         self._tied, self._name = tied_weight_aliases(model) if model is not None else set(), getattr(model, "name_or_path", None)
-        self._finished = False
+        self._model, self._finished = model, False  # the model: its throughput meter's figures go into the card
         self.session.preflight()  # raises out of trainer.train() before the first step
         self.session.begin(state.global_step)
 
@@ -107,9 +107,10 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
     def _remember(self, args, state) -> None:
         """The Trainer's progress for the card: steps, epoch, global batch size, the device type, and what its log
         history holds (evaluation results, steady throughput, tokens seen; :func:`facts_from_trainer_state`)."""
+        from hf_tpu_ext.callbacks.throughput_meter import card_facts_of
         from hf_tpu_ext.hub.card_facts import facts_from_trainer_state
-
-        self._facts.update(global_step=int(state.global_step), epoch=state.epoch, **facts_from_trainer_state(state))
+        self._facts.update(dict(facts_from_trainer_state(state), **card_facts_of(getattr(self, "_model", None))),
+                           global_step=int(state.global_step), epoch=state.epoch)
         try:  # transformers' own arithmetic: per-device batch x accumulation x processes
             self._facts["global_batch_size"] = int(
                 args.train_batch_size * args.gradient_accumulation_steps * max(1, args.world_size))

@@ -78,6 +78,7 @@ class ThroughputCallback(TrainerCallback):
         self.global_batch_size = int(global_batch_size) if global_batch_size else None
         self.num_replicas = int(num_replicas) if num_replicas else None
         self.flops_per_token, self.peak_flops = flops_per_token, peak_flops
+        self.peak_source = "given (peak_flops)" if peak_flops else None
         self.warmup_steps = int(warmup_steps)
         self.summary: Dict[str, Any] = {}
         self._reset()
@@ -168,7 +169,7 @@ class ThroughputCallback(TrainerCallback):
         """FLOPs per token from the model's config; the peak (when not given) of a known CUDA device's datasheet
         or the CPU formula (:func:`hf_tpu_ext.flops.device_peak`)."""
         from hf_tpu_ext.errors import ArgumentError
-        from hf_tpu_ext.flops import flops_per_token, peak_flops
+        from hf_tpu_ext.flops import device_peak, flops_per_token
 
         config = getattr(model, "config", None)
         if self.flops_per_token is None and config is not None:
@@ -184,13 +185,32 @@ class ThroughputCallback(TrainerCallback):
             except StopIteration:
                 return
             dtype = "bfloat16" if getattr(args, "bf16", False) else "float32"
-            if device.type == "cuda":
-                self.peak_flops = peak_flops(torch.cuda.get_device_name(device), dtype)
-            elif device.type == "cpu":
-                self.peak_flops = peak_flops("CPU", dtype)
+            kind = {"cuda": lambda: torch.cuda.get_device_name(device), "cpu": lambda: "CPU"}.get(device.type)
+            if kind is not None:
+                peak = device_peak(kind(), dtype)
+                self.peak_flops, self.peak_source = peak.flops, peak.source
+
+    def card_facts(self, step=None) -> Dict[str, Any]:
+        """The model card fields measured so far (read by the push callback at a save, in any callback order):
+        ``global_batch_size``, ``num_replicas``, ``steady_tokens_per_second``, ``mfu`` with ``mfu_peak_flops`` and
+        ``mfu_peak_source`` (or ``mfu_note``: why not)."""
+        facts: Dict[str, Any] = {"global_batch_size": self.global_batch_size, "num_replicas": self.num_replicas}
+        rates = self._rates(self._measured_steps, self._measured_seconds) if self._measured_steps else {}
+        if rates:
+            facts["steady_tokens_per_second"] = rates["tokens_per_second"]
+        if "mfu" in rates:
+            facts.update(mfu=rates["mfu"], mfu_peak_flops=self.peak_flops,
+                         mfu_peak_source=self.peak_source or "peak_flops as given")
+        else:
+            facts["mfu_note"] = ("MFU left out: no FLOPs per token" if not self.flops_per_token else "MFU left out: no "
+                                 "peak FLOP/s for this device" if not self.peak_flops else "MFU left out: not measured")
+        return {k: v for k, v in facts.items() if v is not None}
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
+        from hf_tpu_ext.callbacks.throughput_meter import register_meter
+
         self._reset()
+        register_meter(model, self)  # the push callback's card reads card_facts()
         self._fill_flops(args, model)
         self._remove_hook()
         if self.count_tokens == "attention_mask" and model is not None and hasattr(model, "register_forward_pre_hook"):
