@@ -262,20 +262,6 @@ def checkpoint_seq_length(trainer_state: Optional[Dict[str, Any]]) -> Optional[i
     return tokens // (step * batch)
 
 
-def check_checkpoint_backend(path: str, backend_name: str, shown: Optional[str] = None) -> None:
-    """Refuse resuming ``path`` when it holds a checkpoint of another backend than ``--backend`` (before the
-    generic "no checkpoint found", which would be untrue: it has one).
-
-    Raises:
-        CheckpointError: names the backend that wrote it and the ``--backend`` to rerun with.
-    """
-    from hf_tpu_ext.hub.checkpoint_layouts import wrong_backend_message
-
-    message = wrong_backend_message(path, backend_name, shown)
-    if message:
-        raise CheckpointError(message)
-
-
 # ---------------------------------------------------------------------------------------------- run state
 def read_run_state(output_dir: str) -> Dict[str, Any]:
     """``output_dir/run_state.json`` (``{}`` when missing or unreadable): ``{"global_step", "max_steps",
@@ -442,6 +428,7 @@ class TrainingRun:
         A newest local checkpoint that cannot be read is skipped with a warning (the next older one is used);
         an explicitly named one raises ``CheckpointError`` naming the file.
         """
+        from hf_tpu_ext.hub.checkpoint_layouts import check_checkpoint_backend
         from hf_tpu_ext.hub.resume import looks_like_repo_spec
 
         args, backend = self.args, self.backend

@@ -45,7 +45,9 @@ from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 logger = logging.getLogger("hf_tpu_ext.hub")
 
 __all__ = ["FoundCheckpoint", "CheckpointLayout", "LAYOUTS", "find_checkpoints", "newest_checkpoint",
-           "pack_checkpoint", "layouts_help", "push_later_command", "previous_run_paths", "remove_previous_run"]
+           "pack_checkpoint", "layouts_help", "push_later_command", "previous_run_paths", "remove_previous_run",
+           "clear_for_overwrite", "checkpoint_backend", "wrong_backend_message", "check_checkpoint_backend",
+           "write_failure_errno", "save_failure_message"]
 
 TF_STATE_SUFFIX = ".trainer_state.json"  # the TensorFlow backend's ckpt-N.trainer_state.json
 TRAINER_STATE = "trainer_state.json"
@@ -354,6 +356,20 @@ def wrong_backend_message(path: str, backend: str, shown: Optional[str] = None) 
     other, step = found
     return (f"--resume_from_checkpoint: {shown or path} holds a {other} backend checkpoint (step {step}), not a "
             f"{backend} one: rerun with --backend {other}.")
+
+
+def check_checkpoint_backend(path: str, backend: str, shown: Optional[str] = None) -> None:
+    """Refuse resuming ``path`` when it holds a checkpoint of another backend than ``backend`` (before the generic
+    "no checkpoint found", which would be untrue: it has one).
+
+    Raises:
+        CheckpointError: :func:`wrong_backend_message` (the backend that wrote it, the ``--backend`` to rerun with).
+    """
+    from hf_tpu_ext.errors import CheckpointError
+
+    message = wrong_backend_message(path, backend, shown)
+    if message:
+        raise CheckpointError(message)
 
 
 #: the OS errors of a write that a rerun can finish once the cause is fixed (space, quota, permissions, I/O)
