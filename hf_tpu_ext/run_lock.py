@@ -74,14 +74,18 @@ def describe(owner: Dict[str, Any]) -> str:
 
 
 def _read(fd: int) -> Dict[str, Any]:
+    """The owner a lock file names: ``{}`` when empty, ``{"pid": 0, "host": None}`` (nobody) when damaged."""
     try:
         data = os.pread(fd, 4096, 0)
-        owner = json.loads(data.decode("utf-8")) if data.strip() else {}
-        if isinstance(owner, dict) and isinstance(owner.get("pid"), int):
-            return owner
-        return {"pid": 0, "host": None} if data.strip() else {}  # damaged: nobody's
-    except (OSError, ValueError):
+    except OSError:
         return {}
+    if not data.strip():
+        return {}
+    try:
+        owner = json.loads(data.decode("utf-8"))
+    except ValueError:
+        owner = None
+    return owner if isinstance(owner, dict) and isinstance(owner.get("pid"), int) else {"pid": 0, "host": None}
 
 
 class RunLock:

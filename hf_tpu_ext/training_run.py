@@ -759,6 +759,9 @@ class TrainingRun:
 
         Raises:
             HfTpuExtError subclasses: bad input, before anything is written into ``output_dir``.
+            RunLockedError: another ``hf-tpu train`` holds ``output_dir`` (:mod:`hf_tpu_ext.run_lock`).
+            OutputDirError: a write failed (disk full, quota, read-only): one line with the newest intact
+                checkpoint and the resume command.
             TrainingInterrupted: SIGINT/SIGTERM; its message is the one line with the resume command.
             HubPushError: the final state could not be pushed (unless ``--hub_allow_push_failure true``).
         """

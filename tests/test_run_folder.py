@@ -191,3 +191,25 @@ def test_bad_resume_inputs_are_one_true_line_each(tmp_path, trained_model_dir, h
     with pytest.raises(CheckpointError, match=r"^No readable checkpoint to resume from: .*ckpt-30 cannot be read"):
         _train(tiny_train_args(run, "--max_steps", "40", "--resume_from_checkpoint", "true"))
     assert "next older checkpoint" not in hf_log.text
+
+
+def test_a_lock_of_another_host_is_refused_and_a_damaged_one_taken_over(tmp_path, hf_log):
+    from hf_tpu_ext.run_lock import RunLockedError, lock_output_dir
+
+    out = tmp_path / "shared"
+    out.mkdir()
+    lock = out / LOCK_NAME
+    lock.write_text(json.dumps({"pid": 1, "host": "tpu-vm-7", "since": "2026-12-01T20:00:00Z"}))
+    with pytest.raises(RunLockedError) as err:
+        lock_output_dir(str(out))  # its process cannot be checked from here: never taken over
+    assert str(err.value) == (f"--output_dir {str(out)!r} is in use by another hf-tpu train (pid 1 on host tpu-vm-7, "
+                              f"since 2026-12-01T20:00:00Z): wait for it to end, or, if it has ended, delete {lock}, "
+                              "or choose another --output_dir. Nothing was written.")
+    lock.write_text("{half a record")  # a lock file cut short: nobody's
+    held = lock_output_dir(str(out))
+    assert json.loads(lock.read_text())["pid"] == os.getpid() and held.taken_over == {"pid": 0, "host": None}
+    assert lock_output_dir(str(out)) is held  # the training run shares the lock `hf-tpu train` took
+    held.release()
+    assert lock.exists()  # one holder left
+    held.release()
+    assert sorted(os.listdir(out)) == []

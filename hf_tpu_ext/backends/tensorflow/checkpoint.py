@@ -311,6 +311,11 @@ class TrainingCheckpointer:
 
         Returns:
             The checkpoint prefix.
+
+        Raises:
+            OSError: the sidecar could not be written (e.g. ``ENOSPC``); ``tf.errors.ResourceExhaustedError``
+                ("No space left on device"): the weights could not. Either way the checkpoint is incomplete
+                (no trainer state, not committed): a resume skips it.
         """
         from hf_tpu_ext.fileio import atomic_write_text
 
