@@ -231,6 +231,10 @@ def test_probe_scores_match_in_app_cli_and_training_log(bench, capsys):
     assert once["ok"] is True and [r["sha"] for r in once["rows"]] == [main_sha] and once["comparisons"] == []
     assert once["message"] == (f"Scored 200 probes on 1 revision. {main_sha} is the same commit as main "
                                f"({main_sha[:7]}): scored once.")
+    assert cli.main(["probe", f"{REPO}@main,{main_sha}", str(bench["probe_path"])]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1 and out.startswith(f"{REPO}@main: probes=200 ")  # no comparison with itself
+    assert err == f"hf-tpu probe: {REPO}@{main_sha} is the same commit as {REPO}@main ({main_sha[:7]}): scored once.\n"
 
 
 def test_probe_scores_land_in_the_card(bench):
