@@ -136,6 +136,10 @@ def test_padded_batch_tokens_per_second_counts_real_tokens(caplog):
         cb.on_step_begin(args, state, None)  # closes step 3's window, as the next step's begin does
         cb.on_log(args, state, None, logs)
     assert caplog.records == []  # the Trainer's printed dict is the one throughput line
+    cb.log_line = True  # a Trainer without its printer (hf-tpu train --disable_tqdm true): the callback's line
+    with caplog.at_level(logging.INFO, logger="hf_tpu_ext"):
+        cb.on_log(args, state, None, {"loss": 4.5})
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["step 4"]
     assert cb._measured_steps == 3  # steps 1-3 (step 0 is warm-up)
     assert logs["tokens_per_second"] == pytest.approx(round(3 * 18 / cb._measured_seconds, 6))
     assert logs["samples_per_second"] == pytest.approx(round(3 * 2 / cb._measured_seconds, 6))

@@ -39,8 +39,9 @@ class ThroughputCallback(TrainerCallback):
     At every Trainer log (``on_log``) the rates so far are added to the logged dict and to the log entry in
     ``state.log_history`` (``samples_per_second``, ``tokens_per_second``, ``tokens_per_second_per_replica``,
     ``step_time_ms_median``; ``model_flops_per_second`` and ``mfu`` when known): the Trainer's printed log line
-    is the one line that shows them (nothing else is printed). After training ``self.summary`` holds the run's
-    numbers (``tokens_counted`` says how tokens were counted).
+    is the one line that shows them; ``log_line=True`` logs a line to the ``hf_tpu_ext`` logger instead, for a
+    Trainer whose printer is removed (``hf-tpu train --backend torch_xla --disable_tqdm true``). After training
+    ``self.summary`` holds the run's numbers (``tokens_counted`` says how tokens were counted).
 
     Args:
         seq_length: tokens per sequence (``max_seq_length``).
@@ -53,6 +54,7 @@ class ThroughputCallback(TrainerCallback):
             of a known CUDA GPU, the CPU formula on a CPU; MFU is never above 1).
         warmup_steps: optimizer steps not timed at the start of each ``train()``.
         count_tokens: ``"attention_mask"`` (real tokens, as above) or ``"seq_length"`` (every position).
+        log_line: also log the figures as a line of their own (see above).
 
     Raises:
         ArgumentError: a size < 1, ``warmup_steps < 0`` or another ``count_tokens``.
@@ -60,7 +62,7 @@ class ThroughputCallback(TrainerCallback):
 
     def __init__(self, seq_length: int, global_batch_size: Optional[int] = None, num_replicas: Optional[int] = None,
                  flops_per_token: Optional[float] = None, peak_flops: Optional[float] = None, warmup_steps: int = 3,
-                 count_tokens: str = "attention_mask"):
+                 count_tokens: str = "attention_mask", log_line: bool = False):
         from hf_tpu_ext.errors import ArgumentError
 
         for name, value in (("seq_length", seq_length), ("global_batch_size", global_batch_size),
@@ -72,7 +74,7 @@ class ThroughputCallback(TrainerCallback):
         if count_tokens not in ("attention_mask", "seq_length"):
             raise ArgumentError(f"ThroughputCallback: count_tokens must be 'attention_mask' or 'seq_length', got "
                                 f"{count_tokens!r}.")
-        self.count_tokens = count_tokens
+        self.count_tokens, self.log_line = count_tokens, bool(log_line)
         self._hook = None
         self.seq_length = int(seq_length)
         self.global_batch_size = int(global_batch_size) if global_batch_size else None
@@ -91,10 +93,11 @@ class ThroughputCallback(TrainerCallback):
         fraction = min(1.0, run.max_predictions / run.seq_length) if run.max_predictions else None
         fpt = flops_per_token(run.model_config, run.seq_length, masked_fraction=fraction) if run.model_config else None
         dtype = "bfloat16" if getattr(run.training_args, "bf16", False) else "float32"
-        # hf-tpu train's batches are full blocks: every position is a real token, and no device op is added
+        # hf-tpu train's batches are full blocks: every position is a real token, and no device op is added;
+        # with --disable_tqdm the backend removes the Trainer's printer, so this callback's line is the one
         return cls(seq_length=run.seq_length, global_batch_size=run.global_batch_size, num_replicas=run.num_replicas,
                    flops_per_token=fpt, peak_flops=peak_flops(run.device_info.device_kind, dtype),
-                   count_tokens="seq_length")
+                   count_tokens="seq_length", log_line=bool(getattr(run.training_args, "disable_tqdm", False)))
 
     def _reset(self):
         self._first_step: Optional[int] = None
@@ -243,7 +246,11 @@ class ThroughputCallback(TrainerCallback):
         entry = state.log_history[-1] if state.log_history else None
         if entry is not None and entry.get("step") == state.global_step and "loss" in entry:
             entry.update(rounded)
-        # no line of its own: the Trainer's printed log line (and hf-tpu train's) is the one throughput line
+        if self.log_line:  # else the Trainer's printed log line is the one throughput line
+            logger.info("step %d: steady %.1f samples/s, %.0f tokens/s (%.0f per replica; steps after warm-up), "
+                        "median step %.1f ms%s", state.global_step, rates["samples_per_second"],
+                        rates["tokens_per_second"], rates["tokens_per_second_per_replica"],
+                        rates["step_time_ms_median"], f", MFU {rates['mfu']:.1%}" if "mfu" in rates else "")
 
     def _remove_hook(self) -> None:
         if self._hook is not None:
