@@ -25,7 +25,7 @@ def space_modules() -> List[str]:
 
     This package's modules and every ``hf_tpu_ext`` module they import (followed through their imports, those
     inside functions too), with the ``__init__.py`` of each package on the way: ``hf_tpu_ext/__init__.py``,
-    ``hf_tpu_ext/probes.py``, ``hf_tpu_ext/fill_mask/*.py`` and whatever ``hf_tpu_ext/__init__.py`` imports.
+    ``hf_tpu_ext/probes/*.py``, ``hf_tpu_ext/fill_mask/*.py`` and whatever ``hf_tpu_ext/__init__.py`` imports.
     Read from the source (``ast``), so a new import is uploaded without a list to update.
 
     Returns:

@@ -3,7 +3,7 @@
 The Space gets these files in one commit:
 
 * ``app.py``: ``spaces_demo/app.py`` unchanged (the page; PyTorch backend);
-* ``hf_tpu_ext/__init__.py``, ``hf_tpu_ext/probes.py``, ``hf_tpu_ext/fill_mask/*.py`` and what they import:
+* ``hf_tpu_ext/__init__.py``, ``hf_tpu_ext/probes/*.py``, ``hf_tpu_ext/fill_mask/*.py`` and what they import:
   the library the page runs on (``hf_tpu_ext.fill_mask.space_modules()``), unchanged; ``app.py`` imports them
   from its own folder;
 * ``requirements.txt``: ``spaces_demo/requirements.txt`` (CPU torch from PyTorch's index, every package pinned
@@ -98,7 +98,7 @@ def space_files(model_id: str, space_id: Optional[str] = None) -> Dict[str, byte
         space_id: the Space's repo id (for the README's API example).
 
     Returns:
-        ``{"app.py": ..., "requirements.txt": ..., "hf_tpu_ext/__init__.py": ..., "hf_tpu_ext/probes.py": ...,
+        ``{"app.py": ..., "requirements.txt": ..., "hf_tpu_ext/__init__.py": ..., "hf_tpu_ext/probes/...": ...,
         "hf_tpu_ext/fill_mask/...": ..., "README.md": ..., "model_id.txt": ...}`` (UTF-8 bytes).
     """
     import hf_tpu_ext
