@@ -97,6 +97,8 @@ class Backend(Protocol):
         scores_probes: each evaluation also scores ``--probe_file`` (the run then evaluates at the end).
         loaded_best: :meth:`fit` put the best evaluation's weights into the model (``load_best_model_at_end``).
         best_model_checkpoint: where the best evaluation's weights are kept, or None (``trainer_state.json``).
+        restored_fit_metrics: the ``fit`` metrics the restored checkpoint recorded (a resume that only finishes
+            the export reports them), or None.
     """
 
     name: str
@@ -110,6 +112,7 @@ class Backend(Protocol):
     scores_probes: bool
     loaded_best: bool
     best_model_checkpoint: Optional[str]
+    restored_fit_metrics: Optional[Dict[str, Any]]
 
     def setup(self, training_args) -> None:
         """Pick devices/strategy; nothing is written. Raises ``BackendError``/``ArgumentError``."""
@@ -207,6 +210,7 @@ class BackendDefaults:
     scores_probes = False
     loaded_best = False
     best_model_checkpoint: Optional[str] = None
+    restored_fit_metrics: Optional[Dict[str, Any]] = None
 
     def spawn(self, fn, args) -> None:
         raise NotImplementedError(f"{type(self).__name__} trains in the calling process (processes_to_spawn is 0).")
