@@ -25,9 +25,8 @@ class MaskedLMMetricsCallback(TrainerCallback):
     Results go through the Trainer's log: each evaluation is its own ``state.log_history`` entry
     (``{"eval_loss", "perplexity", "eval_accuracy", "eval_tokens", "epoch", "step"}`` with the default prefix,
     the shape of ``Trainer.evaluate``'s), made in ``on_step_end`` -- before the Trainer saves that step, so the
-    checkpoint's ``trainer_state.json`` holds it -- and the Trainer is asked to log at that step
-    (``control.should_log``), whose printed line then carries the figures. ``self.results`` holds the latest,
-    ``self.history`` all of them.
+    checkpoint's ``trainer_state.json`` holds it -- and the Trainer's next printed log line carries the figures
+    (the logging cadence is left as it is). ``self.results`` holds the latest, ``self.history`` all of them.
 
     Args:
         eval_dataset: a map-style dataset of examples the collator accepts.
@@ -120,12 +119,11 @@ class MaskedLMMetricsCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if model is not None and self._due(args, state) and getattr(self, "_evaluated_at", None) != state.global_step:
-            self._pending = self.evaluate(model, state, self._trainer_collator(kwargs))
-            control.should_log = True  # the Trainer logs at this step: its printed line carries the results
+            self._pending = self.evaluate(model, state, self._trainer_collator(kwargs))  # printed at the next log
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         pending = getattr(self, "_pending", None)
-        if pending and logs is not None and "loss" in logs:
+        if pending and logs is not None:
             logs.update(pending)  # the printed dict only: log_history has the evaluation as its own entry
             self._pending = None
 

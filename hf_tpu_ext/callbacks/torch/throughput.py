@@ -19,6 +19,13 @@ MEDIAN_WINDOW = 10_000
 logger = logging.getLogger("hf_tpu_ext")
 
 
+def _device_type(model) -> Optional[str]:
+    try:
+        return next(model.parameters()).device.type
+    except (StopIteration, AttributeError, TypeError):
+        return None
+
+
 @register_callback("throughput", framework="torch")
 class ThroughputCallback(TrainerCallback):
     """Log samples/s, tokens/s (per replica), median step time and MFU.
@@ -34,7 +41,9 @@ class ThroughputCallback(TrainerCallback):
     tensor, read on the host only at a log, so a collator that pads to the batch's longest line does not
     inflate tokens/s and MFU. ``count_tokens="seq_length"`` counts ``seq_length`` per sequence instead (right for
     full blocks, as ``hf-tpu train`` feeds; no device op). Under several processes each one counts its own
-    batches: ``tokens_per_second`` is this process's rate x ``num_replicas``.
+    batches: ``tokens_per_second`` is this process's rate x ``num_replicas``. On an XLA device tokens are counted
+    as ``seq_length`` per sequence (a count on the device would add to the step's compiled graph; XLA batches
+    have static shapes).
 
     At every Trainer log (``on_log``) the rates so far are added to the logged dict and to the log entry in
     ``state.log_history`` (``samples_per_second``, ``tokens_per_second``, ``tokens_per_second_per_replica``,
@@ -216,7 +225,8 @@ class ThroughputCallback(TrainerCallback):
         register_meter(model, self)  # the push callback's card reads card_facts()
         self._fill_flops(args, model)
         self._remove_hook()
-        if self.count_tokens == "attention_mask" and model is not None and hasattr(model, "register_forward_pre_hook"):
+        if self.count_tokens == "attention_mask" and model is not None and hasattr(model, "register_forward_pre_hook") \
+                and _device_type(model) != "xla":
             self._hook = model.register_forward_pre_hook(self._count_tokens, with_kwargs=True)
         self._first_step = int(state.global_step)
         if self.global_batch_size is None:
