@@ -136,6 +136,15 @@ def test_disk_full_during_a_save_is_one_line_and_the_intact_checkpoint_resumes(t
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 6
     assert [e["step"] for e in state["log_history"] if "loss" in e] == [5, 6]
+    # a full disk elsewhere (the datasets cache): that file named, the run folder's checkpoint too
+    from hf_tpu_ext.hub.checkpoint_layouts import save_failure_message
+
+    cache_full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "cache" / "train.arrow"))
+    assert save_failure_message(cache_full, str(out), "hf-tpu train ...") == (
+        f"Writing {tmp_path / 'cache' / 'train.arrow'} failed: No space left on device (--output_dir {out}: the "
+        f"newest intact checkpoint is {os.path.join('checkpoints', 'ckpt-6')} (step 6)). Free some space there, "
+        "then resume with: hf-tpu train ...")
+    assert save_failure_message(ConnectionError("reset by peer"), str(out), "") is None  # not a write
 
 
 def _keras_checkpoint(folder, step):

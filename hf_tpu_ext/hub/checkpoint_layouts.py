@@ -408,5 +408,10 @@ def save_failure_message(err: BaseException, output_dir: str, resume_command: st
     intact = (f"the newest intact checkpoint is {os.path.relpath(found.path, output_dir)} (step {found.step})"
               if found else "it holds no intact checkpoint yet (a rerun starts at step 0)")
     fix = "free some space" if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else "make it writable"
+    filename = getattr(err, "filename", None)
+    inside = not filename or os.path.abspath(str(filename)).startswith(os.path.abspath(output_dir) + os.sep)
+    if not inside:  # e.g. the datasets cache: that is the place to fix, the run folder is intact
+        return (f"Writing {filename} failed: {os.strerror(code)} (--output_dir {output_dir}: "
+                f"{intact.replace('it holds ', '')}). {fix.capitalize()} there, then resume with: {resume_command}")
     return (f"Writing to --output_dir {output_dir} failed: {os.strerror(code)}; {intact}. {fix.capitalize()}, "
             f"then resume with: {resume_command}")
