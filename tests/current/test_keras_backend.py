@@ -51,12 +51,15 @@ def _train_here(args):
     return train(*parse_args(list(map(str, args))))
 
 
-def _train_process(args, kill_at=None, timeout=600):
+def _train_process(args, kill_at=None, timeout=600, signal_at=None):
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
                PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("HF_TPU_EXT_TEST_KILL_AT", None)
+    env.pop("HF_TPU_EXT_TEST_SIGNAL_AT", None)
     if kill_at:
         env["HF_TPU_EXT_TEST_KILL_AT"] = kill_at
+    if signal_at:  # SIGTERM (once) at that phase: a preemption
+        env["HF_TPU_EXT_TEST_SIGNAL_AT"] = signal_at
     return subprocess.run([sys.executable, "-m", "hf_tpu_ext", "train", *map(str, args)], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -147,6 +150,32 @@ def test_resume_from_hub_into_new_folder(keras_run, loopback_hub, tmp_path):
     assert json.loads((resumed / "trainer_state.json").read_text())["global_step"] == STEPS
     # the 8-step run evaluated at its end (step 8); otherwise the history is the uninterrupted run's
     _assert_same_run(resumed, reference, final_eval_of_shorter_run=8)
+
+
+def test_sigterm_after_an_epoch_save_with_accumulation_resumes_to_the_same_losses(tmp_path):
+    """Gradient accumulation 2, a save at each epoch's end (4 steps), logging every 3: SIGTERM while saving step 8
+    (steps 7 and 8 in the open window), resume: every logged loss and ``train_loss`` are the uninterrupted run's."""
+    def args(out, *extra):
+        base = keras_args(out, "--max_train_samples", "64", "--gradient_accumulation_steps", "2", "--save_strategy",
+                          "epoch", "--logging_steps", "3", *extra)
+        i = base.index("--save_steps")
+        return base[:i] + base[i + 2:]
+
+    reference = tmp_path / "uninterrupted"
+    ref_results = _train_here(args(reference))
+    out = tmp_path / "sigterm"
+    proc = _train_process(args(out), signal_at="checkpoint_weights@8")
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-8"]  # stopped at 8
+    proc = _train_process(args(out, "--resume_from_checkpoint", "true"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got, want = _history(out), _history(reference)
+    assert [e["step"] for e in want if "loss" in e] == [3, 6, 9, 12]
+    assert [sorted(e) for e in got] == [sorted(e) for e in want]
+    for a, b in zip(got, want):
+        assert a == pytest.approx(b, abs=1e-6), (a, b)
+    ours = json.loads((out / "all_results.json").read_text())
+    assert ours["train_loss"] == pytest.approx(ref_results["train_loss"], abs=1e-6)
 
 
 DEVICES_SCRIPT = textwrap.dedent("""
