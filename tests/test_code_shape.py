@@ -54,9 +54,6 @@ KNOWN_CYCLES: Dict[frozenset, str] = {
     frozenset({"hf_tpu_ext.hub.push_session", "hf_tpu_ext.hub.pusher"}):
         "issue 26: the pusher imports commit_title back from the push session (lazily, inside a function); it "
         "ends when the commit title has one definition in a no-I/O push policy module below both",
-    frozenset({"hf_tpu_ext.hub.card_facts", "hf_tpu_ext.hub.model_card"}):
-        "card_facts.py came out of model_card.py and imports eval_results_from_logs back from it (lazily, in a "
-        "function); it ends when that function moves into card_facts.py (model_card.py already imports it)",
 }
 
 

@@ -2,6 +2,8 @@
 
 - :func:`framework_versions`: the versions of the stack the run used (a PyTorch ``Trainer`` run lists PyTorch,
   not the TensorFlow that happens to be installed beside it);
+- :func:`eval_results_from_logs`: the evaluation in Keras or transformers logs (``hf_tpu_ext.hub.model_card``
+  re-exports it);
 - :func:`strategy_label`: a ``tf.distribute`` strategy's class name in words (the default strategy is "one device");
 - :func:`facts_from_log_history`, :func:`facts_from_trainer_state`: what a ``Trainer``'s state says for the card
   (evaluation results, the steady throughput, wall time, tokens seen).
@@ -55,10 +57,35 @@ def strategy_label(strategy: Optional[str]) -> str:
     return str(strategy)
 
 
+def _finite_value(value) -> Optional[float]:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
 def _number(value) -> Optional[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
+
+
+def eval_results_from_logs(logs: Optional[dict]) -> Dict[str, float]:
+    """``eval_loss``/``perplexity``/``eval_accuracy`` from Keras or transformers logs (``val_loss`` and
+    ``val_accuracy`` are Keras' names); perplexity is ``exp(eval_loss)`` when not logged. Empty when none."""
+    logs = logs or {}
+    out: Dict[str, float] = {}
+    for key, names in (("eval_loss", ("eval_loss", "val_loss")), ("eval_accuracy", ("eval_accuracy", "val_accuracy")),
+                       ("perplexity", ("perplexity", "val_perplexity"))):
+        for name in names:
+            value = _finite_value(logs.get(name))
+            if value is not None:
+                out[key] = value
+                break
+    if "perplexity" not in out and "eval_loss" in out and out["eval_loss"] < 700:
+        out["perplexity"] = math.exp(out["eval_loss"])
+    return out
 
 
 def facts_from_log_history(log_history: Iterable[Dict[str, Any]]) -> Dict[str, Any]:
@@ -70,11 +97,9 @@ def facts_from_log_history(log_history: Iterable[Dict[str, Any]]) -> Dict[str, A
 
     Returns:
         Some of: ``eval_results`` (the latest evaluation: ``eval_loss`` nats, ``perplexity``, ``eval_accuracy``;
-        see :func:`hf_tpu_ext.hub.model_card.eval_results_from_logs`), ``steady_tokens_per_second`` and ``mfu``
+        see :func:`eval_results_from_logs`), ``steady_tokens_per_second`` and ``mfu``
         (the latest log entry the throughput callback filled), ``train_runtime`` (s).
     """
-    from hf_tpu_ext.hub.model_card import eval_results_from_logs
-
     out: Dict[str, Any] = {}
     for entry in log_history or ():
         if not isinstance(entry, dict):

@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from hf_tpu_ext.fileio import read_json_object
 from hf_tpu_ext.errors import ModelCardError
-from hf_tpu_ext.hub.card_facts import framework_versions, strategy_label
+from hf_tpu_ext.hub.card_facts import eval_results_from_logs, framework_versions, strategy_label  # noqa: F401
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -196,23 +196,6 @@ def initialization_fields(name_or_path: Optional[str]) -> Dict[str, Optional[str
     if _is_hub_id(name_or_path):
         return {"base_model": name_or_path, "initialized_from": name_or_path}
     return {"base_model": None, "initialized_from": os.path.basename(os.path.normpath(str(name_or_path)))}
-
-
-def eval_results_from_logs(logs: Optional[dict]) -> Dict[str, float]:
-    """``eval_loss``/``perplexity``/``eval_accuracy`` from Keras or transformers logs (``val_loss`` and
-    ``val_accuracy`` are Keras' names); perplexity is ``exp(eval_loss)`` when not logged. Empty when none."""
-    logs = logs or {}
-    out: Dict[str, float] = {}
-    for key, names in (("eval_loss", ("eval_loss", "val_loss")), ("eval_accuracy", ("eval_accuracy", "val_accuracy")),
-                       ("perplexity", ("perplexity", "val_perplexity"))):
-        for name in names:
-            value = _finite(logs.get(name))
-            if value is not None:
-                out[key] = value
-                break
-    if "perplexity" not in out and "eval_loss" in out and out["eval_loss"] < 700:
-        out["perplexity"] = math.exp(out["eval_loss"])
-    return out
 
 
 def _framework_versions(summary: dict) -> List[Tuple[str, str]]:  # the run's stack only (hub/card_facts.py)
