@@ -32,7 +32,7 @@ THIS_FILE = "tests/test_code_shape.py"
 FILE_OFFENDERS: Dict[str, int] = {
     "hf_tpu_ext/args.py": 911,
     "hf_tpu_ext/backends/tensorflow/trainer.py": 625,
-    "hf_tpu_ext/hub/model_card.py": 821,
+    "hf_tpu_ext/hub/model_card.py": 804,
     "hf_tpu_ext/training_run.py": 1108,
 }
 #: "file::Class.function" -> its lines when it was last measured over the limit (only ever lower or drop)
