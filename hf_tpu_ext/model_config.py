@@ -42,7 +42,9 @@ def check_positions(config, max_seq_length: int) -> None:
 
 def build_config(model_args, tokenizer, max_seq_length: int):
     """The config of a model trained from scratch: ``config_name`` or the default small RoBERTa, with the size
-    overrides of ``model_args`` and the tokenizer's vocabulary and special ids.
+    overrides of ``model_args`` and the tokenizer's vocabulary and special ids. The default RoBERTa gets
+    ``max_seq_length + 2`` positions, or ``model_args.checkpoint_max_position_embeddings`` when a resume set it
+    (the checkpoint's, which hold a shorter ``--max_seq_length``).
 
     Raises:
         ArgumentError: hidden size not a multiple of the heads, or too few positions for ``max_seq_length``.
@@ -71,8 +73,9 @@ def build_config(model_args, tokenizer, max_seq_length: int):
         # RoBERTa positions start at padding_idx + 1
         if model_args.config_name:
             config.max_position_embeddings = max(config.max_position_embeddings or 0, max_seq_length + 2)
-        else:  # the default config gets exactly the positions it is trained on
-            config.max_position_embeddings = max_seq_length + 2
+        else:  # the default config gets exactly the positions it is trained on (a resumed one: the checkpoint's)
+            resumed = getattr(model_args, "checkpoint_max_position_embeddings", None)
+            config.max_position_embeddings = int(resumed) if resumed else max_seq_length + 2
         config.type_vocab_size = 1
     check_positions(config, max_seq_length)
     return config

@@ -541,10 +541,9 @@ class TrainingRun:
         if self._passed("max_seq_length", data_args):
             if limit and length > limit:
                 conflicts.append(f"--max_seq_length {length} (the checkpoint's model holds {limit} tokens)")
-            elif limit and length != limit and not m.model_name_or_path and not m.config_name:
-                # the default config gets exactly length + 2 positions: another length is another model shape
-                conflicts.append(f"--max_seq_length {length} (the checkpoint was trained with {limit}: its model "
-                                 f"has max_position_embeddings={positions})")
+            elif limit and length < limit and not m.model_name_or_path and not m.config_name:
+                # the default config gets length + 2 positions: keep the checkpoint's, which hold the shorter length
+                m.checkpoint_max_position_embeddings = int(positions)
         else:
             trained = checkpoint_seq_length(info.trainer_state)
             target = trained if trained and (not limit or trained <= limit) else (min(length, limit) if limit else None)
