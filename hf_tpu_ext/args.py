@@ -232,9 +232,9 @@ class TrainingArguments:
     eval_steps: Optional[int] = field(default=None, metadata={"help": "Evaluate every N global steps with eval_strategy=steps (default: logging_steps)."})
     probe_file: Optional[str] = field(
         default=None,
-        metadata={"help": "Cloze probes scored at each evaluation (TensorFlow backend): lines 'The capital of France is "
-                          "<mask>. => Paris', CSV or JSONL; top-1/top-5 accuracy and MRR go to the log history "
-                          "(probe_top1, probe_top5, probe_mrr) and the card. Same scoring as `hf-tpu probe`."},
+        metadata={"help": "Cloze probes scored at each evaluation (TensorFlow and Keras backends): lines 'The capital "
+                          "of France is <mask>. => Paris', CSV or JSONL; top-1/top-5 accuracy and MRR go to the log "
+                          "history (probe_top1, probe_top5, probe_mrr) and the card. Same scoring as `hf-tpu probe`."},
     )
     save_strategy: str = field(default="epoch", metadata={"help": "When to write a checkpoint: no, steps or epoch (--save_steps N alone means steps)."})
     save_steps: int = field(default=500, metadata={"help": "Checkpoint every N global steps with save_strategy=steps."})
@@ -351,14 +351,11 @@ class TrainingArguments:
         _check_number("max_grad_norm", self.max_grad_norm, low=0.0)
         _check_number("warmup_ratio", self.warmup_ratio, low=0.0, high=1.0)
         _check_number("num_train_epochs", self.num_train_epochs, low=0.0)
-        if self.optim == "adafactor" and self.backend == "keras":
-            raise ArgumentError("--optim adafactor is not available with --backend keras (Keras' Adafactor is not "
-                                "transformers'); use --optim adamw_torch or sgd, or --backend torch_xla.")
         if self.optim == "adafactor" and self.backend == "tensorflow":
             raise ArgumentError(
                 "--optim adafactor is not available with --backend tensorflow: tf_keras has Adafactor only in its new "
                 "optimizer API, which this trainer's XLA step and checkpoints do not use. Use --optim adamw_torch or "
-                "sgd, or --backend torch_xla (transformers' Adafactor)."
+                "sgd, or --backend keras or torch_xla (transformers' Adafactor)."
             )
         if self.lr_scheduler_type == "constant" and (self.warmup_steps > 0 or self.warmup_ratio > 0):
             raise ArgumentError("--lr_scheduler_type constant has no warmup (as in transformers); use "
@@ -519,9 +516,9 @@ class TrainingArguments:
         from hf_tpu_ext import probes
         from hf_tpu_ext.errors import DataError
 
-        if self.backend != "tensorflow":
-            raise ArgumentError(f"--probe_file is scored by the TensorFlow backend's evaluation; with --backend "
-                                f"{self.backend} score the pushed revisions with `hf-tpu probe` instead.")
+        if self.backend not in ("tensorflow", "keras"):
+            raise ArgumentError(f"--probe_file is scored by the TensorFlow and Keras backends' evaluation; with "
+                                f"--backend {self.backend} score the pushed revisions with `hf-tpu probe` instead.")
         try:
             probes.read_probe_file(self.probe_file)
         except probes.ProbeError as err:

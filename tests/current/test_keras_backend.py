@@ -338,8 +338,8 @@ def test_flags_of_the_tensorflow_loop_are_refused():
     with pytest.raises(ArgumentError) as err:
         parse_args(["--backend", "keras", "--output_dir", "x", "--steps_per_execution", "0"])
     assert str(err.value) == "--steps_per_execution must be >= 1, got 0."
-    with pytest.raises(ArgumentError, match="--optim adafactor is not available with --backend keras"):
-        parse_args(["--backend", "keras", "--output_dir", "x", "--optim", "adafactor"])
+    # transformers' Adafactor is not a flag of the TensorFlow loop: tests/current/test_keras_parity.py
+    assert parse_args(["--backend", "keras", "--output_dir", "x", "--optim", "adafactor"])[2].optim == "adafactor"
 
 
 def test_steps_per_execution_4_equals_1(keras_run, tmp_path):

@@ -33,6 +33,7 @@ import numpy as np
 
 from hf_tpu_ext.outputs import format_log_entry
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
+from hf_tpu_ext.backends.keras.probes import preparing_probes, scoring_probes, wants_probes
 from hf_tpu_ext.errors import BackendError, CheckpointError
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -77,6 +78,7 @@ class KerasBackend(BackendDefaults):
     supports_tfrecord = False
     needs_remote_data = False
     checks_interrupts = True
+    scores_probes = property(wants_probes)  # --probe_file scored at each evaluation (backends/keras/probes.py)
 
     def __init__(self):
         self.num_replicas = 1
@@ -366,6 +368,7 @@ class KerasBackend(BackendDefaults):
     def current_step(self) -> int:
         return int(self._step)
 
+    @scoring_probes  # with --probe_file also probe_top1, probe_top5, probe_mrr, probe_n
     def evaluate(self) -> Dict[str, float]:
         """``eval_loss``, ``perplexity``, ``eval_accuracy`` over the validation split's full batches ({} without)."""
         if self.eval_blocks is None or (self.state is None and not self.on_tensorflow):
@@ -388,6 +391,7 @@ class KerasBackend(BackendDefaults):
         return {"eval_loss": eval_loss, "perplexity": float(math.exp(min(eval_loss, 700.0))),
                 "eval_accuracy": correct / count}
 
+    @preparing_probes  # --probe_file parsed and tokenized before the first step
     def fit(self, callbacks: list, on_save: SaveHook, start_step: int,
             log_history: List[Dict[str, Any]]) -> Dict[str, Any]:
         """Train from ``start_step`` to the plan's last step (:class:`~hf_tpu_ext.backends.keras.loop.TrainLoop`:

@@ -6,7 +6,8 @@ before the update (``LambdaLR``'s ``current_step``); every ``adamw*`` ``--optim`
 (decoupled decay ``w -= lr * weight_decay * w`` before the Adam step, as transformers' TF ``AdamWeightDecay``
 and ``torch.optim.AdamW``), not on LayerNorm weights (Keras names them ``gamma``/``beta``) and biases;
 ``sgd`` is ``keras.optimizers.SGD`` without momentum (its decoupled decay ``lr * wd * w`` equals
-``torch.optim.SGD(weight_decay=wd)``'s ``lr * (g + wd * w)`` there). ``--max_grad_norm`` is the optimizer's
+``torch.optim.SGD(weight_decay=wd)``'s ``lr * (g + wd * w)`` there); ``adafactor`` is transformers' ``Adafactor`` as
+the Trainer builds it for ``--optim adafactor`` (:class:`TransformersAdafactor`). ``--max_grad_norm`` is the optimizer's
 ``global_clipnorm`` (clip by the global norm of all gradients, transformers' ``clip_grad_norm_``).
 The optimizer is used statelessly (``optimizer.stateless_apply``) inside the compiled training step.
 """
@@ -26,6 +27,57 @@ NO_DECAY = ("gamma", "beta", "bias")
 # get_polynomial_decay_schedule_with_warmup's defaults
 POLYNOMIAL_LR_END = 1e-7
 POLYNOMIAL_POWER = 1.0
+
+
+class TransformersAdafactor(keras.optimizers.Adafactor):
+    """``keras.optimizers.Adafactor`` with the update of transformers' ``Adafactor(scale_parameter=False,
+    relative_step=False, warmup_init=False, beta1=None)``, what transformers' Trainer builds for ``--optim adafactor``.
+
+    Keras' own update always scales the step by the weight's RMS and caps the learning rate at ``1/sqrt(t)``
+    (transformers' ``scale_parameter``/``relative_step`` on); with an external schedule transformers turns both off,
+    so here the step is ``learning_rate * u`` with ``u`` the factored second-moment update clipped to RMS
+    ``clip_threshold`` (1.0): ``beta2_t = 1 - t^-0.8``; a weight of rank >= 2 keeps a row mean ``r`` (shape
+    ``w.shape[:-1]``) and a column mean ``c`` (``w.shape[:-2] + w.shape[-1:]``) of ``g^2 + 1e-30``, ``v = r /
+    mean(r) x c``; a weight of rank < 2 keeps ``v`` itself (its shape). No full-size ``v`` for factored weights (that
+    is Adafactor's memory saving; Keras' class keeps one). Weight decay (the optimizer's ``weight_decay``) is
+    ``w -= lr * weight_decay * w`` before the step, transformers' ``p -= wd * lr * p``.
+
+    Optimizer variables (float32, by position): ``iterations``, the learning rate, then per trainable weight ``r`` and
+    ``c`` (rank >= 2) or ``v`` (rank < 2), in weight order.
+    """
+
+    def build(self, var_list):
+        if self.built:
+            return
+        keras.optimizers.Optimizer.build(self, var_list)  # iterations, learning rate; not Adafactor's own slots
+        self._r, self._c, self._v = [], [], []
+        for var in var_list:
+            factored = len(var.shape) >= 2
+            self._r.append(self.add_variable(shape=var.shape[:-1], dtype=var.dtype, name=f"{var.name}_row")
+                           if factored else None)
+            self._c.append(self.add_variable(shape=var.shape[:-2] + (var.shape[-1],), dtype=var.dtype,
+                                             name=f"{var.name}_col") if factored else None)
+            self._v.append(None if factored else self.add_variable_from_reference(var, name="velocity"))
+
+    def update_step(self, gradient, variable, learning_rate):
+        """One weight's update (transformers' ``Adafactor.step`` for one parameter, formulas in the class doc)."""
+        lr = ops.cast(learning_rate, variable.dtype)
+        gradient = ops.cast(gradient, variable.dtype)
+        t = ops.cast(self.iterations + 1, variable.dtype)
+        beta = 1.0 - ops.power(t, self.beta_2_decay)
+        square = ops.square(gradient) + self.epsilon_1
+        index = self._get_variable_index(variable)
+        if len(variable.shape) >= 2:
+            r, c = self._r[index], self._c[index]
+            self.assign(r, beta * r + (1.0 - beta) * ops.mean(square, axis=-1))
+            self.assign(c, beta * c + (1.0 - beta) * ops.mean(square, axis=-2))
+            v = ops.expand_dims(r / ops.mean(r, axis=-1, keepdims=True), -1) * ops.expand_dims(c, -2)
+        else:
+            v = self._v[index]
+            self.assign(v, beta * v + (1.0 - beta) * square)
+        update = gradient / ops.sqrt(v)
+        update = update / ops.maximum(1.0, ops.sqrt(ops.mean(ops.square(update))) / self.clip_threshold)
+        self.assign_sub(variable, lr * update)
 
 
 class TransformersSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -106,7 +158,8 @@ def make_optimizer(training_args, total_steps: int):
         ``(optimizer, schedule)``; build the optimizer on the model's trainable variables before use.
 
     Raises:
-        ArgumentError: ``--optim adafactor`` (not transformers' Adafactor in Keras).
+        ArgumentError: an ``--optim`` without a Keras optimizer here (every name of
+            :data:`hf_tpu_ext.args.OPTIMIZERS` has one).
     """
     from hf_tpu_ext.args import OPTIMIZERS
 
@@ -122,8 +175,14 @@ def make_optimizer(training_args, total_steps: int):
     elif kind == "sgd":
         optimizer = keras.optimizers.SGD(learning_rate=schedule, weight_decay=float(args.weight_decay) or None,
                                          global_clipnorm=clip)
+    elif kind == "adafactor":  # transformers' defaults: eps (1e-30, 1e-3), clip_threshold 1.0, decay_rate -0.8
+        optimizer = TransformersAdafactor(learning_rate=schedule, beta_2_decay=-0.8, epsilon_1=1e-30,
+                                          clip_threshold=1.0, relative_step=False,
+                                          weight_decay=float(args.weight_decay) or None, global_clipnorm=clip,
+                                          name="adafactor")  # fixed: checkpoint keys do not depend on the process
     else:
-        raise ArgumentError(f"--optim {args.optim} is not available with --backend keras; use adamw_torch or sgd.")
+        raise ArgumentError(f"--optim {args.optim} is not available with --backend keras; use adamw_torch, "
+                            "adafactor or sgd.")
     if args.weight_decay:
         optimizer.exclude_from_weight_decay(var_names=list(NO_DECAY))
     return optimizer, schedule
@@ -134,8 +193,11 @@ def optimizer_description(training_args) -> str:
     from hf_tpu_ext.args import OPTIMIZERS
 
     args = training_args
-    if OPTIMIZERS[args.optim] == "adamw":
+    kind = OPTIMIZERS[args.optim]
+    if kind == "adamw":
         text = f"AdamW (beta1={args.adam_beta1}, beta2={args.adam_beta2}, epsilon={args.adam_epsilon})"
+    elif kind == "adafactor":
+        text = "Adafactor (no parameter scaling, no relative step, decay_rate=-0.8, clip_threshold=1.0)"
     else:
         text = "SGD"
     return f"{text}, {args.lr_scheduler_type} learning-rate schedule"
