@@ -141,3 +141,13 @@ def test_adafactor_resume_equals_the_uninterrupted_run(parity_run, tmp_path):
         assert sorted(ours) == sorted(ref) and len(ref) > 10
         for key in ref:
             np.testing.assert_allclose(ours[key], ref[key], atol=1e-5, rtol=0, err_msg=f"{name}: {key}")
+
+
+def test_what_the_keras_loop_does_not_run_is_refused_in_one_line():
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.errors import ArgumentError
+
+    with pytest.raises(ArgumentError) as err:
+        parse_args(["--backend", "keras", "--output_dir", "x", "--report_to", "trackio"])
+    assert str(err.value) == "--report_to trackio is not wired into --backend keras yet; use tensorboard or none."
+    assert "trackio" not in parse_args(["--backend", "keras", "--output_dir", "x", "--report_to", "all"])[2].report_to
