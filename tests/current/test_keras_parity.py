@@ -7,6 +7,7 @@
   ``probe_top5``, ``probe_mrr``, ``probe_n``; the final one equals what the probe scorer gives on the logits of
   transformers 5's PyTorch ``RobertaForMaskedLM`` loaded from the exported folder (TF transformers classes do not
   exist in transformers 5). A run of 4 steps resumed to 8 ends with its weights and Adafactor state (1e-5).
+* What the Keras loop does not run (``--report_to trackio``) is refused in one line; ``all`` leaves it out.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu python -m pytest tests/current``.
 """
