@@ -24,6 +24,7 @@ import sys
 from dataclasses import asdict, dataclass, field, fields
 from typing import List, Optional, Tuple
 
+from hf_tpu_ext.console import resolve_backend
 from hf_tpu_ext.errors import ArgumentError
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -193,7 +194,7 @@ class TrainingArguments:
         default=None,
         metadata={"help": "A checkpoint folder, 'true' for the latest in output_dir, or a Hub repo id 'user/name[@revision]' holding last-checkpoint/."},
     )
-    backend: str = field(default="tensorflow", metadata={"help": f"Training backend: one of {', '.join(BACKENDS)}."})
+    backend: Optional[str] = field(default=None, metadata={"help": f"Training backend: one of {', '.join(BACKENDS)}. Unset: keras when Keras 3 and JAX are installed, else tensorflow."})
     do_train: bool = field(default=True, metadata={"help": "Train (run_mlm's flag). `hf-tpu train` always trains: false is refused."})
     do_eval: Optional[bool] = field(
         default=None,
@@ -305,8 +306,7 @@ class TrainingArguments:
             self.bf16 = parse_bf16(self.bf16)
         except ValueError as e:
             raise ArgumentError(str(e)) from None
-        if self.backend not in BACKENDS:
-            raise ArgumentError(f"Unknown --backend {self.backend!r}; choose one of: {', '.join(BACKENDS)}.")
+        self.backend = resolve_backend(self.backend, BACKENDS)  # unset: keras, else tensorflow, else one line
         if not self.do_train:
             raise ArgumentError(
                 "--do_train false (evaluation only) is not supported: `hf-tpu train` always trains. Drop --do_train; "

@@ -69,6 +69,77 @@ def peek_argument(argv: List[str], name: str):
     return value
 
 
+#: the line ``hf-tpu train`` answers when ``--backend`` is unset and no backend's packages are installed
+NO_BACKEND_MESSAGE = ('No training backend is installed: pip install "hf-tpu-ext[jax]" (Keras 3 on JAX, the default) '
+                      'or pip install "hf-tpu-ext[tensorflow]" (TensorFlow 2.21 + transformers 4), then rerun.')
+
+
+def default_backend(find_spec=None) -> str:
+    """The ``--backend`` an unset flag means; the one place that decides it (``args.py``, the backend registry
+    and ``hf-tpu train``'s pre-parse ask here).
+
+    ``"keras"`` when Keras 3 and JAX are importable, else ``"tensorflow"`` when TensorFlow, tf_keras and
+    transformers 4 are. Checked with ``importlib.util.find_spec`` and package metadata: nothing is imported.
+
+    Args:
+        find_spec: replaces ``importlib.util.find_spec`` (tests).
+
+    Raises:
+        MissingExtraError: neither is installed (:data:`NO_BACKEND_MESSAGE`, naming both extras).
+    """
+    import importlib.util
+    from importlib import metadata
+
+    from hf_tpu_ext.errors import MissingExtraError
+
+    find = find_spec or importlib.util.find_spec
+
+    def importable(module: str) -> bool:
+        try:
+            return find(module) is not None
+        except (ImportError, ValueError):  # a module set to None in sys.modules, or a broken parent
+            return False
+
+    def major(distribution: str):
+        try:
+            return int(metadata.version(distribution).split(".")[0])
+        except (metadata.PackageNotFoundError, ValueError):
+            return None
+
+    if importable("keras") and importable("jax") and (major("keras") or 3) >= 3:
+        return "keras"
+    if importable("tensorflow") and importable("tf_keras") and major("transformers") in (4, None):
+        return "tensorflow"
+    raise MissingExtraError(NO_BACKEND_MESSAGE)
+
+
+def resolve_backend(name, known) -> str:
+    """``--backend name`` checked against the ``known`` names; unset (``None``/``""``): :func:`default_backend`.
+
+    Raises:
+        ArgumentError: an unknown name (the line lists the known ones).
+        MissingExtraError: unset, and no backend is installed.
+    """
+    from hf_tpu_ext.errors import ArgumentError
+
+    name = name or default_backend()
+    if name not in known:
+        raise ArgumentError(f"Unknown --backend {name!r}; choose one of: {', '.join(known)}.")
+    return name
+
+
+def requested_backend(argv: List[str]):
+    """The ``--backend`` of a command line (:func:`peek_argument`), or :func:`default_backend` when it gives none
+    (``None`` then, instead of raising, when no backend is installed: the parser reports that)."""
+    backend = peek_argument(argv, "backend")
+    if isinstance(backend, str):
+        return backend
+    try:
+        return default_backend()
+    except ImportError:
+        return None
+
+
 def requested_log_level(argv: List[str]) -> str:
     """The ``--log_level`` a command line asks for (:func:`peek_argument`), lower-cased; ``"passive"`` when none.
     Read before any parsing, so the C++ filter can be in place before TensorFlow is imported."""

@@ -26,7 +26,7 @@ EXTRA_MODULES: Dict[str, Tuple[str, ...]] = {
     "tensorflow": ("tensorflow", "tf_keras", "transformers"),
     "keras": ("keras",),
     # `hf-tpu train --backend keras` (Keras 3 on JAX; KERAS_BACKEND=tensorflow needs tensorflow installed too)
-    "jax": ("keras", "keras_hub", "jax", "transformers", "safetensors", "tokenizers", "datasets"),
+    "jax": ("keras", "jax", "transformers", "safetensors", "tokenizers", "datasets"),  # keras_hub: [keras], optional
     "torch": ("torch", "transformers"),
     "torch-xla": ("torch", "torch_xla", "transformers", "accelerate"),
     "demo": ("gradio",),

@@ -32,11 +32,11 @@ def fake_env(monkeypatch):
 
 
 def test_jax_hint_in_the_tensorflow_venv_is_a_venv_of_its_own(fake_env):
-    fake_env(TF_VENV, missing=("keras_hub", "jax"))
+    fake_env(TF_VENV, missing=("jax",))
     with pytest.raises(MissingExtraError) as err:
         extras.require_extra("jax", "--backend keras")
     assert str(err.value) == (
-        "--backend keras needs [jax] in a venv of its own (missing here: keras_hub, jax; installing it here would "
+        "--backend keras needs [jax] in a venv of its own (missing here: jax; installing it here would "
         "replace transformers 4.57.6, huggingface_hub 0.36.2, which [jax] pins to transformers>=5, "
         "huggingface_hub>=1.0): python -m venv .venv-jax && .venv-jax/bin/pip install 'hf-tpu-ext[jax]'.")
     assert extras.install_hint("jax") == (

@@ -49,7 +49,7 @@ def model_dir(tmp_path):
     # this is the TensorFlow venv (transformers 4.57, huggingface_hub 0.36): [jax] would replace both, so it is
     # named for a venv of its own (tests/test_messages.py: the same with fake versions)
     (["train", "--backend", "keras", "--output_dir", "run", "--max_steps", "2", "--report_to", "none"],
-     "hf-tpu train: error: --backend keras needs [jax] in a venv of its own (missing here: keras, keras_hub, jax, "
+     "hf-tpu train: error: --backend keras needs [jax] in a venv of its own (missing here: keras, jax, "
      f"datasets; installing it here would replace transformers {version('transformers')}, huggingface_hub "
      f"{version('huggingface_hub')}, which [jax] pins to transformers>=5, huggingface_hub>=1.0): "
      "python -m venv .venv-jax && .venv-jax/bin/pip install 'hf-tpu-ext[jax]'."),

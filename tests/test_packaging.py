@@ -60,7 +60,8 @@ EXTRA_PATHS = {
 # imports an extra leaves out on purpose: each is behind a flag or a choice the user makes
 OPTIONAL_IMPORTS = {
     "tensorflow": {"torch", "trackio"},  # torch: PyTorch-side checks when installed; --report_to trackio
-    "jax": {"tensorflow", "torch"},  # KERAS_BACKEND=tensorflow; torch-format weights when torch is installed
+    # KERAS_BACKEND=tensorflow; torch-format weights when torch is installed; the keras_hub/ preset with [keras]
+    "jax": {"tensorflow", "torch", "keras_hub"},
     "keras": {"jax", "tensorflow", "torch"},  # the Keras backend the user installs
     "torch": {"torch_xla"},  # XLA devices ([torch-xla])
     "demo": {"torch", "tensorflow"},  # the model's framework: [demo,torch] or [tensorflow-demo]

@@ -34,7 +34,7 @@ class BackendEntry:
     environment: Tuple[Tuple[str, str], ...] = ()
 
 
-#: ``--backend`` name -> entry; the first is the default
+#: ``--backend`` name -> entry (the default when unset: :func:`hf_tpu_ext.console.default_backend`)
 BACKEND_REGISTRY: Dict[str, BackendEntry] = {
     "tensorflow": BackendEntry("hf_tpu_ext.backends.tensorflow.backend:TensorFlowBackend", "tensorflow", "tf_keras",
                                "the TensorFlow backend"),
@@ -46,14 +46,17 @@ BACKEND_REGISTRY: Dict[str, BackendEntry] = {
 
 
 def backend_entry(name) -> BackendEntry:
-    """The registry entry of ``--backend name`` (``None``/``""``: the default, ``tensorflow``).
+    """The registry entry of ``--backend name`` (``None``/``""``: :func:`hf_tpu_ext.console.default_backend`,
+    ``keras`` when Keras 3 and JAX are installed, else ``tensorflow``).
 
     Raises:
         BackendError: an unknown name (the message lists the known ones).
+        MissingExtraError: no name and no backend installed (the line names both extras).
     """
+    from hf_tpu_ext.console import default_backend
     from hf_tpu_ext.errors import BackendError
 
-    entry = BACKEND_REGISTRY.get(name or next(iter(BACKEND_REGISTRY)))
+    entry = BACKEND_REGISTRY.get(name or default_backend())
     if entry is None:
         raise BackendError(f"Unknown --backend {name!r}: use one of {', '.join(BACKEND_REGISTRY)}.")
     return entry

@@ -11,11 +11,11 @@ import sys
 
 
 def _backend_in_argv(argv) -> str:
-    """The ``--backend`` a command line asks for (``--backend X``, ``--backend=X`` or a leading JSON config)."""
-    from hf_tpu_ext.console import peek_argument
+    """The ``--backend`` a command line asks for (``--backend X``, ``--backend=X`` or a leading JSON config), else
+    the default (:func:`hf_tpu_ext.console.requested_backend`)."""
+    from hf_tpu_ext.console import requested_backend
 
-    backend = peek_argument(argv, "backend")
-    return backend if isinstance(backend, str) else "tensorflow"
+    return requested_backend(argv)
 
 
 def main(argv=None) -> int:

@@ -72,7 +72,8 @@ def test_core_imports_without_any_framework():
 
 def test_cli_names_the_missing_extra():
     # TensorFlow is here (keras-hub's tokenizers need it) but tf_keras and transformers 4 are not
-    train = subprocess.run([sys.executable, "-m", "hf_tpu_ext", "train", "--output_dir", "unused-out"],
+    train = subprocess.run([sys.executable, "-m", "hf_tpu_ext", "train", "--backend", "tensorflow", "--output_dir",
+                            "unused-out"],
                            capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
     assert train.returncode == 1
     # [tensorflow] would move transformers and huggingface_hub back here: a venv of its own

@@ -317,7 +317,7 @@ def test_backend_registry():
     from hf_tpu_ext.errors import BackendError
 
     assert backend_entry("keras").callback_kind == "keras" and backend_entry("keras").extra == "jax"
-    assert backend_entry(None) is BACKEND_REGISTRY["tensorflow"]
+    assert backend_entry(None) is BACKEND_REGISTRY["keras"]  # Keras 3 + JAX here: the default (console.default_backend)
     backend = make_backend("keras")
     assert (backend.name, backend.callback_kind, backend.checks_interrupts, backend.processes_to_spawn) == (
         "keras", "keras", True, 0)

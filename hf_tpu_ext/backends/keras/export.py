@@ -1,6 +1,7 @@
-"""The Keras backend's model folder: transformers RoBERTa weights plus a keras-hub preset of the whole masked LM.
+"""The Keras backend's model folder: transformers RoBERTa weights plus (optional) a keras-hub preset of the masked LM.
 
-:func:`export_masked_lm` writes, from a keras-hub ``RobertaMaskedLM``:
+:func:`export_masked_lm` writes, from the Keras backend's ``roberta.RobertaMaskedLM`` (or a keras-hub
+``RobertaMaskedLM``):
 
 - ``model.safetensors``: ``RobertaForMaskedLM`` parameter names and layouts (``roberta.embeddings.*``,
   ``roberta.encoder.layer.N.*``, ``lm_head.*``), float32, metadata ``{"format": "pt"}`` -- what
@@ -9,9 +10,9 @@
 - ``config.json``: a ``RobertaConfig`` of the model's sizes with ``max_position_embeddings = positions +
   pad_token_id + 1`` and ``type_vocab_size=1``;
 - the tokenizer files (``tokenizer.save_pretrained``);
-- ``keras_hub/``: a keras-hub preset (``config.json``, ``task.json``, ``model.weights.h5``,
-  ``task.weights.h5``, ``metadata.json``, ``preprocessor.json``, ``tokenizer.json``, ``assets/tokenizer/``)
-  of the same weights, head included, float32.
+- ``keras_hub/`` (only where keras-hub is installed: ``[keras]``; it brings TensorFlow): a keras-hub preset
+  (``config.json``, ``task.json``, ``model.weights.h5``, ``task.weights.h5``, ``metadata.json``,
+  ``preprocessor.json``, ``tokenizer.json``, ``assets/tokenizer/``) of the same weights, head included, float32.
 
 Why a preset in a subfolder: keras-hub's ``from_preset("hf://user/model")`` reads the repo root. There it finds
 transformers' ``config.json`` (``model_type``) and converts the RoBERTa backbone only
@@ -62,6 +63,16 @@ KERAS_PRESET_DIR = "keras_hub"
 ROBERTA_SPECIAL_TOKENS = ("<s>", "</s>", "<pad>", "<mask>")
 #: keys of a preset's ``metadata.json`` that change with every save whatever was saved
 PRESET_VOLATILE_KEYS = ("date_saved",)
+
+
+def keras_hub_available() -> bool:
+    """Whether keras-hub can be imported (``find_spec``: nothing imported, so no TensorFlow either)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("keras_hub") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def transformers_config(masked_lm, config=None, tokenizer=None):
@@ -282,7 +293,8 @@ def save_keras_preset(state, config, preset_dir: str, preprocessor=None) -> List
     tmp = tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
     try:
         # float32 whatever the training policy was: a keras-hub user gets the exported numbers exactly
-        preset_model = masked_lm_from_state_dict(state, config, preprocessor=preprocessor, dtype="float32")
+        preset_model = masked_lm_from_state_dict(state, config, preprocessor=preprocessor, dtype="float32",
+                                                 keras_hub=True)
         preset_model.save_to_preset(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only
         if same_preset(tmp, preset_dir):  # a re-export of the same weights: the files (and Hub) stay byte-equal
@@ -322,7 +334,8 @@ def export_masked_lm(masked_lm, folder: str, tokenizer=None, config=None, *, ker
         config: the run's transformers config (sizes must equal the model's; see :func:`transformers_config`);
             ``None``: ``masked_lm.config`` when the model carries one (``backends/keras/model.py``), else one
             derived from the model and the tokenizer.
-        keras_preset: also write the keras-hub preset into ``folder/keras_hub/`` (module doc).
+        keras_preset: also write the keras-hub preset into ``folder/keras_hub/`` (module doc) when keras-hub is
+            installed (``[keras]``); without it one info line says how to get it.
 
     Returns:
         Names relative to ``folder`` of the files written, e.g. ``["model.safetensors", "config.json",
@@ -352,7 +365,10 @@ def export_masked_lm(masked_lm, folder: str, tokenizer=None, config=None, *, ker
     written.append(CONFIG_NAME)
     if tokenizer is not None:
         written += save_tokenizer(tokenizer, folder, exclude=written)
-    if keras_preset:
+    if keras_preset and not keras_hub_available():
+        logger.info("keras-hub is not installed: no %s/ preset in %s (pip install \"hf-tpu-ext[keras]\" adds it; "
+                    "keras-hub brings TensorFlow).", KERAS_PRESET_DIR, folder)
+    elif keras_preset:
         with fresh_layer_names():  # the same names in every export (see there)
             preprocessor = None
             if tokenizer is not None:

@@ -1,8 +1,11 @@
-"""keras-hub ``RobertaMaskedLM`` <-> transformers RoBERTa weights (PyTorch parameter names), both ways.
+"""RoBERTa masked LM (the Keras backend's ``roberta.RobertaMaskedLM`` or keras-hub's) <-> transformers RoBERTa
+weights (PyTorch parameter names), both ways.
 
-One table (:func:`parameter_table`) pairs every variable of a keras-hub ``RobertaMaskedLM`` (``RobertaBackbone``
-+ ``MaskedLMHead`` with the token embedding tied as its decoder) with the ``RobertaForMaskedLM`` state-dict
-name it corresponds to and the layout change between them, so export (:func:`masked_lm_state_dict`, used by
+One table (:data:`EMBEDDING_TABLE`, :data:`BLOCK_TABLE`, :data:`HEAD_TABLE`, read by :func:`parameter_table`)
+pairs every variable of the training model (``roberta.py``: Keras 3 layers, no keras-hub) and of a keras-hub
+``RobertaMaskedLM`` (``RobertaBackbone`` + ``MaskedLMHead`` with the token embedding tied as its decoder, the
+optional preset's model) with the ``RobertaForMaskedLM`` state-dict name it corresponds to and the layout
+change between them, so export (:func:`masked_lm_state_dict`, used by
 ``export.py``) and import (:func:`masked_lm_from_state_dict`, :func:`load_masked_lm`: ``--model_name_or_path``
 and resume from a model folder) cannot drift apart. Layouts:
 
@@ -90,11 +93,64 @@ def _hf_shape(kind: str, keras_shape: Tuple[int, ...]) -> Tuple[int, ...]:
     return tuple(_to_hf(kind, np.zeros(keras_shape, dtype=np.float32)).shape)
 
 
+# The one name table: (transformers name, keras-hub ``RobertaMaskedLM`` attribute path, this package's
+# ``roberta.RobertaMaskedLM`` attribute path, layout kind). ``{i}`` is the encoder layer; block rows are
+# relative to ``backbone.transformer_layers[i]``, the others to the masked LM.
+EMBEDDING_TABLE = (
+    ("roberta.embeddings.word_embeddings.weight", "backbone.token_embedding.embeddings",
+     "backbone.token_embedding.embeddings", SAME),
+    ("roberta.embeddings.LayerNorm.weight", "backbone.embeddings_layer_norm.gamma",
+     "backbone.embeddings_layer_norm.gamma", SAME),
+    ("roberta.embeddings.LayerNorm.bias", "backbone.embeddings_layer_norm.beta",
+     "backbone.embeddings_layer_norm.beta", SAME),
+)
+BLOCK_TABLE = tuple(
+    [(f"roberta.encoder.layer.{{i}}.attention.self.{n}.{w}", f"_self_attention_layer.{n}_dense.{k}",
+      f"self_attention.{n}_dense.{k}", kind)
+     for n in ("query", "key", "value") for w, k, kind in (("weight", "kernel", QKV_KERNEL), ("bias", "bias", QKV_BIAS))]
+    + [(f"roberta.encoder.layer.{{i}}.{hf}", hub, own, kind) for hf, hub, own, kind in (
+        ("attention.output.dense.weight", "_self_attention_layer.output_dense.kernel",
+         "self_attention.output_dense.kernel", OUT_KERNEL),
+        ("attention.output.dense.bias", "_self_attention_layer.output_dense.bias",
+         "self_attention.output_dense.bias", SAME),
+        ("attention.output.LayerNorm.weight", "_self_attention_layer_norm.gamma", "self_attention_layer_norm.gamma", SAME),
+        ("attention.output.LayerNorm.bias", "_self_attention_layer_norm.beta", "self_attention_layer_norm.beta", SAME),
+        ("intermediate.dense.weight", "_feedforward_intermediate_dense.kernel", "intermediate_dense.kernel", LINEAR),
+        ("intermediate.dense.bias", "_feedforward_intermediate_dense.bias", "intermediate_dense.bias", SAME),
+        ("output.dense.weight", "_feedforward_output_dense.kernel", "output_dense.kernel", LINEAR),
+        ("output.dense.bias", "_feedforward_output_dense.bias", "output_dense.bias", SAME),
+        ("output.LayerNorm.weight", "_feedforward_layer_norm.gamma", "output_layer_norm.gamma", SAME),
+        ("output.LayerNorm.bias", "_feedforward_layer_norm.beta", "output_layer_norm.beta", SAME))])
+HEAD_TABLE = (
+    ("lm_head.dense.weight", "masked_lm_head._intermediate_dense.kernel", "masked_lm_head.dense.kernel", LINEAR),
+    ("lm_head.dense.bias", "masked_lm_head._intermediate_dense.bias", "masked_lm_head.dense.bias", SAME),
+    ("lm_head.layer_norm.weight", "masked_lm_head._intermediate_layer_norm.gamma", "masked_lm_head.layer_norm.gamma", SAME),
+    ("lm_head.layer_norm.bias", "masked_lm_head._intermediate_layer_norm.beta", "masked_lm_head.layer_norm.beta", SAME),
+    ("lm_head.bias", "masked_lm_head._bias", "masked_lm_head.bias", SAME),
+)
+#: the position table (shifted by :func:`position_offset` rows; no row of the table above)
+POSITION_PATHS = ("backbone.embeddings.position_embedding.position_embeddings", "backbone.position_embeddings")
+
+
+def _is_own_model(masked_lm) -> bool:
+    """True for :class:`hf_tpu_ext.backends.keras.roberta.RobertaMaskedLM`, False for keras-hub's."""
+    from hf_tpu_ext.backends.keras.roberta import RobertaMaskedLM
+
+    return isinstance(masked_lm, RobertaMaskedLM)
+
+
+def _attribute(obj, path: str):
+    for name in path.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
 def parameter_table(masked_lm) -> List[Tuple[str, Any, str]]:
     """``(transformers name, Keras variable, layout kind)`` for every variable except the position table.
 
     Args:
-        masked_lm: a keras-hub ``RobertaMaskedLM`` (built: constructing it builds it).
+        masked_lm: this package's ``roberta.RobertaMaskedLM`` or a keras-hub ``RobertaMaskedLM`` (built:
+            constructing either builds it).
 
     Returns:
         Names as in ``RobertaForMaskedLM.state_dict()`` (``roberta.embeddings.word_embeddings.weight``, ...,
@@ -102,60 +158,36 @@ def parameter_table(masked_lm) -> List[Tuple[str, Any, str]]:
         to the word embeddings and to ``lm_head.bias`` on load).
 
     Raises:
-        CheckpointError: the model is not a keras-hub RobertaMaskedLM, or has variables this table does not
-            know (a changed architecture would otherwise be exported incompletely).
+        CheckpointError: the model is neither, or has variables this table does not know (a changed
+            architecture would otherwise be exported incompletely).
     """
     backbone = getattr(masked_lm, "backbone", None)
     head = getattr(masked_lm, "masked_lm_head", None)
     if backbone is None or head is None or not hasattr(backbone, "transformer_layers"):
         raise CheckpointError(
-            f"Expected a keras_hub.models.RobertaMaskedLM (backbone + masked_lm_head), got {type(masked_lm).__name__}."
+            f"Expected a RoBERTa masked LM (backbone + masked_lm_head), got {type(masked_lm).__name__}."
         )
-    if getattr(head, "token_embedding", None) is not backbone.token_embedding:
+    own = _is_own_model(masked_lm)
+    if not own and getattr(head, "token_embedding", None) is not backbone.token_embedding:
         raise CheckpointError("The masked-LM head's decoder is not tied to the backbone's token embedding; "
                               "transformers' RobertaForMaskedLM ties them, so this head cannot be exported.")
-    table: List[Tuple[str, Any, str]] = [
-        ("roberta.embeddings.word_embeddings.weight", backbone.token_embedding.embeddings, SAME),
-        ("roberta.embeddings.LayerNorm.weight", backbone.embeddings_layer_norm.gamma, SAME),
-        ("roberta.embeddings.LayerNorm.bias", backbone.embeddings_layer_norm.beta, SAME),
-    ]
+    column = 2 if own else 1
+    table: List[Tuple[str, Any, str]] = [(row[0], _attribute(masked_lm, row[column]), row[3]) for row in EMBEDDING_TABLE]
     for i, block in enumerate(backbone.transformer_layers):
-        p = f"roberta.encoder.layer.{i}."
-        attn = block._self_attention_layer  # keras.layers.MultiHeadAttention (keras-hub's converters use these too)
-        for name, dense in (("query", attn.query_dense), ("key", attn.key_dense), ("value", attn.value_dense)):
-            table += [(f"{p}attention.self.{name}.weight", dense.kernel, QKV_KERNEL),
-                      (f"{p}attention.self.{name}.bias", dense.bias, QKV_BIAS)]
-        table += [
-            (f"{p}attention.output.dense.weight", attn.output_dense.kernel, OUT_KERNEL),
-            (f"{p}attention.output.dense.bias", attn.output_dense.bias, SAME),
-            (f"{p}attention.output.LayerNorm.weight", block._self_attention_layer_norm.gamma, SAME),
-            (f"{p}attention.output.LayerNorm.bias", block._self_attention_layer_norm.beta, SAME),
-            (f"{p}intermediate.dense.weight", block._feedforward_intermediate_dense.kernel, LINEAR),
-            (f"{p}intermediate.dense.bias", block._feedforward_intermediate_dense.bias, SAME),
-            (f"{p}output.dense.weight", block._feedforward_output_dense.kernel, LINEAR),
-            (f"{p}output.dense.bias", block._feedforward_output_dense.bias, SAME),
-            (f"{p}output.LayerNorm.weight", block._feedforward_layer_norm.gamma, SAME),
-            (f"{p}output.LayerNorm.bias", block._feedforward_layer_norm.beta, SAME),
-        ]
-    table += [
-        ("lm_head.dense.weight", head._intermediate_dense.kernel, LINEAR),
-        ("lm_head.dense.bias", head._intermediate_dense.bias, SAME),
-        ("lm_head.layer_norm.weight", head._intermediate_layer_norm.gamma, SAME),
-        ("lm_head.layer_norm.bias", head._intermediate_layer_norm.beta, SAME),
-        ("lm_head.bias", head._bias, SAME),
-    ]
-    known = {id(v) for _, v, _ in table} | {id(_position_variable(backbone))}
+        table += [(row[0].format(i=i), _attribute(block, row[column]), row[3]) for row in BLOCK_TABLE]
+    table += [(row[0], _attribute(masked_lm, row[column]), row[3]) for row in HEAD_TABLE]
+    known = {id(v) for _, v, _ in table} | {id(_position_variable(masked_lm))}
     unknown = [w.path for w in masked_lm.weights if id(w) not in known]
     if unknown:
         raise CheckpointError(
             f"{type(masked_lm).__name__} has variables with no transformers RoBERTa counterpart: {', '.join(unknown[:8])}"
-            f"{' ...' if len(unknown) > 8 else ''}. Only keras-hub's RobertaBackbone + MaskedLMHead can be exported."
+            f"{' ...' if len(unknown) > 8 else ''}. Only RoBERTa masked LMs (roberta.py's or keras-hub's) can be exported."
         )
     return table
 
 
-def _position_variable(backbone):
-    return backbone.embeddings.position_embedding.position_embeddings
+def _position_variable(masked_lm):
+    return _attribute(masked_lm, POSITION_PATHS[1 if _is_own_model(masked_lm) else 0])
 
 
 def _numpy(variable) -> np.ndarray:
@@ -176,10 +208,11 @@ def _numpy(variable) -> np.ndarray:
 
 
 def masked_lm_state_dict(masked_lm, pad_token_id: Optional[int] = 1) -> Dict[str, np.ndarray]:
-    """The weights of a keras-hub ``RobertaMaskedLM`` as a ``RobertaForMaskedLM`` state dict of numpy arrays.
+    """The weights of a RoBERTa masked LM as a ``RobertaForMaskedLM`` state dict of numpy arrays.
 
     Args:
-        masked_lm: keras-hub ``RobertaMaskedLM`` (float32 weights; any dtype policy).
+        masked_lm: ``roberta.RobertaMaskedLM`` or keras-hub ``RobertaMaskedLM`` (float32 weights; any dtype
+            policy).
         pad_token_id: the tokenizer's pad id (transformers' ``padding_idx``); positions are shifted by
             ``pad_token_id + 1`` rows (see the module doc).
 
@@ -193,7 +226,7 @@ def masked_lm_state_dict(masked_lm, pad_token_id: Optional[int] = 1) -> Dict[str
     """
     table = parameter_table(masked_lm)
     state = {name: np.ascontiguousarray(_to_hf(kind, _numpy(var))) for name, var, kind in table}
-    positions = _numpy(_position_variable(masked_lm.backbone))
+    positions = _numpy(_position_variable(masked_lm))
     offset = position_offset(pad_token_id)
     hidden = positions.shape[1]
     state["roberta.embeddings.position_embeddings.weight"] = np.concatenate(
@@ -249,11 +282,11 @@ def check_config(config) -> None:
 
 
 def assign_state_dict(masked_lm, state: Dict[str, np.ndarray], config) -> None:
-    """Copy a transformers RoBERTa state dict into an existing keras-hub ``RobertaMaskedLM`` (in place).
+    """Copy a transformers RoBERTa state dict into an existing RoBERTa masked LM (in place).
 
     Args:
-        masked_lm: keras-hub ``RobertaMaskedLM`` of ``config``'s sizes; its position table may be shorter than
-            the checkpoint's (the first ``max_sequence_length`` real positions are taken).
+        masked_lm: ``roberta.RobertaMaskedLM`` or keras-hub ``RobertaMaskedLM`` of ``config``'s sizes; its position
+            table may be shorter than the checkpoint's (the first ``max_sequence_length`` real positions are taken).
         state: ``RobertaForMaskedLM`` (or bare ``RobertaModel``) weights as numpy arrays, transformers' names and
             shapes (see :func:`masked_lm_state_dict`); legacy LayerNorm ``gamma``/``beta`` names are accepted.
         config: the matching transformers config (``pad_token_id`` gives the position offset).
@@ -289,7 +322,7 @@ def assign_state_dict(masked_lm, state: Dict[str, np.ndarray], config) -> None:
                 missing_head.append(name)
                 continue
         var.assign(_from_hf(kind, take(name, _hf_shape(kind, shape)), shape))
-    position_var = _position_variable(masked_lm.backbone)
+    position_var = _position_variable(masked_lm)
     length, hidden = (int(d) for d in position_var.shape)
     name = "roberta.embeddings.position_embeddings.weight"
     positions = np.asarray(state.get(name, np.zeros((0, hidden))), np.float32)
@@ -309,43 +342,45 @@ def assign_state_dict(masked_lm, state: Dict[str, np.ndarray], config) -> None:
         logger.warning("The checkpoint has no masked-LM head (%s): the head is newly initialized.", ", ".join(missing_head))
 
 
-def masked_lm_from_state_dict(state: Dict[str, np.ndarray], config, *, preprocessor=None, dtype=None):
-    """Build a keras-hub ``RobertaMaskedLM`` of ``config``'s sizes holding a transformers RoBERTa state dict.
+def masked_lm_from_state_dict(state: Dict[str, np.ndarray], config, *, preprocessor=None, dtype=None,
+                              keras_hub: bool = False):
+    """Build a RoBERTa masked LM of ``config``'s sizes holding a transformers RoBERTa state dict.
 
     Args:
         state: see :func:`assign_state_dict`.
         config: the matching transformers config (``RobertaConfig``): sizes, ``pad_token_id``,
             ``max_position_embeddings``, ``hidden_dropout_prob`` (keras-hub has one dropout rate for both).
-        preprocessor: optional keras-hub preprocessor to attach (e.g. ``RobertaMaskedLMPreprocessor``).
+        preprocessor: optional keras-hub preprocessor to attach (``keras_hub`` only).
         dtype: keras dtype policy for the model (``None``: Keras' global policy).
+        keras_hub: build a ``keras_hub.models.RobertaMaskedLM`` (the preset's model; needs keras-hub, which
+            imports TensorFlow) instead of :class:`hf_tpu_ext.backends.keras.roberta.RobertaMaskedLM`.
 
     Returns:
-        ``keras_hub.models.RobertaMaskedLM`` with ``max_sequence_length = max_position_embeddings -
-        (pad_token_id + 1)``.
+        the masked LM, ``max_sequence_length = max_position_embeddings - (pad_token_id + 1)``.
 
     Raises:
         CheckpointError: see :func:`assign_state_dict`; also no position left after the reserved rows.
     """
-    import keras_hub
-
     check_config(config)
     max_len = int(config.max_position_embeddings) - position_offset(config.pad_token_id)
     if max_len < 1:
         raise CheckpointError(f"max_position_embeddings {config.max_position_embeddings} leaves no position after the "
                               f"{position_offset(config.pad_token_id)} rows RoBERTa reserves.")
-    backbone = keras_hub.models.RobertaBackbone(
-        vocabulary_size=int(config.vocab_size),
-        num_layers=int(config.num_hidden_layers),
-        num_heads=int(config.num_attention_heads),
-        hidden_dim=int(config.hidden_size),
-        intermediate_dim=int(config.intermediate_size),
-        dropout=float(config.hidden_dropout_prob),
-        max_sequence_length=max_len,
-        dtype=dtype,
-        name="roberta_backbone",  # not Keras' per-process numbering: an export's config.json is the same each time
-    )
-    masked_lm = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=preprocessor,
-                                                 name="roberta_masked_lm")
+    sizes = dict(vocabulary_size=int(config.vocab_size), num_layers=int(config.num_hidden_layers),
+                 num_heads=int(config.num_attention_heads), hidden_dim=int(config.hidden_size),
+                 intermediate_dim=int(config.intermediate_size), dropout=float(config.hidden_dropout_prob),
+                 max_sequence_length=max_len, dtype=dtype)
+    if keras_hub:
+        import keras_hub as hub
+
+        # fixed names, not Keras' per-process numbering: an export's config.json is the same each time
+        backbone = hub.models.RobertaBackbone(**sizes, name="roberta_backbone")
+        masked_lm = hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=preprocessor, name="roberta_masked_lm")
+    else:
+        from hf_tpu_ext.backends.keras.roberta import RobertaMaskedLM
+
+        attention = float(getattr(config, "attention_probs_dropout_prob", config.hidden_dropout_prob))
+        masked_lm = RobertaMaskedLM(**sizes, attention_dropout=attention)
     assign_state_dict(masked_lm, state, config)
     return masked_lm
 
@@ -426,7 +461,7 @@ def read_transformers_checkpoint(path_or_repo_id: str, revision: Optional[str] =
 
 def load_masked_lm(path_or_repo_id: str, revision: Optional[str] = None, *, cache_dir: Optional[str] = None,
                    token=None, dtype=None, **config_overrides):
-    """Load a transformers RoBERTa masked-LM folder or Hub repo as a new keras-hub ``RobertaMaskedLM``.
+    """Load a transformers RoBERTa masked-LM folder or Hub repo as a new ``roberta.RobertaMaskedLM``.
 
     Arguments and errors as :func:`read_transformers_checkpoint`; ``dtype`` is the model's Keras dtype policy
     (``None``: the global policy).
@@ -441,7 +476,7 @@ def load_masked_lm(path_or_repo_id: str, revision: Optional[str] = None, *, cach
 
 def load_transformers_weights(masked_lm, path_or_repo_id: str, revision: Optional[str] = None, *,
                               cache_dir: Optional[str] = None, token=None):
-    """Copy a transformers RoBERTa checkpoint's weights into an existing keras-hub ``RobertaMaskedLM`` (in place).
+    """Copy a transformers RoBERTa checkpoint's weights into an existing RoBERTa masked LM (in place).
 
     For a training model already built with the checkpoint's config (the Keras backend's
     ``--model_name_or_path``): sizes must match; the position table may be shorter than the checkpoint's.
