@@ -51,15 +51,23 @@ def maybe_initialize_distributed() -> bool:
     metadata, Slurm, Open MPI), by ``JAX_COORDINATOR_ADDRESS`` (with ``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID``,
     JAX's own variables), or by ``TPU_WORKER_HOSTNAMES``/``TPU_PROCESS_ADDRESSES`` naming more than one host.
     Must run before anything touches the devices (``jax.devices()``).
+
+    Raises:
+        BackendError: bad ``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID``
+            (:func:`hf_tpu_ext.distributed.jax_distributed_arguments`), or the processes did not all join within
+            the time-out (the coordinator named): one line, before any compute.
     """
+    from hf_tpu_ext.distributed import JAX_COORDINATOR_ADDRESS, initialize_jax_distributed
+
     hosts = [h for v in ("TPU_PROCESS_ADDRESSES", "TPU_WORKER_HOSTNAMES")
              for h in os.environ.get(v, "").split(",") if h.strip()]
     asked = os.environ.get(DISTRIBUTED_SWITCH, "").lower() in ("1", "true", "yes")
-    if not (asked or os.environ.get("JAX_COORDINATOR_ADDRESS") or len(hosts) > 1):
+    if not (asked or os.environ.get(JAX_COORDINATOR_ADDRESS) or len(hosts) > 1):
         return False
-    import jax
-
-    jax.distributed.initialize()
+    try:
+        initialize_jax_distributed()
+    except ValueError as err:
+        raise BackendError(str(err)) from None
     return True
 
 
@@ -472,11 +480,23 @@ class KerasBackend(BackendDefaults):
 
     def _stop_if_signalled(self, step: int, start_step: int, on_save: SaveHook) -> None:
         """After a SIGINT/SIGTERM (:func:`hf_tpu_ext.interrupts.received`): checkpoint ``step`` unless it is saved
-        or nothing was trained, then raise ``KeyboardInterrupt`` (:func:`hf_tpu_ext.interrupts.check`)."""
+        or nothing was trained, then raise ``KeyboardInterrupt`` (:func:`hf_tpu_ext.interrupts.check`).
+
+        Several processes agree (:meth:`~hf_tpu_ext.backends.keras.step.Placement.any_process`, called by all at
+        the same call boundary): a signal seen by one stops all at this step; a process that saw none records a
+        SIGTERM, so every process saves the one checkpoint and exits 143."""
+        import signal
+
         from hf_tpu_ext import interrupts
 
-        if interrupts.received() is None:
+        seen = interrupts.received() is not None
+        if self.placement is not None:
+            seen = self.placement.any_process(seen)
+        if not seen:
             return
+        if interrupts.received() is None:
+            logger.info("another process received a signal: stopping at step %d with it", step)
+            interrupts.record(signal.SIGTERM)
         if step > start_step and getattr(self, "_saved_step", None) != step:
             logger.info("signal received: saving step %d before stopping", step)
             self._save(step, on_save)

@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
 
+from hf_tpu_ext import interrupts
 from hf_tpu_ext.backends.keras.meter import LoopMeter
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -128,6 +129,7 @@ class TrainLoop:
                     "--learning_rate or use --warmup_ratio. The last checkpoint in output_dir is intact.")
             prev, step = step, step + k
             b._step = step
+            interrupts.kill_for_test("train_step", step)  # tests: a SIGTERM/SIGKILL after step N (train_step@N)
             self._after_call(prev, step, float(np.mean(losses)), progress, k)
             # before evaluation and checkpoints: a callback's batch clock and compile watch cover the call only
             cb.on_train_batch_end(batch_index + k - 1, self.logs)

@@ -179,6 +179,20 @@ class Placement:
             out[k] = jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index])
         return out
 
+    def any_process(self, flag: bool) -> bool:
+        """True when ``flag`` is true in any process (a collective: every process calls it at the same point).
+
+        One process: ``flag`` itself, no device work. Several: a ``process_allgather`` of one int32 per process
+        (the signal agreement at each call boundary; a few ms on CPU, measured in the multi-process test).
+        """
+        import jax
+
+        if jax.process_count() == 1:
+            return bool(flag)
+        from jax.experimental import multihost_utils
+
+        return bool(np.any(multihost_utils.process_allgather(np.array([int(bool(flag))], np.int32))))
+
     def put_replicated(self, values):
         import jax
 

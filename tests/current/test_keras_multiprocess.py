@@ -1,0 +1,170 @@
+"""`hf-tpu train --backend keras` as on a pod slice, on one machine: several processes joined by jax.distributed.
+
+JAX's CPU collectives (gloo) let processes on one machine form one cluster, so a slice's way of running is tested
+here with the README's variables: ``JAX_COORDINATOR_ADDRESS=127.0.0.1:PORT JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=i
+JAX_NUM_CPU_DEVICES=2 hf-tpu train ...`` for i = 0, 1. 2 processes x 2 CPU devices must train what 1 process x 4
+devices trains (losses and weights to 1e-5) with only process 0 writing files; a SIGTERM to one process stops both
+at one step with one checkpoint and exit 143; a SIGKILL of one makes the other exit non-zero within 60 s. Bad
+input (a process id not below the count, a coordinator that does not answer) gets one line and writes nothing.
+
+Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu python -m pytest tests/current``.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("keras_hub")
+pytest.importorskip("jax")
+if os.environ.get("KERAS_BACKEND", "jax") != "jax":
+    pytest.skip("--backend keras runs on KERAS_BACKEND=jax", allow_module_level=True)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+STEPS = 10
+
+
+def mp_args(output_dir, *extra):
+    """A tiny run: global batch 8 (2 per device x 4 devices), a loss logged every step, dropout on."""
+    return ["--backend", "keras", "--output_dir", str(output_dir),
+            "--hidden_size", "32", "--num_hidden_layers", "2", "--num_attention_heads", "2",
+            "--intermediate_size", "64", "--vocab_size", "300", "--max_seq_length", "32",
+            "--per_device_train_batch_size", "2", "--max_train_samples", "128", "--logging_steps", "1",
+            "--learning_rate", "1e-3", "--max_steps", str(STEPS), "--save_steps", "100", "--seed", "7",
+            "--eval_strategy", "no", "--disable_tqdm", "true", *extra]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(**extra):
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    for key in ("HF_TPU_EXT_TEST_KILL_AT", "HF_TPU_EXT_TEST_SIGNAL_AT", "JAX_COORDINATOR_ADDRESS",
+                "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "XLA_FLAGS"):
+        env.pop(key, None)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _start(args, **env):
+    return subprocess.Popen([sys.executable, "-m", "hf_tpu_ext", "train", *map(str, args)], env=_env(**env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def start_cluster(dirs, extra_env=(None, None), processes=2, devices=2, extra=()):
+    """The README's shell lines: one `hf-tpu train` per process, same coordinator, process i in ``dirs[i]``."""
+    address = f"127.0.0.1:{free_port()}"
+    return [_start(mp_args(dirs[i], *extra), JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES=processes,
+                   JAX_PROCESS_ID=i, JAX_NUM_CPU_DEVICES=devices, **(extra_env[i] or {}))
+            for i in range(processes)]
+
+
+def finish(procs, timeout=600):
+    out = []
+    for p in procs:
+        _, err = p.communicate(timeout=timeout)
+        out.append((p.returncode, err))
+    return out
+
+
+def _losses(folder):
+    state = json.loads((Path(folder) / "trainer_state.json").read_text())
+    return [(e["step"], e["loss"]) for e in state["log_history"] if "loss" in e]
+
+
+def _weights(folder):
+    from safetensors.numpy import load_file
+
+    return load_file(str(Path(folder) / "model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def reference_and_pair(tmp_path_factory):
+    """1 process x 4 devices and 2 processes x 2 devices (process 1 given its own output_dir), run side by side."""
+    root = tmp_path_factory.mktemp("mp")
+    one = _start(mp_args(root / "one"), JAX_NUM_CPU_DEVICES=4)
+    pair = start_cluster([root / "p0", root / "p1"])
+    results = finish([one, *pair])
+    for rc, err in results:
+        assert rc == 0, err[-4000:]
+    return root, results
+
+
+def test_two_processes_of_two_devices_train_what_one_process_of_four_does(reference_and_pair):
+    root, results = reference_and_pair
+    assert "4 cpu device(s) in 2 process(es)" in results[1][1]
+    ref, ours = _losses(root / "one"), _losses(root / "p0")
+    assert [s for s, _ in ours] == list(range(1, STEPS + 1)) == [s for s, _ in ref]
+    np.testing.assert_allclose([l for _, l in ours], [l for _, l in ref], atol=1e-5, rtol=0)
+    w_ref, w_ours = _weights(root / "one"), _weights(root / "p0")
+    assert sorted(w_ours) == sorted(w_ref)
+    for name in w_ref:
+        np.testing.assert_allclose(w_ours[name], w_ref[name], atol=1e-5, rtol=0, err_msg=name)
+    # only process 0 writes: process 1's output_dir was never created, process 0 has the whole run
+    assert not (root / "p1").exists()
+    assert sorted(p.name for p in (root / "p0").glob("checkpoint-*")) == [f"checkpoint-{STEPS}"]
+    summary = json.loads((root / "p0" / "training_summary.json").read_text())
+    assert (summary["global_step"], summary["num_devices"], summary["num_workers"]) == (STEPS, 4, 2)
+
+
+def test_sigterm_to_one_process_stops_both_at_one_step(tmp_path, reference_and_pair):
+    out = tmp_path / "run"
+    resume = ("--resume_from_checkpoint", "true")
+    procs = start_cluster([out, out], extra_env=(None, {"HF_TPU_EXT_TEST_SIGNAL_AT": "train_step@4"}))
+    (rc0, err0), (rc1, err1) = finish(procs)
+    assert (rc0, rc1) == (143, 143), err0[-3000:] + err1[-3000:]
+    assert "another process received a signal: stopping at step 4 with it" in err0
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-4"]
+    # the same commands with --resume_from_checkpoint true resume from step 4 and end where an uninterrupted run ends
+    results = finish(start_cluster([out, out], extra=resume))
+    assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:] + results[1][1][-3000:]
+    np.testing.assert_allclose([l for _, l in _losses(out)], [l for _, l in _losses(reference_and_pair[0] / "one")],
+                               atol=1e-5, rtol=0)
+
+
+def test_a_killed_process_makes_the_other_exit_within_60_s(tmp_path):
+    out = tmp_path / "run"
+    heartbeat = {"HF_TPU_JAX_HEARTBEAT_TIMEOUT": "10"}
+    procs = start_cluster([out, out], extra_env=(heartbeat, dict(heartbeat, HF_TPU_EXT_TEST_KILL_AT="train_step@4")))
+    procs[1].wait(timeout=600)
+    killed_at = time.monotonic()
+    rc0, err0 = finish(procs[:1], timeout=120)[0]
+    assert procs[1].returncode == -9
+    assert rc0 != 0 and time.monotonic() - killed_at < 60, err0[-3000:]
+
+
+def _bad_run(tmp_path, **env):
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "hf_tpu_ext", "train", *map(str, mp_args(out))], env=_env(**env),
+                          capture_output=True, text=True, timeout=120)
+    return proc, time.monotonic() - t0, out
+
+
+def test_process_id_not_below_the_count_is_one_line(tmp_path):
+    proc, _, out = _bad_run(tmp_path, JAX_COORDINATOR_ADDRESS="127.0.0.1:1", JAX_NUM_PROCESSES=2, JAX_PROCESS_ID=2)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "hf-tpu train: error: JAX_PROCESS_ID=2 is not below JAX_NUM_PROCESSES=2: number the processes 0 .. 1.")
+    assert not out.exists()
+
+
+def test_unreachable_coordinator_names_the_time_out(tmp_path):
+    port = free_port()  # nothing listens there
+    proc, seconds, out = _bad_run(tmp_path, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=2,
+                                  JAX_PROCESS_ID=1, HF_TPU_JAX_INITIALIZATION_TIMEOUT=2)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"hf-tpu train: error: The JAX coordinator 127.0.0.1:{port} (JAX_COORDINATOR_ADDRESS) "
+                           "did not answer within the 2 s time-out (HF_TPU_JAX_INITIALIZATION_TIMEOUT): "), last
+    assert "Traceback" not in proc.stderr and not out.exists()
