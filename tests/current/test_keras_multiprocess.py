@@ -141,6 +141,7 @@ def test_a_killed_process_makes_the_other_exit_within_60_s(tmp_path):
     rc0, err0 = finish(procs[:1], timeout=120)[0]
     assert procs[1].returncode == -9
     assert rc0 != 0 and time.monotonic() - killed_at < 60, err0[-3000:]
+    assert "Task 1 heartbeat timeout" in err0  # JAX's coordination service names the lost process
 
 
 def _bad_run(tmp_path, **env):
