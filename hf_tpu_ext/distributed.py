@@ -3,6 +3,10 @@
 The chief is the process that writes the output folder and talks to the Hub. Work that every replica
 must take part in (collective ops, checkpoint writes under MultiWorkerMirroredStrategy) must never sit
 inside a chief-only branch.
+
+JAX's multi-process start (the Keras backend): :func:`jax_distributed_arguments` reads ``JAX_NUM_PROCESSES``/
+``JAX_PROCESS_ID`` (jax 0.10 reads only ``JAX_COORDINATOR_ADDRESS``) and the time-outs, and
+:func:`initialize_jax_distributed` joins the processes, refusing bad input in one line.
 """
 
 from __future__ import annotations

@@ -169,3 +169,29 @@ def test_unreachable_coordinator_names_the_time_out(tmp_path):
     assert last.startswith(f"hf-tpu train: error: The JAX coordinator 127.0.0.1:{port} (JAX_COORDINATOR_ADDRESS) "
                            "did not answer within the 2 s time-out (HF_TPU_JAX_INITIALIZATION_TIMEOUT): "), last
     assert "Traceback" not in proc.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"JAX_NUM_PROCESSES": "2"}, "JAX_NUM_PROCESSES and JAX_PROCESS_ID go together: set both (0 <= id < count) "
+                                 "or neither (a TPU slice finds them itself)."),
+    ({"JAX_NUM_PROCESSES": "two", "JAX_PROCESS_ID": "0"},
+     "JAX_NUM_PROCESSES='two' is not an integer >= 1: set it to one, or unset it."),
+    ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "-1"},
+     "JAX_PROCESS_ID='-1' is not an integer >= 0: set it to one, or unset it."),
+])
+def test_bad_process_variables_are_named(env, message):
+    from hf_tpu_ext.distributed import jax_distributed_arguments
+
+    with pytest.raises(ValueError) as err:
+        jax_distributed_arguments(env)
+    assert str(err.value) == message
+
+
+def test_process_variables_become_initialize_arguments():
+    from hf_tpu_ext.distributed import jax_distributed_arguments
+
+    assert jax_distributed_arguments({}) == {"heartbeat_timeout_seconds": 30}  # a TPU slice: JAX finds the rest
+    assert jax_distributed_arguments({"JAX_NUM_PROCESSES": "4", "JAX_PROCESS_ID": "3",
+                                      "HF_TPU_JAX_INITIALIZATION_TIMEOUT": "20",
+                                      "HF_TPU_JAX_HEARTBEAT_TIMEOUT": "10"}) == {
+        "num_processes": 4, "process_id": 3, "initialization_timeout": 20, "heartbeat_timeout_seconds": 10}
