@@ -3,9 +3,10 @@
 JAX's CPU collectives (gloo) let processes on one machine form one cluster, so a slice's way of running is tested
 here with the README's variables: ``JAX_COORDINATOR_ADDRESS=127.0.0.1:PORT JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=i
 JAX_NUM_CPU_DEVICES=2 hf-tpu train ...`` for i = 0, 1. 2 processes x 2 CPU devices must train what 1 process x 4
-devices trains (losses and weights to 1e-5) with only process 0 writing files; a SIGTERM to one process stops both
-at one step with one checkpoint and exit 143; a SIGKILL of one makes the other exit non-zero within 60 s. Bad
-input (a process id not below the count, a coordinator that does not answer) gets one line and writes nothing.
+devices trains (losses and weights to 1e-5) with only process 0 writing files; a SIGTERM to one process (or to both,
+a step apart) stops both at one step with one checkpoint and exit 143, and the same commands resume; a SIGKILL
+of one makes the other exit non-zero within 60 s. Bad input (a process id not below the count, a coordinator that
+does not answer) gets one line and writes nothing.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu python -m pytest tests/current``.
 """
@@ -130,6 +131,17 @@ def test_sigterm_to_one_process_stops_both_at_one_step(tmp_path, reference_and_p
     assert [rc for rc, _ in results] == [0, 0], results[0][1][-3000:] + results[1][1][-3000:]
     np.testing.assert_allclose([l for _, l in _losses(out)], [l for _, l in _losses(reference_and_pair[0] / "one")],
                                atol=1e-5, rtol=0)
+
+
+def test_sigterm_to_both_a_step_apart_stops_both_at_the_first(tmp_path):
+    out = tmp_path / "run"
+    procs = start_cluster([out, out], extra_env=({"HF_TPU_EXT_TEST_SIGNAL_AT": "train_step@3"},
+                                                 {"HF_TPU_EXT_TEST_SIGNAL_AT": "train_step@4"}))
+    (rc0, err0), (rc1, err1) = finish(procs)
+    assert (rc0, rc1) == (143, 143), err0[-3000:] + err1[-3000:]
+    assert "another process received a signal: stopping at step 3 with it" in err1
+    assert "another process received a signal" not in err0
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3"]
 
 
 def test_a_killed_process_makes_the_other_exit_within_60_s(tmp_path):
