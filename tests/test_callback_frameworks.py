@@ -117,14 +117,22 @@ def test_hf_tpu_train_without_tensorflow_names_the_extra(tmp_path):
         sys.modules["tensorflow"] = None
         sys.modules["tf_keras"] = None
         from hf_tpu_ext.cli import main
-        sys.exit(main(["train", "--output_dir", sys.argv[1]]))
+        sys.exit(main(["train", "--output_dir", sys.argv[1], *sys.argv[2:]]))
     """)
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")], capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 1, out.stderr
-    assert out.stderr.strip().splitlines()[-1] == (
+
+    def last_line(*args):
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out"), *args], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 1, out.stderr
+        return out.stderr.strip().splitlines()[-1]
+
+    # asked for by name: the TensorFlow extra; left to the default (no JAX in this venv either): both extras
+    assert last_line("--backend", "tensorflow") == (
         "hf-tpu train: error: the TensorFlow backend needs: pip install 'hf-tpu-ext[tensorflow]' "
         "(missing: tensorflow, tf_keras).")
+    assert last_line() == (
+        'hf-tpu train: error: No training backend is installed: pip install "hf-tpu-ext[jax]" (Keras 3 on JAX, '
+        'the default) or pip install "hf-tpu-ext[tensorflow]" (TensorFlow 2.21 + transformers 4), then rerun.')
     assert not (tmp_path / "out").exists()
 
 
