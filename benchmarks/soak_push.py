@@ -1,25 +1,22 @@
-"""Soak benchmark of the Hub push path: does memory grow with pushes?
+"""Soak benchmark: does a long ``hf-tpu train`` run (TensorFlow backend) keep its memory flat?
 
-A pusher-only training loop (no model compute, so the push path is all that can grow): every "step" sleeps
-``--step_ms``; every ``--push_every`` steps the model folder is rewritten (a fresh ``--weights_kb`` KB
-``model.safetensors``, config, tokenizer files) and pushed with ``hub_strategy="checkpoint"`` (model +
-``last-checkpoint/``) to a loopback Hub served by a *separate* process (its in-memory repos are not
-counted). The RSS of this process (psutil) is sampled every ``--sample_every`` steps; the figure is the
-least-squares slope of RSS over steps after a warm-up, in MB per 1,000 steps, plus the staging folders and
-threads left at the end. A benchmark, not a test: it prints figures and asserts nothing.
+``--mode train`` (the default) runs a tiny-model ``hf-tpu train`` (2 layers, hidden 64, 32-token blocks,
+``--push_to_hub true --hub_strategy checkpoint``, a save and a push every ``--push_every`` steps, the commit
+budget's pacing as in any run) against a loopback Hub served by a *separate* process (its in-memory repos are not
+counted) for ``--minutes`` (default 8), then stops it with SIGINT. The RSS of the training process (psutil) is
+sampled every ``--sample_seconds``; the figure is the least-squares slope of RSS over wall time after the first
+minute (``--warmup_seconds``), in MB/min (target < 0.5), with the steps, saves and pushes seen, the load average
+and the CPU's flags. ``--no_push``: the same saves without pushes, to tell the push path from the rest.
 
-``--mode train`` measures a whole tiny-model ``hf-tpu train`` run instead (2 layers, hidden 64, 32-token
-blocks, ``--push_to_hub true --hub_strategy checkpoint``, a save and push every ``--push_every`` steps): the
-RSS of the training process is sampled every ``--sample_seconds`` against the global step its log shows,
-and the run is stopped with SIGINT at the end of ``--minutes``.
+``--mode pusher`` measures the push path alone: no model compute, every "step" sleeps ``--step_ms``, every
+``--push_every`` steps a model folder and checkpoint are rewritten and pushed with
+:class:`~hf_tpu_ext.hub.pusher.HubPusher`; RSS of this process over steps.
+
+A benchmark, not a test: it prints figures (JSON) and asserts nothing.
 
 Usage (from the repository root; ``tests/`` holds the loopback Hub):
-    python -m benchmarks.soak_push [--minutes 5] [--push_every 20] [--step_ms 5]
-    python -m benchmarks.soak_push --mode train [--minutes 5] [--push_every 50]
-
-To measure another checkout (e.g. the code before a change), run the script with ``PYTHONPATH`` pointing
-at that checkout; it uses :class:`~hf_tpu_ext.hub.pusher.HubPusher` when present, else the older
-``hub.push_queue`` API.
+    python -m benchmarks.soak_push [--minutes 8] [--push_every 20] [--no_push]
+    python -m benchmarks.soak_push --mode pusher [--minutes 5] [--step_ms 5]
 """
 
 from __future__ import annotations
@@ -94,41 +91,43 @@ def write_checkpoint(folder: str, step: int, weights_kb: int) -> None:
 
 
 class _Pusher:
-    """The new HubPusher, or the older push_queue API of a checkout that predates it."""
+    """:class:`~hf_tpu_ext.hub.pusher.HubPusher` pushing a model folder and its checkpoint."""
 
     def __init__(self, repo_id: str, output_dir: str):
-        try:
-            from hf_tpu_ext.hub.pusher import HubPusher
-        except ImportError:
-            HubPusher = None
-        self.new = HubPusher is not None
-        if self.new:
-            self.pusher = HubPusher(repo_id, token=TOKEN, hub_strategy="checkpoint", output_dir=output_dir,
-                                    backoff_seconds=0.05)
-            self.pusher.preflight()
-        else:
-            from hf_tpu_ext.hub.push_queue import open_push_queue
+        from hf_tpu_ext.hub.pusher import HubPusher
 
-            self.repo_id, self.token, self.queue = open_push_queue(output_dir, repo_id, TOKEN, backoff_seconds=0.05)
+        self.pusher = HubPusher(repo_id, token=TOKEN, hub_strategy="checkpoint", output_dir=output_dir,
+                                backoff_seconds=0.05)
+        self.pusher.preflight()
 
     def push(self, folder: str, checkpoint: str, step: int) -> None:
-        if self.new:
-            self.pusher.push_save(folder, step=step, checkpoint_folder=checkpoint)
-        else:
-            from hf_tpu_ext.hub.push_queue import submit_model_folder
-
-            submit_model_folder(self.queue, folder, f"Training in progress, step {step}", self.token,
-                                ["checkpoints/*", "last-checkpoint/*", "*.index", "*.data-*"])
-            self.queue.submit(checkpoint, path_in_repo="last-checkpoint", commit_message=f"Checkpoint at step {step}",
-                              delete_patterns=["*"], key="last-checkpoint")
+        self.pusher.push_save(folder, step=step, checkpoint_folder=checkpoint)
 
     def finish(self):
-        if self.new:
-            report = self.pusher.finish(600)
-            return report.counts["pushed"], report.counts["superseded"], report.counts["failed"]
-        report = self.queue.wait(600)
-        self.queue.close(timeout=0)
-        return len(report.pushed), len(report.superseded), len(report.failed)
+        report = self.pusher.finish(600)
+        return report.counts["pushed"], report.counts["superseded"], report.counts["failed"]
+
+
+def slope_per_minute(points: List[Tuple[float, float]], skip_seconds: float) -> float:
+    """Least-squares slope of (seconds, MB) points after ``skip_seconds``, in MB/min (nan with < 2 points)."""
+    kept = [(t, mb) for t, mb in points if t >= skip_seconds]
+    return slope_per_1000(kept) * 60.0 / 1000.0
+
+
+def machine_facts() -> dict:
+    """Load average, cores and the CPU's SIMD flags: the conditions a figure was measured under."""
+    flags = []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = sorted(x for x in line.split(":", 1)[1].split()
+                                   if x.startswith(("avx", "amx", "fma", "sse4")))
+                    break
+    except OSError:
+        pass
+    return {"load_average_1_5_15": [round(x, 2) for x in os.getloadavg()], "cpu_count": os.cpu_count(),
+            "cpu_flags": " ".join(flags)}
 
 
 TINY_TRAIN_ARGS = [
@@ -140,7 +139,7 @@ _STEP = re.compile(rb"\bstep (\d+)\b")
 
 
 def soak_train(args, tmp: str) -> dict:
-    """The ``--mode train`` measurement: (step, RSS MB) of an ``hf-tpu train`` child process."""
+    """The ``--mode train`` measurement: (seconds, RSS MB) of an ``hf-tpu train`` child process."""
     import psutil
 
     out = os.path.join(tmp, "train-out")
@@ -148,55 +147,63 @@ def soak_train(args, tmp: str) -> dict:
     cmd = [sys.executable, "-m", "hf_tpu_ext", "train", "--output_dir", out, *TINY_TRAIN_ARGS,
            "--max_steps", "10000000", "--save_strategy", "steps", "--save_steps", str(args.push_every),
            "--save_total_limit", "2"]
-    if not args.no_push:  # --no_push: the same saves without pushes, to tell the push path from the rest
+    if not args.no_push:
         cmd += ["--push_to_hub", "true", "--hub_model_id", "alice/soak-train", "--hub_strategy", "checkpoint",
                 "--hub_token", TOKEN]
         if args.hub_commit_budget:  # a budget high enough that every save is pushed (a leak shows per push)
             cmd += ["--hub_commit_budget", str(args.hub_commit_budget)]
+    before = machine_facts()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=os.getcwd())
     child = psutil.Process(proc.pid)
-    samples: List[Tuple[int, float]] = []
+    samples: List[Tuple[float, float]] = []  # (seconds since the first training step, RSS MB)
+    steps: List[int] = []
     deadline = time.monotonic() + args.minutes * 60
-    t0 = time.monotonic()
+    t0 = None
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(args.sample_seconds)
         with open(log_path, "rb") as f:
-            steps = _STEP.findall(f.read())
-        step = int(steps[-1]) if steps else 0
-        if step > 0:
-            samples.append((step, child.memory_info().rss / 2 ** 20))
-    elapsed = time.monotonic() - t0
+            found = _STEP.findall(f.read())
+        if found:  # the clock starts at the first logged step (start-up and compilation left out)
+            t0 = time.monotonic() if t0 is None else t0
+            samples.append((time.monotonic() - t0, child.memory_info().rss / 2 ** 20))
+            steps.append(int(found[-1]))
     proc.send_signal(signal.SIGINT)
     try:
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    kept = samples[int(len(samples) * args.warmup):]
     with open(log_path, "rb") as f:
         text = f.read()
+    kept = [s for s in samples if s[0] >= args.warmup_seconds]
     return {
-        "mode": "train" + (" (saves, no pushes)" if args.no_push else ""), "minutes": round(elapsed / 60, 2), "steps": samples[-1][0] if samples else 0,
-        "pushes_queued": text.count(b"Queued push"), "commits_landed": text.count(b"hf_tpu_ext.hub: Pushed"),
-        "rss_mb_first_sample": round(samples[0][1], 1) if samples else None,
+        "mode": "train" + (" (saves, no pushes)" if args.no_push else ""),
+        "minutes_measured": round(samples[-1][0] / 60, 2) if samples else 0, "steps": steps[-1] if steps else 0,
+        "saves": text.count(b"saved checkpoint"), "pushes_queued": text.count(b"Queued push"),
+        "commits_landed": text.count(b"hf_tpu_ext.hub: Pushed"),
+        "rss_mb_after_first_minute": round(kept[0][1], 1) if kept else None,
         "rss_mb_last_sample": round(samples[-1][1], 1) if samples else None,
-        "rss_growth_mb_per_1000_steps": round(slope_per_1000(kept), 3),
-        "exit_status_after_sigint": proc.returncode,
-        "staging_folders_left": len([n for n in os.listdir(tmp) if n.startswith("hf-tpu-push-")]),
+        "rss_slope_mb_per_min": round(slope_per_minute(samples, args.warmup_seconds), 3),
+        "rss_growth_mb_per_1000_steps": round(slope_per_1000(
+            [(st, mb) for st, (t, mb) in zip(steps, samples) if t >= args.warmup_seconds]), 3),
+        "target_mb_per_min": 0.5, "exit_status_after_sigint": proc.returncode,
+        "machine_at_start": before, "load_average_at_end": machine_facts()["load_average_1_5_15"],
     }
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=5.0, help="Length of the loop (default 5).")
+    parser.add_argument("--minutes", type=float, default=8.0, help="Length of the run (default 8).")
     parser.add_argument("--push_every", type=int, default=20, help="Steps between pushes (default 20).")
     parser.add_argument("--step_ms", type=float, default=5.0, help="Sleep per simulated step, ms (default 5).")
     parser.add_argument("--weights_kb", type=int, default=400, help="Size of model.safetensors, KB (default 400).")
     parser.add_argument("--sample_every", type=int, default=500, help="Steps between RSS samples (default 500).")
-    parser.add_argument("--warmup", type=float, default=0.2, help="Fraction of samples left out of the slope.")
-    parser.add_argument("--mode", choices=("pusher", "train"), default="pusher",
-                        help="pusher: a pusher-only loop (default); train: a tiny `hf-tpu train` run.")
+    parser.add_argument("--warmup", type=float, default=0.2, help="--mode pusher: fraction of samples left out.")
+    parser.add_argument("--mode", choices=("pusher", "train"), default="train",
+                        help="train: a tiny `hf-tpu train` run (default); pusher: a pusher-only loop.")
+    parser.add_argument("--warmup_seconds", type=float, default=60.0,
+                        help="--mode train: seconds after the first step left out of the slope (default 60).")
     parser.add_argument("--sample_seconds", type=float, default=5.0, help="--mode train: seconds between samples.")
     parser.add_argument("--no_push", action="store_true", help="--mode train: save without pushing (a baseline).")
     parser.add_argument("--hub_commit_budget", type=int, default=None,
@@ -246,7 +253,6 @@ def main(argv=None) -> int:
         kept = samples[int(len(samples) * args.warmup):]
         staging = [n for n in os.listdir(tmp) if n.startswith("hf-tpu-push-")]
         result = {
-            "code": "HubPusher" if pusher.new else "push_queue (before HubPusher)",
             "minutes": round(elapsed / 60, 2), "steps": step, "pushes_submitted": pushes, "commits_landed": landed,
             "superseded": superseded, "failed": failed,
             "rss_mb_first_sample": round(samples[0][1], 1) if samples else None,

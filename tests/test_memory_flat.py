@@ -1,0 +1,42 @@
+"""Flat memory over a long run (issue 31 item 9): the per-step structures stay bounded, and the soak
+benchmark's figure (``benchmarks/soak_push.py``, RSS slope in MB/min after the first minute) is computed right.
+
+The soak itself (8 minutes) is a benchmark, not a test: ``python -m benchmarks.soak_push``.
+"""
+
+import math
+
+import pytest
+
+from benchmarks import soak_push
+from hf_tpu_ext.callbacks.throughput import ThroughputCallback
+from hf_tpu_ext.callbacks.throughput_meter import MEDIAN_WINDOW
+
+
+def test_soak_slope_is_least_squares_mb_per_minute_after_the_first_minute():
+    # the first minute (start-up: 200 MB) is left out; after it RSS grows 0.05 MB/s = 3 MB/min exactly
+    points = [(float(t), 200.0 * (t < 60) + 1000.0 + 0.05 * t) for t in range(0, 481, 5)]
+    assert soak_push.slope_per_minute(points, 60.0) == pytest.approx(3.0, abs=1e-9)
+    flat = [(float(t), 1350.0 + (0.4 if t % 10 else -0.4)) for t in range(60, 481, 5)]
+    assert abs(soak_push.slope_per_minute(flat, 60.0)) < 0.01
+    assert math.isnan(soak_push.slope_per_minute(points[:12], 60.0))  # only one point after the first minute
+
+
+def test_soak_records_load_and_cpu_flags():
+    facts = soak_push.machine_facts()
+    assert set(facts) == {"load_average_1_5_15", "cpu_count", "cpu_flags"}
+    assert len(facts["load_average_1_5_15"]) == 3 and facts["cpu_count"] >= 1
+    assert isinstance(facts["cpu_flags"], str)
+
+
+def test_throughput_meter_keeps_a_bounded_window_of_calls():
+    # one entry per device call would grow ~90 B per step for the whole run; the window is MEDIAN_WINDOW calls
+    meter = ThroughputCallback(global_batch_size=8, seq_length=32, warmup_steps=0, log_every=0)
+    meter.model = None  # no optimizer: steps counted from the batch indices
+    meter._reset_epoch()
+    for batch in range(MEDIAN_WINDOW + 500):
+        meter.on_train_batch_begin(batch)
+        meter.on_train_batch_end(batch)
+    assert len(meter._calls) == MEDIAN_WINDOW and len(meter._epoch_calls) == MEDIAN_WINDOW
+    assert meter._measured_steps == MEDIAN_WINDOW + 500  # the totals still cover every step
+
