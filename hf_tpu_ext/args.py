@@ -194,7 +194,7 @@ class TrainingArguments:
         default=None,
         metadata={"help": "A checkpoint folder, 'true' for the latest in output_dir, or a Hub repo id 'user/name[@revision]' holding last-checkpoint/."},
     )
-    backend: Optional[str] = field(default=None, metadata={"help": f"Training backend: one of {', '.join(BACKENDS)}. Unset: keras when Keras 3 and JAX are installed, else tensorflow."})
+    backend: Optional[str] = field(default=None, metadata={"help": f"Training backend: one of {', '.join(BACKENDS)}. Unset: keras when Keras 3 and JAX are installed, else tensorflow, else torch_xla."})
     do_train: bool = field(default=True, metadata={"help": "Train (run_mlm's flag). `hf-tpu train` always trains: false is refused."})
     do_eval: Optional[bool] = field(
         default=None,

@@ -79,7 +79,7 @@ def default_backend(find_spec=None) -> str:
     and ``hf-tpu train``'s pre-parse ask here).
 
     ``"keras"`` when Keras 3 and JAX are importable, else ``"tensorflow"`` when TensorFlow, tf_keras and
-    transformers 4 are. Checked with ``importlib.util.find_spec`` and package metadata: nothing is imported.
+    transformers 4 are, else ``"torch_xla"`` when torch_xla is (a ``[torch-xla]`` venv). Checked with ``importlib.util.find_spec`` and package metadata: nothing is imported.
 
     Args:
         find_spec: replaces ``importlib.util.find_spec`` (tests).
@@ -110,6 +110,8 @@ def default_backend(find_spec=None) -> str:
         return "keras"
     if importable("tensorflow") and importable("tf_keras") and major("transformers") in (4, None):
         return "tensorflow"
+    if importable("torch_xla"):  # a venv of `[torch-xla]` alone: the backend it was installed for
+        return "torch_xla"
     raise MissingExtraError(NO_BACKEND_MESSAGE)
 
 

@@ -31,6 +31,8 @@ def test_keras_and_jax_win_and_neither_is_one_line():
     fake_jax = lambda name: object() if name == "jax" else importlib.util.find_spec(name)  # noqa: E731
     assert default_backend(fake_jax) == "keras"  # keras 3 is installed here (TensorFlow 2.21 brings it)
     assert default_backend(_only("tensorflow", "tf_keras")) == "tensorflow"
+    fake_xla_only = lambda name: object() if name == "torch_xla" else None  # noqa: E731
+    assert default_backend(fake_xla_only) == "torch_xla"  # a [torch-xla] venv trains on what it installed
     for find_spec in (_only(), _only("keras"), _only("jax", "tensorflow")):
         with pytest.raises(MissingExtraError) as err:
             default_backend(find_spec)
