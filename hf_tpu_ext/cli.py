@@ -1,7 +1,7 @@
 """The ``hf-tpu`` console script: one sub-command per job.
 
 Each sub-command lives in ``hf_tpu_ext/commands/<name>.py`` and exposes ``main(argv) -> int``;
-it is imported only when called, so ``hf-tpu --help`` does not import TensorFlow.
+it is imported only when called, so ``hf-tpu --help`` imports no framework (Keras, JAX, TensorFlow, torch).
 """
 
 import importlib
@@ -12,7 +12,7 @@ from hf_tpu_ext.errors import HfTpuExtError
 
 # name -> (module, one-line help)
 COMMANDS = {
-    "train": ("hf_tpu_ext.commands.train", "Train a fill-mask model (TensorFlow + XLA, or --backend torch_xla)."),
+    "train": ("hf_tpu_ext.commands.train", "Train a fill-mask model (Keras 3 on JAX by default; --backend tensorflow or torch_xla)."),
     "prepare-data": ("hf_tpu_ext.commands.prepare_data", "Tokenize a corpus into TFRecord shards (local or gs://)."),
     "push": ("hf_tpu_ext.commands.push", "Push an existing output folder and its model card to the Hub."),
     "callbacks": ("hf_tpu_ext.commands.callbacks", "List the registered callbacks."),
@@ -119,9 +119,10 @@ def _main(argv=None) -> int:
     if name not in COMMANDS:
         print(unknown_command_message(name), file=sys.stderr)
         return 2
-    from hf_tpu_ext.console import VERBOSE_LEVELS, filter_native_stderr, requested_log_level
+    from hf_tpu_ext.console import VERBOSE_LEVELS, drop_import_notices, filter_native_stderr, requested_log_level
 
     if requested_log_level(rest) not in VERBOSE_LEVELS:
+        drop_import_notices()  # before anything imports transformers (it logs "PyTorch was not found" then)
         # TensorFlow's C++ start-up logs (and a CUDA probe error on CPU-only machines) say nothing
         # actionable. The variable hides TensorFlow's own; absl's early lines need the fd filter.
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

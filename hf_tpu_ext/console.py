@@ -11,7 +11,8 @@ With the default ``--log_level passive`` (transformers' name and default):
   read by a small forked filter process, while Python's ``sys.stderr`` keeps writing to the terminal
   directly. The filter is a process, not a thread, so it drains the pipe even when this process dies:
   a fatal ``F...`` line (and anything else that is not a log line) still shows.
-- transformers' "TensorFlow and JAX classes are deprecated" warning is dropped; other warnings stay.
+- transformers' "TensorFlow and JAX classes are deprecated" warning, and transformers 5's "PyTorch was not found"
+  notice at import (a venv without torch), are dropped; other warnings stay.
 - huggingface_hub's own progress bars (the upload bars of background pushes) and datasets' ("Filter",
   "Tokenizing train") are off during training.
 - hf_tpu_ext's (and transformers') log lines are written with ``tqdm.write`` while a progress bar is
@@ -43,6 +44,8 @@ NATIVE_LOG_LINE = re.compile(
     rb"|To enable the following instructions: .*rebuild TensorFlow with the appropriate compiler flags)"
 )
 DEPRECATION_NOISE = "TensorFlow and JAX classes are deprecated"
+# transformers 5's notice at import when torch is absent (the Keras/JAX venv trains without it): says nothing actionable
+IMPORT_NOTICES = ("PyTorch was not found. Models won't be available",)
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: True when the command runs as the ``hf-tpu`` console script (the whole process is the command's)
 whole_process = False
@@ -231,6 +234,17 @@ class _DropMessage(logging.Filter):
         return self.text not in str(record.msg)
 
 
+def drop_import_notices(drop: bool = True) -> None:
+    """Drop (``drop=False``: bring back) transformers' import-time notices (:data:`IMPORT_NOTICES`), a filter on
+    its ``transformers`` logger set before transformers is imported (the notice is logged while it imports)."""
+    logger = logging.getLogger("transformers")
+    for old in [f for f in logger.filters if isinstance(f, _DropMessage) and f.text in IMPORT_NOTICES]:
+        logger.removeFilter(old)
+    if drop:
+        for text in IMPORT_NOTICES:
+            logger.addFilter(_DropMessage(text))
+
+
 def setup_logging(log_level: str = "passive") -> None:
     """Configure the ``hf_tpu_ext`` logger (``HH:MM:SS LEVEL name: message`` on stderr) and transformers'.
 
@@ -244,6 +258,7 @@ def setup_logging(log_level: str = "passive") -> None:
     level = str(log_level).lower()
     if level not in LOG_LEVELS:
         raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}.")
+    drop_import_notices(level not in VERBOSE_LEVELS)
     ours = logging.getLogger("hf_tpu_ext")
     if not ours.handlers:
         handler = logging.StreamHandler()

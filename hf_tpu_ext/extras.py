@@ -151,6 +151,22 @@ def missing_extra_message(extra: str, what: str, missing: List[str]) -> str:
             f"would replace {', '.join(replaced)}, which [{extra}] pins to {pins}): {venv_command(extra)}.")
 
 
+TORCH_CPU_INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+
+
+def no_framework_message(what: str, extra: str = "") -> str:
+    """The line for ``what`` (``"hf-tpu demo"``) finding neither PyTorch nor TensorFlow, right for this environment:
+    both extras (``pip install 'hf-tpu-ext[demo,torch]' (or '[demo,tensorflow]')``, ``extra`` first) where
+    [tensorflow] fits; where it would replace this venv's transformers 5 (:func:`conflicts`), PyTorch's CPU build
+    only (:data:`TORCH_CPU_INSTALL`; the default ``pip install torch`` is the multi-GB CUDA build)."""
+    start = f"{what} runs the model with PyTorch or TensorFlow, and neither is installed: "
+    if conflicts("tensorflow"):
+        return (f"{start}{TORCH_CPU_INSTALL} (PyTorch's CPU build; [tensorflow] needs transformers 4, "
+                f"a venv of its own).")
+    prefix = f"{extra}," if extra else ""
+    return f"{start}pip install 'hf-tpu-ext[{prefix}torch]' (or '[{prefix}tensorflow]')."
+
+
 def require_extra(extra: str, what: str, modules: Optional[Tuple[str, ...]] = None) -> None:
     """Raise unless everything ``extra`` brings is installed (checked without importing it).
 
@@ -186,5 +202,5 @@ def require_run_packages(backend_entry) -> None:
         raise MissingExtraError(missing_extra_message(extra, backend_entry.label, missing))
 
 
-__all__ = ["EXTRA_MODULES", "EXTRA_PINS", "RUN_PHASE_MODULES", "conflicts", "install_hint", "missing_extra_message",
-           "missing_for", "require_extra", "require_run_packages", "venv_command"]
+__all__ = ["EXTRA_MODULES", "EXTRA_PINS", "RUN_PHASE_MODULES", "TORCH_CPU_INSTALL", "conflicts", "install_hint",
+           "missing_extra_message", "missing_for", "no_framework_message", "require_extra", "require_run_packages", "venv_command"]

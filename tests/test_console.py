@@ -115,6 +115,9 @@ def test_train_terminal_is_clean(tmp_path):
     assert logged and all(LOG_LINE.match(s) for s in logged), [s for s in logged if not LOG_LINE.match(s)]
     steps = [STEP_LINE.search(s) for s in logged if "tokens/s" in s and "done in" not in s]
     assert [int(m.group(1)) for m in steps] == [3, 6]
+    # the last line says where the model is (stdout keeps the results' JSON)
+    assert re.search(r" hf_tpu_ext: model saved to out: .*config\.json, tokenizer, model card README\.md$", logged[-1])
+    assert json.loads(proc.stdout)["global_step"] == 6
     # the bar shows the same labelled figure as the log lines, no rate of its own
     figures = {m.group(2) for m in steps}
     bars = [s for s in segments if s.startswith("train:")]

@@ -77,6 +77,32 @@ def test_tensorflow_hint_in_the_current_venv_is_a_venv_of_its_own(fake_env):
         "python -m venv .venv-tf && .venv-tf/bin/pip install 'hf-tpu-ext[tensorflow]'.")
 
 
+def test_demo_and_probe_without_a_framework_suggest_what_fits_this_venv(fake_env):
+    from hf_tpu_ext.commands.demo import load_demo
+    from hf_tpu_ext.commands.probe import _check_frameworks
+
+    fake_env(CURRENT_VENV, missing=("torch", "tensorflow"))  # transformers 5: [tensorflow] would replace it
+    with pytest.raises(MissingExtraError) as err:
+        load_demo("out")
+    assert str(err.value) == (
+        "hf-tpu demo runs the model with PyTorch or TensorFlow, and neither is installed: pip install torch "
+        "--index-url https://download.pytorch.org/whl/cpu (PyTorch's CPU build; [tensorflow] needs transformers 4, "
+        "a venv of its own).")
+    with pytest.raises(MissingExtraError) as err:
+        _check_frameworks("auto")
+    assert str(err.value).startswith("hf-tpu probe runs the model with PyTorch or TensorFlow, and neither is "
+                                     "installed: pip install torch --index-url https://download.pytorch.org/whl/cpu (")
+    fake_env(TF_VENV, missing=("torch", "tensorflow"))  # transformers 4: both extras fit
+    with pytest.raises(MissingExtraError) as err:
+        load_demo("out")
+    assert str(err.value) == ("hf-tpu demo runs the model with PyTorch or TensorFlow, and neither is installed: "
+                              "pip install 'hf-tpu-ext[demo,torch]' (or '[demo,tensorflow]').")
+    with pytest.raises(MissingExtraError) as err:
+        _check_frameworks(None)
+    assert str(err.value) == ("hf-tpu probe runs the model with PyTorch or TensorFlow, and neither is installed: "
+                              "pip install 'hf-tpu-ext[torch]' (or '[tensorflow]').")
+
+
 def _entry(name):
     from hf_tpu_ext.backends import backend_entry
 

@@ -60,14 +60,13 @@ def load_demo(model: Optional[str], backend: Optional[str] = None, revision: Opt
         ArgumentError: no model, a folder that is not a model, or a model that cannot be loaded.
         MissingExtraError: gradio, or both PyTorch and TensorFlow, are not installed (names the pip extra).
     """
-    from hf_tpu_ext.extras import missing_for, require_extra
+    from hf_tpu_ext.extras import missing_for, no_framework_message, require_extra
 
     require_extra("demo", "hf-tpu demo")
     if missing_for("torch", ("torch",)) and missing_for("tensorflow", ("tensorflow",)):
         from hf_tpu_ext.errors import MissingExtraError
 
-        raise MissingExtraError("hf-tpu demo runs the model with PyTorch or TensorFlow, and neither is installed: "
-                                "pip install 'hf-tpu-ext[demo,torch]' (or '[demo,tensorflow]').")
+        raise MissingExtraError(no_framework_message("hf-tpu demo", extra="demo"))
     from spaces_demo.app import MODEL_ENV, build_demo
 
     model = model or os.environ.get(MODEL_ENV) or None

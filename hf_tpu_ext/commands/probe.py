@@ -73,15 +73,14 @@ def _check_frameworks(backend: Optional[str]) -> None:
         MissingExtraError: names the pip extra to install.
     """
     from hf_tpu_ext.errors import MissingExtraError
-    from hf_tpu_ext.extras import missing_for, require_extra
+    from hf_tpu_ext.extras import missing_for, no_framework_message, require_extra
 
     if backend == "torch":
         require_extra("torch", "hf-tpu probe --backend torch", ("torch",))
     elif backend == "tensorflow":
         require_extra("tensorflow", "hf-tpu probe --backend tensorflow", ("tensorflow",))
     elif missing_for("torch", ("torch",)) and missing_for("tensorflow", ("tensorflow",)):
-        raise MissingExtraError("hf-tpu probe runs the model with PyTorch or TensorFlow, and neither is installed: "
-                                "pip install 'hf-tpu-ext[torch]' (or '[tensorflow]').")
+        raise MissingExtraError(no_framework_message("hf-tpu probe"))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -18,6 +18,34 @@ def _backend_in_argv(argv) -> str:
     return requested_backend(argv)
 
 
+def saved_line(output_dir: str) -> str:
+    """The run's last line: where the model is and what the folder holds (``model saved to out: model.safetensors,
+    config.json, tokenizer, model card README.md``), plus ``; pushed to ENDPOINT/REPO`` when
+    ``training_summary.json`` says the final push landed; ``""`` when the folder has no config.json (not the chief)."""
+    from hf_tpu_ext.outputs import read_training_summary
+
+    def has(*names):
+        return any(os.path.isfile(os.path.join(output_dir, name)) for name in names)
+
+    if not has("config.json"):
+        return ""
+    parts = [name for name in ("model.safetensors", "tf_model.h5", "config.json") if has(name)]
+    parts += (["tokenizer"] if has("tokenizer.json", "tokenizer_config.json") else [])
+    parts += (["model card README.md"] if has("README.md") else [])
+    line = f"model saved to {output_dir}: {', '.join(parts)}"
+    try:
+        pushes = (read_training_summary(output_dir) or {}).get("hub_pushes") or {}
+    except ValueError:
+        pushes = {}
+    if pushes.get("final_pushed") and pushes.get("repo_id"):
+        from huggingface_hub import constants
+
+        revision = pushes.get("revision")
+        tree = f"/tree/{revision}" if revision and revision != "main" else ""
+        line += f"; pushed to {constants.ENDPOINT.rstrip('/')}/{pushes['repo_id']}{tree}"
+    return line
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "torch_xla" in argv:  # keep transformers from importing TensorFlow before torch_xla
@@ -59,6 +87,11 @@ def main(argv=None) -> int:
     finally:
         if lock is not None:
             lock.release()
+    line = saved_line(training_args.output_dir)
+    if line:
+        import logging
+
+        logging.getLogger("hf_tpu_ext").info(line)
     print(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}, indent=2))
     return 0
 
