@@ -77,6 +77,7 @@ FRAMEWORK_DISTRIBUTIONS = (
     "tf-keras",
     "torch",
     "torch-xla",
+    "keras", "keras-hub", "jax", "jaxlib",  # the Keras backend's stack (only the installed ones are listed)
     "datasets",
     "tokenizers",
     "huggingface-hub",

@@ -312,6 +312,30 @@ def test_checkpoint_leftovers_are_removed_and_never_resumed(tmp_path):
     assert type(err.value).__name__ == "CheckpointError" and "optimizer_state.safetensors" in str(err.value)
 
 
+def test_resume_with_another_optim_names_the_checkpoints(keras_run, tmp_path):
+    """--optim adafactor on an adamw_torch checkpoint: the message names both optimizers (checkpoint.json ``optim``);
+    a checkpoint written before ``optim`` was kept falls back to the variable counts."""
+    import shutil
+
+    reference, _ = keras_run
+    ckpt = tmp_path / "checkpoint-12"
+    shutil.copytree(reference / "checkpoint-12", ckpt)
+    assert json.loads((ckpt / "checkpoint.json").read_text())["optim"] == "adamw_torch"
+    args = keras_args(tmp_path / "run", "--optim", "adafactor", "--resume_from_checkpoint", str(ckpt))
+    with pytest.raises(Exception) as err:
+        _train_here(args)
+    assert type(err.value).__name__ == "CheckpointError"
+    assert str(err.value) == (f"--optim adafactor contradicts the checkpoint {ckpt} (trained with --optim adamw_torch): "
+                              "drop --optim or start a new run in another --output_dir.")
+    meta_file = ckpt / "checkpoint.json"
+    meta = json.loads(meta_file.read_text())
+    del meta["optim"]
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(Exception) as err:
+        _train_here(args)
+    assert "(its optimizer state has " in str(err.value) and "variables, --optim adafactor " in str(err.value)
+
+
 def test_backend_registry():
     from hf_tpu_ext.backends import BACKEND_REGISTRY, backend_entry, make_backend
     from hf_tpu_ext.errors import BackendError

@@ -119,3 +119,27 @@ def test_a_re_export_of_the_same_weights_leaves_every_file_byte_equal(tmp_path):
     export_masked_lm(model, str(copy), AutoTokenizer.from_pretrained(str(folder)))
     assert [n for n, data in _files(copy).items() if n in first and data != first[n]
             and not n.endswith("metadata.json")] == []
+
+
+def test_no_steady_rate_before_a_call_without_compilation_and_first_step_is_the_first_call():
+    """The first (compiling) call gives no tokens/s or MFU in the log; ``first_step_seconds`` is its wall time
+    whatever --steps_per_execution (not divided by N)."""
+    from hf_tpu_ext.backends.keras.backend import _format_entry
+    from hf_tpu_ext.backends.keras.meter import LoopMeter
+
+    def mfu_of(rate):
+        return 0.5
+
+    meter = LoopMeter(100)
+    meter.add([6.0, 6.0, 6.0, 6.0], 4.0)  # --steps_per_execution 4: the compiling call
+    entry = meter.log_entry(4, 5e-5, 0.01, mfu_of)
+    assert entry == {"loss": 6.0, "learning_rate": 5e-5, "epoch": 0.01, "step": 4}
+    assert _format_entry(entry) == ("step 4 (epoch 0.01): loss 6.0000, lr 5e-05 | no steady rate yet (only the "
+                                    "compiling first call ran)")
+    assert meter.first_step == 4.0 and meter.steady_rate() == 100.0
+    meter.add([5.0, 5.0, 5.0, 5.0], 0.4)
+    entry = meter.log_entry(8, 5e-5, 0.02, mfu_of)
+    assert entry["tokens_per_second"] == 1000.0 and entry["mfu"] == 0.5
+    assert _format_entry(entry).endswith("| steady 1,000 tokens/s (median training step; compilation, evaluation "
+                                         "and checkpoints excluded), MFU 50.0%")
+    assert meter.first_step == 4.0 and meter.steady_rate() == 1000.0

@@ -138,6 +138,7 @@ class KerasBackend(BackendDefaults):
         logger.info("keras %s on JAX %s: %d %s device(s) in %d process(es), data parallel over all of them; "
                     "host memory: %s", _version("keras"), jax.__version__, self.num_replicas, self.device_kind,
                     jax.process_count(), "malloc_tuned" if self.host_memory_tuned else "defaults")
+        self._log_precision()
 
     def _setup_tensorflow(self, args) -> None:
         """``KERAS_BACKEND=tensorflow``: one device (a GPU when TensorFlow sees one), this process the chief."""
@@ -154,6 +155,14 @@ class KerasBackend(BackendDefaults):
         self.precision = resolve_precision(args.bf16, True, self.accelerator, native)
         args.bf16, args.jit_compile = self.precision.bf16, True
         logger.info("keras %s on TensorFlow %s: one %s device", _version("keras"), tf.__version__, self.accelerator)
+        self._log_precision()
+
+    def _log_precision(self) -> None:
+        """The TensorFlow backend's precision line: precision, compiler path and why (hf_tpu_ext/precision.py)."""
+        if self.is_chief:
+            compiler = "XLA (Keras 3 on TensorFlow)" if self.on_tensorflow else "XLA (JAX)"
+            logger.info("precision %s, compiler path: %s. Why: %s.", self.precision.precision, compiler,
+                        self.precision.reason)
 
     @property
     def on_tensorflow(self) -> bool:
@@ -326,7 +335,9 @@ class KerasBackend(BackendDefaults):
                 "data": {"seed": int(args.seed), "global_batch_size": plan.global_batch_size,
                          "num_train_blocks": plan.num_train_blocks, "seq_length": plan.seq_length},
                 "keras_backend": self.keras_backend, "dtype_policy": "mixed_bfloat16" if args.bf16 else "float32",
-                "keras_version": _version("keras"), "keras_hub_version": _version("keras-hub")}
+                "keras_version": _version("keras"), "optim": args.optim}
+        if _version("keras-hub") != "?":  # only where installed
+            meta["keras_hub_version"] = _version("keras-hub")
         loop = getattr(self, "_loop", None)
         if loop is not None:  # the logging window and what this process measured (backends/keras/meter.py)
             meta.update(loop.meter.checkpoint_fields(self._fit_metrics(step)))
@@ -355,8 +366,11 @@ class KerasBackend(BackendDefaults):
         ordered = [opt_vars[k] for k in sorted(opt_vars)]
         if len(ordered) != len(self.optimizer.variables) or any(
                 tuple(a.shape) != tuple(v.shape) for a, v in zip(ordered, self.optimizer.variables)):
-            raise CheckpointError(f"Checkpoint {path}: its optimizer state ({len(ordered)} variables) does not fit "
-                                  f"--optim {self.args.optim} ({len(self.optimizer.variables)} variables).")
+            trained = (f"trained with --optim {meta['optim']}" if meta.get("optim") not in (None, self.args.optim)
+                       else f"its optimizer state has {len(ordered)} variables, --optim {self.args.optim} "
+                            f"{len(self.optimizer.variables)}")
+            raise CheckpointError(f"--optim {self.args.optim} contradicts the checkpoint {path} ({trained}): drop "
+                                  "--optim or start a new run in another --output_dir.")
         for var, value in zip(self.optimizer.variables, ordered):
             var.assign(value)
         self._state_from_variables()
@@ -548,7 +562,13 @@ class KerasBackend(BackendDefaults):
                              else "XLA (JAX), whole step in one program")}
 
 
-_format_entry = format_log_entry  # the TensorFlow backend's wording (hf_tpu_ext.outputs)
+def _format_entry(entry: Dict[str, Any]) -> str:
+    """The TensorFlow backend's wording (hf_tpu_ext.outputs); an entry after only the first, compiling call has no
+    steady rate: ``step 1 (epoch 0.01): loss 6.2278, lr 5e-05 | no steady rate yet (only the compiling first call ran)``."""
+    if "loss" in entry and "learning_rate" in entry and "tokens_per_second" not in entry:
+        return (f"step {entry['step']} (epoch {entry['epoch']:.2f}): loss {entry['loss']:.4f}, "
+                f"lr {entry['learning_rate']:.3g} | no steady rate yet (only the compiling first call ran)")
+    return format_log_entry(entry)
 
 
 def _version(dist: str) -> str:

@@ -366,7 +366,7 @@ def export_masked_lm(masked_lm, folder: str, tokenizer=None, config=None, *, ker
     if tokenizer is not None:
         written += save_tokenizer(tokenizer, folder, exclude=written)
     if keras_preset and not keras_hub_available():
-        logger.info("keras-hub is not installed: no %s/ preset in %s (pip install \"hf-tpu-ext[keras]\" adds it; "
+        logger.debug("keras-hub is not installed: no %s/ preset in %s (pip install \"hf-tpu-ext[keras]\" adds it; "
                     "keras-hub brings TensorFlow).", KERAS_PRESET_DIR, folder)
     elif keras_preset:
         with fresh_layer_names():  # the same names in every export (see there)

@@ -45,7 +45,7 @@ class LoopMeter:
         self.train_loss_sum, self.train_loss_n = 0.0, 0
         self.window_times: List[float] = []  # seconds per step since the last log entry
         self.steady: "deque[float]" = deque(maxlen=STEADY_WINDOW)
-        self.first_step: Optional[float] = None  # seconds per step of the first call (tracing + compilation)
+        self.first_step: Optional[float] = None  # seconds of the first call (tracing + compilation), whatever N
         self.steps_run = 0
         self.tokens_per_second: Optional[float] = None
         self.t_start = time.perf_counter()
@@ -55,7 +55,7 @@ class LoopMeter:
         n = len(losses)
         per_step = seconds / max(n, 1)
         if self.first_step is None:  # the run's first call is left out of the rates when later calls exist
-            self.first_step = per_step
+            self.first_step = float(seconds)  # its wall time is the first step's: N=4 is not a quarter of it
         else:
             self.window_times += [per_step] * n
             self.steady.extend([per_step] * n)
@@ -67,14 +67,16 @@ class LoopMeter:
         self.window_n += n
 
     def log_entry(self, step: int, learning_rate: float, epoch: float, mfu_of: Callable) -> Dict[str, Any]:
-        """The log entry at ``step`` (the window's mean loss, tokens/s of its median step, MFU); resets the window."""
-        self.tokens_per_second = round(self.tokens_per_step / max(
-            statistics.median(self.window_times or [self.first_step]), 1e-9), 1)
+        """The log entry at ``step`` (the window's mean loss, tokens/s of its median step, MFU); resets the window.
+        Only the first (compiling) call in the window: no ``tokens_per_second``/``mfu`` (no steady step yet)."""
         entry = {"loss": round(self.window_loss / max(self.window_n, 1), 6), "learning_rate": learning_rate,
-                 "epoch": round(epoch, 4), "step": step, "tokens_per_second": self.tokens_per_second}
-        mfu = mfu_of(self.tokens_per_second)
-        if mfu is not None:
-            entry["mfu"] = round(mfu, 4)
+                 "epoch": round(epoch, 4), "step": step}
+        if self.window_times:
+            self.tokens_per_second = round(self.tokens_per_step / max(statistics.median(self.window_times), 1e-9), 1)
+            entry["tokens_per_second"] = self.tokens_per_second
+            mfu = mfu_of(self.tokens_per_second)
+            if mfu is not None:
+                entry["mfu"] = round(mfu, 4)
         self.window_loss, self.window_n, self.window_times = 0.0, 0, []
         return entry
 
@@ -82,7 +84,9 @@ class LoopMeter:
         """Tokens per median training step (0.0 before any step)."""
         if self.first_step is None:
             return 0.0
-        return self.tokens_per_step / max(statistics.median(self.steady or [self.first_step]), 1e-9)
+        if not self.steady:  # only the first call: its steps' mean (compilation included)
+            return self.tokens_per_step * self.steps_run / max(self.first_step, 1e-9)
+        return self.tokens_per_step / max(statistics.median(self.steady), 1e-9)
 
     def fit_metrics(self, step: int, steps_per_epoch: int, global_batch_size: int, mfu_of: Callable,
                     compilations: int, compile_seconds: float) -> Dict[str, Any]:
