@@ -625,12 +625,10 @@ def _resolve_report_to(value, backend: str) -> List[str]:
     if names in ([], ["none"]):
         return []
     if names == ["all"]:
-        return [n for n in REPORT_TO if installed(n) and not (backend == "keras" and n == "trackio")]
+        return [n for n in REPORT_TO if installed(n)]
     for name in names:
         if name not in REPORT_TO:
             raise ArgumentError(f"--report_to {name!r} is not supported; choose from: {', '.join(REPORT_TO)}, all, none.")
-        if name == "trackio" and backend == "keras":  # the Keras backend's loop writes TensorBoard events only
-            raise ArgumentError("--report_to trackio is not wired into --backend keras yet; use tensorboard or none.")
         if not installed(name):
             raise ArgumentError(f"--report_to {name} needs the {name!r} package, which is not installed: "
                                 f"`pip install {name}`, or pass --report_to none.")

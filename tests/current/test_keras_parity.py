@@ -7,7 +7,7 @@
   ``probe_top5``, ``probe_mrr``, ``probe_n``; the final one equals what the probe scorer gives on the logits of
   transformers 5's PyTorch ``RobertaForMaskedLM`` loaded from the exported folder (TF transformers classes do not
   exist in transformers 5). A run of 4 steps resumed to 8 ends with its weights and Adafactor state (1e-5).
-* What the Keras loop does not run (``--report_to trackio``) is refused in one line; ``all`` leaves it out.
+* ``--report_to trackio``: each log entry of the Keras loop reaches trackio (a stand-in module), once finished.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu python -m pytest tests/current``.
 """
@@ -144,11 +144,30 @@ def test_adafactor_resume_equals_the_uninterrupted_run(parity_run, tmp_path):
             np.testing.assert_allclose(ours[key], ref[key], atol=1e-5, rtol=0, err_msg=f"{name}: {key}")
 
 
-def test_what_the_keras_loop_does_not_run_is_refused_in_one_line():
-    from hf_tpu_ext.args import parse_args
-    from hf_tpu_ext.errors import ArgumentError
+def test_report_to_trackio_logs_each_entry_of_the_keras_loop(tmp_path, monkeypatch):
+    import importlib.machinery
+    import sys
+    import types
 
-    with pytest.raises(ArgumentError) as err:
-        parse_args(["--backend", "keras", "--output_dir", "x", "--report_to", "trackio"])
-    assert str(err.value) == "--report_to trackio is not wired into --backend keras yet; use tensorboard or none."
-    assert "trackio" not in parse_args(["--backend", "keras", "--output_dir", "x", "--report_to", "all"])[2].report_to
+    calls = []
+    fake = types.ModuleType("trackio")
+    fake.__spec__ = importlib.machinery.ModuleSpec("trackio", None)  # find_spec sees it as installed
+    fake.init = lambda project, config: calls.append(("init", project, config))
+    fake.log = lambda values, step: calls.append(("log", step, values))
+    fake.finish = lambda: calls.append(("finish",))
+    monkeypatch.setitem(sys.modules, "trackio", fake)
+
+    results = _train_here(parity_args(tmp_path / "tracked", 8) + ["--report_to", "trackio"])
+    assert calls[0][:2] == ("init", "tracked")
+    assert (calls[0][2]["backend"], calls[0][2]["optim"], calls[0][2]["learning_rate"]) == ("keras", "adafactor", 1e-2)
+    logged = [c for c in calls if c[0] == "log"]
+    history = json.loads((tmp_path / "tracked" / "trainer_state.json").read_text())["log_history"]
+    train_entries = [e for e in history if "loss" in e]
+    assert [c[1] for c in logged][:len(train_entries)] == [e["step"] for e in train_entries] == [4, 8]
+    for (_, step, values), entry in zip(logged, train_entries):
+        assert values["loss"] == entry["loss"] and "step" not in values
+    assert calls[-1] == ("finish",) and calls.count(("finish",)) == 1
+    assert results["global_step"] == 8
+    assert not (tmp_path / "tracked" / "runs").exists()  # trackio only: no TensorBoard events
+
+

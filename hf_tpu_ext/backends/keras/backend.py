@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import time
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -34,6 +33,8 @@ import numpy as np
 from hf_tpu_ext.outputs import format_log_entry
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
 from hf_tpu_ext.backends.keras.probes import preparing_probes, scoring_probes, wants_probes
+from hf_tpu_ext.backends.keras.events import EventWriter
+from hf_tpu_ext.backends.trackio_log import init_trackio, log_entry
 from hf_tpu_ext.errors import BackendError, CheckpointError
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -267,7 +268,8 @@ class KerasBackend(BackendDefaults):
         self._state_from_variables()
         self._step = 0
         report_to = getattr(args, "report_to", None) or ()
-        self.summary_writer = _EventWriter(args.logging_dir) if self.is_chief and "tensorboard" in report_to else None
+        self.summary_writer = EventWriter(args.logging_dir) if self.is_chief and "tensorboard" in report_to else None
+        self.trackio = init_trackio(args, model_args) if self.is_chief and "trackio" in report_to else None
         from hf_tpu_ext.flops import flops_per_token
 
         try:
@@ -463,6 +465,8 @@ class KerasBackend(BackendDefaults):
             prefetch.close()
             if progress is not None:
                 progress.close()
+            if self.trackio is not None:
+                self.trackio.finish()
         self._stop_if_signalled(step, int(start_step), on_save)
         self.callbacks = cb
         if getattr(self, "_saved_step", None) != step:
@@ -531,6 +535,8 @@ class KerasBackend(BackendDefaults):
             logger.info(_format_entry(entry))
         if self.summary_writer is not None:
             self.summary_writer.scalars(entry)
+        if self.is_chief:
+            log_entry(getattr(self, "trackio", None), entry)
 
     def end_training(self, logs: Dict[str, Any]) -> None:
         cb = getattr(self, "callbacks", None)
@@ -578,22 +584,3 @@ def _version(dist: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return "?"
-
-
-class _EventWriter:
-    """TensorBoard scalars without TensorFlow (the ``tensorboard`` package's event-file writer)."""
-
-    def __init__(self, logdir: str):
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-        self._writer = EventFileWriter(logdir)
-
-    def scalars(self, entry: Dict[str, Any]) -> None:
-        from tensorboard.compat.proto import event_pb2, summary_pb2
-
-        values = [summary_pb2.Summary.Value(
-            tag=("train/" if not k.startswith("eval") and k != "perplexity" else "eval/") + k, simple_value=float(v))
-            for k, v in entry.items() if k not in ("step", "epoch") and isinstance(v, (int, float))]
-        self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=int(entry["step"]),
-                                               summary=summary_pb2.Summary(value=values)))
-        self._writer.flush()

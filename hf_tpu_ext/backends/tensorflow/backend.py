@@ -14,6 +14,7 @@ import tempfile
 from typing import Any, Dict, List
 
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
+from hf_tpu_ext.backends.trackio_log import init_trackio
 from hf_tpu_ext.errors import CheckpointError, IncompleteCheckpointError
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -39,15 +40,6 @@ def _precision_plan(args, accelerator: str):
     else:
         native = True
     return resolve_precision(args.bf16, args.jit_compile, accelerator, native)
-
-
-def _init_trackio(args, model_args):
-    """``trackio.init`` for ``--report_to trackio``: a local project named after ``output_dir``; returns the module."""
-    import trackio
-
-    trackio.init(project=os.path.basename(os.path.abspath(args.output_dir)),
-                 config={**args.to_sanitized_dict(), "model_name_or_path": model_args.model_name_or_path})
-    return trackio
 
 
 class TensorFlowBackend(BackendDefaults):
@@ -231,7 +223,7 @@ class TensorFlowBackend(BackendDefaults):
         report_to = getattr(args, "report_to", None) or ()
         self.summary_writer = (tf.summary.create_file_writer(args.logging_dir)
                                if info.is_chief and "tensorboard" in report_to else None)
-        self.trackio = _init_trackio(args, model_args) if info.is_chief and "trackio" in report_to else None
+        self.trackio = init_trackio(args, model_args) if info.is_chief and "trackio" in report_to else None
         self.context = RunContext(model_args, data_args, args, strategy, info, self.num_replicas,
                                   plan.global_batch_size, L, plan.steps_per_epoch, plan.total_steps, self.eval_ds,
                                   self.eval_steps, tokenizer, self.checkpointer, self.model.config, self.model,

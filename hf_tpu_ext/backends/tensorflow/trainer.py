@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional
 import tensorflow as tf
 import tf_keras
 
+from hf_tpu_ext.backends.trackio_log import log_entry
 from hf_tpu_ext.outputs import format_log_entry
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.backends.tensorflow.dropout import counter_based_dropout, dropout_key
@@ -536,9 +537,8 @@ class TFTrainer:
                         tf.summary.scalar(("train/" if not k.startswith("eval") and k != "perplexity" else "eval/") + k,
                                           v, step=entry["step"])
             self.summary_writer.flush()
-        if self.trackio is not None and self.info.is_chief:
-            self.trackio.log({k: v for k, v in entry.items() if k != "step" and isinstance(v, (int, float))},
-                             step=entry["step"])
+        if self.info.is_chief:
+            log_entry(self.trackio, entry)
 
     def _restored_loss_window(self, step: int):
         """``(loss sum, steps)`` of the logging window at ``step``: from the restored checkpoint's sidecar when it
