@@ -433,7 +433,7 @@ def test_a_signal_saves_the_step_reached_and_the_resume_ends_like_an_uninterrupt
 
 
 def test_a_signal_whose_push_outlasts_the_grace_budget_reports_it(loopback_hub, tmp_path, hf_log):
-    """3 s per commit, 1 s of grace: the run exits about 1 s after the signal; the push that did not land is
+    """3 s per commit, 1 s of grace: the run exits about 1 s after the signal (0.9 s of waiting); the push that did not land is
     in the log and in training_summary.json; the token from a JSON config is in no output."""
     from hf_tpu_ext.errors import TrainingInterrupted
 
@@ -452,7 +452,9 @@ def test_a_signal_whose_push_outlasts_the_grace_budget_reports_it(loopback_hub, 
     assert ("SIGTERM: not on the Hub within the 1s grace budget (--save_on_signal_timeout): Training in progress, "
             "step 7; the local folder has it.") in hf_log.text
     assert (out / "checkpoints" / "ckpt-7.trainer_state.json").is_file()
-    assert 1.0 <= stopped < 8.0, stopped  # not the 3 s the commit takes, nor the pusher's 600 s timeout
+    # waited out the grace budget less its exit reserve (a tenth: 0.1 s), not the 3 s the commit takes, nor the
+    # pusher's 600 s timeout
+    assert 0.9 <= stopped < 8.0, stopped
     assert str(stop.value).endswith(f"resume with: hf-tpu train {config} " + " ".join(
         shlex.quote(a) for a in args[1:]) + " --resume_from_checkpoint true")
     _secret_free(out, loopback_hub.token, str(stop.value), hf_log.text)
