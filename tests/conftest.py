@@ -9,6 +9,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from hub_fixtures import loopback_hub, loopback_hub_server  # noqa: E402,F401  (the loopback Hub fixtures)
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,13 @@ def trained_run(tmp_path_factory):
 def trained_model_dir(trained_run):
     """The output folder of the session's tiny training run (config, tokenizer, PT-format safetensors)."""
     return trained_run[0]
+
+
+@pytest.fixture
+def hf_log(caplog):
+    """caplog that also sees the ``hf_tpu_ext`` logger (it does not propagate to the root logger)."""
+    logger = logging.getLogger("hf_tpu_ext")
+    logger.addHandler(caplog.handler)
+    caplog.set_level(logging.INFO, logger="hf_tpu_ext")
+    yield caplog
+    logger.removeHandler(caplog.handler)

@@ -6,7 +6,6 @@ SIGKILLs itself there). Runs are tiny (2 layers, hidden 64, 20 steps) and run wi
 
 import hashlib
 import json
-import logging
 import os
 import re
 import shlex
@@ -137,16 +136,6 @@ def test_kill_at_every_phase_then_resume_ends_like_an_uninterrupted_run(loopback
     vocab = lambda folder: json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]  # noqa: E731
     assert vocab(fresh) == vocab(out)  # the checkpoint's tokenizer, not a new one
     _assert_same_run(fresh, ref)
-
-
-@pytest.fixture
-def hf_log(caplog):
-    """caplog that also sees the ``hf_tpu_ext`` logger (it does not propagate to the root logger)."""
-    logger = logging.getLogger("hf_tpu_ext")
-    logger.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO, logger="hf_tpu_ext")
-    yield caplog
-    logger.removeHandler(caplog.handler)
 
 
 def _copy_run(src, dst):

@@ -5,7 +5,6 @@ true line each."""
 
 import errno
 import json
-import logging
 import os
 import shlex
 import shutil
@@ -21,16 +20,6 @@ from hf_tpu_ext.cli import main
 from hf_tpu_ext.run_lock import LOCK_NAME
 
 QUIET = ("--eval_strategy", "no", "--callbacks", "")
-
-
-@pytest.fixture
-def hf_log(caplog):
-    """caplog that also sees the ``hf_tpu_ext`` logger (it does not propagate to the root logger)."""
-    logger = logging.getLogger("hf_tpu_ext")
-    logger.addHandler(caplog.handler)
-    caplog.set_level(logging.INFO, logger="hf_tpu_ext")
-    yield caplog
-    logger.removeHandler(caplog.handler)
 
 
 def _train(args):

@@ -107,12 +107,18 @@ def _parse_lines(text: str, malformed: Optional[Malformed]) -> Rows:
             continue
         arrow = next(a for a in ARROWS if line.startswith(a, cut))
         rows.append((n, line[:cut].strip(), line[cut + len(arrow):].strip()))
-    if bad and malformed is None:
-        raise ProbeError(f"{_lines(bad)} {_has(bad)} no arrow: write "
-                         "'The capital of France is <mask>. \u21d2 Paris' (or '=>').")
-    for n in bad:
-        malformed.append((n, "no arrow: write 'sentence with <mask> \u21d2 answer' (or '=>')"))
+    _report_bad(bad, malformed, "no arrow: write 'The capital of France is <mask>. \u21d2 Paris' (or '=>').",
+                "no arrow: write 'sentence with <mask> \u21d2 answer' (or '=>')")
     return rows
+
+
+def _report_bad(bad: List[int], malformed: Optional[Malformed], error: str, reason: str) -> None:
+    """The lines ``bad`` of a file: strict (``malformed`` None) one :class:`ProbeError` naming them and ``error``,
+    else each listed in ``malformed`` with the short ``reason``."""
+    if bad and malformed is None:
+        raise ProbeError(f"{_lines(bad)} {_has(bad)} {error}")
+    for n in bad:
+        malformed.append((n, reason))
 
 
 def _parse_csv(text: str, delimiter: str, malformed: Optional[Malformed]) -> Rows:
@@ -138,11 +144,8 @@ def _parse_csv(text: str, delimiter: str, malformed: Optional[Malformed]) -> Row
         if di is not None and di < len(row) and row[di].strip():
             answer = f"{answer} {SEPARATOR} {row[di].strip()}"
         rows.append((n, row[ti].strip(), answer))
-    if bad and malformed is None:
-        raise ProbeError(f"{_lines(bad)} {_has(bad)} fewer than 2 columns: "
-                         "give a text column and an answer column (header 'text,answer').")
-    for n in bad:
-        malformed.append((n, "fewer than 2 columns (a text column and an answer column)"))
+    _report_bad(bad, malformed, "fewer than 2 columns: give a text column and an answer column (header 'text,answer').",
+                "fewer than 2 columns (a text column and an answer column)")
     return rows
 
 
