@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import List, Optional, Tuple
 
 from hf_tpu_ext.console import resolve_backend
-from hf_tpu_ext.errors import ArgumentError
+from hf_tpu_ext.errors import ArgumentError, check_choice
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -327,11 +327,8 @@ class TrainingArguments:
             self.eval_strategy = self.evaluation_strategy
         # what was asked before do_eval below may turn it off (check_user_flags reports conflicts)
         self._asked_eval_strategy = self.eval_strategy
-        for name in ("eval_strategy", "save_strategy"):
-            if getattr(self, name) not in STRATEGIES:
-                raise ArgumentError(f"--{name} must be one of {', '.join(STRATEGIES)}, got {getattr(self, name)!r}.")
-        if self.hub_strategy not in HUB_STRATEGIES:
-            raise ArgumentError(f"--hub_strategy must be one of {', '.join(HUB_STRATEGIES)}, got {self.hub_strategy!r}.")
+        for name, choices in (("eval_strategy", STRATEGIES), ("save_strategy", STRATEGIES), ("hub_strategy", HUB_STRATEGIES)):
+            check_choice(getattr(self, name), choices, f"--{name}")
         if self.lr_scheduler_type not in LR_SCHEDULER_TYPES:
             raise ArgumentError(f"--lr_scheduler_type {self.lr_scheduler_type!r} is not supported; choose one of: "
                                 f"{', '.join(LR_SCHEDULER_TYPES)}.")

@@ -94,3 +94,11 @@ class TrainingInterrupted(HfTpuExtError):
         super().__init__(message)
         self.step = step
         self.signum = int(signum)
+
+
+def check_choice(value, choices, name: str):
+    """``value`` when it is one of ``choices``, else :class:`ArgumentError` ``"<name> must be one of ..., got ..."``
+    (the one check of a flag's choices: ``--hub_strategy`` from args.py, the push config and the pusher alike)."""
+    if value not in choices:
+        raise ArgumentError(f"{name} must be one of {', '.join(choices)}, got {value!r}.")
+    return value
