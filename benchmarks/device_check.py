@@ -114,7 +114,8 @@ def build_step(shapes: Dict[str, int], bf16: bool, total_steps: int):
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.backends.keras.model import build_masked_lm
     from hf_tpu_ext.backends.keras.optimization import make_optimizer
-    from hf_tpu_ext.backends.keras.step import Placement, jit_train_step, make_train_step
+    from hf_tpu_ext.backends.keras.placement import Placement
+    from hf_tpu_ext.backends.keras.step import jit_train_step, make_train_step
 
     config = roberta_config(shapes)
     _, _, training_args = parse_args(["--output_dir", tempfile.gettempdir(), "--max_steps", str(total_steps)])

@@ -185,7 +185,8 @@ DEVICES_SCRIPT = textwrap.dedent("""
     from transformers import RobertaConfig
     from hf_tpu_ext.backends.keras.model import build_masked_lm
     from hf_tpu_ext.backends.keras.optimization import make_optimizer
-    from hf_tpu_ext.backends.keras.step import Placement, make_train_step, split_micro_batches, state_to_host
+    from hf_tpu_ext.backends.keras.placement import Placement
+    from hf_tpu_ext.backends.keras.step import make_train_step, split_micro_batches, state_to_host
     from hf_tpu_ext.data.numpy_batches import NumpyMasker, TrainBatches
 
     args = SimpleNamespace(lr_scheduler_type="linear", learning_rate=1e-3, num_warmup_steps=lambda total: 2,

@@ -123,7 +123,7 @@ class KerasBackend(BackendDefaults):
         self.distributed = maybe_initialize_distributed()
         import jax
 
-        from hf_tpu_ext.backends.keras.step import Placement
+        from hf_tpu_ext.backends.keras.placement import Placement
         from hf_tpu_ext.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags, resolve_precision
 
         args = training_args
@@ -500,7 +500,7 @@ class KerasBackend(BackendDefaults):
         """After a SIGINT/SIGTERM (:func:`hf_tpu_ext.interrupts.received`): checkpoint ``step`` unless it is saved
         or nothing was trained, then raise ``KeyboardInterrupt`` (:func:`hf_tpu_ext.interrupts.check`).
 
-        Several processes agree (:meth:`~hf_tpu_ext.backends.keras.step.Placement.any_process`, called by all at
+        Several processes agree (:meth:`~hf_tpu_ext.backends.keras.placement.Placement.any_process`, called by all at
         the same call boundary): a signal seen by one stops all at this step; a process that saw none records a
         SIGTERM, so every process saves the one checkpoint and exits 143."""
         import signal

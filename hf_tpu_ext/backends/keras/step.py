@@ -18,9 +18,12 @@ whole global batch, so the summed micro-batch gradients are the gradient of one 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Tuple
 
 import numpy as np
+
+if TYPE_CHECKING:  # the annotation only; the class lives in placement.py
+    from hf_tpu_ext.backends.keras.placement import Placement
 
 #: the batch keys the step reads (ARCHITECTURE.md "Training batch")
 BATCH_KEYS = ("input_ids", "attention_mask", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
@@ -140,64 +143,6 @@ def make_eval_step(model) -> Callable:
         return masked_lm_sums(logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
 
     return eval_step
-
-
-class Placement:
-    """Where arrays live: a 1-D ``jax.sharding.Mesh`` (axis ``"data"``) over every device of every process.
-
-    Attributes:
-        mesh: the mesh; ``replicated``: sharding of the state; ``num_devices``: devices in the mesh.
-    """
-
-    def __init__(self, devices=None):
-        import jax
-        from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-        self.devices = list(devices if devices is not None else jax.devices())
-        self.mesh = Mesh(np.array(self.devices), ("data",))
-        self.num_devices = len(self.devices)
-        self.replicated = NamedSharding(self.mesh, PartitionSpec())
-        self._P, self._NamedSharding = PartitionSpec, NamedSharding
-
-    def batch_sharding(self, axis: int):
-        """Rows (dimension ``axis``) split over the devices, the rest replicated."""
-        spec = [None] * (axis + 1)
-        spec[axis] = "data"
-        return self._NamedSharding(self.mesh, self._P(*spec))
-
-    def put_batch(self, batch: Dict[str, np.ndarray], axis: int) -> Dict[str, Any]:
-        """A host batch (the same global values on every process) as global arrays sharded by rows.
-
-        Uses ``jax.make_array_from_callback``: each process fills only its own devices' shards, so it works on a
-        multi-host TPU slice as on one host.
-        """
-        import jax
-
-        out = {}
-        for k, v in batch.items():
-            sharding = self.batch_sharding(axis)
-            out[k] = jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index])
-        return out
-
-    def any_process(self, flag: bool) -> bool:
-        """True when ``flag`` is true in any process (a collective: every process calls it at the same point).
-
-        One process: ``flag`` itself, no device work. Several: a ``process_allgather`` of one int32 per process
-        (the signal agreement at each call boundary; a few ms on CPU, measured in the multi-process test).
-        """
-        import jax
-
-        if jax.process_count() == 1:
-            return bool(flag)
-        from jax.experimental import multihost_utils
-
-        return bool(np.any(multihost_utils.process_allgather(np.array([int(bool(flag))], np.int32))))
-
-    def put_replicated(self, values):
-        import jax
-
-        return [jax.make_array_from_callback(np.shape(v), self.replicated, lambda index, v=v: np.asarray(v)[index])
-                for v in values]
 
 
 def jit_train_step(step: Callable, placement: Placement) -> Callable:
