@@ -30,14 +30,12 @@ THIS_FILE = "tests/test_code_shape.py"
 
 #: file -> its lines when it was last measured over the limit (only ever lower these numbers or drop entries)
 FILE_OFFENDERS: Dict[str, int] = {
-    "hf_tpu_ext/args.py": 910,
     "hf_tpu_ext/backends/tensorflow/trainer.py": 625,
     "hf_tpu_ext/hub/model_card.py": 804,
     "hf_tpu_ext/training_run.py": 1097,
 }
 #: "file::Class.function" -> its lines when it was last measured over the limit (only ever lower or drop)
 FUNCTION_OFFENDERS: Dict[str, int] = {
-    "hf_tpu_ext/args.py::TrainingArguments.__post_init__": 97,
     "hf_tpu_ext/backends/tensorflow/export.py::load_tf_model": 89,
     "hf_tpu_ext/backends/tensorflow/trainer.py::TFTrainer._build_functions": 115,
     "hf_tpu_ext/backends/tensorflow/trainer.py::TFTrainer.train": 135,

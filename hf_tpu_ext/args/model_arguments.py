@@ -1,0 +1,58 @@
+"""``ModelArguments``: which model ``hf-tpu train`` trains (run_mlm's class of the same name)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hf_tpu_ext.args.checks import check_number
+from hf_tpu_ext.args.defaults import SIZE_OVERRIDES
+from hf_tpu_ext.errors import ArgumentError
+
+
+@dataclass
+class ModelArguments:
+    """Which model to train: continue from ``model_name_or_path`` or build one from a config."""
+
+    model_name_or_path: Optional[str] = field(
+        default=None,
+        metadata={"help": "A model folder or Hub repo id to continue pre-training from. Leave unset to train from scratch."},
+    )
+    config_name: Optional[str] = field(
+        default=None,
+        metadata={"help": "A config folder/repo id/config.json to train from scratch (default: a small RoBERTa config)."},
+    )
+    tokenizer_name: Optional[str] = field(
+        default=None,
+        metadata={"help": "A tokenizer folder or repo id. Unset: use the model's, or train a byte-level BPE tokenizer."},
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of the tokenizer trained when none is given."})
+    hidden_size: Optional[int] = field(default=None, metadata={"help": "Override of the config's hidden size (from scratch)."})
+    num_hidden_layers: Optional[int] = field(default=None, metadata={"help": "Override of the number of layers (from scratch)."})
+    num_attention_heads: Optional[int] = field(default=None, metadata={"help": "Override of the number of heads (from scratch)."})
+    intermediate_size: Optional[int] = field(default=None, metadata={"help": "Override of the feed-forward size (from scratch)."})
+    hidden_dropout_prob: Optional[float] = field(default=None, metadata={"help": "Override of the config's dropout (0 for deterministic runs)."})
+    attention_probs_dropout_prob: Optional[float] = field(default=None, metadata={"help": "Override of the config's attention dropout."})
+    cache_dir: Optional[str] = field(default=None, metadata={"help": "Where Hub downloads are cached."})
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of model_name_or_path."})
+
+    def __post_init__(self):
+        if self.model_name_or_path and any(
+            v is not None for v in (self.hidden_size, self.num_hidden_layers, self.num_attention_heads, self.intermediate_size)
+        ):
+            raise ArgumentError(
+                "Size overrides (--hidden_size, --num_hidden_layers, --num_attention_heads, --intermediate_size) only apply "
+                "when training from scratch; drop them or drop --model_name_or_path."
+            )
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if getattr(self, name) is not None:
+                check_number(name, getattr(self, name), low=0.0, high=1.0, high_open=True)
+        for name in SIZE_OVERRIDES:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ArgumentError(f"--{name} must be >= 1, got {getattr(self, name)}.")
+        if self.vocab_size < 300:
+            raise ArgumentError(f"--vocab_size {self.vocab_size} is too small for a byte-level BPE (256 bytes + specials); use >= 300.")
+        if self.hidden_size and self.num_attention_heads and self.hidden_size % self.num_attention_heads:
+            raise ArgumentError(
+                f"--hidden_size {self.hidden_size} is not a multiple of --num_attention_heads {self.num_attention_heads}."
+            )
