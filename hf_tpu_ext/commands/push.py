@@ -149,24 +149,12 @@ def push(output_dir: str, hub_model_id: Optional[str] = None, hub_token: Optiona
         ModelCardError: the card does not validate or the user's README.md metadata does not parse (before any
             upload); or the commit landed but the Hub shows no card metadata (the message has the commit URL).
     """
-    from hf_tpu_ext.args import check_repo_id
-    from hf_tpu_ext.hub.checkpoint_layouts import layouts_help, newest_checkpoint as newest, pack_checkpoint
-    from hf_tpu_ext.hub.model_card import CARD_MODES, load_summary, render_model_card, validate_model_card, write_card
+    from hf_tpu_ext.hub.checkpoint_layouts import pack_checkpoint
+    from hf_tpu_ext.hub.model_card import load_summary
     from hf_tpu_ext.hub.pusher import HubPusher, LAST_CHECKPOINT
 
-    if hub_model_id is not None:
-        check_repo_id(hub_model_id, "--hub_model_id")
-    if card not in CARD_MODES:
-        raise ArgumentError(f"--card must be one of {', '.join(CARD_MODES)}, got {card!r}.")
-    kind = _model_kind(output_dir)
+    kind, checkpoint = _what_to_push(output_dir, hub_model_id, include_checkpoint, card)
     has_model = kind is not None
-    checkpoint = newest(output_dir) if include_checkpoint is not False and os.path.isdir(output_dir) else None
-    if include_checkpoint and checkpoint is None:
-        raise ArgumentError(f"--include_checkpoint: {output_dir} has no checkpoint; looked for {layouts_help()}.")
-    if not has_model and checkpoint is None:
-        raise ArgumentError(f"{output_dir} has no config.json + model.safetensors (or tf_model.h5), no Keras model "
-                            "(model.weights.h5, model.keras) and no checkpoint; give the output folder of `hf-tpu "
-                            "train` or of a push_to_hub callback.")
     pusher = HubPusher(hub_model_id, token=hub_token, hub_strategy="checkpoint" if checkpoint else "end",
                        private=private, revision=revision, output_dir=output_dir, max_retries=max_retries,
                        backoff_seconds=backoff_seconds)
@@ -177,15 +165,7 @@ def push(output_dir: str, hub_model_id: Optional[str] = None, hub_token: Optiona
             summary = load_summary(output_dir) if has_model else {}
             step = _global_step(output_dir, summary) if has_model else None
             if kind == "transformers":
-                fields = {k: v for k, v in card_fields.items() if v is not None}
-                if not fields.get("license") and not summary.get("license"):
-                    fields["license"] = "apache-2.0"
-                generated = render_model_card(output_dir, repo_id=repo_id, summary=summary, **fields)
-                validate_model_card(generated, token=pusher.token)
-                # a merged card (the user's metadata too) must pass before it is written or uploaded
-                write_card(output_dir, generated, mode=card,
-                           explicit=tuple(k for k in ("license", "language") if card_fields.get(k) is not None),
-                           check_merged=functools.partial(validate_model_card, token=pusher.token))
+                _write_card(output_dir, repo_id, summary, card, card_fields, pusher.token)
             folder = pack_checkpoint(checkpoint, os.path.join(staging, LAST_CHECKPOINT)) if checkpoint else None
             what = ([f"model (step {step})" if step is not None else "model"] if has_model else []) + (
                 [f"{LAST_CHECKPOINT}/ (step {checkpoint.step})"] if checkpoint else [])
@@ -198,16 +178,70 @@ def push(output_dir: str, hub_model_id: Optional[str] = None, hub_token: Optiona
     finally:
         if staging:
             shutil.rmtree(staging, ignore_errors=True)
+    return _landed_url(report, pusher.card_problems, output_dir, repo_id, timeout)
+
+
+def _what_to_push(output_dir: str, hub_model_id: Optional[str], include_checkpoint: Optional[bool], card: str):
+    """``(model kind, newest checkpoint or None)`` of ``output_dir`` after the checks of :func:`push`'s arguments
+    (no I/O beyond listing the folder).
+
+    Raises:
+        ArgumentError: see :func:`push`.
+    """
+    from hf_tpu_ext.args import check_repo_id
+    from hf_tpu_ext.hub.checkpoint_layouts import layouts_help, newest_checkpoint as newest
+    from hf_tpu_ext.hub.model_card import CARD_MODES
+
+    if hub_model_id is not None:
+        check_repo_id(hub_model_id, "--hub_model_id")
+    if card not in CARD_MODES:
+        raise ArgumentError(f"--card must be one of {', '.join(CARD_MODES)}, got {card!r}.")
+    kind = _model_kind(output_dir)
+    checkpoint = newest(output_dir) if include_checkpoint is not False and os.path.isdir(output_dir) else None
+    if include_checkpoint and checkpoint is None:
+        raise ArgumentError(f"--include_checkpoint: {output_dir} has no checkpoint; looked for {layouts_help()}.")
+    if kind is None and checkpoint is None:
+        raise ArgumentError(f"{output_dir} has no config.json + model.safetensors (or tf_model.h5), no Keras model "
+                            "(model.weights.h5, model.keras) and no checkpoint; give the output folder of `hf-tpu "
+                            "train` or of a push_to_hub callback.")
+    return kind, checkpoint
+
+
+def _write_card(output_dir: str, repo_id: str, summary: dict, card: str, card_fields: dict, token) -> None:
+    """Render, validate and write ``output_dir/README.md`` in ``card`` mode (before any upload; part of :func:`push`).
+
+    Raises:
+        ModelCardError: the card, or the user's card merged with it, does not validate.
+    """
+    from hf_tpu_ext.hub.model_card import render_model_card, validate_model_card, write_card
+
+    fields = {k: v for k, v in card_fields.items() if v is not None}
+    if not fields.get("license") and not summary.get("license"):
+        fields["license"] = "apache-2.0"
+    generated = render_model_card(output_dir, repo_id=repo_id, summary=summary, **fields)
+    validate_model_card(generated, token=token)
+    # a merged card (the user's metadata too) must pass before it is written or uploaded
+    write_card(output_dir, generated, mode=card,
+               explicit=tuple(k for k in ("license", "language") if card_fields.get(k) is not None),
+               check_merged=functools.partial(validate_model_card, token=token))
+
+
+def _landed_url(report, card_problems, output_dir: str, repo_id: str, timeout: Optional[float]) -> str:
+    """The final commit's URL from the pusher's ``report`` (part of :func:`push`).
+
+    Raises:
+        HubError: the final push did not land. ModelCardError: it landed, but the Hub shows no card metadata
+            (``card_problems``: what the pusher read back, hub.model_card.check_card_on_hub).
+    """
     if not report.final_pushed:
         why = report.failed[-1][1] if report.failed else f"not finished within {timeout} s"
         raise HubError(f"Could not push {output_dir} to {repo_id}: {why}. The local folder keeps everything; run "
                        "the command again.")
     landed = [o for o in report.outcomes if o.status == "pushed" and o.final][-1]
     url = landed.commit_url or landed.commit_oid
-    problems = pusher.card_problems  # the pusher read back what the Hub parsed (hub.model_card.check_card_on_hub)
-    if problems:
+    if card_problems:
         raise ModelCardError(f"Pushed {url}, but the Hub does not show the model card's metadata: "
-                             f"{'; '.join(problems)}. Fix README.md (or the repo's .gitattributes) and run "
+                             f"{'; '.join(card_problems)}. Fix README.md (or the repo's .gitattributes) and run "
                              "the command again.")
     return url
 

@@ -127,15 +127,43 @@ def build_pipeline(pipeline, *, train_files: Sequence[str], validation_files: Op
     """
     import apache_beam as beam
     from apache_beam.io.filesystems import FileSystems
-    from apache_beam.io.tfrecordio import _TFRecordUtil
 
-    from hf_tpu_ext.data.sharding import permute, shard_of, shard_ranges
-    from hf_tpu_ext.data.tfrecord import FEATURE, FORMAT, MANIFEST_NAME, manifest_text, serialize_blocks, shard_file_name
+    from hf_tpu_ext.data.tfrecord import FEATURE, FORMAT, MANIFEST_NAME, manifest_text
 
     L = int(max_seq_length)
     files = [("train", i, f) for i, f in enumerate(train_files)]
     files += [("validation", i, f) for i, f in enumerate(validation_files or [])]
     hold_out = not validation_files and validation_split_percentage > 0
+    numbered = _numbered_documents(pipeline, files, hold_out, seed, validation_split_percentage)
+    blocks, offsets = _token_blocks(numbered, tokenizer_json, L)
+    written, counts_side = _written_shards(blocks, offsets, L, limits, seed, num_shards, output_path)
+
+    def write_manifest(names, counts):
+        manifest = {"splits": {}}
+        for split in ("train", "validation"):
+            c = counts[split]
+            num_tokens = c["tokens"] if c["kept"] == c["blocks"] else c["kept"] * L
+            manifest["splits"][split] = {"num_blocks": c["kept"], "num_tokens": int(num_tokens),
+                                         "files": sorted(n for s, n in names if s == split)}
+        manifest.update(format=FORMAT, feature=FEATURE, max_seq_length=L, tokenizer=tokenizer_record)
+        reserved = {"splits", "format", "feature", "max_seq_length", "tokenizer"}
+        manifest.update({k: v for k, v in metadata.items() if k not in reserved})
+        with FileSystems.create(output_path.rstrip("/") + "/" + MANIFEST_NAME) as f:
+            f.write(manifest_text(manifest).encode())
+        return manifest
+
+    return written | "Manifest" >> beam.Map(write_manifest, counts_side)
+
+
+def _numbered_documents(pipeline, files, hold_out: bool, seed: int, validation_split_percentage: float):
+    """Stage 1 of :func:`build_pipeline`: the non-empty lines of ``files`` (``(split, file index, path)``) as
+    ``((split, position of the document in its split's order), text)``, the validation split held out as in
+    ``load_text_datasets`` when ``hold_out``.
+
+    Raises:
+        DataError: holding out a validation split from fewer than 2 lines (when the pipeline runs).
+    """
+    import apache_beam as beam
 
     def lines(element):
         split, file_index, path = element
@@ -183,6 +211,17 @@ def build_pipeline(pipeline, *, train_files: Sequence[str], validation_files: Op
                 yield (split, index), text
 
     numbered = docs | "Number" >> beam.ParDo(Number(), beam.pvalue.AsDict(per_file))
+    return numbered
+
+
+def _token_blocks(numbered, tokenizer_json: str, L: int):
+    """Stage 2 of :func:`build_pipeline`: tokenized documents concatenated in order and cut into blocks of ``L``.
+
+    Returns:
+        ``(blocks, offsets)``: ``((split, block index), int32 [L] ids)`` and the singleton of chunk offsets
+        (:func:`_chunk_offsets`, with each split's total tokens).
+    """
+    import apache_beam as beam
 
     class Tokenize(beam.DoFn):
         def setup(self):
@@ -212,6 +251,23 @@ def build_pipeline(pipeline, *, train_files: Sequence[str], validation_files: Op
 
     blocks = (chunks | "Pieces" >> beam.FlatMap(_blocks_of_chunk, beam.pvalue.AsSingleton(offsets), L)
               | "ByBlock" >> beam.GroupByKey() | "Assemble" >> beam.Map(assemble))
+    return blocks, offsets
+
+
+def _written_shards(blocks, offsets, L: int, limits: Dict[str, Optional[int]], seed: int, num_shards: int,
+                    output_path: str):
+    """Stage 3 of :func:`build_pipeline`: the kept blocks (train permuted by ``seed``) written as TFRecord shards.
+
+    Returns:
+        ``(written, counts_side)``: the list of ``(split, shard file name)`` and the side input of each split's
+        ``{"tokens", "blocks", "kept"}`` counts.
+    """
+    import apache_beam as beam
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.io.tfrecordio import _TFRecordUtil
+
+    from hf_tpu_ext.data.sharding import permute, shard_of, shard_ranges
+    from hf_tpu_ext.data.tfrecord import serialize_blocks, shard_file_name
 
     def counts_of(all_offsets):
         out = {}
@@ -245,22 +301,7 @@ def build_pipeline(pipeline, *, train_files: Sequence[str], validation_files: Op
     counts_side = beam.pvalue.AsSingleton(split_counts)
     written = (blocks | "Place" >> beam.FlatMap(place, counts_side) | "ByShard" >> beam.GroupByKey()
                | "WriteShards" >> beam.ParDo(WriteShard(), counts_side) | "AllFiles" >> beam.combiners.ToList())
-
-    def write_manifest(names, counts):
-        manifest = {"splits": {}}
-        for split in ("train", "validation"):
-            c = counts[split]
-            num_tokens = c["tokens"] if c["kept"] == c["blocks"] else c["kept"] * L
-            manifest["splits"][split] = {"num_blocks": c["kept"], "num_tokens": int(num_tokens),
-                                         "files": sorted(n for s, n in names if s == split)}
-        manifest.update(format=FORMAT, feature=FEATURE, max_seq_length=L, tokenizer=tokenizer_record)
-        reserved = {"splits", "format", "feature", "max_seq_length", "tokenizer"}
-        manifest.update({k: v for k, v in metadata.items() if k not in reserved})
-        with FileSystems.create(output_path.rstrip("/") + "/" + MANIFEST_NAME) as f:
-            f.write(manifest_text(manifest).encode())
-        return manifest
-
-    return written | "Manifest" >> beam.Map(write_manifest, counts_side)
+    return written, counts_side
 
 
 def _copy_tokenizer(tokenizer_dir: str, destination: str) -> str:

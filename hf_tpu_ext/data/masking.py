@@ -62,37 +62,15 @@ def mask_tokens(
     """
     ids = tf.cast(tf.convert_to_tensor(input_ids), tf.int32)
     seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
-    static_len = ids.shape[-1]
-    if max_predictions is None:
-        if static_len is None:
-            raise ValueError("max_predictions is needed when the sequence length is not static.")
-        max_predictions = default_max_predictions(static_len, mlm_probability)
-    P = int(max_predictions)
-    if static_len is not None and P > static_len:
-        raise ValueError(f"max_predictions={P} exceeds the sequence length {static_len}.")
-    special = sorted({int(i) for i in special_token_ids if i is not None})
-    replacement_ids = [i for i in range(int(vocab_size)) if i not in set(special)]
-    if not replacement_ids:
-        raise ValueError(f"vocab_size={vocab_size} leaves no non-special token id for random replacement.")
-
+    P, special, replacement_ids = _masking_plan(ids.shape[-1], max_predictions, mlm_probability, special_token_ids,
+                                                vocab_size)
     shape = tf.shape(ids)
-    batch, length = shape[0], shape[1]
+    batch = shape[0]
     choose_seed, action_seed, random_id_seed = tf.unstack(tf.random.experimental.stateless_split(seed, num=3, alg=_ALG))
 
     # Only integer draws with an explicit algorithm: they give the same bits eagerly, in tf.data and
     # under XLA (float draws differ between the XLA and non-XLA kernels).
-    # 1) choose positions: uniform integer scores, -1 on special ids, top P
-    is_special = tf.reduce_any(tf.equal(ids[:, :, None], tf.constant(special or [-1], tf.int32)[None, None, :]), axis=-1)
-    scores = tf.random.stateless_uniform(
-        [batch, length], seed=choose_seed, minval=0, maxval=_SCORE_RANGE, dtype=tf.int32, alg=_ALG
-    )
-    scores = tf.where(is_special, -tf.ones_like(scores), scores)
-    top_scores, top_pos = tf.math.top_k(scores, k=P, sorted=True)
-    valid = top_scores >= 0  # the first min(P, maskable) slots
-    # ascending positions with the padding slots last: give padding slots the key `length`
-    positions = tf.sort(tf.where(valid, top_pos, length + tf.zeros_like(top_pos)), axis=-1)
-    valid = positions < length
-    positions = tf.where(valid, positions, tf.zeros_like(positions))
+    positions, valid = _choose_positions(ids, special, P, choose_seed)
     weights = tf.cast(valid, tf.float32)
     original = tf.gather(ids, positions, batch_dims=1)
     masked_lm_ids = tf.where(valid, original, tf.zeros_like(original))
@@ -125,6 +103,48 @@ def mask_tokens(
         "masked_lm_ids": masked_lm_ids,
         "masked_lm_weights": weights,
     }
+
+
+def _masking_plan(static_len, max_predictions, mlm_probability: float, special_token_ids, vocab_size):
+    """``(P, sorted special ids, replacement ids)`` of :func:`mask_tokens`' arguments (``static_len``: ``L`` or None).
+
+    Raises:
+        ValueError: see :func:`mask_tokens`.
+    """
+    if max_predictions is None:
+        if static_len is None:
+            raise ValueError("max_predictions is needed when the sequence length is not static.")
+        max_predictions = default_max_predictions(static_len, mlm_probability)
+    P = int(max_predictions)
+    if static_len is not None and P > static_len:
+        raise ValueError(f"max_predictions={P} exceeds the sequence length {static_len}.")
+    special = sorted({int(i) for i in special_token_ids if i is not None})
+    replacement_ids = [i for i in range(int(vocab_size)) if i not in set(special)]
+    if not replacement_ids:
+        raise ValueError(f"vocab_size={vocab_size} leaves no non-special token id for random replacement.")
+    return P, special, replacement_ids
+
+
+def _choose_positions(ids, special, P: int, choose_seed):
+    """Step 1 of :func:`mask_tokens`: uniform integer scores, -1 on special ids, top ``P``.
+
+    Returns:
+        ``(positions, valid)``: int32 ``[B, P]`` ascending positions (0 where padded) and bool ``[B, P]``.
+    """
+    shape = tf.shape(ids)
+    batch, length = shape[0], shape[1]
+    is_special = tf.reduce_any(tf.equal(ids[:, :, None], tf.constant(special or [-1], tf.int32)[None, None, :]), axis=-1)
+    scores = tf.random.stateless_uniform(
+        [batch, length], seed=choose_seed, minval=0, maxval=_SCORE_RANGE, dtype=tf.int32, alg=_ALG
+    )
+    scores = tf.where(is_special, -tf.ones_like(scores), scores)
+    top_scores, top_pos = tf.math.top_k(scores, k=P, sorted=True)
+    valid = top_scores >= 0  # the first min(P, maskable) slots
+    # ascending positions with the padding slots last: give padding slots the key `length`
+    positions = tf.sort(tf.where(valid, top_pos, length + tf.zeros_like(top_pos)), axis=-1)
+    valid = positions < length
+    positions = tf.where(valid, positions, tf.zeros_like(positions))
+    return positions, valid
 
 
 def make_mask_fn(tokenizer, max_predictions: int, mlm_probability: float = 0.15) -> Callable:

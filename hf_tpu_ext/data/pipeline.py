@@ -78,6 +78,45 @@ def _pair(a, b) -> tf.Tensor:
     return tf.stack([tf.cast(a, tf.int64), tf.cast(b, tf.int64)])
 
 
+def _epoch_orders(array, examples, n: int, per_epoch: int, seed: int, shuffle_buffer_size: int):
+    """``(epoch_items, to_ids)`` of :func:`make_train_dataset`: ``epoch_items(epoch)`` is the dataset of the
+    epoch's ``per_epoch`` items in its seeded order (row indices of ``array``, or examples of the dataset source
+    ``examples``), ``to_ids(item_batch)`` turns a batch of items into int32 ``[B, L]`` ids."""
+    if array is not None:
+        table = tf.constant(array)
+
+        @tf.autograph.experimental.do_not_convert
+        def epoch_items(epoch):
+            order = tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int32), seed=_pair(seed, epoch), alg=_ALG)
+            return tf.data.Dataset.from_tensor_slices(order[:per_epoch])
+
+        def to_ids(index_batch):
+            return tf.gather(table, index_batch)
+
+    else:
+        window = int(max(1, min(shuffle_buffer_size, n)))
+
+        @tf.autograph.experimental.do_not_convert
+        def epoch_items(epoch):
+            # Windowed stateless shuffle: consecutive windows of `window` examples, each permuted with
+            # a seed folded from (seed, epoch, window index). Unlike Dataset.shuffle it does not depend
+            # on tf.random.set_seed, only on (seed, epoch).
+            epoch_seed = _pair(seed, epoch)
+
+            @tf.autograph.experimental.do_not_convert
+            def permute(index, rows):
+                key = tf.random.experimental.stateless_fold_in(epoch_seed, index, alg=_ALG)
+                return tf.random.experimental.stateless_shuffle(rows, seed=key, alg=_ALG)
+
+            windows = examples.take(per_epoch).batch(window).enumerate()
+            return windows.map(permute).unbatch()
+
+        def to_ids(example_batch):
+            return example_batch
+
+    return epoch_items, to_ids
+
+
 def make_train_dataset(
     blocks: Union[np.ndarray, tf.data.Dataset],
     *,
@@ -121,38 +160,7 @@ def make_train_dataset(
     per_epoch = spe * B
     start_epoch, offset = divmod(int(start_step), spe)
 
-    if array is not None:
-        table = tf.constant(array)
-
-        @tf.autograph.experimental.do_not_convert
-        def epoch_items(epoch):
-            order = tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int32), seed=_pair(seed, epoch), alg=_ALG)
-            return tf.data.Dataset.from_tensor_slices(order[:per_epoch])
-
-        def to_ids(index_batch):
-            return tf.gather(table, index_batch)
-
-    else:
-        window = int(max(1, min(shuffle_buffer_size, n)))
-
-        @tf.autograph.experimental.do_not_convert
-        def epoch_items(epoch):
-            # Windowed stateless shuffle: consecutive windows of `window` examples, each permuted with
-            # a seed folded from (seed, epoch, window index). Unlike Dataset.shuffle it does not depend
-            # on tf.random.set_seed, only on (seed, epoch).
-            epoch_seed = _pair(seed, epoch)
-
-            @tf.autograph.experimental.do_not_convert
-            def permute(index, rows):
-                key = tf.random.experimental.stateless_fold_in(epoch_seed, index, alg=_ALG)
-                return tf.random.experimental.stateless_shuffle(rows, seed=key, alg=_ALG)
-
-            windows = examples.take(per_epoch).batch(window).enumerate()
-            return windows.map(permute).unbatch()
-
-        def to_ids(example_batch):
-            return example_batch
-
+    epoch_items, to_ids = _epoch_orders(array, examples, n, per_epoch, seed, shuffle_buffer_size)
     items = tf.data.Dataset.range(start_epoch, np.iinfo(np.int64).max).flat_map(epoch_items)
     # every epoch contributes exactly spe * B items, so skipping offset * B keeps batches aligned
     batches = items.skip(offset * B).batch(B, drop_remainder=True)

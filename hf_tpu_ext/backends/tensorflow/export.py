@@ -90,39 +90,13 @@ def load_tf_model(
         CheckpointError: the folder has no config or no weights this function can read, or a weight's shape
             differs from the config's.
     """
-    import tensorflow as tf
-    from transformers import AutoConfig, TFAutoModelForMaskedLM
-    from transformers.modeling_tf_pytorch_utils import load_pytorch_state_dict_in_tf2_model
+    from transformers import TFAutoModelForMaskedLM
 
     folder = _resolve_folder(str(path_or_repo_id), revision, cache_dir, token)
-    if not os.path.isfile(os.path.join(folder, CONFIG_NAME)):
-        raise CheckpointError(f"{path_or_repo_id} has no {CONFIG_NAME}; it is not a transformers model folder.")
-    config = AutoConfig.from_pretrained(folder)
-    config._name_or_path = str(path_or_repo_id)  # the repo id, not the cache snapshot (model cards use it)
-    unknown = sorted(k for k in config_overrides if not hasattr(config, k))
-    if unknown:
-        raise ArgumentError(f"Unknown config attributes to override: {', '.join(unknown)} (not in {type(config).__name__}).")
-    for key, value in config_overrides.items():
-        setattr(config, key, value)
-
+    config = _load_config(folder, path_or_repo_id, config_overrides)
     state = _read_pt_safetensors(folder)
     if state is not None:
-        model = TFAutoModelForMaskedLM.from_config(config)
-        try:
-            model, info = load_pytorch_state_dict_in_tf2_model(
-                model, state, allow_missing_keys=True, output_loading_info=True, skip_logger_warnings=True
-            )
-        except (ValueError, tf.errors.InvalidArgumentError) as e:
-            raise CheckpointError(
-                f"The weights in {path_or_repo_id} do not fit its config.json ({type(e).__name__}: {str(e).splitlines()[0]})."
-            ) from None
-        if info["missing_keys"]:
-            logger.warning(
-                "Weights not found in %s, newly initialized: %s", path_or_repo_id, ", ".join(sorted(info["missing_keys"]))
-            )
-        if info["unexpected_keys"]:
-            logger.info("Weights in %s not used by %s: %s", path_or_repo_id, type(model).__name__, sorted(info["unexpected_keys"]))
-        return model
+        return _model_from_pt_state(config, state, path_or_repo_id)
 
     has_tf = any(
         os.path.isfile(os.path.join(folder, n)) for n in (TF2_WEIGHTS_NAME, TF2_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME)
@@ -141,3 +115,53 @@ def load_tf_model(
     raise CheckpointError(
         f"{path_or_repo_id} has no weights: expected {SAFE_WEIGHTS_NAME}, {TF2_WEIGHTS_NAME} or {PT_WEIGHTS_NAME}."
     )
+
+
+def _load_config(folder: str, path_or_repo_id, config_overrides: dict):
+    """The folder's ``config.json`` with ``config_overrides`` set, named by ``path_or_repo_id`` (part of
+    :func:`load_tf_model`).
+
+    Raises:
+        CheckpointError: no ``config.json``. ArgumentError: an override that is not a config attribute.
+    """
+    from transformers import AutoConfig
+
+    if not os.path.isfile(os.path.join(folder, CONFIG_NAME)):
+        raise CheckpointError(f"{path_or_repo_id} has no {CONFIG_NAME}; it is not a transformers model folder.")
+    config = AutoConfig.from_pretrained(folder)
+    config._name_or_path = str(path_or_repo_id)  # the repo id, not the cache snapshot (model cards use it)
+    unknown = sorted(k for k in config_overrides if not hasattr(config, k))
+    if unknown:
+        raise ArgumentError(f"Unknown config attributes to override: {', '.join(unknown)} (not in {type(config).__name__}).")
+    for key, value in config_overrides.items():
+        setattr(config, key, value)
+    return config
+
+
+def _model_from_pt_state(config, state: dict, path_or_repo_id):
+    """A ``TFAutoModelForMaskedLM`` built from ``config`` holding ``state`` (PyTorch names -> numpy arrays), through
+    transformers' PT->TF helper (part of :func:`load_tf_model`).
+
+    Raises:
+        CheckpointError: a weight's shape differs from the config's.
+    """
+    import tensorflow as tf
+    from transformers import TFAutoModelForMaskedLM
+    from transformers.modeling_tf_pytorch_utils import load_pytorch_state_dict_in_tf2_model
+
+    model = TFAutoModelForMaskedLM.from_config(config)
+    try:
+        model, info = load_pytorch_state_dict_in_tf2_model(
+            model, state, allow_missing_keys=True, output_loading_info=True, skip_logger_warnings=True
+        )
+    except (ValueError, tf.errors.InvalidArgumentError) as e:
+        raise CheckpointError(
+            f"The weights in {path_or_repo_id} do not fit its config.json ({type(e).__name__}: {str(e).splitlines()[0]})."
+        ) from None
+    if info["missing_keys"]:
+        logger.warning(
+            "Weights not found in %s, newly initialized: %s", path_or_repo_id, ", ".join(sorted(info["missing_keys"]))
+        )
+    if info["unexpected_keys"]:
+        logger.info("Weights in %s not used by %s: %s", path_or_repo_id, type(model).__name__, sorted(info["unexpected_keys"]))
+    return model
