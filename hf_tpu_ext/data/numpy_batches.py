@@ -3,16 +3,20 @@
 The same contract as the tf.data pipeline (:mod:`hf_tpu_ext.data.pipeline`, ARCHITECTURE.md "Training batch"),
 computed with NumPy's counter-based Philox generator instead of TensorFlow's stateless ops:
 
-* order: with ``spe = N // B`` steps per epoch (the short last batch dropped: static shapes), global step ``g``
-  takes rows ``perm_e[(g % spe) * B : (g % spe + 1) * B]`` of epoch ``e = g // spe``, ``perm_e`` a permutation
-  of the ``N`` blocks seeded by ``(seed, e)``;
-* masks of step ``g`` are seeded by ``(seed, g)``; evaluation batch ``i`` by ``(seed, -1 - i)``: per sequence
-  exactly ``min(P, maskable)`` positions drawn uniformly without replacement among non-special tokens, ascending,
-  padding slots last (position 0, weight 0); 80% ``<mask>``, 10% a random non-special id, 10% unchanged.
+* order: with ``spe = N // B`` steps per epoch (the short last batch dropped: static shapes), row ``r`` of global
+  step ``g`` is block ``perm_e((g % spe) * B + r)`` of epoch ``e = g // spe``, ``perm_e`` a bijection of
+  ``[0, N)`` seeded by ``(seed, e)`` and computed per position (:func:`hf_tpu_ext.data.sharding.permute`: no
+  ``N``-sized table, so memory does not grow with the corpus);
+* masks: row ``r`` of step ``g`` is masked by a generator seeded by ``(seed, g, r)`` (evaluation batch ``i``:
+  ``(seed, i, r)`` in another stream): per sequence exactly ``min(P, maskable)`` positions drawn uniformly
+  without replacement among non-special tokens, ascending, padding slots last (position 0, weight 0); 80%
+  ``<mask>``, 10% a random non-special id, 10% unchanged.
 
 Nothing depends on the history of an iterator, so a run started at ``start_step`` sees exactly the batches an
-uninterrupted run sees from there on. The draws are NumPy's, so the masks are not bit-equal to the TensorFlow
-backend's (same distribution, same seeding rule).
+uninterrupted run sees from there on; and nothing depends on which process builds a row, so a process of ``N``
+builds only its own rows (``rows=``: :meth:`hf_tpu_ext.backends.keras.placement.Placement.process_batch_rows`)
+and reads only their blocks, and ``1`` or ``N`` processes train on the same global batches. The draws are
+NumPy's, so the masks are not bit-equal to the TensorFlow backend's (same distribution).
 
 Why NumPy and not tf.data: the Keras backend then needs no TensorFlow at all (the ``[jax]`` extra installs none),
 and one small-preset batch (32 x 128 tokens) masks in well under a millisecond, far below a training step, so a
@@ -27,6 +31,7 @@ from typing import Callable, Dict, Iterable, Iterator, Optional
 
 import numpy as np
 
+from hf_tpu_ext.data.sharding import permute
 from hf_tpu_ext.errors import DataError
 
 _TRAIN, _EVAL, _ORDER = 0, 1, 2  # stream ids mixed into the seed: masks, evaluation masks, epoch order
@@ -64,8 +69,14 @@ class NumpyMasker:
         return cls(tokenizer.mask_token_id, len(tokenizer), tokenizer.all_special_ids, max_predictions,
                    tokenizer.pad_token_id)
 
-    def __call__(self, ids: np.ndarray, seed) -> Dict[str, np.ndarray]:
-        """Mask ``ids`` (int ``[B, L]``) with the generator seeded by ``seed`` (a sequence of ints >= 0).
+    def __call__(self, ids: np.ndarray, seed, rows: Optional[np.ndarray] = None) -> Dict[str, np.ndarray]:
+        """Mask ``ids`` (int ``[B, L]``): row ``i`` with a generator seeded by ``(*seed, rows[i])``.
+
+        Args:
+            ids: int ``[B, L]`` blocks.
+            seed: a sequence of ints >= 0 (the batch's seed).
+            rows: int ``[B]``, each row's position in its global batch (default ``0 .. B-1``): a row's masks
+                depend on its position only, not on which rows are masked with it.
 
         Returns:
             ``input_ids`` int32 ``[B, L]``, ``attention_mask`` int32 ``[B, L]``, ``masked_lm_positions`` int32
@@ -79,8 +90,7 @@ class NumpyMasker:
         P = self.max_predictions
         if P > length:
             raise DataError(f"max_predictions_per_seq={P} exceeds the sequence length {length}.")
-        rng = np.random.Generator(np.random.Philox(np.random.SeedSequence([int(s) for s in seed])))
-        scores = rng.random((batch, length))
+        scores, action, pick = self._draws(seed, np.arange(batch) if rows is None else rows, length)
         scores[np.isin(ids, self.special)] = -1.0
         top = np.argpartition(-scores, P - 1, axis=1)[:, :P] if P < length else np.tile(np.arange(length), (batch, 1))
         valid = np.take_along_axis(scores, top, axis=1) >= 0
@@ -88,8 +98,7 @@ class NumpyMasker:
         valid = positions < length
         positions = np.where(valid, positions, 0).astype(np.int32)
         original = np.take_along_axis(ids, positions, axis=1)
-        action = rng.integers(0, 10, size=(batch, P))
-        random_ids = self.replacement_ids[rng.integers(0, len(self.replacement_ids), size=(batch, P))]
+        random_ids = self.replacement_ids[pick]
         new = np.where(action < 8, self.mask_token_id, np.where(action < 9, random_ids, original)).astype(np.int32)
         masked = ids.copy()
         rows = np.broadcast_to(np.arange(batch)[:, None], (batch, P))
@@ -100,49 +109,87 @@ class NumpyMasker:
                 "masked_lm_ids": np.where(valid, original, 0).astype(np.int32),
                 "masked_lm_weights": valid.astype(np.float32)}
 
+    def _draws(self, seed, rows, length: int):
+        """Per row: ``[L]`` uniform scores, ``[P]`` actions in 0..9, ``[P]`` replacement indices (one generator each)."""
+        batch, P = len(rows), self.max_predictions
+        scores = np.empty((batch, length))
+        action = np.empty((batch, P), np.int64)
+        pick = np.empty((batch, P), np.int64)
+        base = [int(s) for s in seed]
+        for i, row in enumerate(rows):
+            rng = np.random.Generator(np.random.Philox(np.random.SeedSequence(base + [int(row)])))
+            scores[i] = rng.random(length)
+            action[i] = rng.integers(0, 10, size=P)
+            pick[i] = rng.integers(0, len(self.replacement_ids), size=P)
+        return scores, action, pick
+
 
 class TrainBatches:
     """The masked global batch of any global step (random access; see the module doc).
 
     Args:
-        blocks: int ``[N, L]`` training blocks.
+        blocks: int ``[N, L]`` training blocks: an array (a memory-mapped one is read row by row) or any object
+            with ``shape`` and ``blocks[int array] -> [k, L]`` (:class:`hf_tpu_ext.data.block_shards.ShardBlocks`).
         global_batch_size: ``B``, sequences per optimizer step.
         seed: the run's ``--seed`` (int >= 0).
         masker: a :class:`NumpyMasker`.
+        rows: int ``[R]``, the positions in each global batch this process builds (default: all ``B``), in the
+            order they are returned.
 
     Raises:
         DataError: fewer than ``B`` blocks.
     """
 
-    def __init__(self, blocks: np.ndarray, global_batch_size: int, seed: int, masker: NumpyMasker):
-        self.blocks = np.asarray(blocks, np.int32)
+    def __init__(self, blocks, global_batch_size: int, seed: int, masker: NumpyMasker,
+                 rows: Optional[np.ndarray] = None):
+        self.blocks = as_blocks(blocks)
         self.batch = int(global_batch_size)
         self.seed = int(seed)
         self.masker = masker
-        self.steps_per_epoch = self.blocks.shape[0] // self.batch
+        self.rows = np.arange(self.batch) if rows is None else np.asarray(rows, np.int64)
+        self.num_blocks = int(self.blocks.shape[0])
+        self.steps_per_epoch = self.num_blocks // self.batch
         if self.steps_per_epoch < 1:
-            raise DataError(f"{self.blocks.shape[0]} training blocks are fewer than one global batch of {self.batch}.")
-        self._order = (None, None)
+            raise DataError(f"{self.num_blocks} training blocks are fewer than one global batch of {self.batch}.")
+
+    def epoch_seed(self, epoch: int) -> int:
+        """The seed of ``epoch``'s permutation (from ``(seed, epoch)``)."""
+        return int(np.random.SeedSequence([self.seed, _ORDER, int(epoch)]).generate_state(1, np.uint64)[0])
 
     def order(self, epoch: int) -> np.ndarray:
-        """The permutation of the blocks in ``epoch`` (cached for the current epoch)."""
-        if self._order[0] != epoch:
-            rng = np.random.Generator(np.random.Philox(np.random.SeedSequence([self.seed, _ORDER, int(epoch)])))
-            self._order = (epoch, rng.permutation(self.blocks.shape[0]))
-        return self._order[1]
+        """The block at each position of ``epoch`` (int64 ``[N]``; for tests and tools, training never lists it)."""
+        return permute(np.arange(self.num_blocks), self.num_blocks, self.epoch_seed(epoch))
+
+    def block_indices(self, step: int) -> np.ndarray:
+        """The blocks (int64 ``[R]``) of this process's rows of global step ``step``."""
+        epoch, index = divmod(int(step), self.steps_per_epoch)
+        return permute(index * self.batch + self.rows, self.num_blocks, self.epoch_seed(epoch))
 
     def __call__(self, step: int) -> Dict[str, np.ndarray]:
-        """The masked batch of global step ``step`` (int >= 0)."""
-        epoch, index = divmod(int(step), self.steps_per_epoch)
-        rows = self.order(epoch)[index * self.batch:(index + 1) * self.batch]
-        return self.masker(self.blocks[rows], (self.seed, _TRAIN, int(step)))
+        """This process's rows of the masked batch of global step ``step`` (int >= 0); ``[R, ...]`` arrays."""
+        return self.masker(read_rows(self.blocks, self.block_indices(step)), (self.seed, _TRAIN, int(step)), self.rows)
 
 
-def eval_batches(blocks: np.ndarray, batch_size: int, seed: int, masker: NumpyMasker) -> Iterator[Dict[str, np.ndarray]]:
-    """The evaluation split in order, ``len(blocks) // batch_size`` full batches (static shapes), fixed masks."""
-    blocks = np.asarray(blocks, np.int32)
-    for i in range(blocks.shape[0] // int(batch_size)):
-        yield masker(blocks[i * batch_size:(i + 1) * batch_size], (int(seed), _EVAL, i))
+def as_blocks(blocks):
+    """``blocks`` as it is when it reads rows lazily (an array, a memory map, shards), else an int32 array."""
+    return blocks if hasattr(blocks, "shape") and hasattr(blocks, "__getitem__") else np.asarray(blocks, np.int32)
+
+
+def read_rows(blocks, indices: np.ndarray) -> np.ndarray:
+    """``blocks[indices]`` as int32 ``[k, L]`` (only those rows are read)."""
+    return np.asarray(blocks[np.asarray(indices, np.int64)], np.int32)
+
+
+def eval_batches(blocks, batch_size: int, seed: int, masker: NumpyMasker,
+                 rows: Optional[np.ndarray] = None) -> Iterator[Dict[str, np.ndarray]]:
+    """The evaluation split in order, ``len(blocks) // batch_size`` full batches (static shapes), fixed masks.
+
+    ``rows``: the positions in each batch this process builds (default: all), as in :class:`TrainBatches`.
+    """
+    blocks = as_blocks(blocks)
+    rows = np.arange(int(batch_size)) if rows is None else np.asarray(rows, np.int64)
+    for i in range(int(blocks.shape[0]) // int(batch_size)):
+        yield masker(read_rows(blocks, i * batch_size + rows), (int(seed), _EVAL, i), rows)
 
 
 class Prefetcher:

@@ -252,7 +252,9 @@ class KerasBackend(BackendDefaults):
         self.model.optimizer = self.optimizer  # callbacks read model.optimizer
         masker = NumpyMasker.for_tokenizer(tokenizer, data_args.max_predictions_per_seq)
         self.masker = masker
-        self.train_batches = TrainBatches(blocks["train"], plan.global_batch_size, args.seed, masker)
+        place = self.placement  # this process's rows only; None on Keras-on-TensorFlow (one device: every row)
+        rows = place.process_batch_rows(plan.global_batch_size, self.accumulation) if place else None
+        self.train_batches = TrainBatches(blocks["train"], plan.global_batch_size, args.seed, masker, rows)
         self.eval_blocks = blocks.get("validation") if plan.has_eval else None
         if self.on_tensorflow:
             from hf_tpu_ext.backends.keras import step_tf
@@ -400,7 +402,8 @@ class KerasBackend(BackendDefaults):
         from hf_tpu_ext.data.numpy_batches import eval_batches
 
         loss = correct = count = 0.0
-        for batch in eval_batches(self.eval_blocks, self.plan.eval_batch_size, self.args.seed, self.masker):
+        rows = self.placement.process_batch_rows(self.plan.eval_batch_size) if self.placement else None
+        for batch in eval_batches(self.eval_blocks, self.plan.eval_batch_size, self.args.seed, self.masker, rows):
             if self.on_tensorflow:
                 from hf_tpu_ext.backends.keras.step_tf import to_tensors
 

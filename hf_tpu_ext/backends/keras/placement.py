@@ -1,6 +1,9 @@
 """Where the Keras backend's arrays live: a 1-D device mesh over every device of every process.
 
-The state is replicated; each batch is sharded by rows over the mesh's ``"data"`` axis.
+The state is replicated; each batch is sharded by rows over the mesh's ``"data"`` axis. Each process builds
+only the rows its own devices hold (:meth:`Placement.process_batch_rows`) and hands them over with
+``jax.make_array_from_process_local_data`` (:meth:`Placement.put_batch`), so host input work and memory per
+process scale with its devices, not with the global batch.
 """
 
 from __future__ import annotations
@@ -33,19 +36,41 @@ class Placement:
         spec[axis] = "data"
         return self._NamedSharding(self.mesh, self._P(*spec))
 
-    def put_batch(self, batch: Dict[str, np.ndarray], axis: int) -> Dict[str, Any]:
-        """A host batch (the same global values on every process) as global arrays sharded by rows.
+    def process_rows(self, rows: int) -> np.ndarray:
+        """The positions (int64, ascending) of a ``rows``-long sharded axis that this process's devices hold.
 
-        Uses ``jax.make_array_from_callback``: each process fills only its own devices' shards, so it works on a
-        multi-host TPU slice as on one host.
+        Ascending is the order ``jax.make_array_from_process_local_data`` maps process-local data to its devices.
+        One process: ``0 .. rows-1``.
+
+        Raises:
+            ValueError: ``rows`` is not a multiple of the device count.
+        """
+        if rows % self.num_devices:
+            raise ValueError(f"{rows} rows do not split over {self.num_devices} devices.")
+        held = self.batch_sharding(0).addressable_devices_indices_map((int(rows),))
+        return np.unique(np.concatenate([np.arange(rows)[index[0]] for index in held.values()]))
+
+    def process_batch_rows(self, global_batch: int, accumulation: int = 1) -> np.ndarray:
+        """This process's positions (int64 ``[A * R]``) in a global batch of ``B`` rows split into ``A`` micro-batches.
+
+        Micro-batch ``i`` holds global rows ``i * B/A .. (i+1) * B/A - 1`` (the step's ``[A, B/A, ...]`` layout,
+        sharded on the ``B/A`` axis), so the result is micro-batch-major: reshaped to ``[A, R]`` it is each
+        micro-batch's rows of this process.
+        """
+        per_micro = int(global_batch) // int(accumulation)
+        local = self.process_rows(per_micro)
+        return (np.arange(int(accumulation))[:, None] * per_micro + local[None, :]).reshape(-1)
+
+    def put_batch(self, batch: Dict[str, np.ndarray], axis: int) -> Dict[str, Any]:
+        """This process's rows of a batch (``axis``: its rows, ordered as :meth:`process_rows`) as global arrays.
+
+        ``jax.make_array_from_process_local_data``: the global row count is this process's times the process
+        count (a uniform data-parallel mesh), each device gets its slice; one process hands over the whole batch.
         """
         import jax
 
-        out = {}
-        for k, v in batch.items():
-            sharding = self.batch_sharding(axis)
-            out[k] = jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index])
-        return out
+        sharding = self.batch_sharding(axis)
+        return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v)) for k, v in batch.items()}
 
     def any_process(self, flag: bool) -> bool:
         """True when ``flag`` is true in any process (a collective: every process calls it at the same point).
