@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import sys
 from typing import Iterator, List, Optional
 
@@ -49,6 +50,8 @@ IMPORT_NOTICES = ("PyTorch was not found. Models won't be available",)
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: True when the command runs as the ``hf-tpu`` console script (the whole process is the command's)
 whole_process = False
+#: flags whose value is a secret, in every spelling argparse accepts (``--hub-token`` is HfArgumentParser's alias)
+SECRET_FLAGS = ("hub_token",)
 
 
 def peek_argument(argv: List[str], name: str):
@@ -333,3 +336,53 @@ def exit_now(code: int) -> None:
             pass
     logging.shutdown()
     os._exit(code)
+
+
+# ---------------------------------------------------------------------------------------------- argv redaction
+def _is_secret_flag(arg: str) -> bool:
+    """``--hub_token``, ``--hub-token``, ``--hub_token=...``, ``--hub-token=...`` (any flag named ``*token``)."""
+    if not arg.startswith("--"):
+        return False
+    name = arg[2:].split("=", 1)[0].replace("-", "_")
+    return name in SECRET_FLAGS or name.endswith("_token")
+
+
+def redact_argv(argv: List[str], secrets: tuple = ()) -> List[str]:
+    """``argv`` without the secret flags and their values (:data:`SECRET_FLAGS`, every spelling), and with any
+    other occurrence of a ``secrets`` value replaced by ``<redacted>``."""
+    out: List[str] = []
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if _is_secret_flag(a):
+            skip = "=" not in a and i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            continue
+        for secret in secrets:
+            if secret and secret in a:
+                a = a.replace(secret, "<redacted>")
+        out.append(a)
+    return out
+
+
+def resume_hint(argv: Optional[List[str]] = None, secrets: tuple = ()) -> str:
+    """``hf-tpu train <same flags> --resume_from_checkpoint true``: without the token flags in any spelling
+    (``--hub_token``, ``--hub-token``, with ``=`` or not; the token comes from ``HF_TOKEN`` or the login again),
+    and with any ``secrets`` value found elsewhere replaced by ``<redacted>``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "train":
+        argv = argv[1:]
+    kept: List[str] = []
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        name = a.split("=", 1)[0].replace("-", "_")
+        if name in ("__resume_from_checkpoint", "__overwrite_output_dir"):
+            skip = "=" not in a and i + 1 < len(argv) and not argv[i + 1].startswith("--")
+            continue
+        kept.append(a)
+    kept = redact_argv(kept, secrets)
+    return "hf-tpu train " + " ".join(shlex.quote(a) for a in kept + ["--resume_from_checkpoint", "true"])

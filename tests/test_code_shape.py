@@ -32,7 +32,6 @@ THIS_FILE = "tests/test_code_shape.py"
 FILE_OFFENDERS: Dict[str, int] = {
     "hf_tpu_ext/backends/tensorflow/trainer.py": 625,
     "hf_tpu_ext/hub/model_card.py": 804,
-    "hf_tpu_ext/training_run.py": 1097,
 }
 #: "file::Class.function" -> its lines when it was last measured over the limit (only ever lower or drop)
 FUNCTION_OFFENDERS: Dict[str, int] = {
@@ -40,7 +39,6 @@ FUNCTION_OFFENDERS: Dict[str, int] = {
     "hf_tpu_ext/backends/tensorflow/trainer.py::TFTrainer.train": 135,
     "hf_tpu_ext/commands/prepare_data.py::main": 99,
     "hf_tpu_ext/hub/model_card.py::render_model_card": 164,
-    "hf_tpu_ext/training_run.py::TrainingRun._run_phases": 94,
 }
 #: the members of an import cycle allowed for now -> why, and what ends it
 KNOWN_CYCLES: Dict[frozenset, str] = {

@@ -264,7 +264,7 @@ def test_hub_error_on_a_download_names_status_and_file(loopback_hub, tmp_path):
 
 def _resume_run(tmp_path, *argv):
     from hf_tpu_ext.args import parse_args
-    from hf_tpu_ext.training_run import TrainingRun
+    from hf_tpu_ext.run import TrainingRun
 
     return TrainingRun(*parse_args(["--output_dir", str(tmp_path / "out"), *argv]))
 
@@ -368,7 +368,7 @@ def test_hub_repo_is_created_only_after_the_data_checks(loopback_hub, tmp_path):
     """A run refused for its data (too few blocks for one batch) has checked the token, created no repo."""
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.errors import CorpusTooSmallError
-    from hf_tpu_ext.training_run import TrainingRun
+    from hf_tpu_ext.run import TrainingRun
 
     class NoBuildBackend:  # the TensorFlow backend's attributes, without starting TensorFlow
         name, callback_kind, supports_tfrecord, needs_remote_data = "tensorflow", "tf_keras", True, False

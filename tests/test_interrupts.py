@@ -8,7 +8,8 @@ import time
 import pytest
 
 from hf_tpu_ext import interrupts
-from hf_tpu_ext.training_run import merge_push_reports, resume_hint
+from hf_tpu_ext.console import resume_hint
+from hf_tpu_ext.run.state import merge_push_reports
 
 
 def test_a_first_signal_in_a_checking_loop_is_recorded_and_raised_at_check():

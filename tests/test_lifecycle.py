@@ -1,6 +1,6 @@
 """The training run's lifecycle: kill -9 at every phase and resume, truncated checkpoints, resume inputs, signals.
 
-Kills use the test hook ``HF_TPU_EXT_TEST_KILL_AT=<phase>`` of :mod:`hf_tpu_ext.training_run` (the process
+Kills use the test hook ``HF_TPU_EXT_TEST_KILL_AT=<phase>`` of :mod:`hf_tpu_ext.run` (the process
 SIGKILLs itself there). Runs are tiny (2 layers, hidden 64, 20 steps) and run without XLA to keep them short.
 """
 
@@ -145,7 +145,7 @@ def _copy_run(src, dst):
 
 def _train(args):
     from hf_tpu_ext.args import parse_args
-    from hf_tpu_ext.training_run import train
+    from hf_tpu_ext.run import train
 
     return train(*parse_args(args))
 
@@ -364,7 +364,7 @@ def _signal_at(step, sig):
 def _train_argv(args):
     """``train`` as the console runs it (``argv`` given: the resume line is built from it)."""
     from hf_tpu_ext.args import parse_args
-    from hf_tpu_ext.training_run import train
+    from hf_tpu_ext.run import train
 
     return train(*parse_args(args), argv=["train", *args])
 

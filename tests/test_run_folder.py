@@ -24,7 +24,7 @@ QUIET = ("--eval_strategy", "no", "--callbacks", "")
 
 def _train(args):
     from hf_tpu_ext.args import parse_args
-    from hf_tpu_ext.training_run import train
+    from hf_tpu_ext.run import train
 
     return train(*parse_args([str(a) for a in args]))
 

@@ -45,7 +45,7 @@ class _Clock:
 
 def _train(args):
     from hf_tpu_ext.args import parse_args
-    from hf_tpu_ext.training_run import train
+    from hf_tpu_ext.run import train
 
     return train(*parse_args(args), argv=["train", *args])
 

@@ -194,7 +194,7 @@ def test_resume_continues_at_the_same_global_step(xla_run, tmp_path):
     # nothing to resume from: the training run says so before any data work
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.errors import CheckpointError
-    from hf_tpu_ext.training_run import train
+    from hf_tpu_ext.run import train
 
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -373,7 +373,7 @@ def test_a_signal_saves_the_step_reached_and_the_resume_starts_there(tmp_path, x
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.callbacks import register_callback
     from hf_tpu_ext.errors import TrainingInterrupted
-    from hf_tpu_ext.training_run import train
+    from hf_tpu_ext.run import train
 
     @register_callback("test_sigterm_at_7", "Test only: SIGTERM to this process after step 7.", "torch")
     class SigtermAt7(TrainerCallback):

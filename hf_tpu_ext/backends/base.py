@@ -1,4 +1,4 @@
-"""The contract between the training run (:mod:`hf_tpu_ext.training_run`) and a backend.
+"""The contract between the training run (:mod:`hf_tpu_ext.run`) and a backend.
 
 A backend builds the model, fits it, saves/restores its checkpoints and exports the model folder. Everything
 else of ``hf-tpu train`` -- checks, output folder, resume, data, trainer state, outputs, card, pushes, Space,

@@ -1,4 +1,4 @@
-"""``hf-tpu train``: see :mod:`hf_tpu_ext.training_run` and the README's argument reference.
+"""``hf-tpu train``: see :mod:`hf_tpu_ext.run` and the README's argument reference.
 
 Exit status: 0 when the run finished and (with ``--push_to_hub``) its final state is on the Hub; 128 + the
 signal's number after a signal, as shells report it (130: SIGINT, 143: SIGTERM; one line on stderr: ``interrupted at step N; resume with: hf-tpu train ...``); other errors
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.console import console_session
     from hf_tpu_ext.errors import TrainingInterrupted
-    from hf_tpu_ext.training_run import train
+    from hf_tpu_ext.run import train
 
     from hf_tpu_ext.run_lock import lock_output_dir
 

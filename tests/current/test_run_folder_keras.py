@@ -10,7 +10,7 @@ import pytest
 def test_a_tensorflow_folder_resumed_with_the_keras_backend_names_the_backend(tmp_path):
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.errors import CheckpointError
-    from hf_tpu_ext.training_run import train
+    from hf_tpu_ext.run import train
 
     run = tmp_path / "tf_run"
     ckpts = run / "checkpoints"

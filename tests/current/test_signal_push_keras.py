@@ -24,7 +24,7 @@ def test_sigterm_with_the_budget_spent_puts_the_step_reached_on_the_hub(loopback
     from hf_tpu_ext import interrupts
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.errors import TrainingInterrupted
-    from hf_tpu_ext.training_run import train
+    from hf_tpu_ext.run import train
 
     monkeypatch.setenv(interrupts.SIGNAL_ENV, "checkpoint_weights@8")
     out = tmp_path / "run"

@@ -7,7 +7,7 @@ The backend boundary (the same for ``backends/tensorflow``):
   (:func:`hf_tpu_ext.data.run_data.load_or_train_tokenizer`), the ``masked_lm`` metric module, the output files
   (:mod:`hf_tpu_ext.outputs`), the model card, Hub preflight and push queue (:mod:`hf_tpu_ext.hub`) and
   the callback registry (:mod:`hf_tpu_ext.callbacks`, one class per name and backend) and the run's lifecycle
-  (:mod:`hf_tpu_ext.training_run`: checks, resume, outputs, card, pushes, Space);
+  (:mod:`hf_tpu_ext.run`: checks, resume, outputs, card, pushes, Space);
 * owned here: the device (:mod:`.device`: ``PJRT_DEVICE``, device kind/count, compile metrics), the
   static-shape batches (:mod:`.data`), the model and its masked-position loss (:mod:`.model`) and the
   train loop (:mod:`.trainer`: ``transformers.Trainer`` with a non-fused AdamW).

@@ -1,7 +1,7 @@
 """The torch_xla backend behind :class:`hf_tpu_ext.backends.base.Backend`: ``transformers.Trainer`` on XLA.
 
 Checkpoints are the Trainer's ``checkpoint-<step>/`` folders in ``output_dir``. The backend writes no run
-file and talks to no Hub; the training run does both (see :mod:`hf_tpu_ext.training_run`).
+file and talks to no Hub; the training run does both (see :mod:`hf_tpu_ext.run`).
 """
 
 from __future__ import annotations

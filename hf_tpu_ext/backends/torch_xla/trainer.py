@@ -10,7 +10,7 @@ What this module adds to a stock ``Trainer`` (:class:`MaskedLMTrainer`):
   XLA), ``dataloader_drop_last=True`` and fixed-shape batches, so the train step compiles once.
 
 Checkpoints are the Trainer's ``checkpoint-<global_step>/`` folders in ``output_dir``; the rest of the
-output folder is written by the training run (:mod:`hf_tpu_ext.training_run`) exactly as for the TensorFlow
+output folder is written by the training run (:mod:`hf_tpu_ext.run`) exactly as for the TensorFlow
 backend; :mod:`hf_tpu_ext.backends.torch_xla.backend` puts this Trainer behind the backend protocol. Several TPU devices in one host (a TPU VM with 4 chips) are used through
 ``torch_xla.launch`` -- one process per device, the Trainer's own multi-process path (not tested here: the
 PJRT CPU runtime runs its devices as threads of one process, which this path does not support).

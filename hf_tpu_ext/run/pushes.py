@@ -1,0 +1,121 @@
+"""The run's push adapter: how ``hf-tpu train`` drives its :class:`~hf_tpu_ext.hub.push_session.PushSession`.
+
+The backend decides when to save; the session decides what a save pushes, when, and the commit budget
+(``admit``, ``wants_checkpoint``). This module opens the session (token, repo id, write access; nothing created),
+hands a save over (the checkpoint exported into a temp folder the session stages its own copy of), finds a final
+push an earlier process of the run landed after it stopped, and settles the pushes after a signal within the grace
+budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from hf_tpu_ext import interrupts
+
+logger = logging.getLogger("hf_tpu_ext")
+
+
+def open_push_session(training_args, data_args, backend) -> Tuple[Optional[str], Any]:
+    """``(token, session)`` before any data or compute work: the token (with ``--push_to_hub`` or a Hub resume),
+    and on the chief with ``--push_to_hub`` the session, the repo id and write access checked
+    (:func:`~hf_tpu_ext.hub.preflight.check_push_access`, nothing created); ``None`` for what the run does not
+    need. The repo is created by the session's preflight after the data checks, so a run refused for its data
+    leaves no empty repo.
+
+    Raises:
+        HubAuthError: no token, or one without write access to the repo. HubRepoError: an invalid repo id.
+    """
+    from hf_tpu_ext.hub.resume import looks_like_repo_spec
+
+    args, token, session = training_args, None, None
+    hub_resume = bool(args.resume_from_checkpoint) and not args.resume_latest and looks_like_repo_spec(
+        args.resume_from_checkpoint)
+    if args.push_to_hub or hub_resume:
+        from hf_tpu_ext.hub.preflight import resolve_token
+
+        token = resolve_token(args.hub_token)
+    if args.push_to_hub and backend.is_chief:
+        from hf_tpu_ext.hub.push_session import PushConfig, PushSession
+
+        repo = args.hub_model_id or os.path.basename(os.path.abspath(args.output_dir))
+        # the backend decides when to save; the session what a save pushes, when, and the budget
+        config = PushConfig.from_training_args(args, data_args, hub_model_id=repo, hub_token=token,
+                                               save_strategy="no", save_steps=None)
+        session = PushSession(config, is_chief=True)
+        from hf_tpu_ext.hub.preflight import check_push_access
+
+        check_push_access(repo, token)
+    return token, session
+
+
+def hand_over(session, backend, output_dir: str, step: int, checkpoint_path: Optional[str], final: bool) -> None:
+    """Hand the model folder ``output_dir`` (and, when the session wants it, the checkpoint at ``checkpoint_path``
+    exported by the backend into a temp folder) to the session as the save of ``step``; the session never waits."""
+    folder = None
+    if checkpoint_path is not None and session.wants_checkpoint(final):
+        folder = tempfile.mkdtemp(prefix="hf-tpu-ckpt-")
+        backend.export_checkpoint(checkpoint_path, folder)
+    try:
+        session.save(output_dir, step=step, checkpoint_folder=folder, final=final)
+    finally:
+        if folder:  # the pusher staged its own copy
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def landed_final_push(run_state: Dict[str, Any], process_id: str, step: int, session) -> Optional[str]:
+    """The commit id of the final push of ``step`` that an earlier process of this run left in flight when it
+    stopped (``run_state.json`` keeps its push id) and that landed on the Hub after all (looked up by the session);
+    its entry then counts it (``final_pushed``, no longer ``unfinished``). ``None``: push again."""
+    for entry in run_state.get("hub_pushes", []):
+        report = entry.get("report") or {}
+        for push in list(report.get("unfinished") or []) if entry.get("process") != process_id else []:
+            oid = (push.get("final") and push.get("step") == step and push.get("push_id")
+                   and session.find_push(push["push_id"]))
+            if oid:
+                logger.info("The final push of step %d by the process before landed after it stopped (commit "
+                            "%s): not pushed again.", step, oid[:8])
+                report.update(final_pushed=True, unfinished=[u for u in report["unfinished"] if u is not push])
+                return oid
+    return None
+
+
+def final_push_failure(training_args, step: int, repo_id: str) -> str:
+    """The one line of a final push that did not land: the local folder is complete, the command that pushes it."""
+    from hf_tpu_ext.hub.checkpoint_layouts import push_later_command
+
+    args = training_args
+    return (f"The final model (step {step}) could not be pushed to {repo_id}; the local "
+            f"folder {args.output_dir} is complete. Push it and its newest checkpoint with `"
+            f"{push_later_command(args.output_dir, repo_id, args.hub_revision)}`, "
+            "or resume this run to push again.")
+
+
+def settle_on_signal(session, find_checkpoints: Callable[[], List[str]], step: int, start_step: int,
+                     push: Callable[[int, str], None]) -> List[str]:
+    """After a signal: push the checkpoint of ``step`` (the newest of ``find_checkpoints()`` when it is of that step)
+    when no save pushed it (the budget had coalesced it, or it is the last step's; ``push(step, checkpoint)``), wait
+    for the pushes within the grace budget (not after a second signal), close the session; returns what did not
+    land (pending and failed pushes)."""
+    try:
+        checkpoints = find_checkpoints()
+        if (interrupts.count() < 2 and session.active and interrupts.seconds_left() and checkpoints
+                and checkpoints[0].endswith(f"-{step}") and step > start_step
+                and step not in session.pushed_steps and session.admit(step)):
+            try:  # a signal is a save: what a resume from the Hub starts from
+                push(step, checkpoints[0])
+            except Exception as err:  # noqa: BLE001 (the local checkpoint is whole: say so, go on)
+                logger.warning("The checkpoint of step %d was not pushed (%s: %s).", step,
+                               type(err).__name__, err)
+        if interrupts.count() < 2:
+            interrupts.wait_until(lambda: not session.report().pending, interrupts.seconds_left() or 0.0)
+        report = session.finish(timeout=0)
+    except KeyboardInterrupt:  # a second signal: stop waiting
+        report = session.report()
+    finally:
+        session.close()
+    return list(report.pending) + [m for m, _ in report.failed]

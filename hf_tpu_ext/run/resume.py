@@ -1,0 +1,219 @@
+"""Where ``--resume_from_checkpoint`` is decided: which checkpoint (newest readable local one, a named folder, or a
+Hub repo's ``last-checkpoint/``), the tokenizer beside it, the model shape and block length it imposes on flags
+left at their defaults, and the log history and runtime it carries over.
+
+No file is written here (a Hub resume downloads into a temp folder the run removes at its end).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from hf_tpu_ext.errors import CheckpointError, IncompleteCheckpointError
+
+logger = logging.getLogger("hf_tpu_ext")
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+#: model-shape flags that a resumed checkpoint decides (a flag left unset takes the checkpoint's value)
+SHAPE_FLAGS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
+def checkpoint_seq_length(trainer_state: Optional[Dict[str, Any]]) -> Optional[int]:
+    """The block length a checkpoint was trained at, from the trainer state saved with it: tokens seen per
+    sequence (``num_input_tokens_seen / (global_step * train_batch_size)``); ``None`` when it does not say."""
+    state = trainer_state or {}
+    try:
+        tokens, step, batch = (int(state.get(k) or 0) for k in ("num_input_tokens_seen", "global_step",
+                                                                 "train_batch_size"))
+    except (TypeError, ValueError):
+        return None
+    if tokens <= 0 or step <= 0 or batch <= 0 or tokens % (step * batch):
+        return None
+    return tokens // (step * batch)
+
+
+def shown_path(text: str, download: Optional[Tuple[str, str]]) -> str:
+    """``text`` with the temp folder of a Hub resume (``download``: ``(temp folder, repo spec)``) replaced by
+    ``hf://<repo id>`` (what the user typed)."""
+    if download:
+        local, spec = download
+        text = str(text).replace(local + os.sep, f"hf://{spec}/").replace(local, f"hf://{spec}")
+    return str(text)
+
+
+def passed(training_args, name: str, owner) -> bool:
+    """Whether the user set ``name`` of the dataclass ``owner`` (command line or JSON config:
+    ``training_args.passed_flags`` from :func:`hf_tpu_ext.args.parse_args`); without that record, whether it
+    differs from the field's default."""
+    given = getattr(training_args, "passed_flags", None)
+    if given is not None:
+        return name in given
+    default = next((f.default for f in dataclasses.fields(owner) if f.name == name), None)
+    return getattr(owner, name, None) != default
+
+
+def find_resume_checkpoint(args, backend, token: Optional[str], tmp_dirs: List[str]):
+    """The checkpoint ``--resume_from_checkpoint`` names: ``(CheckpointInfo or None, tokenizer folder or None,
+    download)``; ``(None, None, download)`` is a fresh run. ``download`` is ``(temp folder, repo spec)`` of a Hub
+    resume (messages show the spec; the folder is appended to ``tmp_dirs`` for the run to remove), else ``None``.
+
+    A newest local checkpoint that cannot be read is skipped with a warning (the next older one is used);
+    an explicitly named one raises ``CheckpointError`` naming the file.
+
+    Raises:
+        CheckpointError: no checkpoint found, an unreadable named one, or a spec that is neither a folder,
+            ``true`` nor a Hub repo id.
+    """
+    from hf_tpu_ext.hub.checkpoint_layouts import check_checkpoint_backend
+    from hf_tpu_ext.hub.resume import looks_like_repo_spec
+
+    spec, download = args.resume_from_checkpoint, None
+    if not spec:
+        return None, None, None
+    if args.resume_latest:
+        candidates = backend.find_checkpoints(args.output_dir) if os.path.isdir(args.output_dir) else []
+        if not candidates:
+            check_checkpoint_backend(args.output_dir, backend.name)
+            raise CheckpointError(
+                f"--resume_from_checkpoint true found no checkpoint in {args.output_dir!r}. Train without "
+                "--resume_from_checkpoint, or give a checkpoint folder or Hub repo id.")
+        tokenizer_dir = args.output_dir
+    elif os.path.exists(spec) or os.path.exists(spec + ".index"):
+        candidates = backend.find_checkpoints(spec)[:1]
+        if not candidates:
+            check_checkpoint_backend(spec, backend.name)
+            raise CheckpointError(f"No checkpoint of --backend {backend.name} found at {spec!r}.")
+        tokenizer_dir = None
+    elif looks_like_repo_spec(spec):
+        from hf_tpu_ext.hub.resume import download_last_checkpoint
+
+        local = tempfile.mkdtemp(prefix="hf-tpu-resume-")
+        tmp_dirs.append(local)
+        download = (local, spec)  # messages name the repo, not this temp folder
+        try:
+            folder = download_last_checkpoint(spec, token, local, is_checkpoint=backend.is_checkpoint_folder,
+                                              also=TOKENIZER_FILES + ("special_tokens_map.json",))
+        except CheckpointError:
+            check_checkpoint_backend(local, backend.name, shown=f"the Hub repo {spec}")  # it has one, of another
+            raise
+        candidates = backend.find_checkpoints(folder)[:1]
+        tokenizer_dir = local
+    else:
+        raise CheckpointError(
+            f"--resume_from_checkpoint {spec!r} is neither a local checkpoint/folder, 'true', nor a Hub repo id "
+            "'user/name[@revision]'.")
+    info = _first_readable(candidates, args, backend, lambda text: shown_path(text, download))
+    if info is None:
+        return None, None, download
+    return info, _tokenizer_folder(info, tokenizer_dir), download
+
+
+def _first_readable(candidates: List[str], args, backend, shown: Callable[[str], str]):
+    """The :class:`CheckpointInfo` of the first readable candidate (newest first); ``None`` when every one is
+    incomplete (the first save of the run was stopped: the run starts at step 0).
+
+    Raises:
+        CheckpointError: a named checkpoint cannot be read, or no candidate is readable.
+    """
+    info, errors = None, []
+    for i, path in enumerate(candidates):
+        try:
+            info = backend.checkpoint_info(path)
+            break
+        except CheckpointError as err:
+            if not args.resume_latest:  # named explicitly: nothing to fall back to
+                raise CheckpointError(f"{shown(str(err))} Name an older checkpoint, or start a new "
+                                      "run.") from None
+            errors.append(err)
+            if i + 1 < len(candidates):  # the last one's failure is said once, by the error below
+                logger.warning("%s Resuming from the next older checkpoint instead.", err)
+    if info is None:
+        if errors and all(isinstance(e, IncompleteCheckpointError) for e in errors):
+            # the first save of the run was stopped: nothing was saved, so the run starts at step 0
+            logger.warning("No complete checkpoint in %s: training starts at step 0.", args.output_dir)
+            return None
+        raise CheckpointError("No readable checkpoint to resume from: " + " | ".join(map(str, errors)))
+    return info
+
+
+def _tokenizer_folder(info, tokenizer_dir: Optional[str]) -> Optional[str]:
+    """The folder holding the checkpoint's tokenizer files (:data:`TOKENIZER_FILES`): ``tokenizer_dir`` when given
+    and complete, else the checkpoint's folder or one of the two above it; ``None`` when none holds them."""
+    if tokenizer_dir is None:
+        here = os.path.abspath(info.path if os.path.isdir(info.path) else os.path.dirname(info.path))
+        for folder in (here, os.path.dirname(here), os.path.dirname(os.path.dirname(here))):
+            if all(os.path.isfile(os.path.join(folder, f)) for f in TOKENIZER_FILES):
+                return folder
+        return None
+    if not all(os.path.isfile(os.path.join(tokenizer_dir, f)) for f in TOKENIZER_FILES):
+        return None
+    return tokenizer_dir
+
+
+def apply_checkpoint_shape(info, model_args, data_args, training_args, shown: Callable[[str], str]) -> None:
+    """The checkpoint's model shape and block length win over flags left at their defaults (``model_args`` and
+    ``data_args`` are updated in place).
+
+    The shape flags (:data:`SHAPE_FLAGS`) left unset take the checkpoint's values; so does
+    ``--max_seq_length`` when it was not passed (the checkpoint's length: ``num_input_tokens_seen / (global_step
+    * train_batch_size)`` of its trainer state, else its position embeddings less RoBERTa's 2 reserved ones),
+    with ``max_predictions_per_seq`` re-derived unless passed. Only a flag the user passed can contradict it.
+
+    Raises:
+        CheckpointError: a passed flag contradicts the checkpoint (named with both values, the checkpoint by
+            the path or Hub repo id given to --resume_from_checkpoint: ``shown``), before any data work.
+    """
+    saved = info.model_config or {}
+    m = model_args
+    conflicts = []
+    for name in SHAPE_FLAGS:
+        if saved.get(name) is None:
+            continue
+        given = getattr(m, name, None)
+        if given is not None and int(given) != int(saved[name]):
+            conflicts.append(f"--{name} {given} (the checkpoint has {saved[name]})")
+        elif given is None and not m.model_name_or_path and not m.config_name:
+            setattr(m, name, int(saved[name]))
+    positions = saved.get("max_position_embeddings")
+    limit = int(positions) - 2 if positions else None
+    length = data_args.max_seq_length
+    if passed(training_args, "max_seq_length", data_args):
+        if limit and length > limit:
+            conflicts.append(f"--max_seq_length {length} (the checkpoint's model holds {limit} tokens)")
+        elif limit and length < limit and not m.model_name_or_path and not m.config_name:
+            # the default config gets length + 2 positions: keep the checkpoint's, which hold the shorter length
+            m.checkpoint_max_position_embeddings = int(positions)
+    else:
+        trained = checkpoint_seq_length(info.trainer_state)
+        target = trained if trained and (not limit or trained <= limit) else (min(length, limit) if limit else None)
+        if target and target != length:
+            data_args.max_seq_length = target
+            if not passed(training_args, "max_predictions_per_seq", data_args):
+                data_args.max_predictions_per_seq = max(1, int(round(target * data_args.mlm_probability)))
+            logger.info("--max_seq_length not given: resuming with the checkpoint's %d (the default is %d).",
+                        target, length)
+    if conflicts:
+        where = shown(info.path)
+        raise CheckpointError(
+            f"These flags contradict the checkpoint {where} being resumed: {'; '.join(conflicts)}. Drop them "
+            "(the checkpoint's values are used) or start a new run in another --output_dir.")
+
+
+def resumed_history(info, output_dir: str, start: int) -> Tuple[Optional[List[Dict[str, Any]]], Optional[float]]:
+    """What a resumed run carries over from the checkpoint's trainer state (else ``output_dir/trainer_state.json``):
+    ``(log history up to step start, train_runtime so far in seconds)``; the runtime is ``None`` when the state is
+    of another step, both are ``None`` without a state."""
+    state = info.trainer_state
+    if state is None and os.path.isfile(os.path.join(output_dir, "trainer_state.json")):
+        from hf_tpu_ext.outputs import TrainerState
+
+        state = dataclasses.asdict(TrainerState.load(os.path.join(output_dir, "trainer_state.json")))
+    if not state:
+        return None, None
+    history = [e for e in state.get("log_history", []) if e.get("step", 0) <= start]
+    runtime = float(state.get("train_runtime") or 0.0) if int(state.get("global_step", -1)) == start else None
+    return history, runtime
