@@ -17,6 +17,8 @@ With the default ``--log_level passive`` (transformers' name and default):
   "Tokenizing train") are off during training.
 - hf_tpu_ext's (and transformers') log lines are written with ``tqdm.write`` while a progress bar is
   open (:func:`console_session`), so no line is glued onto the bar.
+- the resume line of an interrupted run (:func:`resume_hint`) is its command line again without the token: the
+  token flags in every spelling and any token value elsewhere are left out (:func:`redact_argv`).
 
 ``--log_level debug``, ``info`` or ``warning`` bring all of it back (C++ lines included);
 ``error``/``critical`` keep the filter and raise the level of the package's own lines.
