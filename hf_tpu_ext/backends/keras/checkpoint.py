@@ -102,6 +102,19 @@ def _save_tensors(path: str, tensors: Dict[str, np.ndarray], metadata: Dict[str,
         os.fsync(f.fileno())
 
 
+def _write_folder(tmp: str, step: int, model_vars: Dict[str, np.ndarray], optimizer_vars: Dict[str, np.ndarray],
+                  meta: Dict[str, Any]) -> None:
+    """The checkpoint's files into the temporary folder ``tmp``, flushed to disk (the rename follows)."""
+    _save_tensors(os.path.join(tmp, MODEL_NAME), model_vars, {"format": FORMAT})
+    _save_tensors(os.path.join(tmp, OPTIMIZER_NAME), optimizer_vars, {"format": FORMAT})
+    meta = dict(meta, global_step=int(step), format=FORMAT)
+    with open(os.path.join(tmp, META_NAME), "w", encoding="utf-8") as f:
+        f.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync_dir(tmp)
+
+
 def save_checkpoint(output_dir: str, step: int, model_vars: Dict[str, np.ndarray],
                     optimizer_vars: Dict[str, np.ndarray], meta: Dict[str, Any],
                     keep: Optional[int] = None) -> str:
@@ -116,6 +129,11 @@ def save_checkpoint(output_dir: str, step: int, model_vars: Dict[str, np.ndarray
 
     Returns:
         the checkpoint folder.
+
+    Raises:
+        OSError: a write failed (``ENOSPC``, ``EDQUOT``, ``EIO``, ...; safetensors' ``SafetensorError`` says "No
+            space left on device" in its text): the temporary folder is removed first, so no ``checkpoint-<step>``
+            exists and the newest intact checkpoint stays the newest (the training run names it in one line).
     """
     os.makedirs(output_dir, exist_ok=True)
     for name in os.listdir(output_dir):  # folders of a killed save; a running process's are its own
@@ -124,14 +142,11 @@ def save_checkpoint(output_dir: str, step: int, model_vars: Dict[str, np.ndarray
     final = os.path.join(output_dir, f"checkpoint-{int(step)}")
     tmp = os.path.join(output_dir, f".checkpoint-{int(step)}.tmp-{_owner_tag()}")
     os.makedirs(tmp)
-    _save_tensors(os.path.join(tmp, MODEL_NAME), model_vars, {"format": FORMAT})
-    _save_tensors(os.path.join(tmp, OPTIMIZER_NAME), optimizer_vars, {"format": FORMAT})
-    meta = dict(meta, global_step=int(step), format=FORMAT)
-    with open(os.path.join(tmp, META_NAME), "w", encoding="utf-8") as f:
-        f.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    _fsync_dir(tmp)
+    try:
+        _write_folder(tmp, step, model_vars, optimizer_vars, meta)
+    except BaseException:  # disk full, I/O error, a signal's KeyboardInterrupt: the torn folder goes now
+        shutil.rmtree(tmp, ignore_errors=True)  # (its space back, never mistaken for a checkpoint)
+        raise
     if os.path.isdir(final):  # the same step saved again (a resumed run's final checkpoint): replace it whole
         old = final + f".old-{_owner_tag()}"
         os.replace(final, old)
@@ -160,8 +175,13 @@ def save_best(output_dir: str, step: int, metric: str, value: float, model_vars:
     os.makedirs(folder, exist_ok=True)
     final = os.path.join(folder, BEST_NAME)
     tmp = f"{final}.tmp-{os.getpid()}"
-    _save_tensors(tmp, model_vars, {"format": FORMAT, "global_step": str(int(step)), "metric": metric,
-                                    "value": repr(float(value))})
+    try:
+        _save_tensors(tmp, model_vars, {"format": FORMAT, "global_step": str(int(step)), "metric": metric,
+                                        "value": repr(float(value))})
+    except BaseException:  # disk full: the previous best stays whole, the torn file goes
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     os.replace(tmp, final)
     _fsync_dir(folder)
     return folder
