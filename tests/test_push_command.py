@@ -278,7 +278,7 @@ def test_pusher_of_training_runs_keeps_card_out_of_lfs_and_reads_it_back(loopbac
     """`hf-tpu train --push_to_hub` and the callbacks push through the push session's HubPusher: the same guard."""
     from huggingface_hub import HfApi
 
-    from hf_tpu_ext.hub import model_card
+    from hf_tpu_ext.hub import card_guard
     from hf_tpu_ext.hub.model_card import save_model_card
     from hf_tpu_ext.hub.pusher import HubPusher
 
@@ -295,7 +295,7 @@ def test_pusher_of_training_runs_keeps_card_out_of_lfs_and_reads_it_back(loopbac
     assert "README.md" not in _lfs_files(loopback_hub, "alice/run-lfs")
 
     # without the guard the card becomes an LFS pointer: the read-back says so
-    monkeypatch.setattr(model_card, "keep_card_out_of_lfs", lambda *a, **k: None)
+    monkeypatch.setattr(card_guard, "keep_card_out_of_lfs", lambda *a, **k: None)
     with HubPusher("alice/run-lost", token=loopback_hub.token, hub_strategy="end", output_dir=str(out)) as pusher:
         pusher.push_save(str(out), step=40, final=True)
     assert "README.md" in _lfs_files(loopback_hub, "alice/run-lost")
@@ -307,12 +307,12 @@ def test_pusher_of_training_runs_keeps_card_out_of_lfs_and_reads_it_back(loopbac
 def test_push_command_fails_loudly_when_the_hub_shows_no_card(loopback_hub, tmp_path, monkeypatch, capsys):
     from huggingface_hub import HfApi
 
-    from hf_tpu_ext.hub import model_card
+    from hf_tpu_ext.hub import card_guard
 
     api = HfApi(endpoint=loopback_hub.endpoint, token=loopback_hub.token)
     api.create_repo("alice/lost")
     api.upload_file(path_or_fileobj=b"*.md filter=lfs\n", path_in_repo=".gitattributes", repo_id="alice/lost")
-    monkeypatch.setattr(model_card, "keep_card_out_of_lfs", lambda *a, **k: None)  # as before the guard
+    monkeypatch.setattr(card_guard, "keep_card_out_of_lfs", lambda *a, **k: None)  # as before the guard
     assert _push(loopback_hub, _model_folder(tmp_path / "lost"), "--hub_model_id", "alice/lost") == 1
     err = capsys.readouterr().err
     sha = loopback_hub.server.commits("alice/lost")[-1]["sha"]

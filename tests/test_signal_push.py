@@ -17,7 +17,8 @@ from conftest import tiny_train_args
 
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.hub.commit_budget import HUB_COMMITS_PER_HOUR, CommitBudget
-from hf_tpu_ext.hub.push_session import FINAL_COMMIT_TITLE, PushConfig, PushSession
+from hf_tpu_ext.hub.push_policy import FINAL_COMMIT_TITLE
+from hf_tpu_ext.hub.push_session import PushConfig, PushSession
 
 REPO = "alice/signal-push"
 

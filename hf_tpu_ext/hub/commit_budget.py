@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Callable, Deque, Dict, Optional
 
+from hf_tpu_ext.hub.retry_policy import RetryAfter, reset_retry_after, retry_after_for
+
 #: the Hub's limit: "exceeded the rate limit for repository commits (128 per hour)"
 HUB_COMMITS_PER_HOUR = 128
 #: the session's default: below the Hub's limit, with room for a second writer (``hf-tpu push``, a resume)
@@ -48,10 +50,13 @@ class CommitBudget:
         burst: commits the bucket holds (``None``: ``max(1, commits // 20)``).
         reserve: commits of the window kept for the final push (1; 0 when ``commits`` is 1).
         clock: seconds, monotonic (tests pass a fake).
+        retry_after: the repo's ``Retry-After`` clock, shared with its push queue (default: a new one on ``clock``;
+            :func:`budget_for` passes the repo's, :func:`~hf_tpu_ext.hub.retry_policy.retry_after_for`).
     """
 
     def __init__(self, commits: int = DEFAULT_COMMIT_BUDGET, period: float = DEFAULT_BUDGET_PERIOD,
-                 burst: Optional[int] = None, reserve: int = 1, clock: Callable[[], float] = time.monotonic):
+                 burst: Optional[int] = None, reserve: int = 1, clock: Callable[[], float] = time.monotonic,
+                 retry_after: Optional[RetryAfter] = None):
         self.commits, self.period = int(commits), float(period)
         self.reserve = min(int(reserve), self.commits - 1)
         self.burst = max(1, min(self.commits - self.reserve, int(burst) if burst else self.commits // 20))
@@ -64,7 +69,7 @@ class CommitBudget:
         # are ever looked at, so the deques are bounded (memory stays flat however long a run pushes)
         self._starts: Deque[float] = collections.deque(maxlen=self.commits)
         self._calls: Deque[float] = collections.deque(maxlen=HUB_API_CALLS)
-        self._blocked_until = 0.0
+        self.retry_after = retry_after if retry_after is not None else RetryAfter(clock)
         self.rate_limited = 0  # 429 answers seen
         self.started = 0  # commits started (all of them: paced, a signal's, the final one)
 
@@ -81,7 +86,7 @@ class CommitBudget:
         with self._lock:
             now = self._clock()
             self._update(now)
-            waits = [self._blocked_until - now]
+            waits = [self.retry_after.seconds_left()]
             if not final:
                 waits.append((1.0 - self._tokens) * self.seconds_per_commit)
                 allowed = self.commits - self.reserve
@@ -111,8 +116,7 @@ class CommitBudget:
             self._update(self._clock())
             self.rate_limited += 1
             self._tokens = min(self._tokens, 0.0)
-            if retry_after:
-                self._blocked_until = max(self._blocked_until, self._clock() + float(retry_after))
+        self.retry_after.note(retry_after)  # the queue noted the same clock; a max, so once or twice is one
 
     def to_dict(self) -> dict:
         """The push report's ``commit_budget``: ``commits`` per ``period_seconds``, the pacing (``burst`` commits at
@@ -138,10 +142,10 @@ def budget_for(repo_id: str, commits: int, period: float) -> CommitBudget:
     with _BUDGETS_LOCK:
         budget = _BUDGETS.get(key)
         if budget is None or commits / period < budget.commits / budget.period:
-            stricter = CommitBudget(commits, period)
+            stricter = CommitBudget(commits, period, retry_after=retry_after_for(repo_id))
             if budget is not None:  # what the repo already spent stays spent
                 stricter._starts, stricter._calls = budget._starts, budget._calls
-                stricter._blocked_until, stricter.rate_limited = budget._blocked_until, budget.rate_limited
+                stricter.rate_limited = budget.rate_limited
                 stricter.started = budget.started
                 stricter._tokens = min(stricter._tokens, budget._tokens)
             budget = _BUDGETS[key] = stricter
@@ -152,3 +156,4 @@ def reset_budgets() -> None:
     """Forget every repo's budget (a test's fresh Hub; never needed in a run)."""
     with _BUDGETS_LOCK:
         _BUDGETS.clear()
+    reset_retry_after()

@@ -10,12 +10,12 @@ import dataclasses
 import os
 from typing import Any, Callable, Dict, Optional
 
-from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id
+from hf_tpu_ext.args import check_repo_id
 from hf_tpu_ext.errors import ArgumentError
 from hf_tpu_ext.hub.commit_budget import DEFAULT_COMMIT_BUDGET
+from hf_tpu_ext.hub.push_policy import DEFAULT_HUB_STRATEGY, DEFAULT_MODE, DEFAULT_MONITOR, check_hub_strategy
 
 SAVE_STRATEGIES = ("no", "steps", "epoch")
-DEFAULT_HUB_STRATEGY = "every_save"
 DEFAULT_SAVE_STRATEGY = "epoch"
 
 
@@ -28,7 +28,7 @@ class PushConfig:
             ``Trainer``'s, filled in by its adapter).
         hub_model_id: ``"user/name"`` or ``"name"`` (``None``: the name of ``output_dir`` under the token's user).
         hub_token: the Hub token (``None``: ``HF_TOKEN`` or the cached login); never in a repr, log or file.
-        hub_strategy: one of :data:`HUB_STRATEGIES` (see the module doc).
+        hub_strategy: one of :data:`hf_tpu_ext.args.HUB_STRATEGIES` (see :mod:`hf_tpu_ext.hub.push_policy`).
         hub_private_repo: create the repo private (an existing repo is left as it is).
         hub_revision: the branch to push to (created from main when missing).
         save_strategy: ``"epoch"``, ``"steps"`` (every ``save_steps`` global optimizer steps) or ``"no"``.
@@ -56,8 +56,8 @@ class PushConfig:
     save_strategy: str = DEFAULT_SAVE_STRATEGY
     save_steps: Optional[int] = None
     save_best_only: bool = False
-    monitor: str = "eval_loss"
-    mode: str = "min"
+    monitor: str = DEFAULT_MONITOR
+    mode: str = DEFAULT_MODE
     push_timeout: Optional[float] = 600.0
     max_retries: int = 5
     backoff_seconds: float = 1.0
@@ -66,8 +66,7 @@ class PushConfig:
     card_fields: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
-        if self.hub_strategy not in HUB_STRATEGIES:
-            raise ArgumentError(f"hub_strategy must be one of {', '.join(HUB_STRATEGIES)}, got {self.hub_strategy!r}.")
+        check_hub_strategy(self.hub_strategy)
         if self.save_strategy not in SAVE_STRATEGIES:
             raise ArgumentError(f"save_strategy must be one of {', '.join(SAVE_STRATEGIES)}, got {self.save_strategy!r}.")
         if self.save_strategy == "steps" and (self.save_steps is None or int(self.save_steps) < 1):

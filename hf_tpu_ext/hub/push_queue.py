@@ -39,7 +39,8 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.hub.preflight import scrub, transport_errors
 from hf_tpu_ext.hub.retry_policy import (MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS, _describe,  # noqa: F401
-                                         _is_unreadable_reply, _status, is_retryable, retry_after_seconds)
+                                         _is_unreadable_reply, _status, is_retryable, retry_after_for,
+                                         retry_after_seconds)
 from hf_tpu_ext.hub.staging import STAGING_PREFIX, copy_tree, remove_stale_staging  # noqa: F401 (re-exported)
 
 logger = logging.getLogger("hf_tpu_ext.hub")
@@ -186,7 +187,8 @@ class PushQueue:
         self._token = token
         self._api = api
         self.on_rate_limited = on_rate_limited
-        self._blocked_until = 0.0  # time.monotonic() before which no upload starts (a Retry-After of the Hub)
+        # no upload starts before the Hub's Retry-After: the repo's one clock, which the commit budget reads too
+        self.retry_after = retry_after_for(repo_id, repo_type)
         self._cond = threading.Condition()
         self._stop = threading.Event()  # set by close(): ends retry waits at once
         self._pending: List[_Job] = []  # at most one per key, in line order
@@ -431,7 +433,7 @@ class PushQueue:
 
     def _wait_blocked(self, job: _Job) -> None:
         """Wait out what is left of a ``Retry-After`` before starting ``job`` (ends early when the queue closes)."""
-        left = self._blocked_until - time.monotonic()
+        left = self.retry_after.seconds_left()
         if left > 0:
             logger.info("Push %r waits %.1f s (the Hub's Retry-After).", job.commit_message, left)
             if self._stop.wait(left):
@@ -473,8 +475,7 @@ class PushQueue:
                     raise
                 asked = retry_after_seconds(err)
                 if _status(err) == 429:
-                    if asked is not None:
-                        self._blocked_until = max(self._blocked_until, time.monotonic() + asked)
+                    self.retry_after.note(asked)
                     if self.on_rate_limited is not None:
                         self.on_rate_limited(asked)
                 wait = asked if asked is not None else min(self.backoff_seconds * (2 ** (job.attempts - 1)),

@@ -10,9 +10,9 @@ checkpoint, and ask the session:
 - **cadence**: ``save_strategy``/``save_steps`` (global steps, a multiple crossed inside one execution
   counts), ``save_best_only`` on ``monitor``/``mode`` (:meth:`PushSession.is_save_step`,
   :meth:`PushSession.improved`);
-- **strategy**: ``hub_strategy`` as in transformers (``"end"``, ``"every_save"``, ``"checkpoint"``: model and
-  ``last-checkpoint/`` in one commit, ``"all_checkpoints"``: also ``checkpoint-<step>/``), which folders a
-  commit carries (:meth:`PushSession.wants_checkpoint`) and the commit titles (:func:`commit_title`);
+- **strategy**: ``hub_strategy`` as in transformers, which folders a commit carries
+  (:meth:`PushSession.wants_checkpoint`) and the commit titles: :mod:`hf_tpu_ext.hub.push_policy` decides them
+  (one :class:`~hf_tpu_ext.hub.push_policy.PushPlan` per save, :meth:`PushSession.admit` carries it out);
 - **the commit budget** (:class:`~hf_tpu_ext.hub.commit_budget.CommitBudget`): at most ``hub_commit_budget``
   commits per ``budget_period`` seconds (default 100 per hour, the Hub allows 128), paced over the window
   with one commit kept for the final push. A save that does not fit is not written or uploaded: it
@@ -29,7 +29,8 @@ checkpoint, and ask the session:
 The uploads themselves (snapshots, retries, ``Retry-After``, the card check in the push job, cleanup) are
 :class:`~hf_tpu_ext.hub.pusher.HubPusher` on :class:`~hf_tpu_ext.hub.push_queue.PushQueue`. Signals belong to
 :mod:`hf_tpu_ext.interrupts` (the pusher only registers a callback there that reports what is pending); an
-unfinished session is closed at interpreter exit (``atexit``) and by its context manager.
+unfinished session's pusher is closed at interpreter exit (the pusher's ``atexit`` hook, the one there is) and
+the session by its context manager.
 
 Example:
     >>> config = PushConfig(output_dir="out", hub_model_id="alice/tiny", hub_strategy="checkpoint")
@@ -42,14 +43,11 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import logging
 import math
 import os
-import threading
 import time
-import weakref
 from typing import Any, Dict, List, Optional
 
 from hf_tpu_ext.args import HUB_STRATEGIES  # noqa: F401 (the flag's choices, re-exported)
@@ -59,36 +57,10 @@ from hf_tpu_ext.hub.commit_budget import (API_CALLS_PER_COMMIT, DEFAULT_BUDGET_P
                                           budget_for, reset_budgets)
 from hf_tpu_ext.hub.push_config import (DEFAULT_HUB_STRATEGY, DEFAULT_SAVE_STRATEGY, SAVE_STRATEGIES,  # noqa: F401
                                         PushConfig)
+from hf_tpu_ext.hub.push_policy import PushPlan, crossed_save_step, improves, monitor_value, plan_save, strategy_rule
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
 logger = logging.getLogger("hf_tpu_ext.hub")
-
-FINAL_COMMIT_TITLE = "End of training"
-_SAVE_COMMIT_TITLE = "Training in progress, step {step}"
-_CHECKPOINT_COMMIT_TITLE = "Checkpoint at step {step}"
-# Keras and transformers name the same metrics differently
-_MONITOR_ALIASES = {"eval_loss": "val_loss", "val_loss": "eval_loss", "eval_accuracy": "val_accuracy",
-                    "val_accuracy": "eval_accuracy"}
-
-
-def commit_title(step: int, final: bool = False, checkpoint_only: bool = False) -> str:
-    """The commit summary of a push: ``"End of training"``, ``"Training in progress, step N"`` or, for a
-    ``checkpoint-N/`` folder of ``hub_strategy="all_checkpoints"``, ``"Checkpoint at step N"``."""
-    if final:
-        return FINAL_COMMIT_TITLE
-    return (_CHECKPOINT_COMMIT_TITLE if checkpoint_only else _SAVE_COMMIT_TITLE).format(step=int(step))
-
-
-# ---- sessions still open at interpreter exit ------------------------------------------------------
-_OPEN: "weakref.WeakSet[PushSession]" = weakref.WeakSet()
-_ATEXIT_LOCK = threading.Lock()
-_atexit_registered = False
-
-
-def _close_open_sessions() -> None:
-    for session in list(_OPEN):
-        session.abandon("The process is exiting")
-
 
 class PushSession:
     """One run's pushes to one Hub repo (see the module doc).
@@ -129,7 +101,10 @@ class PushSession:
         self._started: Optional[float] = None
         self._warned_monitor = False
         self._closed = False
+        self._preflighted = False
         self._final_report = None
+        #: the plan of the latest save point (:meth:`admit`)
+        self.last_plan: Optional[PushPlan] = None
 
     def __repr__(self):  # the token stays out of logs and tracebacks
         c = self.config
@@ -161,9 +136,10 @@ class PushSession:
             HubAuthError, HubRepoError, HubError: see :meth:`hf_tpu_ext.hub.pusher.HubPusher.preflight`.
             ModelCardError: the card fields (license, language, dataset) do not validate.
         """
-        global _atexit_registered
         if not self.is_chief:
             return None
+        if self._preflighted:  # once per session (the pusher's own preflight is once per pusher)
+            return self.repo_id
         c = self.config
         if self.pusher is None:
             from hf_tpu_ext.hub.pusher import HubPusher
@@ -176,11 +152,7 @@ class PushSession:
         if self.budget is None:
             self.budget = budget_for(self.repo_id, c.hub_commit_budget, c.budget_period)
             self.pusher.set_rate_limit_listener(self.budget.note_rate_limited)
-        with _ATEXIT_LOCK:
-            _OPEN.add(self)
-            if not _atexit_registered:
-                atexit.register(_close_open_sessions)
-                _atexit_registered = True
+        self._preflighted = True
         return self.repo_id
 
     # ---- cadence -----------------------------------------------------------------------------
@@ -194,10 +166,7 @@ class PushSession:
         """``save_strategy="steps"``: ``step`` crossed a multiple of ``save_steps`` since the last save (with
         ``steps_per_execution > 1`` the step jumps; the save happens at the first step past the multiple)."""
         c = self.config
-        if c.save_strategy != "steps":
-            return False
-        last = self._last_save_step or 0
-        return int(step) // c.save_steps > last // c.save_steps
+        return c.save_strategy == "steps" and crossed_save_step(step, self._last_save_step, c.save_steps)
 
     @property
     def saves_each_epoch(self) -> bool:
@@ -228,20 +197,13 @@ class PushSession:
         c = self.config
         if not c.save_best_only:
             return True
-        value = None
-        for key in (c.monitor, _MONITOR_ALIASES.get(c.monitor)):
-            if key and (logs or {}).get(key) is not None:
-                try:
-                    value = float(logs[key])
-                except (TypeError, ValueError):
-                    value = None
-                break
-        if value is None or math.isnan(value):
+        value = monitor_value(logs, c.monitor)
+        if value is None:
             if not self._warned_monitor:
                 logger.warning("save_best_only: %r is not in the logs at step %d; nothing saved.", c.monitor, step)
                 self._warned_monitor = True
             return False
-        if self.best is None or (value < self.best if c.mode == "min" else value > self.best):
+        if improves(value, self.best, c.mode):
             self.best, self.best_step = value, int(step)
             return True
         return False
@@ -250,7 +212,7 @@ class PushSession:
         """Whether a save's commit carries a resumable checkpoint (``"checkpoint"``: ``last-checkpoint/``;
         ``"all_checkpoints"``: ``checkpoint-<step>/`` of each save, the final one included, as transformers'
         Trainer pushes them). ``final`` is accepted for symmetry with :meth:`admit`; both push it."""
-        return self.config.hub_strategy in ("checkpoint", "all_checkpoints")
+        return strategy_rule(self.config.hub_strategy).checkpoint is not None
 
     def admit(self, step: int, final: bool = False, max_steps: Optional[int] = None) -> bool:
         """Whether the save at ``step`` is pushed now: the adapter writes and hands over the folders only then.
@@ -265,29 +227,23 @@ class PushSession:
         """
         if not self.active:
             return False
-        if final:
-            return True
-        if self.config.hub_strategy == "end":
-            return False
-        if max_steps and int(step) == int(max_steps):
-            _note(self.coalesced_steps, step)
-            return False
         from hf_tpu_ext import interrupts
 
-        signum = interrupts.received()
-        if signum is not None:  # the save of a SIGINT/SIGTERM is what a resume starts from: as a final push
+        signum = None if final else interrupts.received()
+        wait = self.budget.wait_seconds() if self.budget is not None and not final and signum is None else 0.0
+        plan = self.last_plan = plan_save(self.config.hub_strategy, step, final=final, max_steps=max_steps,
+                                          signalled=signum is not None, budget_wait=wait)
+        if plan.coalesced:
+            _note(self.coalesced_steps, step)
+        if plan.reason == "signal":  # the save of a SIGINT/SIGTERM is what a resume starts from: as a final push
             logger.info("Save at step %d after %s: pushed now, past the commit budget's pacing (within the %g s "
                         "grace budget).", step, _signal_name(signum), interrupts.grace())
             self._signal_saves += 1
-            return True
-        wait = self.budget.wait_seconds() if self.budget is not None else 0.0
-        if wait > 0:
+        elif plan.reason == "budget":
             self._coalesced_total += 1
-            _note(self.coalesced_steps, step)
             logger.info("Save at step %d coalesced into the next push (commit budget %d per %.0f s; room in %.0f s).",
                         step, self.budget.commits, self.budget.period, wait)
-            return False
-        return True
+        return plan.push
 
     # ---- pushes ------------------------------------------------------------------------------
     def save(self, model_folder: Optional[str], *, step: int, checkpoint_folder: Optional[str] = None,
@@ -310,10 +266,9 @@ class PushSession:
         step = int(step)
         if self.budget is not None:
             self.budget.note_commit(final=final)
-        if not self.wants_checkpoint(final):
-            checkpoint_folder = None
-        self.pusher.push_save(model_folder, step=step, checkpoint_folder=checkpoint_folder, final=final,
-                              commit_message=commit_title(step, final))
+        plan = plan_save(self.config.hub_strategy, step, final=final)  # the commits; admit() said "now"
+        self.pusher.push_save(model_folder, step=step, checkpoint_folder=checkpoint_folder if plan.checkpoint else None,
+                              final=final, commit_message=plan.commit_message)
         _note(self.pushed_steps, step)
         self._last_save_step = step
 
@@ -321,7 +276,7 @@ class PushSession:
     def note_logs(self, logs: Optional[dict], step: Optional[int] = None, epoch: Optional[float] = None) -> None:
         """Remember what the callbacks measured, for the card (``tokens_per_second`` of the throughput callback,
         evaluation results, the step and epoch)."""
-        from hf_tpu_ext.hub.model_card import eval_results_from_logs
+        from hf_tpu_ext.hub.card_facts import eval_results_from_logs
 
         logs = logs or {}
         m = self._measured
@@ -364,8 +319,9 @@ class PushSession:
         Returns:
             The card path, or ``None`` when the card did not validate (logged; training goes on).
         """
-        from hf_tpu_ext.hub.model_card import (initialization_fields, load_summary, render_model_card,
-                                               validate_model_card, write_card)
+        from hf_tpu_ext.hub.card_check import validate_model_card
+        from hf_tpu_ext.hub.card_guard import write_card
+        from hf_tpu_ext.hub.card_render import initialization_fields, load_summary, render_model_card
 
         if callable(summary):
             try:
@@ -472,8 +428,6 @@ class PushSession:
 
     def _close(self) -> None:
         self._closed = True
-        with _ATEXIT_LOCK:
-            _OPEN.discard(self)
 
     def report_dict(self) -> dict:
         """``training_summary.json``'s ``hub_pushes``: the pusher's report (:meth:`PushReport.to_dict`) plus

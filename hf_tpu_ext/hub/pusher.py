@@ -3,22 +3,18 @@
 :class:`HubPusher` turns one save into commits: the preflight (token, repo, write access, card fields), the
 ``hub_strategy`` mapping of a save's folders to commits, the background queue with retries
 (:class:`~hf_tpu_ext.hub.push_queue.PushQueue`), the card check in the push job, the end-of-run report and
-the cleanup of its staging folders. When and what to save, the commit titles and budget are the push
-session's (:mod:`hf_tpu_ext.hub.push_session`), which the training run and the push callbacks use;
-``hf-tpu push`` calls :meth:`HubPusher.push_save` directly.
+the cleanup of its staging folders. What a save's commits carry and their titles are
+:func:`hf_tpu_ext.hub.push_policy.plan_save`'s plan, which :meth:`HubPusher.push_save` carries out; when to save
+and the budget are the push session's (:mod:`hf_tpu_ext.hub.push_session`), which the training run and the push
+callbacks use; ``hf-tpu push`` calls :meth:`HubPusher.push_save` directly. The pusher owns the hub layer's one
+``atexit`` hook: every live pusher (a session's too) reports what is pending and cleans up at interpreter exit.
 
 It imports only the standard library, ``huggingface_hub`` and ``hf_tpu_ext.hub``/ground modules: never
 TensorFlow, torch or Keras.
 
-``hub_strategy`` (the names and meaning of :class:`transformers.TrainingArguments`):
-
-- ``"end"``: only the push with ``final=True`` (the model folder);
-- ``"every_save"``: the model folder at every save;
-- ``"checkpoint"``: the model folder and the newest checkpoint under ``last-checkpoint/`` *in one commit*,
-  so a resumable checkpoint lands with every upload that lands, however often saves outpace uploads (a
-  newer save replaces a pending one; the in-flight upload always finishes);
-- ``"all_checkpoints"``: as ``"every_save"``, plus every checkpoint under ``checkpoint-<step>/`` (own commits,
-  never replaced).
+``hub_strategy``: see :mod:`hf_tpu_ext.hub.push_policy` (:data:`~hf_tpu_ext.hub.push_policy.STRATEGY_TABLE`). With
+``"checkpoint"`` a resumable checkpoint lands with every upload that lands, however often saves outpace uploads
+(a newer save replaces a pending one; the in-flight upload always finishes).
 
 Example:
     >>> with HubPusher("alice/tiny-mlm", hub_strategy="checkpoint", output_dir="out") as pusher:
@@ -41,6 +37,8 @@ from typing import Callable, Optional
 
 from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id  # the flag's choices: defined once, with the argument
 from hf_tpu_ext.errors import ArgumentError, HubError
+from hf_tpu_ext.hub.push_policy import (CHECKPOINT_PREFIX, DEFAULT_HUB_STRATEGY, OWN_COMMIT, WITH_MODEL,  # noqa: F401
+                                        check_hub_strategy, checkpoint_folder_name, plan_save)
 from hf_tpu_ext.hub.push_queue import REPORT_LIMIT, STAGING_PREFIX, PushQueue, PushReport
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
@@ -54,7 +52,6 @@ __all__ = ["HUB_STRATEGIES", "MODEL_IGNORE_PATTERNS", "LAST_CHECKPOINT", "LAST_C
 # the Trainer's checkpoint folders), local checkpoint folders, temp and hidden files, pickled arguments.
 MODEL_IGNORE_PATTERNS = ("checkpoints/*", f"{LAST_CHECKPOINT}/*", "checkpoint-*", f"hub-{LAST_CHECKPOINT}/*",
                          "*.index", "*.data-*", "*.tmp", ".*", "training_args.bin")
-CHECKPOINT_PREFIX = "checkpoint-"
 # files under last-checkpoint/ on the Hub that a new checkpoint does not re-upload are deleted in its commit
 # (older ckpt-N shards, rng states of other ranks): what lands there is exactly one checkpoint
 LAST_CHECKPOINT_DELETE_PATTERNS = (f"{LAST_CHECKPOINT}/*",)
@@ -66,11 +63,6 @@ def note_step(steps: list, step: int, limit: int = REPORT_LIMIT) -> None:
     steps.append(int(step))
     if len(steps) > limit:
         del steps[: len(steps) - limit]
-
-
-def checkpoint_folder_name(step: int) -> str:
-    """``checkpoint-<step>``: the Trainer's name for a checkpoint folder, also the Hub folder of ``all_checkpoints``."""
-    return f"{CHECKPOINT_PREFIX}{int(step)}"
 
 
 def log_push_report(report: PushReport, repo_id: str, output_dir: Optional[str], final_step: Optional[int]) -> None:
@@ -156,19 +148,18 @@ class HubPusher:
             ``REPORT_LIMIT``).
         card_problems: after :meth:`finish`, when the final push carried a README.md: what the Hub does not show
             of its metadata (``[]``: all of it; ``None``: not checked), see
-            :func:`hf_tpu_ext.hub.model_card.check_card_on_hub`. Before the first push :meth:`preflight` keeps
-            README.md out of Git LFS (:func:`hf_tpu_ext.hub.model_card.keep_card_out_of_lfs`).
+            :func:`hf_tpu_ext.hub.card_check.check_card_on_hub`. Before the first push :meth:`preflight` keeps
+            README.md out of Git LFS (:func:`hf_tpu_ext.hub.card_guard.keep_card_out_of_lfs`).
 
     Raises:
         ArgumentError: an unknown ``hub_strategy``.
     """
 
-    def __init__(self, repo_id: Optional[str], *, token: Optional[str] = None, hub_strategy: str = "every_save",
+    def __init__(self, repo_id: Optional[str], *, token: Optional[str] = None, hub_strategy: str = DEFAULT_HUB_STRATEGY,
                  private: Optional[bool] = None, revision: Optional[str] = None, output_dir: Optional[str] = None,
                  api=None, max_retries: int = 5, backoff_seconds: float = 1.0,
                  push_timeout: Optional[float] = DEFAULT_PUSH_TIMEOUT, card_fields: Optional[dict] = None):
-        if hub_strategy not in HUB_STRATEGIES:
-            raise ArgumentError(f"hub_strategy must be one of {', '.join(HUB_STRATEGIES)}, got {hub_strategy!r}.")
+        check_hub_strategy(hub_strategy)
         if repo_id is None and output_dir is None:
             raise ArgumentError("HubPusher needs a repo_id (or an output_dir whose name becomes the repo name).")
         if repo_id is not None:
@@ -235,7 +226,8 @@ class HubPusher:
         self.repo_id = preflight(self.repo_id, self._token, private=self.private, revision=self.revision,
                                  default_name=default_name)
         if self.card_fields is not None:
-            from hf_tpu_ext.hub.model_card import render_model_card, validate_model_card
+            from hf_tpu_ext.hub.card_check import validate_model_card
+            from hf_tpu_ext.hub.card_render import render_model_card
 
             card = render_model_card(self.output_dir or ".", repo_id=self.repo_id,
                                      summary={"mask_token": "<mask>"}, **self.card_fields)
@@ -274,7 +266,7 @@ class HubPusher:
             final: the final state: pushed whatever the strategy; ``report().final_pushed`` says whether
                 it landed.
             commit_message: the commit summary (default:
-                :func:`hf_tpu_ext.hub.push_session.commit_title`).
+                :func:`hf_tpu_ext.hub.push_policy.commit_title`).
 
         Raises:
             RuntimeError: the pusher is closed.
@@ -283,32 +275,29 @@ class HubPusher:
         """
         if self._closed:
             raise RuntimeError("This HubPusher is closed; create a new one to push again.")
-        if self.hub_strategy == "end" and not final:
+        plan = plan_save(self.hub_strategy, step, final=final, commit_message=commit_message)
+        if not plan.push:  # a strategy that pushes the final state only
             return
         self.preflight()
         step = int(step)
-        from hf_tpu_ext.hub.model_card import validate_card_file
-        from hf_tpu_ext.hub.push_session import commit_title
+        from hf_tpu_ext.hub.card_check import validate_card_file
 
-        message = commit_message or commit_title(step, final)
         if final and model_folder is not None:  # what the read-back in finish() expects the Hub to show
-            from hf_tpu_ext.hub.model_card import card_expectations
+            from hf_tpu_ext.hub.card_check import card_expectations
 
             self._final_card = card_expectations(model_folder)
 
         check_card = functools.partial(validate_card_file, token=self._token)
         also, delete = [], None
-        if checkpoint_folder is not None and self.hub_strategy == "checkpoint":
-            also, delete = [(checkpoint_folder, LAST_CHECKPOINT)], list(LAST_CHECKPOINT_DELETE_PATTERNS)
+        if checkpoint_folder is not None and plan.checkpoint == WITH_MODEL:
+            also, delete = [(checkpoint_folder, plan.checkpoint_path)], list(LAST_CHECKPOINT_DELETE_PATTERNS)
         if model_folder is not None or also:
-            self._queue.submit(model_folder, commit_message=message, ignore_patterns=list(MODEL_IGNORE_PATTERNS),
-                               delete_patterns=delete, key="model", before_upload=check_card, also=also,
-                               step=step, final=final,
-                               inherit=(LAST_CHECKPOINT,) if self.hub_strategy == "checkpoint" else ())
-        if checkpoint_folder is not None and self.hub_strategy == "all_checkpoints":
-            name = checkpoint_folder_name(step)
-            self._queue.submit(checkpoint_folder, path_in_repo=name, commit_message=commit_title(step, checkpoint_only=True),
-                               key=name, step=step)
+            self._queue.submit(model_folder, commit_message=plan.commit_message,
+                               ignore_patterns=list(MODEL_IGNORE_PATTERNS), delete_patterns=delete, key="model",
+                               before_upload=check_card, also=also, step=step, final=final, inherit=plan.inherit)
+        if checkpoint_folder is not None and plan.checkpoint == OWN_COMMIT:
+            self._queue.submit(checkpoint_folder, path_in_repo=plan.checkpoint_path,
+                               commit_message=plan.checkpoint_message, key=plan.checkpoint_path, step=step)
         note_step(self.pushed_steps, step)
         if final:
             self._final_step = step
@@ -355,7 +344,7 @@ class HubPusher:
         self.preflight()
         return self._queue.find_push(push_id) if self._queue is not None else None
 
-    # ---- the card on the Hub (hub.model_card): never an LFS pointer, read back after the final push -------
+    # ---- the card on the Hub (hub.card_guard, hub.card_check): never an LFS pointer, read back after the final push -------
     def _hf_api(self):
         if self._api is not None:
             return self._api
@@ -365,7 +354,7 @@ class HubPusher:
 
     def _keep_card_out_of_lfs(self) -> None:
         """At preflight: a repo whose .gitattributes routes README.md through LFS gets it back as a regular file."""
-        from hf_tpu_ext.hub.model_card import keep_card_out_of_lfs
+        from hf_tpu_ext.hub.card_guard import keep_card_out_of_lfs
 
         try:
             keep_card_out_of_lfs(self._hf_api(), self.repo_id, self.revision)
@@ -374,8 +363,8 @@ class HubPusher:
 
     def _check_card(self, report: PushReport) -> None:
         """After the final push landed with a README.md: the metadata the Hub parsed must be the card's
-        (:func:`hf_tpu_ext.hub.model_card.check_card_on_hub`); problems go to :attr:`card_problems` and the log."""
-        from hf_tpu_ext.hub.model_card import check_card_on_hub
+        (:func:`hf_tpu_ext.hub.card_check.check_card_on_hub`); problems go to :attr:`card_problems` and the log."""
+        from hf_tpu_ext.hub.card_check import check_card_on_hub
 
         landed = [o for o in report.outcomes if o.status == "pushed" and o.final and o.commit_oid]
         if self._final_card is None or not landed:

@@ -3,14 +3,20 @@
 Retried: connection errors, timeouts, HTTP 5xx and 429, with exponential backoff (at most
 :data:`MAX_BACKOFF_SECONDS`) unless the Hub sent ``Retry-After`` (seconds or an HTTP date, honoured up to
 :data:`MAX_RETRY_AFTER_SECONDS`); a 2xx whose body cannot be read is a lost reply (the commit may have landed).
+
+A ``Retry-After`` holds for the repo, not for one upload: :class:`RetryAfter` is its one clock, one per repo in a
+process (:func:`retry_after_for`), read by the push queue (an upload waits it out) and the commit budget (no save
+is admitted before it).
 """
 
 from __future__ import annotations
 
 import email.utils
 import json
+import os
+import threading
 import time
-from typing import Optional
+from typing import Callable, Dict, Optional
 
 from hf_tpu_ext.hub.preflight import transport_errors
 
@@ -72,3 +78,45 @@ def _describe(err: BaseException) -> str:
     status = _status(err)
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"HTTP {status}: {first}" if status is not None else first
+
+
+class RetryAfter:
+    """The Hub's ``Retry-After`` of one repo: no commit starts before it ends. Thread-safe.
+
+    Args:
+        clock: seconds, monotonic (tests pass a fake).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._until = 0.0
+
+    def note(self, seconds: Optional[float]) -> None:
+        """The Hub asked for ``seconds`` (``None``/0: nothing asked): no commit before then (a later, shorter
+        ``Retry-After`` never shortens a running one)."""
+        if seconds:
+            with self._lock:
+                self._until = max(self._until, self._clock() + float(seconds))
+
+    def seconds_left(self) -> float:
+        """Seconds until commits may start again (0: now)."""
+        with self._lock:
+            return max(0.0, self._until - self._clock())
+
+
+_CLOCKS: Dict[tuple, RetryAfter] = {}
+_CLOCKS_LOCK = threading.Lock()
+
+
+def retry_after_for(repo_id: str, repo_type: str = "model") -> RetryAfter:
+    """The process-wide :class:`RetryAfter` of ``repo_id`` on the current endpoint (made on first use)."""
+    key = (os.environ.get("HF_ENDPOINT", ""), repo_type, repo_id)
+    with _CLOCKS_LOCK:
+        return _CLOCKS.setdefault(key, RetryAfter())
+
+
+def reset_retry_after() -> None:
+    """Forget every repo's ``Retry-After`` (a test's fresh Hub; never needed in a run)."""
+    with _CLOCKS_LOCK:
+        _CLOCKS.clear()

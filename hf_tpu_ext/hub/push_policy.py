@@ -1,0 +1,216 @@
+"""What a push is, decided once: the ``hub_strategy`` table, commit titles, which checkpoint goes, the best model.
+
+No I/O, no clock, no framework: facts go in (the strategy, the global step, whether it is the final state, a
+SIGINT/SIGTERM, the commit budget's wait), one frozen :class:`PushPlan` per save comes out. The push session
+(:mod:`hf_tpu_ext.hub.push_session`: whether a save is pushed now) and the pusher
+(:mod:`hf_tpu_ext.hub.pusher`: what its commits carry) carry plans out; nothing else decides.
+
+``hub_strategy`` (the names and meaning of :class:`transformers.TrainingArguments`), :data:`STRATEGY_TABLE`:
+
+- ``"end"``: only the final push (the model folder);
+- ``"every_save"``: the model folder at every save;
+- ``"checkpoint"``: the model folder and the save's checkpoint under ``last-checkpoint/`` *in one commit* (a newer
+  save replaces a pending one and the one on the Hub), so a resumable checkpoint lands with every push that lands;
+- ``"all_checkpoints"``: as ``"every_save"``, plus each checkpoint under ``checkpoint-<step>/`` in a commit of its
+  own (never replaced; the final one included, as transformers' Trainer pushes them).
+
+Whether a save is pushed now (:func:`plan_save`, in this order): the final state always; ``"end"``: no other
+save; a save at the run's last step (``step == max_steps``) coalesces into the final push that follows with the
+same state; the save of a SIGINT/SIGTERM is pushed past the budget's pacing (what a resume starts from); a save
+the commit budget has no room for (``budget_wait > 0``) coalesces into the next push; any other save is pushed.
+
+Example:
+    >>> plan_save("checkpoint", 100).checkpoint_path
+    'last-checkpoint'
+    >>> plan_save("end", 100).push, plan_save("end", 200, final=True).commit_message
+    (False, 'End of training')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+from typing import Mapping, Optional, Tuple
+
+from hf_tpu_ext.args import HUB_STRATEGIES
+from hf_tpu_ext.errors import check_choice
+from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
+
+FINAL_COMMIT_TITLE = "End of training"
+SAVE_COMMIT_TITLE = "Training in progress, step {step}"
+CHECKPOINT_COMMIT_TITLE = "Checkpoint at step {step}"
+CHECKPOINT_PREFIX = "checkpoint-"
+#: what a push configuration or pusher pushes unless told (as transformers' ``TrainingArguments``)
+DEFAULT_HUB_STRATEGY = "every_save"
+
+#: where a save's checkpoint goes: in the model's commit (``last-checkpoint/``), or a commit of its own
+WITH_MODEL, OWN_COMMIT = "with_model", "own_commit"
+
+#: why a plan pushes or not (:attr:`PushPlan.reason`)
+REASONS = ("final", "signal", "paced", "end_strategy", "last_step", "budget")
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyRule:
+    """One ``hub_strategy`` value: what its saves push, and when.
+
+    Attributes:
+        name: the ``--hub_strategy`` value.
+        pushes_saves: saves before the end are pushed (``False``: the final push only).
+        checkpoint: where a save's resumable checkpoint goes: :data:`WITH_MODEL` (``last-checkpoint/`` in the
+            model's commit), :data:`OWN_COMMIT` (``checkpoint-<step>/``, its own commit) or ``None`` (nowhere).
+    """
+
+    name: str
+    pushes_saves: bool
+    checkpoint: Optional[str]
+
+
+#: every ``--hub_strategy`` value -> its rule (keys in :data:`hf_tpu_ext.args.HUB_STRATEGIES`' order)
+STRATEGY_TABLE: Mapping[str, StrategyRule] = types.MappingProxyType({
+    "end": StrategyRule("end", pushes_saves=False, checkpoint=None),
+    "every_save": StrategyRule("every_save", pushes_saves=True, checkpoint=None),
+    "checkpoint": StrategyRule("checkpoint", pushes_saves=True, checkpoint=WITH_MODEL),
+    "all_checkpoints": StrategyRule("all_checkpoints", pushes_saves=True, checkpoint=OWN_COMMIT),
+})
+
+
+def check_hub_strategy(value: str, name: str = "hub_strategy") -> str:
+    """``value`` when it is a ``hub_strategy`` (:data:`STRATEGY_TABLE`), else :class:`~hf_tpu_ext.errors.ArgumentError`
+    ``"<name> must be one of end, every_save, checkpoint, all_checkpoints, got ..."`` (``--hub_strategy`` is the
+    same check: :func:`hf_tpu_ext.errors.check_choice` over :data:`~hf_tpu_ext.args.HUB_STRATEGIES`)."""
+    return check_choice(value, HUB_STRATEGIES, name)
+
+
+def strategy_rule(hub_strategy: str) -> StrategyRule:
+    """The :class:`StrategyRule` of ``hub_strategy``. Raises: ArgumentError: an unknown one."""
+    return STRATEGY_TABLE[check_hub_strategy(hub_strategy)]
+
+
+def commit_title(step: int, final: bool = False, checkpoint_only: bool = False) -> str:
+    """The commit summary of a push: ``"End of training"``, ``"Training in progress, step N"`` or, for a
+    ``checkpoint-N/`` folder of ``hub_strategy="all_checkpoints"``, ``"Checkpoint at step N"``."""
+    if final:
+        return FINAL_COMMIT_TITLE
+    return (CHECKPOINT_COMMIT_TITLE if checkpoint_only else SAVE_COMMIT_TITLE).format(step=int(step))
+
+
+def checkpoint_folder_name(step: int) -> str:
+    """``checkpoint-<step>``: the Trainer's name for a checkpoint folder, also the Hub folder of ``all_checkpoints``."""
+    return f"{CHECKPOINT_PREFIX}{int(step)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PushPlan:
+    """What one save pushes (:func:`plan_save`).
+
+    Attributes:
+        step: the global optimizer step of the save.
+        final: the final state.
+        push: pushed now (``False``: not written or uploaded; :attr:`coalesced` says whether a later push
+            carries its state).
+        reason: one of :data:`REASONS`: ``"final"``, ``"signal"``, ``"paced"`` (pushed); ``"end_strategy"``,
+            ``"last_step"``, ``"budget"`` (not pushed).
+        commit_message: the title of the model's commit.
+        checkpoint: :data:`WITH_MODEL`, :data:`OWN_COMMIT` or ``None``: where the save's checkpoint goes.
+        checkpoint_path: the checkpoint's folder in the repo (``"last-checkpoint"``, ``"checkpoint-<step>"``; None).
+        checkpoint_message: the title of the checkpoint's own commit (:data:`OWN_COMMIT` only, else ``None``).
+        inherit: snapshot folders a push replacing a pending one takes over (``("last-checkpoint",)`` with
+            :data:`WITH_MODEL`, so replacing a push never drops the checkpoint only it carried).
+        budget_wait: seconds until the commit budget has room (``"budget"`` only, else 0).
+    """
+
+    step: int
+    final: bool
+    push: bool
+    reason: str
+    commit_message: str
+    checkpoint: Optional[str] = None
+    checkpoint_path: Optional[str] = None
+    checkpoint_message: Optional[str] = None
+    inherit: Tuple[str, ...] = ()
+    budget_wait: float = 0.0
+
+    @property
+    def coalesced(self) -> bool:
+        """Not pushed now, its state carried by the next push (the last step's save, or no room in the budget)."""
+        return self.reason in ("last_step", "budget")
+
+
+def _pushed_now(rule: StrategyRule, step: int, final: bool, max_steps: Optional[int], signalled: bool,
+                budget_wait: float) -> str:
+    """The reason of a plan (see the module doc for the order)."""
+    if final:
+        return "final"
+    if not rule.pushes_saves:
+        return "end_strategy"
+    if max_steps and step == int(max_steps):
+        return "last_step"
+    if signalled:
+        return "signal"
+    return "budget" if budget_wait > 0 else "paced"
+
+
+def plan_save(hub_strategy: str, step: int, *, final: bool = False, max_steps: Optional[int] = None,
+              signalled: bool = False, budget_wait: float = 0.0, commit_message: Optional[str] = None) -> PushPlan:
+    """The one decision about a save: whether it is pushed now, its commit titles, where its checkpoint goes.
+
+    Args:
+        hub_strategy: one of :data:`STRATEGY_TABLE`.
+        step: the global optimizer step of the save.
+        final: the final state (always pushed).
+        max_steps: the run's last global step (``None``/0: unknown); a save there coalesces into the final push.
+        signalled: a SIGINT/SIGTERM was received (its save is pushed past the budget's pacing).
+        budget_wait: seconds until the commit budget has room for a non-final commit (0: now).
+        commit_message: the model commit's title instead of :func:`commit_title` (``hf-tpu push --commit_message``).
+
+    Returns:
+        The :class:`PushPlan`.
+
+    Raises:
+        ArgumentError: an unknown ``hub_strategy``.
+    """
+    rule, step = strategy_rule(hub_strategy), int(step)
+    reason = _pushed_now(rule, step, bool(final), max_steps, bool(signalled), float(budget_wait))
+    where = rule.checkpoint
+    path = {WITH_MODEL: LAST_CHECKPOINT, OWN_COMMIT: checkpoint_folder_name(step)}.get(where)
+    return PushPlan(step=step, final=bool(final), push=reason in ("final", "signal", "paced"), reason=reason,
+                    commit_message=commit_message or commit_title(step, final), checkpoint=where,
+                    checkpoint_path=path,
+                    checkpoint_message=commit_title(step, checkpoint_only=True) if where == OWN_COMMIT else None,
+                    inherit=(LAST_CHECKPOINT,) if where == WITH_MODEL else (),
+                    budget_wait=float(budget_wait) if reason == "budget" else 0.0)
+
+
+# ---- the best model (``save_best_only`` on ``monitor``/``mode``) and the save cadence -------------------
+#: ``save_best_only`` watches this metric (transformers' name; Keras' ``val_loss`` is its alias), lower is better
+DEFAULT_MONITOR, DEFAULT_MODE = "eval_loss", "min"
+#: Keras and transformers name the same metrics differently
+MONITOR_ALIASES = types.MappingProxyType({"eval_loss": "val_loss", "val_loss": "eval_loss",
+                                          "eval_accuracy": "val_accuracy", "val_accuracy": "eval_accuracy"})
+
+
+def monitor_value(logs: Optional[dict], monitor: str) -> Optional[float]:
+    """``logs[monitor]`` (or its Keras/transformers alias, :data:`MONITOR_ALIASES`) as a float; ``None`` when
+    missing, not a number, or NaN."""
+    logs = logs or {}
+    for key in (monitor, MONITOR_ALIASES.get(monitor)):
+        if key and logs.get(key) is not None:
+            try:
+                value = float(logs[key])
+            except (TypeError, ValueError):
+                return None
+            return None if math.isnan(value) else value
+    return None
+
+
+def improves(value: float, best: Optional[float], mode: str) -> bool:
+    """Whether ``value`` beats ``best`` (``None``: none yet) in ``mode`` (``"min"``: lower is better, ``"max"``)."""
+    return best is None or (value < best if mode == "min" else value > best)
+
+
+def crossed_save_step(step: int, last_save_step: Optional[int], save_steps: int) -> bool:
+    """``save_strategy="steps"``: global ``step`` crossed a multiple of ``save_steps`` since ``last_save_step``
+    (with ``steps_per_execution > 1`` the step jumps; the save happens at the first step past the multiple)."""
+    return int(step) // save_steps > int(last_save_step or 0) // save_steps
