@@ -123,3 +123,31 @@ def test_policy_literals_live_only_in_the_policy(path):
                                                                         "Checkpoint at step", "checkpoint-{"))]
     assert found == [], f"{path} decides push policy: {found}"
     assert "hub_strategy ==" not in (ROOT / path).read_text()
+
+
+# ---- one Retry-After clock per repo, one atexit owner ---------------------------------------------------
+def test_the_queue_and_the_budget_read_one_retry_after_clock():
+    from hf_tpu_ext.hub.commit_budget import budget_for, reset_budgets
+    from hf_tpu_ext.hub.push_queue import PushQueue
+    from hf_tpu_ext.hub.retry_policy import retry_after_for
+
+    reset_budgets()
+    try:
+        budget = budget_for("alice/clock", 100, 3600.0)
+        queue = PushQueue("alice/clock", None, api=object())
+        try:
+            assert queue.retry_after is budget.retry_after is retry_after_for("alice/clock")
+            queue.retry_after.note(30.0)  # what the queue does at a 429 with Retry-After: 30
+            assert 29.0 < budget.wait_seconds(final=True) <= 30.0  # the final push waits for it too
+            assert budget_for("alice/clock", 10, 3600.0).retry_after is queue.retry_after  # a stricter budget keeps it
+            assert retry_after_for("alice/other").seconds_left() == 0.0
+        finally:
+            queue.close()
+    finally:
+        reset_budgets()
+    assert retry_after_for("alice/clock").seconds_left() == 0.0  # a fresh Hub forgets it
+
+
+def test_one_atexit_owner_in_the_hub_layer():
+    owners = sorted(p.name for p in (ROOT / "hf_tpu_ext" / "hub").glob("*.py") if "atexit.register(" in p.read_text())
+    assert owners == ["pusher.py"]
