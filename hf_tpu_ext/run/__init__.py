@@ -3,6 +3,7 @@
 * :mod:`~hf_tpu_ext.run.lifecycle` -- :class:`TrainingRun`: one method per phase (check, data, fit, checkpoint,
   export, card, push, space), the order, signals and the kill test hook;
 * :mod:`~hf_tpu_ext.run.checks` -- the checks before anything is written;
+* :mod:`~hf_tpu_ext.run.data` -- the data phase: the blocks and the plan (split sizes checked);
 * :mod:`~hf_tpu_ext.run.resume` -- which checkpoint a resume starts from, and what it imposes and carries over;
 * :mod:`~hf_tpu_ext.run.state` -- ``run_state.json`` (phases done, push reports), the trainer state saved with
   each checkpoint, ``training_summary.json``;

@@ -8,7 +8,8 @@ beside it in :mod:`hf_tpu_ext.run`:
    (finite numbers), output folder (empty or resumable, writable), backend packages, callback names, data files,
    Hub access (:mod:`~hf_tpu_ext.run.pushes`: the pusher's preflight), the checkpoint to resume from
    (:mod:`~hf_tpu_ext.run.resume`: newest readable one; its tokenizer and model shape win over flags left at
-   their defaults, a flag that contradicts it is an error), data and split sizes (:meth:`TrainingRun.data`);
+   their defaults, a flag that contradicts it is an error), data and split sizes (:meth:`TrainingRun.data`,
+   :mod:`~hf_tpu_ext.run.data`);
 2. **train** (:meth:`TrainingRun.fit`): the backend's ``fit``; after every checkpoint
    (:meth:`TrainingRun.checkpoint`) the run saves ``trainer_state.json`` with it (log history, best metric and
    step, epoch, tokens seen, wall time so far; :mod:`~hf_tpu_ext.run.state`, :mod:`~hf_tpu_ext.run.history`) and
@@ -51,7 +52,7 @@ from typing import Any, Dict, List, Optional
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.console import resume_hint
 from hf_tpu_ext.errors import CheckpointError, HubPushError, OutputDirError, TrainingInterrupted
-from hf_tpu_ext.run import checks, files, history, pushes, resume, state
+from hf_tpu_ext.run import checks, data, files, history, pushes, resume, state
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -166,51 +167,12 @@ class TrainingRun:
         Raises:
             DataError, CorpusTooSmallError: unreadable data, or a split too small for one batch.
         """
-        self.tokenizer, blocks, self.description = self._load_data(tokenizer_source)
-        self.plan = self._plan(blocks)
+        self.tokenizer, blocks, self.description = data.load_blocks(self.model_args, self.data_args, self.args,
+                                                                    self.backend, tokenizer_source)
+        self.plan = data.plan_run(self.args, self.data_args, self.backend, blocks)
         if self.pusher is not None:  # the data checks passed: now the repo may be created (and the card checked)
             self.pusher.preflight()
         return blocks
-
-    def _load_data(self, tokenizer_source):
-        from hf_tpu_ext.data.loading import is_tfrecord_source
-        from hf_tpu_ext.data.run_data import load_text_blocks, load_tfrecord_blocks
-        from hf_tpu_ext.errors import DataError
-
-        data_args, backend = self.data_args, self.backend
-        if data_args.train_file and is_tfrecord_source(data_args.train_file):
-            if not backend.supports_tfrecord:
-                raise DataError(
-                    f"{data_args.train_file} holds TFRecord shards, which --backend {backend.name} does not read; pass "
-                    "the text files (--train_file/--validation_file) or a --dataset_name, or use --backend tensorflow.")
-            from hf_tpu_ext.data.tfrecord import check_tfrecord_location
-
-            check_tfrecord_location(data_args.train_file, backend.needs_remote_data)
-            return load_tfrecord_blocks(self.model_args, data_args, tokenizer_source)
-        if backend.needs_remote_data:
-            raise DataError("A TPU Node reads data from Cloud Storage: run `hf-tpu prepare-data --output_path gs://...` "
-                            "and pass that gs:// path as --train_file.")
-        return load_text_blocks(self.model_args, data_args, self.args.seed, tokenizer_source)
-
-    def _plan(self, blocks):
-        from hf_tpu_ext.backends.base import RunPlan
-        from hf_tpu_ext.data.run_data import check_split_size, num_blocks
-
-        args, backend = self.args, self.backend
-        # sequences per optimizer step: gradient accumulation splits them into micro-batches inside the step
-        global_batch = (args.per_device_train_batch_size * backend.num_replicas
-                        * int(getattr(args, "gradient_accumulation_steps", 1) or 1))
-        eval_batch = args.per_device_eval_batch_size * backend.num_replicas
-        check_split_size(blocks, "train", global_batch, self.data_args)
-        do_eval = getattr(args, "do_eval", args.eval_strategy != "no")
-        has_eval = bool(do_eval) and num_blocks(blocks.get("validation")) > 0
-        if has_eval:
-            check_split_size(blocks, "validation", eval_batch, self.data_args)
-        n = num_blocks(blocks["train"])
-        spe = n // global_batch
-        return RunPlan(global_batch_size=global_batch, eval_batch_size=eval_batch,
-                       seq_length=self.data_args.max_seq_length, steps_per_epoch=spe,
-                       total_steps=args.total_steps(spe), num_train_blocks=n, has_eval=has_eval)
 
     # ------------------------------------------------------------------ fit and the state saved with checkpoints
     def fit(self, start: int) -> Dict[str, Any]:
