@@ -266,7 +266,7 @@ def test_throughput_from_run_and_validation():
 
 # ---------------------------------------------------------------------------------------------- recompile guard
 def test_guard_same_shapes_no_warning():
-    from hf_tpu_ext.callbacks.xla_recompile_guard import XLARecompileGuard
+    from hf_tpu_ext.callbacks.tf_keras.xla_recompile_guard import XLARecompileGuard
 
     guard = XLARecompileGuard(action="raise")
     model = _tiny_model()
@@ -281,7 +281,7 @@ def test_guard_same_shapes_no_warning():
 
 
 def test_guard_warns_on_new_sequence_length():
-    from hf_tpu_ext.callbacks.xla_recompile_guard import XLARecompileGuard
+    from hf_tpu_ext.callbacks.tf_keras.xla_recompile_guard import XLARecompileGuard
 
     guard = XLARecompileGuard(action="warn")
     model = _tiny_model()
@@ -301,7 +301,7 @@ def test_guard_warns_on_new_sequence_length():
 def test_guard_raises_and_tracks_new_train_functions():
     import tf_keras as keras
 
-    from hf_tpu_ext.callbacks.xla_recompile_guard import XLARecompileGuard
+    from hf_tpu_ext.callbacks.tf_keras.xla_recompile_guard import XLARecompileGuard
 
     guard = XLARecompileGuard(action="raise")
     model = _tiny_model()
@@ -320,7 +320,7 @@ _SHORT_LAST_BATCH_SCRIPT = textwrap.dedent("""
     import json, os, sys
     import numpy as np
     import tf_keras as keras
-    from hf_tpu_ext.callbacks.xla_recompile_guard import XLARecompileGuard
+    from hf_tpu_ext.callbacks.tf_keras.xla_recompile_guard import XLARecompileGuard
     from hf_tpu_ext.errors import RecompilationError
 
     guard = XLARecompileGuard(action=sys.argv[1])  # before the process's first XLA compilation
@@ -385,7 +385,7 @@ def test_masked_lm_metric_module():
 
 
 def test_masked_lm_metrics_arguments():
-    from hf_tpu_ext.callbacks.masked_lm_metrics import MaskedLMMetrics, metric_keys
+    from hf_tpu_ext.callbacks.tf_keras.masked_lm_metrics import MaskedLMMetrics, metric_keys
 
     assert metric_keys() == {"eval_loss": "eval_loss", "perplexity": "perplexity",
                              "eval_accuracy": "eval_accuracy", "eval_tokens": "eval_tokens"}

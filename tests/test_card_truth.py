@@ -91,7 +91,7 @@ class _RecordingPusher:
 def test_script_push_callback_card_says_continued_with_model_index(trained_model_dir, tmp_path):
     pytest.importorskip("tensorflow")
     from hf_tpu_ext.backends.tensorflow.export import load_tf_model, save_model_folder
-    from hf_tpu_ext.callbacks.push_to_hub import PushToHubCallback
+    from hf_tpu_ext.callbacks.tf_keras.push_to_hub import PushToHubCallback
 
     model = load_tf_model(str(trained_model_dir))  # what a script continuing from our folder does
     assert model.name_or_path == str(trained_model_dir)

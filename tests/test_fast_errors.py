@@ -187,7 +187,7 @@ def test_malformed_hub_model_id_fails_in_the_argument_checks(tmp_path, capsys):
 
 
 def test_push_callbacks_refuse_a_malformed_repo_id_at_construction(tmp_path):
-    from hf_tpu_ext.callbacks.push_to_hub import PushToHubCallback as TfKerasPushToHub
+    from hf_tpu_ext.callbacks.tf_keras.push_to_hub import PushToHubCallback as TfKerasPushToHub
     from hf_tpu_ext.callbacks.torch.push_to_hub import PushToHubCallback as TorchPushToHub
     from hf_tpu_ext.hub.pusher import HubPusher
 

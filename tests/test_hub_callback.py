@@ -13,7 +13,7 @@ import tf_keras  # noqa: E402
 import functools  # noqa: E402
 
 from hf_tpu_ext.backends.tensorflow.export import save_model_folder  # noqa: E402
-from hf_tpu_ext.callbacks.push_to_hub import PushToHubCallback as _PushToHubCallback  # noqa: E402
+from hf_tpu_ext.callbacks.tf_keras.push_to_hub import PushToHubCallback as _PushToHubCallback  # noqa: E402
 
 # the adapter imports no backend: the training run (here the test) passes the backend's model-folder writer
 PushToHubCallback = functools.partial(_PushToHubCallback, save_fn=save_model_folder)

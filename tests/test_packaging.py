@@ -48,8 +48,8 @@ def test_tensorflow_demo_extra_resolves_without_backtracking(tmp_path):
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
 # extra -> the code it is for (`hf-tpu train` backends also write outputs.py's loss curve)
 EXTRA_PATHS = {
-    "tensorflow": ["hf_tpu_ext/backends/tensorflow", "hf_tpu_ext/callbacks/masked_lm_metrics.py",
-                   "hf_tpu_ext/callbacks/push_to_hub.py", "hf_tpu_ext/outputs.py"],
+    "tensorflow": ["hf_tpu_ext/backends/tensorflow", "hf_tpu_ext/callbacks/tf_keras/masked_lm_metrics.py",
+                   "hf_tpu_ext/callbacks/tf_keras/push_to_hub.py", "hf_tpu_ext/outputs.py"],
     "jax": ["hf_tpu_ext/backends/keras", "hf_tpu_ext/callbacks/keras", "hf_tpu_ext/data/numpy_batches.py",
             "hf_tpu_ext/outputs.py"],
     "torch-xla": ["hf_tpu_ext/backends/torch_xla", "hf_tpu_ext/outputs.py"],

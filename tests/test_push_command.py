@@ -244,7 +244,7 @@ def test_tf_keras_callback_card_snippets_run(loopback_hub, trained_model_dir, tm
     from transformers import AutoTokenizer
 
     from hf_tpu_ext.backends.tensorflow.export import load_tf_model
-    from hf_tpu_ext.callbacks.push_to_hub import PushToHubCallback
+    from hf_tpu_ext.callbacks.tf_keras.push_to_hub import PushToHubCallback
 
     model = load_tf_model(str(trained_model_dir))  # what a plain Keras script continuing from our folder has
     model.compile(optimizer=tf_keras.optimizers.Adam(1e-4))

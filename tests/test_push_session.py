@@ -14,7 +14,7 @@ from hf_tpu_ext.hub.push_policy import FINAL_COMMIT_TITLE, commit_title
 from hf_tpu_ext.hub.push_session import HUB_COMMITS_PER_HOUR, CommitBudget, PushConfig, PushSession, budget_for
 
 ROOT = Path(__file__).resolve().parent.parent
-ADAPTERS = ("hf_tpu_ext/callbacks/push_to_hub.py", "hf_tpu_ext/callbacks/keras/push_to_hub.py",
+ADAPTERS = ("hf_tpu_ext/callbacks/tf_keras/push_to_hub.py", "hf_tpu_ext/callbacks/keras/push_to_hub.py",
             "hf_tpu_ext/callbacks/torch/push_to_hub.py")
 
 

@@ -90,13 +90,13 @@ _TORCH_DESCRIPTIONS = _DESCRIPTION_TABLES["torch"]
 _BUILTINS = {
     "masked_lm_metrics": (
         "Evaluate masked-LM loss, perplexity and accuracy on device (per epoch or every N steps).",
-        {"tf_keras": "hf_tpu_ext.callbacks.masked_lm_metrics:MaskedLMMetrics",
+        {"tf_keras": "hf_tpu_ext.callbacks.tf_keras.masked_lm_metrics:MaskedLMMetrics",
          "keras": "hf_tpu_ext.callbacks.keras.masked_lm_metrics:MaskedLMMetrics",
          "torch": "hf_tpu_ext.callbacks.torch.masked_lm_metrics:MaskedLMMetricsCallback"},
     ),
     "push_to_hub": (
         "Push checkpoints, the model and its card to the Hub in the background while training runs.",
-        {"tf_keras": "hf_tpu_ext.callbacks.push_to_hub:PushToHubCallback",
+        {"tf_keras": "hf_tpu_ext.callbacks.tf_keras.push_to_hub:PushToHubCallback",
          "keras": "hf_tpu_ext.callbacks.keras.push_to_hub:PushToHubCallback",
          "torch": "hf_tpu_ext.callbacks.torch.push_to_hub:PushToHubCallback"},
     ),
@@ -108,7 +108,7 @@ _BUILTINS = {
     ),
     "xla_recompile_guard": (
         "Warn or fail when the train function is traced/compiled again after warm-up.",
-        {"tf_keras": "hf_tpu_ext.callbacks.xla_recompile_guard:XLARecompileGuard",
+        {"tf_keras": "hf_tpu_ext.callbacks.tf_keras.xla_recompile_guard:XLARecompileGuard",
          "keras": "hf_tpu_ext.callbacks.keras.xla_recompile_guard:XLARecompileGuard",
          "torch": "hf_tpu_ext.callbacks.torch.xla_recompile_guard:XLARecompileGuard"},
     ),

@@ -102,7 +102,7 @@ class MaskedLMMetrics(keras.callbacks.Callback):
     cross-entropy ``eval_loss``, ``perplexity = exp(eval_loss)``, ``eval_accuracy``, ``eval_tokens``.
 
     Results go into the epoch logs (and, with ``every_n_steps``, the batch logs of the step that crossed a
-    multiple) under the keys of :func:`hf_tpu_ext.callbacks.masked_lm_metrics.metric_keys`;
+    multiple) under the keys of :func:`hf_tpu_ext.callbacks.tf_keras.masked_lm_metrics.metric_keys`;
     ``self.results`` holds the latest, ``self.history`` every evaluation with its ``step``.
 
     Args:
