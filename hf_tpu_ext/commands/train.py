@@ -60,6 +60,7 @@ def main(argv=None) -> int:
     if "--help" not in argv and "-h" not in argv:
         check_model_refs_in_argv(argv)  # a missing model is named before transformers (and torch) are imported
     from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.commands.early_checks import check_before_imports
     from hf_tpu_ext.console import console_session
     from hf_tpu_ext.errors import TrainingInterrupted
     from hf_tpu_ext.run import train
@@ -67,6 +68,7 @@ def main(argv=None) -> int:
     from hf_tpu_ext.run_lock import lock_output_dir
 
     model_args, data_args, training_args = parse_args(argv)
+    check_before_imports(model_args, data_args, training_args)  # a bad data file: one line, before the frameworks
     # a second run on a busy folder is refused now, before transformers and the frameworks load (seconds)
     lock = lock_output_dir(training_args.output_dir)
     try:

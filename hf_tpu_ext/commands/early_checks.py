@@ -1,0 +1,25 @@
+"""The checks of ``hf-tpu train`` that need no framework, run right after the arguments are parsed.
+
+A missing ``--train_file`` used to be refused after the backend's imports (transformers, Keras or TensorFlow,
+datasets: ~3.4 s); these checks import only the standard library and numpy, so a bad input costs the parse alone.
+The same checks run again in :func:`hf_tpu_ext.run.checks.check_run` (a library caller of
+:func:`hf_tpu_ext.run.train` gets them there).
+"""
+
+from __future__ import annotations
+
+
+def check_before_imports(model_args, data_args, training_args) -> None:
+    """Refuse a missing, empty, binary or unsupported local ``--train_file`` / ``--validation_file`` before any
+    framework is imported.
+
+    Args:
+        model_args, data_args, training_args: what :func:`hf_tpu_ext.args.parse_args` returned.
+
+    Raises:
+        DataFileNotFoundError: a local data file does not exist (one line naming the flag and the path).
+        DataError: the file is a folder, empty, compressed/binary, or of an unsupported extension.
+    """
+    from hf_tpu_ext.run.checks import check_data_files
+
+    check_data_files(data_args)
