@@ -11,13 +11,18 @@ JAX's multi-process start (the Keras backend): :func:`jax_distributed_arguments`
 
 from __future__ import annotations
 
+import atexit
 import enum
 import functools
 import json
 import logging
 import os
+import re
 import socket
+import sys
+import threading
 import time
+from typing import Callable, List, Optional
 
 
 class DistributedType(str, enum.Enum):
@@ -211,10 +216,226 @@ def initialize_jax_distributed() -> None:
         kwargs["heartbeat_timeout_seconds"])
     if address and kwargs.get("process_id", 0) > 0:
         wait_for_coordinator(address, timeout)
+    watch_timeout = kwargs["heartbeat_timeout_seconds"]
+    kwargs["heartbeat_timeout_seconds"] = watch_timeout + JAX_HEARTBEAT_MARGIN  # the watch's line comes first
     try:
         jax.distributed.initialize(**kwargs)
+        start_lost_process_watch(watch_timeout)
     except (ValueError, RuntimeError) as err:  # e.g. "Number of processes must be defined."
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
         raise ValueError(f"jax.distributed.initialize refused (coordinator {address or 'found by JAX'}): {reason} "
                          f"Set {JAX_COORDINATOR_ADDRESS}, {JAX_NUM_PROCESSES} and {JAX_PROCESS_ID} on every process, "
                          "or run on a TPU slice, Slurm or Open MPI (found by JAX).") from None
+    while _AFTER_INITIALIZE:  # e.g. the run lock, now that this host knows its id (errors are theirs: unchanged)
+        _AFTER_INITIALIZE.pop(0)()
+
+
+#: what waits for this host's process id (:func:`after_jax_initialize`)
+_AFTER_INITIALIZE: List[Callable[[], None]] = []
+#: ``HF_TPU_JAX_DISTRIBUTED=1``: this process is one of several (JAX finds the cluster: a TPU slice, Slurm, MPI)
+JAX_DISTRIBUTED_SWITCH = "HF_TPU_JAX_DISTRIBUTED"
+
+
+def jax_process_id_pending(environ=None) -> bool:
+    """Whether this process will learn its id from ``jax.distributed.initialize`` and has not yet: JAX's
+    multi-process start is asked for (``HF_TPU_JAX_DISTRIBUTED=1``, or ``JAX_COORDINATOR_ADDRESS`` without
+    ``JAX_PROCESS_ID``: Slurm, Open MPI) and JAX is not initialized. Until then :func:`process_index` cannot say
+    whether this host is the chief."""
+    env = os.environ if environ is None else environ
+    state = getattr(sys.modules.get("jax._src.distributed"), "global_state", None)
+    if state is not None and getattr(state, "client", None) is not None:
+        return False
+    if str(env.get(JAX_PROCESS_ID, "")).strip():
+        return False
+    asked = str(env.get(JAX_DISTRIBUTED_SWITCH, "")).strip().lower() in ("1", "true", "yes")
+    return asked or bool(str(env.get(JAX_COORDINATOR_ADDRESS, "")).strip())
+
+
+def after_jax_initialize(fn: Callable[[], None]) -> None:
+    """Call ``fn()`` once :func:`initialize_jax_distributed` has joined the processes (this host's id known)."""
+    _AFTER_INITIALIZE.append(fn)
+
+
+def cancel_after_jax_initialize(fn: Callable[[], None]) -> None:
+    """Drop ``fn`` from what waits for the id (the run ended before JAX was initialized)."""
+    if fn in _AFTER_INITIALIZE:
+        _AFTER_INITIALIZE.remove(fn)
+
+
+#: key-value store keys of the lost-process watch: ``<prefix><process id>`` holds a beat count, ``exited`` at exit
+HEARTBEAT_KEY_PREFIX = "hf_tpu_ext/heartbeat/"
+#: seconds JAX's own heartbeat time-out is set past the watch's, so the watch's line comes first
+JAX_HEARTBEAT_MARGIN = 15
+#: exit status after a lost process (the run stops; a rerun resumes from the last checkpoint)
+LOST_PROCESS_EXIT = 1
+
+
+class LostProcessWatch:
+    """Stops this process with one line when another process of the run is lost (killed, its host gone).
+
+    Why: jax 0.10's own answer is a C++ abort (``Task 1 heartbeat timeout``, a stack trace, exit 134), after the
+    survivors already failed a collective with a raw ``Gloo ... Connection reset by peer`` traceback, and its
+    Python ``missed_heartbeat_callback`` hook aborts with ``std::bad_cast``. So every process beats through the
+    coordinator's key-value store (``<HEARTBEAT_KEY_PREFIX><id>``, once per ``poll`` seconds, from a daemon
+    thread) and reads the others' beats: a process whose count stays still for ``timeout`` seconds, or a
+    coordinator that stays unreachable that long (then process 0 is the lost one), is lost. A process that exits
+    writes ``exited`` (atexit) and is never reported. JAX's heartbeat time-out is set ``JAX_HEARTBEAT_MARGIN``
+    seconds longer, so this line comes first; the process then ends with :data:`LOST_PROCESS_EXIT`.
+
+    Args:
+        client: ``jax._src.distributed.global_state.client`` (``key_value_set(key, value, allow_overwrite)``,
+            ``key_value_try_get(key)``; a fake in tests).
+        process_id, num_processes: this process and the count.
+        timeout: seconds without a beat after which a process counts as lost.
+        poll: seconds between beats.
+        clock: monotonic seconds (tests pass a fake).
+    """
+
+    def __init__(self, client, process_id: int, num_processes: int, timeout: float, poll: float = 1.0,
+                 clock=time.monotonic):
+        self.client, self.process_id, self.num_processes = client, int(process_id), int(num_processes)
+        self.timeout, self.poll, self.clock = float(timeout), float(poll), clock
+        self.output_dir: Optional[str] = (_OUTPUT_DIR or [None])[0]
+        self.find_checkpoints: Callable[[str], List[str]] = newest_complete_checkpoints
+        self._beats = 0
+        now = clock()
+        self._seen = {i: (None, now) for i in range(self.num_processes) if i != self.process_id}
+        self._store_failing_since: Optional[float] = None
+        self._exited: set = set()
+        self._stop = threading.Event()
+        self.verdict = threading.Event()  # set once the line is printed (the process ends right after)
+
+    def beat(self, own: bool = True) -> Optional[str]:
+        """One beat (``own``: this process's; off once it wrote ``exited``) and one look at the others; the
+        lost-process line when one is lost, else ``None``."""
+        now = self.clock()
+        self._beats += 1
+        try:
+            if own:
+                self.client.key_value_set(f"{HEARTBEAT_KEY_PREFIX}{self.process_id}", str(self._beats), True)
+            values = {i: self._read(i) for i in self._seen if i not in self._exited}
+        except Exception:  # noqa: BLE001 (the coordinator's store did not answer: gone, or a blip)
+            self._store_failing_since = self._store_failing_since or now
+            if now - self._store_failing_since >= self.timeout and self.process_id != 0:
+                return self.message(0, now - self._store_failing_since)
+            return None
+        self._store_failing_since = None
+        for i, value in values.items():
+            if value == "exited":
+                self._exited.add(i)
+            elif value is not None and value != self._seen[i][0]:
+                self._seen[i] = (value, now)
+        lost = [(now - t, i) for i, (_, t) in self._seen.items() if i not in self._exited and now - t >= self.timeout]
+        return self.message(min(lost)[1], max(lost)[0]) if lost else None
+
+    def _read(self, i: int) -> Optional[str]:
+        try:
+            return self.client.key_value_try_get(f"{HEARTBEAT_KEY_PREFIX}{i}")
+        except Exception as err:  # noqa: BLE001 (NOT_FOUND: it has not beaten yet; anything else: the store)
+            if "NOT_FOUND" in str(err) or "not found" in str(err).lower():
+                return None
+            raise
+
+    def message(self, lost: int, seconds: float) -> str:
+        """``process 1 of 2 was lost (no heartbeat for 30 s); the last checkpoint is checkpoint-8 in out; ...``."""
+        why = ("the coordinator did not answer" if lost == 0 and self._store_failing_since is not None
+               else "no heartbeat")
+        folder = self.output_dir or (_OUTPUT_DIR or [None])[0]
+        where = folder or "the output_dir"
+        try:
+            found = self.find_checkpoints(folder) if folder else []
+        except Exception:  # noqa: BLE001 (a folder being written: say none rather than fail here)
+            found = []
+        last = (f"the last checkpoint is {os.path.basename(found[0])} in {where}" if found
+                else f"no checkpoint in {where} yet (a rerun starts at step 0)")
+        return (f"process {lost} of {self.num_processes} was lost ({why} for {seconds:.0f} s); {last}; rerun the "
+                "same commands on every host (with --resume_from_checkpoint true) to resume.")
+
+    def mark_exited(self) -> None:
+        """Tell the others this process ends on purpose (atexit): it is not lost."""
+        self._stop.set()
+        try:
+            self.client.key_value_set(f"{HEARTBEAT_KEY_PREFIX}{self.process_id}", "exited", True)
+        except Exception:  # noqa: BLE001 (the coordinator already went)
+            pass
+
+    def start(self) -> "LostProcessWatch":
+        threading.Thread(target=self._run, name="hf-tpu-lost-process-watch", daemon=True).start()
+        atexit.register(self.mark_exited)  # after jax's own atexit registration: runs before its shutdown
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll):
+            line = self.beat()
+            if line and not self._stop.is_set():
+                self._stop_process(line)
+        # exiting on purpose: keep watching while JAX's shutdown waits for the others (a lost one ends it)
+        while not self.verdict.is_set():
+            time.sleep(self.poll)
+            line = self.beat(own=False)
+            if line:
+                self._stop_process(line)
+
+    def _stop_process(self, line: str) -> None:
+        logging.getLogger("hf_tpu_ext").error(line)
+        print(f"hf-tpu train: error: {line}", file=sys.stderr, flush=True)
+        self.verdict.set()
+        os._exit(LOST_PROCESS_EXIT)  # the main thread may sit in a collective that never returns
+
+
+#: the watch of this process (:func:`initialize_jax_distributed` starts it), ``None`` in a one-process run
+lost_process_watch: Optional[LostProcessWatch] = None
+
+
+#: the run's output folder (:func:`note_output_dir`), named in the lost-process line
+_OUTPUT_DIR: List[str] = []
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def note_output_dir(output_dir: Optional[str]) -> None:
+    """Remember the run's ``--output_dir`` (the run lock tells it, in every process) for the lost-process line."""
+    _OUTPUT_DIR[:] = [str(output_dir)] if output_dir else []
+
+
+def newest_complete_checkpoints(folder: str) -> List[str]:
+    """``checkpoint-<N>/`` folders of ``folder`` with their ``trainer_state.json`` (a save's last file: the
+    Keras and torch_xla layouts), newest first; ``[]`` when none or unreadable."""
+    try:
+        names = [(int(m.group(1)), n) for n in os.listdir(folder) for m in [_CHECKPOINT_RE.match(n)] if m]
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for _, n in sorted(names, reverse=True)
+            if os.path.isfile(os.path.join(folder, n, "trainer_state.json"))]
+
+
+def _collective_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective that failed because a peer went (gloo/gRPC texts of jax 0.10)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(s in text for s in ("Gloo", "Connection reset by peer", "Connection closed by peer",
+                                   "heartbeat", "UNAVAILABLE", "DEADLINE_EXCEEDED"))
+
+
+def _quiet_excepthook(previous):
+    """``sys.excepthook`` that, for a collective failed by a lost peer, waits for the watch's line instead of
+    printing jax's traceback (the watch ends the process; without a verdict the traceback comes after all)."""
+
+    def hook(exc_type, exc, tb):
+        watch = lost_process_watch
+        if watch is not None and _collective_failure(exc):
+            watch.verdict.wait(watch.timeout + 3 * watch.poll + 5)
+        previous(exc_type, exc, tb)
+
+    return hook
+
+
+def start_lost_process_watch(timeout: float) -> Optional[LostProcessWatch]:
+    """Start :class:`LostProcessWatch` for this initialized multi-process JAX run (``None`` for one process)."""
+    global lost_process_watch
+    from jax._src import distributed as jax_distributed
+
+    state = jax_distributed.global_state
+    if state.client is None or int(state.num_processes or 1) < 2 or lost_process_watch is not None:
+        return lost_process_watch
+    lost_process_watch = LostProcessWatch(state.client, state.process_id, state.num_processes, timeout).start()
+    sys.excepthook = _quiet_excepthook(sys.excepthook)
+    return lost_process_watch

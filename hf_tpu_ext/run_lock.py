@@ -107,6 +107,7 @@ class RunLock:
         self._fd: Optional[int] = None
         self._created_folder: Optional[str] = None
         self._refs = 0  # holders in this process (lock_output_dir): the last release drops the lock
+        self.pending = False  # PendingRunLock: waiting for this host's process id
 
     def acquire(self) -> "RunLock":
         """Take the lock; returns ``self``.
@@ -246,28 +247,78 @@ def lock_output_dir(output_dir: Optional[str]) -> Optional[RunLock]:
     """The held :class:`RunLock` of ``output_dir``, or ``None`` where no lock is taken: no folder, a remote
     (``gs://``) folder, a path that is a file (the folder check reports it), or a process that does not write
     the folder (a spawned child, a worker other than the chief). A lock this process holds already is shared
-    (each caller releases it once).
+    (each caller releases it once). A host that learns its process id from ``jax.distributed.initialize``
+    (:func:`hf_tpu_ext.distributed.jax_process_id_pending`) gets a :class:`PendingRunLock`: taken then, on the
+    chief only.
 
     Raises:
         OutputDirError: the folder cannot be written (:func:`hf_tpu_ext.fileio.check_writable_dir`).
         RunLockedError: see :meth:`RunLock.acquire`.
     """
-    from hf_tpu_ext.distributed import process_index
+    from hf_tpu_ext.distributed import jax_process_id_pending, note_output_dir, process_index
 
+    note_output_dir(output_dir)  # every process: a lost-process line names the folder and its last checkpoint
     if not output_dir or "://" in str(output_dir) or (os.path.exists(output_dir) and not os.path.isdir(output_dir)):
         return None
     if os.environ.get("HF_TPU_XLA_CHILD") == "1":
         return None  # a process of a spawned run: the parent holds the lock
+    held = _HELD.get(os.path.realpath(str(output_dir)))
+    if held is not None and (held._fd is not None or held.pending):
+        held._refs += 1
+        return held
+    if jax_process_id_pending():  # JAX tells this host its id later: the lock is taken then, by the chief only
+        return PendingRunLock(str(output_dir))
     try:
         if process_index() != 0:
             return None
     except ValueError:  # a bad TF_CONFIG: the strategy's check reports it
         return None
-    held = _HELD.get(os.path.realpath(str(output_dir)))
-    if held is not None and held._fd is not None:
-        held._refs += 1
-        return held
     from hf_tpu_ext.fileio import check_writable_dir
 
     check_writable_dir(str(output_dir), "--output_dir")  # its message, not the lock file's, for a read-only folder
     return RunLock(str(output_dir)).acquire()
+
+
+class PendingRunLock(RunLock):
+    """The lock of a host that learns its process id from ``jax.distributed.initialize`` (``HF_TPU_JAX_DISTRIBUTED=1``
+    on a TPU slice): taken right after it (:func:`hf_tpu_ext.distributed.after_jax_initialize`) when this host is
+    process 0, never on the others, so hosts sharing one folder do not refuse each other.
+
+    Raises (from the initialization, before any compute):
+        RunLockedError, OutputDirError: as :meth:`RunLock.acquire`.
+    """
+
+    def __init__(self, folder: str):
+        from hf_tpu_ext.distributed import after_jax_initialize
+
+        super().__init__(folder)
+        self.pending, self._refs = True, 1
+        _HELD[os.path.realpath(folder)] = self
+        after_jax_initialize(self._take_if_chief)
+
+    def _take_if_chief(self) -> None:
+        from hf_tpu_ext.distributed import process_index
+        from hf_tpu_ext.fileio import check_writable_dir
+
+        self.pending = False
+        if _HELD.get(os.path.realpath(self.folder)) is self:
+            del _HELD[os.path.realpath(self.folder)]
+        if self._refs <= 0 or process_index() != 0:
+            return
+        refs = self._refs
+        check_writable_dir(str(self.folder), "--output_dir")
+        self.acquire()
+        self._refs = refs  # every holder releases once
+
+    def release(self) -> None:
+        if self.pending:
+            self._refs -= 1
+            if self._refs <= 0:
+                from hf_tpu_ext.distributed import cancel_after_jax_initialize
+
+                self.pending = False
+                cancel_after_jax_initialize(self._take_if_chief)
+                if _HELD.get(os.path.realpath(self.folder)) is self:
+                    del _HELD[os.path.realpath(self.folder)]
+            return
+        super().release()

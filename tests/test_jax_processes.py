@@ -1,0 +1,160 @@
+"""A multi-process JAX run's host-side parts, without JAX or processes: the lost-process watch
+(hf_tpu_ext.distributed.LostProcessWatch) on a fake key-value store and clock, and the run lock of a host that
+learns its id from jax.distributed.initialize (hf_tpu_ext.run_lock.PendingRunLock). The real kill -9 and the
+2-process runs are tests/current/test_keras_multiprocess.py."""
+
+import pytest
+
+from hf_tpu_ext.distributed import HEARTBEAT_KEY_PREFIX, LostProcessWatch
+
+
+class FakeStore:
+    """jax's DistributedRuntimeClient key-value calls; ``down`` makes every call fail as a gone coordinator."""
+
+    def __init__(self):
+        self.values, self.down = {}, False
+
+    def key_value_set(self, key, value, allow_overwrite=False):
+        if self.down:
+            raise RuntimeError("UNAVAILABLE: failed to connect to all addresses")
+        self.values[key] = value
+
+    def key_value_try_get(self, key):
+        if self.down:
+            raise RuntimeError("UNAVAILABLE: failed to connect to all addresses")
+        if key not in self.values:
+            raise RuntimeError(f"NOT_FOUND: Config key {key} not found.")
+        return self.values[key]
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def _pair(store, clock, timeout=30):
+    return [LostProcessWatch(store, i, 2, timeout, clock=clock) for i in (0, 1)]
+
+
+def test_a_peer_whose_beats_stop_is_lost_after_the_time_out(tmp_path):
+    store, clock = FakeStore(), Clock()
+    w0, w1 = _pair(store, clock)
+    for step in (4, 8, 12):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        if step < 12:  # checkpoint-12 is a torn save (no trainer state): never named
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    w0.output_dir = str(tmp_path)  # what the run lock notes (distributed.note_output_dir)
+    for _ in range(5):  # both beat (process 1 first: process 0 sees its last beat at once): nobody lost
+        clock.now += 1
+        assert (w1.beat(), w0.beat()) == (None, None)
+    assert store.values[f"{HEARTBEAT_KEY_PREFIX}1"] == "5"
+    clock.now += 29  # process 1 stopped beating 29 s ago
+    assert w0.beat() is None
+    clock.now += 1
+    assert w0.beat() == (f"process 1 of 2 was lost (no heartbeat for 30 s); the last checkpoint is checkpoint-8 in "
+                         f"{tmp_path}; rerun the same commands on every host (with --resume_from_checkpoint true) "
+                         "to resume.")
+
+
+def test_a_peer_that_exits_on_purpose_is_never_lost():
+    store, clock = FakeStore(), Clock()
+    w0, w1 = _pair(store, clock)
+    clock.now += 1
+    assert (w0.beat(), w1.beat()) == (None, None)
+    w1.mark_exited()
+    clock.now += 1
+    assert w0.beat() is None
+    clock.now += 300
+    assert w0.beat() is None
+
+
+def test_a_peer_that_never_beat_is_lost_and_no_checkpoint_is_said():
+    store, clock = FakeStore(), Clock()
+    w0 = LostProcessWatch(store, 0, 3, 10, clock=clock)
+    w0.output_dir = "out"
+    clock.now += 5
+    w2 = LostProcessWatch(store, 2, 3, 10, clock=clock)
+    assert (w0.beat(), w2.beat()) == (None, None)
+    clock.now += 5  # process 1 never beat in 10 s, process 2 beat 5 s ago
+    assert w0.beat() == ("process 1 of 3 was lost (no heartbeat for 10 s); no checkpoint in out yet (a rerun "
+                         "starts at step 0); rerun the same commands on every host (with --resume_from_checkpoint "
+                         "true) to resume.")
+
+
+@pytest.mark.parametrize("process_id, lost", [(1, True), (0, False)])
+def test_a_coordinator_that_stays_unreachable_is_process_0_lost(process_id, lost):
+    store, clock = FakeStore(), Clock()
+    watch = LostProcessWatch(store, process_id, 2, 30, clock=clock)
+    peer = LostProcessWatch(store, 1 - process_id, 2, 30, clock=clock)
+    store.down = True  # process 0 (the store's host) is gone
+    clock.now += 1
+    assert watch.beat() is None
+    clock.now += 20
+    assert watch.beat() is None
+    store.down = False  # a blip that ends: the count starts again
+    clock.now += 1
+    assert (peer.beat(), watch.beat()) == (None, None)
+    store.down = True
+    for _ in range(30):  # the first failed call starts the count: 29 s
+        clock.now += 1
+        assert watch.beat() is None
+    clock.now += 1
+    line = watch.beat()
+    if lost:
+        assert line.startswith("process 0 of 2 was lost (the coordinator did not answer for 30 s); ")
+    else:  # process 0 hosts the store: a failing store is not another process lost
+        assert line is None
+
+
+@pytest.mark.parametrize("process_id", [0, 1])
+def test_a_slice_host_takes_the_run_lock_once_jax_tells_its_id(tmp_path, monkeypatch, process_id):
+    """HF_TPU_JAX_DISTRIBUTED=1 alone (a TPU slice): the id comes from jax.distributed.initialize, so the lock
+    waits for it and only process 0 takes it (hosts sharing one folder do not refuse each other)."""
+    import json
+
+    from hf_tpu_ext import distributed
+    from hf_tpu_ext.run_lock import LOCK_NAME, lock_output_dir
+
+    for name in ("JAX_PROCESS_ID", "JAX_NUM_PROCESSES", "JAX_COORDINATOR_ADDRESS", "RANK", "TF_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_TPU_JAX_DISTRIBUTED", "1")
+    assert distributed.jax_process_id_pending()
+    out = tmp_path / "run"
+    first, second = lock_output_dir(str(out)), lock_output_dir(str(out))  # hf-tpu train, then the training run
+    assert first is second and first.pending and not out.exists()  # nothing written before the id is known
+    monkeypatch.setattr(distributed, "process_index", lambda: process_id)
+    hooks = list(distributed._AFTER_INITIALIZE)
+    assert hooks == [first._take_if_chief]
+    distributed._AFTER_INITIALIZE.clear()
+    hooks[0]()  # what initialize_jax_distributed runs once JAX joined the processes
+    assert not first.pending
+    if process_id == 0:
+        import os
+
+        assert json.loads((out / LOCK_NAME).read_text())["pid"] == os.getpid()
+    else:
+        assert not out.exists()
+    first.release()
+    assert (out / LOCK_NAME).exists() == (process_id == 0)  # the second holder still holds it
+    second.release()
+    assert not (out / LOCK_NAME).exists()
+
+
+def test_a_run_that_ends_before_jax_is_initialized_leaves_nothing_waiting(tmp_path, monkeypatch):
+    from hf_tpu_ext import distributed
+    from hf_tpu_ext.run_lock import lock_output_dir
+
+    monkeypatch.delenv("JAX_PROCESS_ID", raising=False)
+    monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "127.0.0.1:1")  # Slurm / Open MPI: JAX finds the id
+    lock = lock_output_dir(str(tmp_path / "run"))
+    assert lock.pending and distributed._AFTER_INITIALIZE == [lock._take_if_chief]
+    lock.release()
+    assert distributed._AFTER_INITIALIZE == [] and not (tmp_path / "run").exists()
+    monkeypatch.setenv("JAX_PROCESS_ID", "0")  # the id given: the lock is taken at once, as before
+    assert not distributed.jax_process_id_pending()
+    held = lock_output_dir(str(tmp_path / "run"))
+    assert not held.pending and (tmp_path / "run" / ".hf-tpu-train.lock").exists()
+    held.release()
