@@ -48,17 +48,15 @@ def saved_line(output_dir: str) -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "torch_xla" in argv:  # keep transformers from importing TensorFlow before torch_xla
-        os.environ.setdefault("USE_TF", "0")
-    if _backend_in_argv(argv) == "torch_xla" and "--help" not in argv and "-h" not in argv:
-        from hf_tpu_ext.extras import require_extra
+    # the one look before parsing (console.peek_argument: flags and a leading JSON config); everything else,
+    # the model references included, is read by parse_args
+    if _backend_in_argv(argv) == "torch_xla":
+        os.environ.setdefault("USE_TF", "0")  # keep transformers from importing TensorFlow before torch_xla
+        if "--help" not in argv and "-h" not in argv:
+            from hf_tpu_ext.extras import require_extra
 
-        # first: the extra also brings what other flags need (tensorboard for --report_to, accelerate)
-        require_extra("torch-xla", "--backend torch_xla")
-    from hf_tpu_ext.hub.model_ref import check_model_refs_in_argv
-
-    if "--help" not in argv and "-h" not in argv:
-        check_model_refs_in_argv(argv)  # a missing model is named before transformers (and torch) are imported
+            # first: the extra also brings what other flags need (tensorboard for --report_to, accelerate)
+            require_extra("torch-xla", "--backend torch_xla")
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.commands.early_checks import check_before_imports
     from hf_tpu_ext.console import console_session
@@ -68,7 +66,7 @@ def main(argv=None) -> int:
     from hf_tpu_ext.run_lock import lock_output_dir
 
     model_args, data_args, training_args = parse_args(argv)
-    check_before_imports(model_args, data_args, training_args)  # a bad data file: one line, before the frameworks
+    check_before_imports(model_args, data_args, training_args)  # a bad model or data file: before the frameworks
     # a second run on a busy folder is refused now, before transformers and the frameworks load (seconds)
     lock = lock_output_dir(training_args.output_dir)
     try:
