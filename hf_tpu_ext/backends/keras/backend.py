@@ -129,7 +129,9 @@ class KerasBackend(BackendDefaults):
         args = training_args
         self.placement = Placement()
         self.num_replicas = self.placement.num_devices
-        self.is_chief = jax.process_index() == 0
+        from hf_tpu_ext.distributed import is_main_process
+
+        self.is_chief = is_main_process()  # hf_tpu_ext.distributed: the one answer every module asks
         platform = jax.devices()[0].platform.upper()
         self.accelerator = {"CPU": "CPU", "GPU": "GPU", "CUDA": "GPU", "ROCM": "GPU"}.get(platform, "TPU")
         self.device_kind = jax.devices()[0].device_kind

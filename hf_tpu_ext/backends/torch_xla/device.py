@@ -98,5 +98,7 @@ def xla_device_info() -> XLADeviceInfo:
             kind = torch.cuda.get_device_name(0)
         except Exception:
             kind = "GPU"
+    from hf_tpu_ext.distributed import process_index  # the one answer (here: torch_xla's global ordinal)
+
     return XLADeviceInfo(accelerator=accelerator, device_kind=kind, num_devices=int(xr.global_runtime_device_count()),
-                         world_size=int(xr.world_size()), process_index=int(xr.global_ordinal()), device=device)
+                         world_size=int(xr.world_size()), process_index=process_index(), device=device)
