@@ -125,6 +125,11 @@ JAX_INITIALIZATION_TIMEOUT = "HF_TPU_JAX_INITIALIZATION_TIMEOUT"
 #: seconds without a heartbeat after which a process counts as lost and the others stop (default 30)
 JAX_HEARTBEAT_TIMEOUT = "HF_TPU_JAX_HEARTBEAT_TIMEOUT"
 DEFAULT_HEARTBEAT_TIMEOUT = 30
+#: seconds the other processes wait at exit for process 0 (export, card, final push; jax's default is 300, which
+#: a slow final push outlasts: they then abort with a C++ stack trace after a good run); a lost process 0 still
+#: ends the wait within the heartbeat time-out (:class:`LostProcessWatch`)
+JAX_SHUTDOWN_TIMEOUT = "HF_TPU_JAX_SHUTDOWN_TIMEOUT"
+DEFAULT_SHUTDOWN_TIMEOUT = 3600
 
 
 def _int_variable(environ, name: str, minimum: int):
@@ -145,9 +150,11 @@ def jax_distributed_arguments(environ=None) -> dict:
 
     ``JAX_COORDINATOR_ADDRESS`` is left to JAX (it reads it itself); ``JAX_NUM_PROCESSES`` and
     ``JAX_PROCESS_ID`` become ``num_processes``/``process_id`` (absent on a TPU slice, Slurm or Open MPI: JAX finds
-    them); ``HF_TPU_JAX_INITIALIZATION_TIMEOUT`` and ``HF_TPU_JAX_HEARTBEAT_TIMEOUT`` (seconds) become
-    ``initialization_timeout`` and ``heartbeat_timeout_seconds`` (default 30, so a lost process stops the others
-    within a minute instead of JAX's 100 s).
+    them); ``HF_TPU_JAX_INITIALIZATION_TIMEOUT``, ``HF_TPU_JAX_HEARTBEAT_TIMEOUT`` and
+    ``HF_TPU_JAX_SHUTDOWN_TIMEOUT`` (seconds) become ``initialization_timeout``, ``heartbeat_timeout_seconds``
+    (default 30, so a lost process stops the others within a minute instead of JAX's 100 s; the watch's time-out,
+    see :func:`initialize_jax_distributed`) and ``shutdown_timeout_seconds`` (default 3600: how long the others
+    wait at exit for process 0's export and final push).
 
     Raises:
         ValueError: a variable is not an integer in range, the id is not below the count, or one of the two is
@@ -162,7 +169,8 @@ def jax_distributed_arguments(environ=None) -> dict:
     if count is not None and index >= count:
         raise ValueError(f"{JAX_PROCESS_ID}={index} is not below {JAX_NUM_PROCESSES}={count}: "
                          f"number the processes 0 .. {count - 1}.")
-    out = {"heartbeat_timeout_seconds": _int_variable(env, JAX_HEARTBEAT_TIMEOUT, 1) or DEFAULT_HEARTBEAT_TIMEOUT}
+    out = {"heartbeat_timeout_seconds": _int_variable(env, JAX_HEARTBEAT_TIMEOUT, 1) or DEFAULT_HEARTBEAT_TIMEOUT,
+           "shutdown_timeout_seconds": _int_variable(env, JAX_SHUTDOWN_TIMEOUT, 1) or DEFAULT_SHUTDOWN_TIMEOUT}
     timeout = _int_variable(env, JAX_INITIALIZATION_TIMEOUT, 1)
     if timeout is not None:
         out["initialization_timeout"] = timeout
