@@ -287,7 +287,8 @@ class LostProcessWatch:
     coordinator's key-value store (``<HEARTBEAT_KEY_PREFIX><id>``, once per ``poll`` seconds, from a daemon
     thread) and reads the others' beats: a process whose count stays still for ``timeout`` seconds, or a
     coordinator that stays unreachable that long (then process 0 is the lost one), is lost. A process that exits
-    writes ``exited`` (atexit) and is never reported. JAX's heartbeat time-out is set ``JAX_HEARTBEAT_MARGIN``
+    (atexit) or stops for a signal (:func:`hf_tpu_ext.interrupts.received`; it exits right after its save, without
+    atexit) writes ``exited`` and is never reported. JAX's heartbeat time-out is set ``JAX_HEARTBEAT_MARGIN``
     seconds longer, so this line comes first; the process then ends with :data:`LOST_PROCESS_EXIT`.
 
     Args:
@@ -373,7 +374,12 @@ class LostProcessWatch:
         return self
 
     def _run(self) -> None:
+        from hf_tpu_ext import interrupts
+
         while not self._stop.wait(self.poll):
+            if interrupts.received() is not None:  # a signal's stop: it saves, then exits (exit_now: no atexit)
+                self.mark_exited()
+                break
             line = self.beat()
             if line and not self._stop.is_set():
                 self._stop_process(line)

@@ -158,3 +158,33 @@ def test_a_run_that_ends_before_jax_is_initialized_leaves_nothing_waiting(tmp_pa
     held = lock_output_dir(str(tmp_path / "run"))
     assert not held.pending and (tmp_path / "run" / ".hf-tpu-train.lock").exists()
     held.release()
+
+
+def test_a_signalled_process_tells_the_others_it_exits():
+    """After SIGTERM a process saves and exits through os._exit (no atexit): its beats end with ``exited``, so the
+    process 0 still pushing the signal's save does not report it lost."""
+    import signal
+    import threading
+    import time
+
+    from hf_tpu_ext import interrupts
+
+    store = FakeStore()
+    watch = LostProcessWatch(store, 1, 2, 30, poll=0.01)
+    thread = threading.Thread(target=watch._run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while store.values.get(f"{HEARTBEAT_KEY_PREFIX}1") in (None, "exited") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store.values[f"{HEARTBEAT_KEY_PREFIX}1"].isdigit()  # beating
+        interrupts.record(signal.SIGTERM)
+        while store.values[f"{HEARTBEAT_KEY_PREFIX}1"] != "exited" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store.values[f"{HEARTBEAT_KEY_PREFIX}1"] == "exited"
+        time.sleep(0.05)
+        assert store.values[f"{HEARTBEAT_KEY_PREFIX}1"] == "exited"  # no beat after it
+    finally:
+        interrupts.reset()
+        watch.verdict.set()  # ends the thread's watch of the others
+        thread.join(5)
