@@ -353,13 +353,10 @@ def last_eval_results(log_history: List[Dict[str, Any]], training_args=None) -> 
     """
     evals = [e for e in log_history if "eval_loss" in e or "probe_mrr" in e]
     if training_args is not None and getattr(training_args, "load_best_model_at_end", False):
-        from hf_tpu_ext.args import BEST_METRICS
+        from hf_tpu_ext.best_metric import BestMetric
 
-        key = BEST_METRICS[training_args.metric_for_best_model or "loss"]
-        sign = 1.0 if training_args.greater_is_better and key != "eval_loss" else -1.0
-        ranked = [e for e in evals if isinstance(e.get(key), (int, float)) and e.get("step", 0) > 0]
-        if ranked:
-            best = max(ranked, key=lambda e: sign * e[key])  # the first of equals, like the trainers
+        best = BestMetric.from_args(training_args).best_entry(evals)  # the first of equals, like the trainers
+        if best is not None:
             evals = [best]
     if evals:
         keys = ("eval_loss", "perplexity", "eval_accuracy", "probe_top1", "probe_top5", "probe_mrr", "probe_n")

@@ -30,13 +30,9 @@ THIS_FILE = "tests/test_code_shape.py"
 
 #: file -> its lines when it was last measured over the limit (only ever lower these numbers or drop entries)
 FILE_OFFENDERS: Dict[str, int] = {
-    "hf_tpu_ext/backends/tensorflow/trainer.py": 625,
 }
 #: "file::Class.function" -> its lines when it was last measured over the limit (only ever lower or drop)
 FUNCTION_OFFENDERS: Dict[str, int] = {
-    "hf_tpu_ext/backends/tensorflow/trainer.py::TFTrainer._build_functions": 115,
-    "hf_tpu_ext/backends/tensorflow/trainer.py::TFTrainer.train": 135,
-    "hf_tpu_ext/commands/prepare_data.py::main": 99,
 }
 #: the members of an import cycle allowed for now -> why, and what ends it
 KNOWN_CYCLES: Dict[frozenset, str] = {

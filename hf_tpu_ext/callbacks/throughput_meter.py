@@ -131,13 +131,15 @@ class ThroughputMeter:
             "tokens_per_second_per_replica": tokens / self.num_replicas,
         }
         if self.flops_per_token and self.peak_flops and self.mfu_note is None:
-            from hf_tpu_ext.flops import Peak, above_peak_message, compute_mfu
+            from hf_tpu_ext.flops import Peak
+            from hf_tpu_ext.mfu import MFUMeter
 
-            mfu = compute_mfu(rates["tokens_per_second_per_replica"], self.flops_per_token, self.peak_flops)
-            if mfu is None:  # above the peak: the peak is wrong for this machine; left out from here on
-                self.mfu_note = above_peak_message(rates["tokens_per_second_per_replica"], self.flops_per_token,
-                                                   Peak(self.peak_flops, self.peak_source or "given"))
-                logger.warning("%s.", self.mfu_note)
+            # the training loops' meter: above the peak, MFU is left out from here on, said once
+            meter = MFUMeter(self.flops_per_token, Peak(self.peak_flops, self.peak_source or "given"),
+                             self.num_replicas)
+            mfu = meter(tokens)
+            if mfu is None:
+                self.mfu_note = meter.note
             else:
                 rates["mfu"] = mfu
         return rates

@@ -24,7 +24,7 @@ if os.environ.get("KERAS_BACKEND", "jax") != "jax":
 
 
 def test_executions_are_cut_at_epoch_ends_and_the_last_step():
-    from hf_tpu_ext.backends.keras.loop import crossed, executions
+    from hf_tpu_ext.cadence import crossed, executions
 
     assert list(executions(0, 12, 5, 4)) == [(0, 4), (4, 1), (5, 4), (9, 1), (10, 2)]
     assert list(executions(3, 7, 100, 50)) == [(3, 4)]
@@ -124,8 +124,8 @@ def test_a_re_export_of_the_same_weights_leaves_every_file_byte_equal(tmp_path):
 def test_no_steady_rate_before_a_call_without_compilation_and_first_step_is_the_first_call():
     """The first (compiling) call gives no tokens/s or MFU in the log; ``first_step_seconds`` is its wall time
     whatever --steps_per_execution (not divided by N)."""
-    from hf_tpu_ext.backends.keras.backend import _format_entry
-    from hf_tpu_ext.backends.keras.meter import LoopMeter
+    from hf_tpu_ext.backends.loop import LoopMeter
+    from hf_tpu_ext.backends.loop import format_entry as _format_entry
 
     def mfu_of(rate):
         return 0.5

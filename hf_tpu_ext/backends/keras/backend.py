@@ -30,12 +30,13 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from hf_tpu_ext.outputs import format_log_entry
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
 from hf_tpu_ext.backends.keras.probes import preparing_probes, scoring_probes, wants_probes
 from hf_tpu_ext.backends.keras.events import EventWriter
-from hf_tpu_ext.backends.trackio_log import init_trackio, log_entry
+from hf_tpu_ext.backends.trackio_log import init_trackio
+from hf_tpu_ext.best_metric import BestMetric, BestTracker
 from hf_tpu_ext.errors import BackendError, CheckpointError
+from hf_tpu_ext.run_context import RunContext
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -72,13 +73,6 @@ def maybe_initialize_distributed() -> bool:
     return True
 
 
-class RunContext:
-    """What a callback's ``from_run(run)`` reads (the fields of the TF backend's ``RunContext`` that apply)."""
-
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
-
-
 class KerasBackend(BackendDefaults):
     """``--backend keras``: keras-hub RoBERTa on Keras 3 + JAX, one XLA program per step (see the module doc)."""
 
@@ -102,6 +96,7 @@ class KerasBackend(BackendDefaults):
         self.restored_fit_metrics: Optional[Dict[str, Any]] = None
         self.loaded_best = False
         self.best_model_checkpoint = None
+        self.best: Optional[BestTracker] = None  # the best evaluation so far (hf_tpu_ext.best_metric)
 
     # ------------------------------------------------------------------ devices
     def setup(self, training_args) -> None:
@@ -271,6 +266,7 @@ class KerasBackend(BackendDefaults):
         self.model.train_function = self.train_step  # the recompile guard watches this function
         self._state_from_variables()
         self._step = 0
+        self.best = BestTracker(BestMetric.from_args(args))
         report_to = getattr(args, "report_to", None) or ()
         self.summary_writer = EventWriter(args.logging_dir) if self.is_chief and "tensorboard" in report_to else None
         self.trackio = init_trackio(args, model_args) if self.is_chief and "trackio" in report_to else None
@@ -286,7 +282,7 @@ class KerasBackend(BackendDefaults):
                                   seq_length=plan.seq_length, steps_per_epoch=plan.steps_per_epoch,
                                   total_steps=plan.total_steps, tokenizer=tokenizer, model_config=self.config,
                                   model=self.model, output_dir=args.output_dir, flops_per_token=self.flops_per_token,
-                                  eval_dataset=None, eval_steps=None, strategy=None, checkpointer=None)
+                                  max_predictions=int(data_args.max_predictions_per_seq))
 
     def _state_from_variables(self) -> None:
         if self.on_tensorflow:  # the TensorFlow step updates the variables themselves
@@ -345,8 +341,10 @@ class KerasBackend(BackendDefaults):
         if _version("keras-hub") != "?":  # only where installed
             meta["keras_hub_version"] = _version("keras-hub")
         loop = getattr(self, "_loop", None)
-        if loop is not None:  # the logging window and what this process measured (backends/keras/meter.py)
-            meta.update(loop.meter.checkpoint_fields(self._fit_metrics(step)))
+        if loop is not None:  # the logging window and what this process measured (backends/keras/loop.py)
+            from hf_tpu_ext.backends.keras.loop import checkpoint_fields
+
+            meta.update(checkpoint_fields(loop, self._fit_metrics(step)))
         return save_checkpoint(args.output_dir, step, model_vars, opt_vars, meta, keep=args.save_total_limit)
 
     def restore(self, path: str) -> int:
@@ -423,9 +421,10 @@ class KerasBackend(BackendDefaults):
     @preparing_probes  # --probe_file parsed and tokenized before the first step
     def fit(self, callbacks: list, on_save: SaveHook, start_step: int,
             log_history: List[Dict[str, Any]]) -> Dict[str, Any]:
-        """Train from ``start_step`` to the plan's last step (:class:`~hf_tpu_ext.backends.keras.loop.TrainLoop`:
-        ``--steps_per_execution`` steps per device call), then checkpoint the step reached; returns the segment's
-        figures (``train_loss``, ``train_runtime``, ``steady_tokens_per_second``, ``mfu``, ``global_step``, ...).
+        """Train from ``start_step`` to the plan's last step (the shared :class:`~hf_tpu_ext.backends.loop.StepLoop`
+        on :class:`~hf_tpu_ext.backends.keras.loop.KerasSteps`: ``--steps_per_execution`` steps per device call),
+        then checkpoint the step reached; returns the segment's figures (``train_loss``, ``train_runtime``,
+        ``steady_tokens_per_second``, ``mfu``, ``global_step``, ...).
 
         Raises:
             KeyboardInterrupt: after SIGINT/SIGTERM (the step reached is checkpointed first).
@@ -433,10 +432,10 @@ class KerasBackend(BackendDefaults):
         """
         import keras
 
-        from hf_tpu_ext.backends.keras.loop import TrainLoop, executions
-        from hf_tpu_ext.backends.keras.meter import make_mfu_function, restored_loss_window
+        from hf_tpu_ext.backends.keras.loop import KerasSteps
         from hf_tpu_ext.backends.keras.step import CompileCounter
-        from hf_tpu_ext.data.numpy_batches import Prefetcher
+        from hf_tpu_ext.backends.loop import StepLoop, restored_loss_window
+        from hf_tpu_ext.mfu import make_mfu_meter
 
         args, plan = self.args, self.plan
         spe, total = plan.steps_per_epoch, plan.total_steps
@@ -445,37 +444,25 @@ class KerasBackend(BackendDefaults):
         self.trainer_ran = True
         cb = keras.callbacks.CallbackList(list(callbacks), add_history=False, add_progbar=False, model=self.model,
                                           epochs=max(1, math.ceil(total / spe)), steps=spe, verbose=0)
-        progress = None
-        if self.is_chief and not args.disable_tqdm:
-            from tqdm.auto import tqdm
-
-            progress = tqdm(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True,
-                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]")
-        self.mfu_of = make_mfu_function(self.flops_per_token, self.accelerator, self.device_kind, args.bf16,
-                                        self.num_replicas, self.is_chief)
-        # the logging window of the checkpoint resumed from: the next entry averages the same steps as without a stop
-        loop = self._loop = TrainLoop(self, cb, on_save, step, restored_loss_window(self._restored_meta, step))
-        prefetch = Prefetcher(loop.produce, executions(step, total, spe, loop.n), depth=2)
+        self.mfu_of = make_mfu_meter(self.flops_per_token, "CPU" if self.accelerator == "CPU" else self.device_kind,
+                                     args.bf16, self.num_replicas, self.is_chief, per="device")
+        # the logging window of the checkpoint resumed from: the next entry averages the same steps as without a
+        # stop; the restored checkpoint (start_step) is never written again
+        loop = self._loop = StepLoop(KerasSteps(self, on_save), args, plan, cb, log_history, step,
+                                     restored_loss_window(self._restored_meta, step), self.mfu_of, best=self.best,
+                                     saved_step=step, is_chief=self.is_chief, trackio=self.trackio)
         compiles = self._compiles = CompileCounter("train_step")
         if not self.on_tensorflow:
             compiles.__enter__()  # XLA's compilations of the step, from JAX's events
-        cb.on_train_begin()
-        if args.eval_on_start and step == 0:
-            self._evaluate_and_log(0)
         try:
-            step = loop.run(prefetch, progress)
+            step = loop.run()
         finally:
             if not self.on_tensorflow:
                 compiles.__exit__(None, None, None)
-            prefetch.close()
-            if progress is not None:
-                progress.close()
             if self.trackio is not None:
                 self.trackio.finish()
-        self._stop_if_signalled(step, int(start_step), on_save)
+        loop.finish(step)  # the final checkpoint; after a signal, KeyboardInterrupt
         self.callbacks = cb
-        if getattr(self, "_saved_step", None) != step:
-            self._save(step, on_save)  # the final checkpoint: a finished run can be extended and pushed
         self._variables_from_state()
         if getattr(args, "load_best_model_at_end", False):
             from hf_tpu_ext.backends.keras.best import load_best
@@ -485,63 +472,14 @@ class KerasBackend(BackendDefaults):
         return self._fit_metrics(step)
 
     def _fit_metrics(self, step: int) -> Dict[str, Any]:
-        """The segment's figures so far (:meth:`LoopMeter.fit_metrics`)."""
+        """The segment's figures so far (:meth:`StepLoop.results`), its first step and XLA compilations."""
         compiles = self._compiles
         count = (int(self.train_step.experimental_get_tracing_count()) if self.on_tensorflow else compiles.count)
-        return self._loop.meter.fit_metrics(step, self.plan.steps_per_epoch, self.plan.global_batch_size,
-                                            self.mfu_of, count, compiles.seconds)
-
-    def _save(self, step: int, on_save: SaveHook) -> None:
-        from hf_tpu_ext import interrupts
-
-        path = self.save(step)
-        self._saved_step = step
-        if path is not None:
-            logger.info("saved checkpoint %s", path)
-            interrupts.kill_for_test("checkpoint_weights", step)  # weights written, trainer state not yet
-            on_save(step, path)
-
-    def _stop_if_signalled(self, step: int, start_step: int, on_save: SaveHook) -> None:
-        """After a SIGINT/SIGTERM (:func:`hf_tpu_ext.interrupts.received`): checkpoint ``step`` unless it is saved
-        or nothing was trained, then raise ``KeyboardInterrupt`` (:func:`hf_tpu_ext.interrupts.check`).
-
-        Several processes agree (:meth:`~hf_tpu_ext.backends.keras.placement.Placement.any_process`, called by all at
-        the same call boundary): a signal seen by one stops all at this step; a process that saw none records a
-        SIGTERM, so every process saves the one checkpoint and exits 143."""
-        import signal
-
-        from hf_tpu_ext import interrupts
-
-        seen = interrupts.received() is not None
-        if self.placement is not None:
-            seen = self.placement.any_process(seen)
-        if not seen:
-            return
-        if interrupts.received() is None:
-            logger.info("another process received a signal: stopping at step %d with it", step)
-            interrupts.record(signal.SIGTERM)
-        if step > start_step and getattr(self, "_saved_step", None) != step:
-            logger.info("signal received: saving step %d before stopping", step)
-            self._save(step, on_save)
-        interrupts.check()
-
-    def _evaluate_and_log(self, step: int) -> Dict[str, float]:
-        metrics = self.evaluate()
-        if metrics:
-            self._log(dict(metrics, epoch=round(step / self.plan.steps_per_epoch, 4), step=step))
-            from hf_tpu_ext.backends.keras.best import track_best
-
-            track_best(self, metrics, step)
-        return metrics
-
-    def _log(self, entry: Dict[str, Any]) -> None:
-        self.log_history.append(entry)
-        if self.is_chief:
-            logger.info(_format_entry(entry))
-        if self.summary_writer is not None:
-            self.summary_writer.scalars(entry)
-        if self.is_chief:
-            log_entry(getattr(self, "trackio", None), entry)
+        return {**self._loop.results(step),
+                "first_step_seconds": self._loop.meter.first_step,
+                # XLA compilations of the train step in this segment (1 = compiled once)
+                "xla_step_compilations": int(count),
+                "xla_step_compile_seconds": round(float(compiles.seconds), 3)}
 
     def end_training(self, logs: Dict[str, Any]) -> None:
         cb = getattr(self, "callbacks", None)
@@ -571,15 +509,6 @@ class KerasBackend(BackendDefaults):
                 "steps_per_execution": int(getattr(self.args, "steps_per_execution", 1) or 1),
                 "compiler": ("XLA (Keras 3 on TensorFlow), whole step in one program" if self.on_tensorflow
                              else "XLA (JAX), whole step in one program")}
-
-
-def _format_entry(entry: Dict[str, Any]) -> str:
-    """The TensorFlow backend's wording (hf_tpu_ext.outputs); an entry after only the first, compiling call has no
-    steady rate: ``step 1 (epoch 0.01): loss 6.2278, lr 5e-05 | no steady rate yet (only the compiling first call ran)``."""
-    if "loss" in entry and "learning_rate" in entry and "tokens_per_second" not in entry:
-        return (f"step {entry['step']} (epoch {entry['epoch']:.2f}): loss {entry['loss']:.4f}, "
-                f"lr {entry['learning_rate']:.3g} | no steady rate yet (only the compiling first call ran)")
-    return format_log_entry(entry)
 
 
 def _version(dist: str) -> str:

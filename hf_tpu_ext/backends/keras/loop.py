@@ -1,41 +1,23 @@
-"""The Keras backend's training loop: device calls of ``--steps_per_execution`` optimizer steps.
+"""The Keras backend's compiled step behind :class:`hf_tpu_ext.backends.loop.StepBackend` (:class:`KerasSteps`).
 
-One call runs ``N = --steps_per_execution`` optimizer steps (:func:`hf_tpu_ext.backends.keras.step.make_multi_step`:
-a ``lax.fori_loop`` over ``N`` stacked global batches inside the one jitted program), cut short at an epoch's end
-and at the run's last step, as the TensorFlow backend cuts its calls (:func:`executions`). Logging, evaluation,
-checkpoints, signals and the callbacks' batch hooks happen at call boundaries: a cadence that ``N`` does not
-divide fires at the first boundary past each multiple (``_crossed``, the TensorFlow backend's rule), so
-``--logging_steps 10 --steps_per_execution 4`` logs at steps 12, 20, 32, ... Every logged loss is the mean of the
-per-step losses since the previous entry, whatever ``N``.
+The loop itself (cadence, logging window, best model, signal save, final checkpoint) is the one of
+:mod:`hf_tpu_ext.backends.loop`. Here: one device call runs ``N = --steps_per_execution`` optimizer steps
+(:func:`hf_tpu_ext.backends.keras.step.make_multi_step`: a ``lax.fori_loop`` over ``N`` stacked global batches
+inside the one jitted program); its batches are built and put on the devices by a background thread two calls
+ahead (:class:`hf_tpu_ext.data.numpy_batches.Prefetcher`); several processes agree on a signal at each call
+boundary.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from hf_tpu_ext import interrupts
-from hf_tpu_ext.backends.keras.meter import LoopMeter
 
 logger = logging.getLogger("hf_tpu_ext")
-
-
-def crossed(prev_step: int, step: int, every: int) -> bool:
-    """True when a multiple of ``every`` lies in ``(prev_step, step]`` (a call of several steps may jump over it)."""
-    return every > 0 and step // every > prev_step // every
-
-
-def executions(start: int, total: int, steps_per_epoch: int, steps_per_execution: int) -> Iterator[Tuple[int, int]]:
-    """``(first global step, steps)`` of each device call from ``start`` to ``total``: ``steps_per_execution``
-    steps, fewer at an epoch's end and at ``total`` (the TensorFlow backend's cut)."""
-    step = int(start)
-    while step < total:
-        n = min(int(steps_per_execution), total - step, (step // steps_per_epoch + 1) * steps_per_epoch - step)
-        yield step, n
-        step += n
 
 
 def stack_batches(batches: List[Dict[str, np.ndarray]], steps: int) -> Dict[str, np.ndarray]:
@@ -49,25 +31,28 @@ def stack_batches(batches: List[Dict[str, np.ndarray]], steps: int) -> Dict[str,
     return out
 
 
-class TrainLoop:
-    """One ``fit`` of :class:`~hf_tpu_ext.backends.keras.backend.KerasBackend` (see the module doc).
+class KerasSteps:
+    """:class:`~hf_tpu_ext.backends.keras.backend.KerasBackend`'s step, data, checkpoint and best-model calls.
 
     Args:
-        backend: the built backend (its state, steps, callbacks' model, ``_save``/``_log``/... hooks).
-        callbacks: a ``keras.callbacks.CallbackList``.
-        on_save: the run's save hook; start_step: the global step trained from; window: the restored logging
-        window ``(loss sum, steps)``.
+        backend: the built backend (its state, compiled steps, placement, schedule).
+        on_save: the run's save hook ``on_save(step, checkpoint folder)``.
     """
 
-    def __init__(self, backend, callbacks, on_save, start_step: int, window=(0.0, 0)):
-        self.b, self.cb, self.on_save = backend, callbacks, on_save
-        self.start_step = int(start_step)
+    def __init__(self, backend, on_save):
+        self.b, self.on_save = backend, on_save
         self.n = int(getattr(backend.args, "steps_per_execution", 1) or 1)
-        plan = backend.plan
-        self.meter = LoopMeter(plan.global_batch_size * plan.seq_length, window)
-        self.logs: Dict[str, Any] = {}
+
+    @property
+    def model(self):
+        return self.b.model
 
     # ------------------------------------------------------------------ device calls
+    def open_batches(self, calls: Iterable[Tuple[int, int]]):
+        from hf_tpu_ext.data.numpy_batches import Prefetcher
+
+        return Prefetcher(self.produce, calls, depth=2)
+
     def produce(self, item: Tuple[int, int]):
         """The device batch of one call (runs in the prefetch thread)."""
         from hf_tpu_ext.backends.keras.step import split_micro_batches
@@ -83,7 +68,7 @@ class TrainLoop:
             return b.placement.put_batch(micro[0], axis=1)
         return b.placement.put_batch(stack_batches(micro, self.n), axis=2)
 
-    def execute(self, batch, start: int, k: int) -> np.ndarray:
+    def run_steps(self, batch, start: int, k: int) -> np.ndarray:
         """Run ``k`` optimizer steps from global step ``start``; their mean losses (float64 ``[k]``), once done."""
         b = self.b
         if b.on_tensorflow:  # Keras on TensorFlow: one compiled step per optimizer step, called k times
@@ -95,70 +80,57 @@ class TrainLoop:
         else:
             b.state, loss_sums, cnts = b.train_step(b.state, batch, np.int32(start), np.int32(k))
             sums, counts = np.asarray(loss_sums, np.float64)[:k], np.asarray(cnts, np.float64)[:k]
+        b._step = start + k
         return np.asarray(sums, np.float64) / np.maximum(np.asarray(counts, np.float64), 1.0)
 
-    # ------------------------------------------------------------------ the loop
-    def run(self, prefetch, progress) -> int:
-        """Train to the plan's last step (or a callback's ``stop_training``); returns the global step reached.
+    def learning_rate(self, step: int) -> float:
+        return self.b.schedule.value(step)
 
-        Raises:
-            KeyboardInterrupt: after SIGINT/SIGTERM, once the step reached is checkpointed.
-            FloatingPointError: a non-finite training loss (the message names the step).
-        """
-        b, cb, args = self.b, self.cb, self.b.args
-        spe, total = b.plan.steps_per_epoch, b.plan.total_steps
-        step = self.start_step
-        epoch, epoch_started = step // spe, False
-        for start, k in executions(step, total, spe, self.n):
-            # a signal is a save: at this call boundary (after the call's logs, evaluation and scheduled
-            # checkpoint) write this step's checkpoint if none was, then stop with KeyboardInterrupt
-            b._stop_if_signalled(step, self.start_step, self.on_save)
-            if not epoch_started:
-                cb.on_epoch_begin(epoch)
-                epoch_started = True
-            batch_index = step - epoch * spe
-            cb.on_train_batch_begin(batch_index)
-            batch = prefetch.get((start, k))
-            t_call = time.perf_counter()
-            losses = self.execute(batch, start, k)  # waits for the steps
-            self.meter.add(losses.tolist(), time.perf_counter() - t_call)
-            bad = np.flatnonzero(~np.isfinite(losses))
-            if bad.size:
-                raise FloatingPointError(
-                    f"Training loss became {losses[bad[0]]} at global step {start + int(bad[0]) + 1}; lower "
-                    "--learning_rate or use --warmup_ratio. The last checkpoint in output_dir is intact.")
-            prev, step = step, step + k
-            b._step = step
-            interrupts.kill_for_test("train_step", step)  # tests: a SIGTERM/SIGKILL after step N (train_step@N)
-            self._after_call(prev, step, float(np.mean(losses)), progress, k)
-            # before evaluation and checkpoints: a callback's batch clock and compile watch cover the call only
-            cb.on_train_batch_end(batch_index + k - 1, self.logs)
-            if args.eval_strategy == "steps" and crossed(prev, step, args.eval_steps):
-                self.logs.update(b._evaluate_and_log(step))
-            if args.save_strategy == "steps" and crossed(prev, step, args.save_steps):
-                b._save(step, self.on_save)
-            if step % spe == 0 or step == total:
-                if args.eval_strategy == "epoch" and "eval_loss" not in self.logs:
-                    self.logs.update(b._evaluate_and_log(step))
-                if args.save_strategy == "epoch":
-                    b._save(step, self.on_save)
-                cb.on_epoch_end(epoch, dict(self.logs))
-                epoch, epoch_started = epoch + 1, False
-            if getattr(b.model, "stop_training", False):
-                break
-        return step
+    def evaluate(self) -> Dict[str, float]:
+        return self.b.evaluate()
 
-    def _after_call(self, prev: int, step: int, loss: float, progress, k: int) -> None:
-        """The call's ``logs`` (for callbacks), the log entry when the logging cadence is crossed, the progress bar."""
-        b, args = self.b, self.b.args
-        spe, total = b.plan.steps_per_epoch, b.plan.total_steps
-        lr = b.schedule.value(step)
-        self.logs = {"loss": loss, "learning_rate": lr, "global_step": step, "epoch": step / spe}
-        if crossed(prev, step, args.logging_steps) or step == total:
-            b._log(self.meter.log_entry(step, lr, step / spe, b.mfu_of))
-        if progress is not None:
-            progress.update(k)
-            postfix = {"loss": f"{loss:.4f}"}
-            if self.meter.tokens_per_second is not None:
-                postfix["tokens/s"] = f"{self.meter.tokens_per_second:,.0f}"
-            progress.set_postfix(postfix)
+    def write_scalars(self, entry: Dict[str, Any]) -> None:
+        if self.b.summary_writer is not None:
+            self.b.summary_writer.scalars(entry)
+
+    # ------------------------------------------------------------------ saves and signals
+    def save(self, step: int) -> None:
+        """``checkpoint-<step>/`` (process 0 writes), then the run's ``on_save`` (its trainer state completes it)."""
+        path = self.b.save(step)
+        if path is not None:
+            logger.info("saved checkpoint %s", path)
+            interrupts.kill_for_test("checkpoint_weights", step)  # weights written, trainer state not yet
+            self.on_save(step, path)
+
+    def keep_best(self, step: int, key: str, value: float) -> None:
+        from hf_tpu_ext.backends.keras.best import keep_best
+
+        keep_best(self.b, step, key, value)
+
+    def signalled(self) -> bool:
+        """Whether a SIGINT/SIGTERM was seen (:func:`hf_tpu_ext.interrupts.received`) by any process.
+
+        Several processes agree (:meth:`~hf_tpu_ext.backends.keras.placement.Placement.any_process`, called by all
+        at the same call boundary): a signal seen by one stops all at this step; a process that saw none records a
+        SIGTERM, so every process saves the one checkpoint and exits 143."""
+        import signal
+
+        seen = interrupts.received() is not None
+        placement = self.b.placement
+        if placement is not None:
+            seen = placement.any_process(seen)
+        if seen and interrupts.received() is None:
+            logger.info("another process received a signal: stopping at step %d with it", self.b._step)
+            interrupts.record(signal.SIGTERM)
+        return seen
+
+
+def checkpoint_fields(loop, fit_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """``checkpoint.json`` fields of a save during ``loop`` (a :class:`~hf_tpu_ext.backends.loop.StepLoop`):
+    ``loss_window`` and (once a step was timed) ``fit_metrics`` (JSON numbers and strings only), so a resume off
+    a logging boundary logs the same means and a resume that only finishes the export still reports them."""
+    fields: Dict[str, Any] = loop.meter.window_fields()
+    if fit_metrics and loop.meter.first_step is not None:
+        fields["fit_metrics"] = {k: v for k, v in fit_metrics.items()
+                                 if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    return fields

@@ -186,7 +186,8 @@ class TensorFlowBackend(BackendDefaults):
 
         from hf_tpu_ext.backends.tensorflow.checkpoint import TrainingCheckpointer
         from hf_tpu_ext.backends.tensorflow.model import build_model
-        from hf_tpu_ext.backends.tensorflow.trainer import RunContext, make_optimizer
+        from hf_tpu_ext.backends.tensorflow.trainer import make_optimizer
+        from hf_tpu_ext.run_context import RunContext
         from hf_tpu_ext.data.masking import make_mask_fn
         from hf_tpu_ext.data.pipeline import make_eval_dataset, make_train_dataset
 
@@ -224,10 +225,13 @@ class TensorFlowBackend(BackendDefaults):
         self.summary_writer = (tf.summary.create_file_writer(args.logging_dir)
                                if info.is_chief and "tensorboard" in report_to else None)
         self.trackio = init_trackio(args, model_args) if info.is_chief and "trackio" in report_to else None
-        self.context = RunContext(model_args, data_args, args, strategy, info, self.num_replicas,
-                                  plan.global_batch_size, L, plan.steps_per_epoch, plan.total_steps, self.eval_ds,
-                                  self.eval_steps, tokenizer, self.checkpointer, self.model.config, self.model,
-                                  args.output_dir)
+        self.context = RunContext(model_args=model_args, data_args=data_args, training_args=args, strategy=strategy,
+                                  strategy_info=info, num_replicas=self.num_replicas,
+                                  global_batch_size=plan.global_batch_size, seq_length=L,
+                                  steps_per_epoch=plan.steps_per_epoch, total_steps=plan.total_steps,
+                                  eval_dataset=self.eval_ds, eval_steps=self.eval_steps, tokenizer=tokenizer,
+                                  checkpointer=self.checkpointer, model_config=self.model.config, model=self.model,
+                                  output_dir=args.output_dir)
 
     def restore(self, path: str) -> int:
         self.checkpointer.validate_compatible(path, self.model.config)

@@ -1,4 +1,8 @@
-"""The TensorFlow training loop: XLA per-replica step, cross-replica update, Keras callbacks.
+"""The TensorFlow backend's compiled step behind the shared loop: XLA per-replica step, cross-replica update.
+
+The loop itself (cadence, logging window, best model, signal save, final checkpoint, results) is
+:class:`hf_tpu_ext.backends.loop.StepLoop`; :class:`TFTrainer` is its :class:`~hf_tpu_ext.backends.loop.StepBackend`
+(``train_function`` of ``--steps_per_execution`` steps, evaluation, ``tf.train`` checkpoints, the best weights).
 
 Why not ``model.fit(jit_compile=True)``: under ``MirroredStrategy`` XLA cannot compile the cross-replica
 update (variables live on other devices). With several replicas only the per-replica forward/backward is
@@ -15,25 +19,24 @@ the same update.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
 import os
-import statistics
-import time
-from collections import deque
+import re
+from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 import tf_keras
 
-from hf_tpu_ext.backends.trackio_log import log_entry
-from hf_tpu_ext.outputs import format_log_entry
 from hf_tpu_ext import interrupts
+from hf_tpu_ext.backends.loop import Unbuffered, format_entry, restored_loss_window
 from hf_tpu_ext.backends.tensorflow.dropout import counter_based_dropout, dropout_key
 from hf_tpu_ext.backends.tensorflow.model import count_parameters, masked_lm_sums
+from hf_tpu_ext.best_metric import BestMetric, BestTracker
 from hf_tpu_ext.distributed import DistributedType
+from hf_tpu_ext.mfu import MFUMeter, make_mfu_meter
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -47,37 +50,6 @@ def read_best_sidecar(prefix: str) -> Optional[dict]:
         return None
     with tf.io.gfile.GFile(path) as f:
         return json.loads(f.read())
-
-#: training steps the run's median step time looks back over (a bounded buffer, not one entry per step)
-STEADY_WINDOW = 10_000
-
-
-@dataclasses.dataclass
-class RunContext:
-    """Everything a callback's ``from_run(run)`` may need to configure itself."""
-
-    model_args: Any
-    data_args: Any
-    training_args: Any
-    strategy: tf.distribute.Strategy
-    strategy_info: Any
-    num_replicas: int
-    global_batch_size: int
-    seq_length: int
-    steps_per_epoch: int
-    total_steps: int
-    eval_dataset: Optional[tf.data.Dataset]
-    eval_steps: Optional[int]
-    tokenizer: Any
-    checkpointer: Any
-    model_config: Any
-    model: Any = None
-    output_dir: str = ""
-
-
-def _crossed(prev_step: int, step: int, every: int) -> bool:
-    """True when a multiple of ``every`` lies in ``(prev_step, step]`` (steps_per_execution may jump over it)."""
-    return every > 0 and step // every > prev_step // every
 
 
 class TFTrainer:
@@ -130,21 +102,13 @@ class TFTrainer:
         self.trackio = trackio  # the trackio module after trackio.init (--report_to trackio), or None
         # best-model tracking (transformers' metric_for_best_model / greater_is_better; eval_loss, lower is
         # better, when unset): the best so far of the restored history, then of this run's evaluations
-        from hf_tpu_ext.args import BEST_METRICS
-
-        self.best_key = BEST_METRICS[getattr(training_args, "metric_for_best_model", None) or "loss"]
-        self.greater_is_better = bool(getattr(training_args, "greater_is_better", None)) and self.best_key != "eval_loss"
-        self.best_metric: Optional[float] = None
-        self.best_global_step: Optional[int] = None
+        metric = BestMetric.from_args(training_args)
+        self.best = BestTracker(metric, *metric.best_of(self.log_history))
         self.best_model_checkpoint: Optional[str] = None
         self.loaded_best = False
-        for entry in self.log_history:  # step 0 (eval_on_start) is the untrained baseline, never the best
-            if (entry.get("step", 0) > 0 and isinstance(entry.get(self.best_key), (int, float))
-                    and self._better(entry[self.best_key])):
-                self.best_metric, self.best_global_step = float(entry[self.best_key]), int(entry.get("step", 0))
-        if self.best_global_step is not None and checkpointer is not None:
+        if self.best.step is not None and checkpointer is not None:
             side = read_best_sidecar(self._best_prefix())
-            if side and side.get("global_step") == self.best_global_step:
+            if side and side.get("global_step") == self.best.step:
                 self.best_model_checkpoint = self._best_prefix()
         self.probe_scorer = None  # () -> dict of probe metrics, set by the run when --probe_file is given
         # Keras callbacks read model.optimizer (global step) and model.train_function (recompile guard)
@@ -168,9 +132,8 @@ class TFTrainer:
         values). A model whose ``call`` branches on a tensor in Python raises
         ``OperatorNotAllowedInGraphError`` while tracing; :meth:`train` then rebuilds with ``autograph=True``.
         """
-        model, optimizer, strategy, args = self.model, self.optimizer, self.strategy, self.args
         self.autograph = autograph
-        use_xla = bool(args.jit_compile)
+        use_xla = bool(self.args.jit_compile)
         # one device, no cross-replica update: forward, backward, clipping and AdamW in one XLA program
         # (Mirrored/MultiWorker strategies route apply_gradients through merge_call, which XLA cannot hold)
         self.fused_update = use_xla and self.info.distributed_type == DistributedType.NO
@@ -179,8 +142,15 @@ class TFTrainer:
         else:
             self.compiler_path = ("XLA, whole step in one program" if self.fused_update
                                   else "XLA per-replica forward/backward, update outside XLA")
-        seed = int(args.seed)
+        replica_step = self._replica_step(self._gradients_function(use_xla), use_xla, autograph)
+        self.train_function = self._make_train_function(replica_step, autograph)
+        self.model.train_function = self.train_function
 
+    def _gradients_function(self, use_xla: bool):
+        """``compute_gradients(batch, global_count, step, replica_id) -> (loss_sum, count, grads)`` of one
+        replica's batch (``gradient_accumulation_steps`` micro-batches), dense gradients, one per variable."""
+        model, args = self.model, self.args
+        seed = int(args.seed)
         accum = int(getattr(args, "gradient_accumulation_steps", 1) or 1)
 
         def micro_gradients(batch, global_count, key_step, replica_id):
@@ -224,6 +194,13 @@ class TFTrainer:
                 (tf.constant(0), tf.constant(0.0, tf.float32), tf.constant(0.0, tf.float32), zeros))
             return loss_sum, count, grads
 
+        return compute_gradients
+
+    def _replica_step(self, compute_gradients, use_xla: bool, autograph: bool):
+        """``replica_step(batch) -> (loss_sum, count)``: gradients, all-reduce, clipping and the optimizer update
+        of one replica (one XLA program when :attr:`fused_update`); sets :attr:`step_function` (the compiled part)."""
+        model, optimizer, args = self.model, self.optimizer, self.args
+
         def apply_update(grads):
             if args.max_grad_norm and args.max_grad_norm > 0:
                 grads, _ = tf.clip_by_global_norm(grads, args.max_grad_norm)
@@ -259,6 +236,12 @@ class TFTrainer:
                 return loss_sum, count
 
             self.step_function = forward_backward
+        return replica_step
+
+    def _make_train_function(self, replica_step, autograph: bool):
+        """``train_function(iterator, num_steps) -> mean loss``: ``num_steps`` replica steps in one
+        ``tf.function`` (a ``tf.while_loop``), the loss token-weighted over all of them."""
+        strategy = self.strategy
 
         @tf.function(autograph=autograph)
         def train_function(iterator, num_steps):
@@ -272,8 +255,7 @@ class TFTrainer:
                 (tf.constant(0, num_steps.dtype), tf.constant(0.0, tf.float32), tf.constant(0.0, tf.float32)))
             return total_loss / tf.maximum(total_count, 1.0)
 
-        self.train_function = train_function
-        self.model.train_function = train_function
+        return train_function
 
     def _call_train_function(self, iterator, n: int, first: bool):
         """``train_function(iterator, n)``; on the first call, a model that needs AutoGraph gets it (see
@@ -302,167 +284,84 @@ class TFTrainer:
             metrics.update(self.probe_scorer())
         return metrics
 
+    # ------------------------------------------------------------------ the shared loop's calls (StepBackend)
+    def open_batches(self, calls):
+        """The distributed dataset's iterator for every call: the train function takes its batches itself."""
+        return Unbuffered(lambda start, k: self._iterator)
+
+    def run_steps(self, iterator, start: int, k: int) -> List[float]:
+        """``k`` optimizer steps in one ``train_function`` call; its token-weighted mean loss for each step."""
+        loss = float(self._call_train_function(iterator, k, first=self._first_call))  # waits for the steps
+        self._first_call = False
+        return [loss] * k
+
+    def learning_rate(self, step: int) -> float:
+        return float(self.lr_schedule(step))
+
+    def save(self, step: int) -> None:
+        self._save(step)
+
+    def keep_best(self, step: int, key: str, value: float) -> None:
+        self._save_best(step)
+
+    def signalled(self) -> bool:
+        return interrupts.received() is not None
+
+    def write_scalars(self, entry: Dict[str, Any]) -> None:
+        if self.summary_writer is None:
+            return
+        with self.summary_writer.as_default():
+            for k, v in entry.items():
+                if k not in ("step", "epoch") and isinstance(v, (int, float)):
+                    tf.summary.scalar(("train/" if not k.startswith("eval") and k != "perplexity" else "eval/") + k,
+                                      v, step=entry["step"])
+        self.summary_writer.flush()
+
     # ------------------------------------------------------------------ loop
     def train(self) -> Dict[str, Any]:
-        """Run from ``start_step`` to ``total_steps``. Returns the train metrics (loss, runtime, tokens/s)."""
-        args = self.args
-        spe, total = self.steps_per_epoch, self.total_steps
+        """Run from ``start_step`` to ``total_steps`` (:class:`hf_tpu_ext.backends.loop.StepLoop`). Returns the
+        train metrics (loss, runtime, tokens/s, MFU; see :meth:`~hf_tpu_ext.backends.loop.LoopMeter.results`).
+
+        Raises:
+            KeyboardInterrupt: after SIGINT/SIGTERM, once the step reached is checkpointed.
+            FloatingPointError: a non-finite training loss.
+        """
+        from hf_tpu_ext.backends.loop import StepLoop
+
         step = self.start_step
         train_ds = self.make_train_dataset(step)
         mfu_of = self._mfu_function(train_ds.element_spec)
-        dist_ds = self.strategy.experimental_distribute_dataset(train_ds)
-        iterator = iter(dist_ds)
-        tokens_per_step = self.global_batch_size * self.seq_length
-        progress = None
-        if self.info.is_chief and not args.disable_tqdm:
-            from tqdm.auto import tqdm
-
-            # no rate of tqdm's own: the one throughput figure is the logged one (training steps only)
-            progress = tqdm(total=total, initial=step, desc="train", unit="step", dynamic_ncols=True,
-                            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]")
-
-        logs: Dict[str, Any] = {}
-        train_loss_sum, train_loss_n = 0.0, 0
-        # the logging window's loss sum and step count so far; a resume between two logging steps carries them
+        self._iterator = iter(self.strategy.experimental_distribute_dataset(train_ds))
+        self._first_call = True
+        latest = self.checkpointer.latest if self.checkpointer is not None else None
+        saved = re.search(r"-(\d+)$", latest or "")
+        plan = SimpleNamespace(steps_per_epoch=self.steps_per_epoch, total_steps=self.total_steps,
+                               global_batch_size=self.global_batch_size, seq_length=self.seq_length)
+        # the logging window's loss sum and step count so far: a resume between two logging steps carries them
         # over from the checkpoint, so the next log entry is the mean over the same steps as without the stop
-        self.window_loss, self.window_n = self._restored_loss_window(step)
-        # time inside train-function calls only (not evaluation, checkpoints, callbacks); the run's first
-        # call (tracing + XLA compilation) is left out of the rates when later calls exist
-        # call (tracing + XLA compilation) is left out when later calls exist; median step: robust to the
-        # slower first steps after compilation and to a busy host
-        window_times: List[float] = []  # seconds per step, one entry per step
-        # the last STEADY_WINDOW steps only: memory stays flat however long the run is
-        steady_times: "deque[float]" = deque(maxlen=STEADY_WINDOW)
-        first_call = None
-        tokens_per_second: Optional[float] = None
-        t_start = time.perf_counter()
-        steps_run = 0
-        self.callbacks.on_train_begin()
-        if args.eval_on_start and step == 0:
-            self._evaluate_and_log(0)
-        try:
-            epoch = step // spe
-            epoch_started = False
-            while step < total:
-                # SIGINT/SIGTERM stop here, after the step's logs, evaluation and checkpoint: the loop ends and
-                # that step is saved below (hf_tpu_ext.interrupts; the signal itself only recorded)
-                if interrupts.received() is not None:
-                    break
-                if not epoch_started:
-                    self.callbacks.on_epoch_begin(epoch)
-                    epoch_started = True
-                epoch_end_step = (epoch + 1) * spe
-                n = min(args.steps_per_execution, total - step, epoch_end_step - step)
-                batch_index = step - epoch * spe
-                self.callbacks.on_train_batch_begin(batch_index)
-                t_call = time.perf_counter()
-                loss = float(self._call_train_function(iterator, n, first=first_call is None))  # waits for the steps
-                call_secs = time.perf_counter() - t_call
-                if first_call is None:
-                    first_call = [call_secs / n] * n
-                else:
-                    window_times += [call_secs / n] * n
-                    steady_times.extend([call_secs / n] * n)
-                if not math.isfinite(loss):
-                    raise FloatingPointError(
-                        f"Training loss became {loss} at global step {step + n}; lower --learning_rate or use "
-                        "--warmup_ratio. The last checkpoint in output_dir is intact."
-                    )
-                prev, step = step, step + n
-                steps_run += n
-                train_loss_sum += loss * n
-                train_loss_n += n
-                self.window_loss += loss * n
-                self.window_n += n
-                logs = {"loss": loss, "learning_rate": float(self.lr_schedule(step)), "global_step": step,
-                        "epoch": step / spe}
-                if _crossed(prev, step, args.logging_steps) or step == total:
-                    # rounded once: the log line and the progress bar show the same figure
-                    tokens_per_second = round(
-                        tokens_per_step / max(statistics.median(window_times or first_call), 1e-9), 1)
-                    entry = {"loss": round(self.window_loss / self.window_n, 6), "learning_rate": logs["learning_rate"],
-                             "epoch": round(step / spe, 4), "step": step, "tokens_per_second": tokens_per_second}
-                    mfu = mfu_of(tokens_per_second)
-                    if mfu is not None:
-                        entry["mfu"] = round(mfu, 4)
-                    self._log(entry)
-                    self.window_loss, self.window_n, window_times = 0.0, 0, []
-                if progress is not None:
-                    progress.update(n)
-                    postfix = {"loss": f"{loss:.4f}"}
-                    if tokens_per_second is not None:
-                        postfix["tokens/s"] = f"{tokens_per_second:,.0f}"
-                    progress.set_postfix(postfix)
-                at_epoch_end = step == epoch_end_step or step == total
-                if args.eval_strategy == "steps" and _crossed(prev, step, args.eval_steps):
-                    logs.update(self._evaluate_and_log(step))
-                if args.save_strategy == "steps" and _crossed(prev, step, args.save_steps):
-                    self._save(step)
-                self.callbacks.on_train_batch_end(batch_index + n - 1, logs)
-                if at_epoch_end:
-                    if args.eval_strategy == "epoch" and "eval_loss" not in logs:
-                        logs.update(self._evaluate_and_log(step))
-                    if args.save_strategy == "epoch":
-                        self._save(step)
-                    self.callbacks.on_epoch_end(epoch, dict(logs))
-                    epoch += 1
-                    epoch_started = False
-                if getattr(self.model, "stop_training", False):
-                    break
-        finally:
-            if progress is not None:
-                progress.close()
-        runtime = time.perf_counter() - t_start
-        # the final checkpoint, so a finished run can be resumed/extended and pushed as last-checkpoint; after
-        # a signal, the checkpoint of the step reached (a signal is a save), then KeyboardInterrupt
-        if self.checkpointer is not None and (self.checkpointer.latest is None
-                                              or not self.checkpointer.latest.endswith(f"-{step}")):
-            self._save(step)
-        interrupts.check()
-        if getattr(args, "load_best_model_at_end", False):
+        loop = self.loop = StepLoop(
+            self, self.args, plan, self.callbacks, self.log_history, step, self._restored_loss_window(step),
+            mfu_of, best=self.best, saved_step=int(saved.group(1)) if saved else None, is_chief=self.info.is_chief,
+            trackio=self.trackio, batch_end_after_eval=True, rate_of_first_call=True)
+        step = loop.run()
+        results = loop.results(step)
+        loop.finish(step)  # the final checkpoint; after a signal, KeyboardInterrupt
+        if getattr(self.args, "load_best_model_at_end", False):
             self.load_best_model()
-        results = {
-            "train_loss": train_loss_sum / max(train_loss_n, 1),
-            "train_runtime": runtime,
-            "train_steps_per_second": steps_run / max(runtime, 1e-9),
-            "train_samples_per_second": steps_run * self.global_batch_size / max(runtime, 1e-9),
-            "train_tokens_per_second": steps_run * tokens_per_step / max(runtime, 1e-9),
-            # the steady rate: tokens per median training step (the figure the log lines and progress bar show);
-            # train_tokens_per_second above is the whole run's (tokens over wall time, transformers' meaning)
-            "steady_tokens_per_second": (tokens_per_step / max(statistics.median(steady_times or first_call), 1e-9)
-                                         if first_call else 0.0),
-            "global_step": step,
-            "epoch": step / spe,
-            "tokens_seen": step * tokens_per_step,
-        }
-        results.update(mfu_of.summary(results["steady_tokens_per_second"]))
-        self.final_logs = logs
+        self.final_logs = loop.logs
         return results
 
     def end_training(self, logs: Optional[Dict[str, Any]] = None):
         """Fire ``on_train_end`` (the Hub callback pushes the final weights here); call after outputs are written."""
         self.callbacks.on_train_end(logs or {})
 
-    def _evaluate_and_log(self, step: int) -> Dict[str, float]:
-        metrics = self.evaluate()
-        if metrics:
-            entry = dict(metrics, epoch=round(step / self.steps_per_epoch, 4), step=step)
-            self._log(entry)
-            value = metrics.get(self.best_key)
-            if value is not None and step > 0 and self._better(value):
-                self.best_metric, self.best_global_step = float(value), step
-                if getattr(self.args, "load_best_model_at_end", False):
-                    self._save_best(step)
-        return metrics
-
-    def _mfu_function(self, element_spec) -> "_RunMFU":
-        """This run's MFU: ``mfu_of(tokens_per_second)`` -> fraction or None, ``mfu_of.summary(rate)``.
+    def _mfu_function(self, element_spec) -> MFUMeter:
+        """This run's :class:`hf_tpu_ext.mfu.MFUMeter`: ``mfu_of(tokens_per_second)`` -> fraction or None,
+        ``mfu_of.summary(rate)``.
 
         FLOPs per token: :func:`hf_tpu_ext.flops.flops_per_token` with the LM head at the batch's
-        ``masked_lm_positions`` only; peak: :func:`hf_tpu_ext.flops.device_peak` of one replica's device (a
-        datasheet value, or the CPU formula: a hardware property, the same at any load). One line says which
-        peak, or why MFU is left out."""
-        from hf_tpu_ext.flops import device_peak, flops_per_token
+        ``masked_lm_positions`` only; peak: :func:`hf_tpu_ext.flops.device_peak` of one replica's device."""
+        from hf_tpu_ext.flops import flops_per_token
 
         fpt, why = None, None
         try:
@@ -474,23 +373,8 @@ class TFTrainer:
             why = f"MFU left out: no FLOP count for this model config ({err})"
         # the GPU's name; a TPU's generation where the TPU VM states it (TPU_ACCELERATOR_TYPE)
         kind = _gpu_kind() if self.info.accelerator in ("GPU", "TPU") else self.info.accelerator
-        peak = device_peak(kind, "bfloat16" if getattr(self.args, "bf16", False) is True else "float32")
-        if why is None and not peak.flops:
-            why = f"MFU left out: {peak.source}"
-        mfu_of = _RunMFU(fpt, peak, max(1, self.strategy.num_replicas_in_sync), note=why, log=self.info.is_chief)
-        if self.info.is_chief:
-            if why:
-                logger.info("%s.", why)
-            else:
-                logger.info("MFU against the peak %.3g FLOP/s per replica (%s).", peak.flops, peak.source)
-        return mfu_of
-
-    def _better(self, value: float) -> bool:
-        if value is None or not math.isfinite(value):
-            return False
-        if self.best_metric is None:
-            return True
-        return value > self.best_metric if self.greater_is_better else value < self.best_metric
+        return make_mfu_meter(fpt, kind, getattr(self.args, "bf16", False) is True,
+                              self.strategy.num_replicas_in_sync, self.info.is_chief, why=why)
 
     # ------------------------------------------------------------------ best model
     def _best_prefix(self) -> str:
@@ -503,10 +387,10 @@ class TFTrainer:
         prefix = self._best_prefix()
         tf.train.Checkpoint(model=self.model).write(prefix)
         with tf.io.gfile.GFile(prefix + ".json", "w") as f:
-            f.write(json.dumps({"global_step": int(step), "metric": self.best_key, "value": self.best_metric}) + "\n")
+            f.write(json.dumps({"global_step": int(step), "metric": self.best.key, "value": self.best.value}) + "\n")
         self.best_model_checkpoint = prefix
         if self.info.is_chief:
-            logger.info("new best %s=%.4g at step %d: weights kept in %s", self.best_key, self.best_metric, step,
+            logger.info("new best %s=%.4g at step %d: weights kept in %s", self.best.key, self.best.value, step,
                         os.path.dirname(prefix))
 
     def load_best_model(self) -> bool:
@@ -522,32 +406,14 @@ class TFTrainer:
         tf.train.Checkpoint(model=self.model).read(self.best_model_checkpoint).assert_existing_objects_matched()
         self.loaded_best = True
         if self.info.is_chief:
-            logger.info("loaded the best model: %s=%.4g at step %d (load_best_model_at_end)", self.best_key,
-                        self.best_metric, self.best_global_step)
+            logger.info("loaded the best model: %s=%.4g at step %d (load_best_model_at_end)", self.best.key,
+                        self.best.value, self.best.step)
         return True
-
-    def _log(self, entry: Dict[str, Any]):
-        self.log_history.append(entry)
-        if self.info.is_chief:
-            logger.info(_format_entry(entry))
-        if self.summary_writer is not None:
-            with self.summary_writer.as_default():
-                for k, v in entry.items():
-                    if k not in ("step", "epoch") and isinstance(v, (int, float)):
-                        tf.summary.scalar(("train/" if not k.startswith("eval") and k != "perplexity" else "eval/") + k,
-                                          v, step=entry["step"])
-            self.summary_writer.flush()
-        if self.info.is_chief:
-            log_entry(self.trackio, entry)
 
     def _restored_loss_window(self, step: int):
         """``(loss sum, steps)`` of the logging window at ``step``: from the restored checkpoint's sidecar when it
         was written at ``step``, else ``(0.0, 0)`` (a fresh run, or a checkpoint written before the window was kept)."""
-        side = getattr(self.checkpointer, "restored_sidecar", None) or {}
-        window = side.get("loss_window") or {}
-        if step > 0 and int(side.get("global_step", -1)) == step and int(window.get("steps", 0)) > 0:
-            return float(window["loss_sum"]), int(window["steps"])
-        return 0.0, 0
+        return restored_loss_window(getattr(self.checkpointer, "restored_sidecar", None), step)
 
     def _save(self, step: int):
         """One checkpoint as one unit: weights + optimizer + sidecar (with the logging window), then
@@ -556,8 +422,9 @@ class TFTrainer:
         if self.checkpointer is None:
             return
         # every worker saves (MultiWorkerMirroredStrategy needs all of them); non-chiefs write to a temp dir
-        window = {"loss_sum": float(getattr(self, "window_loss", 0.0)), "steps": int(getattr(self, "window_n", 0))}
-        path = self.checkpointer.write(step, epoch=step / self.steps_per_epoch, extra={"loss_window": window},
+        loop = getattr(self, "loop", None)
+        window = loop.meter.window_fields() if loop is not None else {"loss_window": {"loss_sum": 0.0, "steps": 0}}
+        path = self.checkpointer.write(step, epoch=step / self.steps_per_epoch, extra=window,
                                        with_state=self.on_save is not None and self.info.is_chief)
         interrupts.kill_for_test("checkpoint_weights", step)  # weights written, trainer state not yet
         if self.on_save is not None:
@@ -573,42 +440,7 @@ def _gpu_kind() -> str:
     return default_device_kind()
 
 
-class _RunMFU:
-    """MFU of one run against one fixed peak: present in every log line or in none, never above 100%.
-
-    Args:
-        flops_per_token: training FLOPs per token (None: no MFU).
-        peak: :class:`hf_tpu_ext.flops.Peak` of one replica.
-        replicas: replicas the tokens/s are spread over.
-        note: why MFU is left out (None when it is reported).
-        log: whether this process logs (the chief).
-    """
-
-    def __init__(self, flops_per_token, peak, replicas: int, note: Optional[str] = None, log: bool = True):
-        self.flops_per_token, self.peak, self.replicas = flops_per_token, peak, replicas
-        self.note, self.log = note, log
-
-    def __call__(self, tokens_per_second: float) -> Optional[float]:
-        from hf_tpu_ext.flops import above_peak_message, compute_mfu
-
-        if self.note is not None:
-            return None
-        value = compute_mfu(tokens_per_second / self.replicas, self.flops_per_token, self.peak.flops)
-        if value is None:  # above the peak: the peak is wrong for this machine; left out from here on, said once
-            self.note = above_peak_message(tokens_per_second / self.replicas, self.flops_per_token, self.peak)
-            if self.log:
-                logger.warning("%s.", self.note)
-        return value
-
-    def summary(self, steady_tokens_per_second: float) -> Dict[str, Any]:
-        """``mfu`` (of the steady rate), ``mfu_peak_flops``, ``mfu_peak_source``; or ``mfu_note`` (why none)."""
-        value = self(steady_tokens_per_second) if steady_tokens_per_second else None
-        if value is None:
-            return {"mfu_note": self.note or "MFU left out: no training steps were timed"}
-        return {"mfu": value, "mfu_peak_flops": self.peak.flops, "mfu_peak_source": self.peak.source}
-
-
-_format_entry = format_log_entry  # one wording for every backend (hf_tpu_ext.outputs)
+_format_entry = format_entry  # one wording for every backend (hf_tpu_ext.backends.loop)
 
 
 def make_optimizer(training_args, total_steps: int):

@@ -168,7 +168,7 @@ class TorchXLABackend(BackendDefaults):
     def build(self, model_args, data_args, training_args, tokenizer, blocks, plan: RunPlan) -> None:
         from hf_tpu_ext.backends.torch_xla.data import BlocksDataset, StaticMaskingCollator
         from hf_tpu_ext.backends.torch_xla.model import build_model
-        from hf_tpu_ext.backends.torch_xla.trainer import RunContext
+        from hf_tpu_ext.run_context import RunContext
 
         args = training_args
         self.args, self.plan, self.tokenizer = args, plan, tokenizer
@@ -179,9 +179,13 @@ class TorchXLABackend(BackendDefaults):
         self.eval_collator = StaticMaskingCollator.from_tokenizer(tokenizer, P, seed=args.seed, train=False)
         self.train_ds = BlocksDataset(blocks["train"])
         self.eval_ds = BlocksDataset(blocks["validation"]) if plan.has_eval else None
-        self.context = RunContext(model_args, data_args, args, self.info, self.num_replicas, plan.global_batch_size,
-                                  plan.seq_length, plan.steps_per_epoch, plan.total_steps, self.eval_ds,
-                                  self.eval_collator, tokenizer, self.model.config, self.model, args.output_dir, P)
+        self.context = RunContext(model_args=model_args, data_args=data_args, training_args=args,
+                                  strategy_info=self.info, num_replicas=self.num_replicas,
+                                  global_batch_size=plan.global_batch_size, seq_length=plan.seq_length,
+                                  steps_per_epoch=plan.steps_per_epoch, total_steps=plan.total_steps,
+                                  eval_dataset=self.eval_ds, eval_collator=self.eval_collator, tokenizer=tokenizer,
+                                  model_config=self.model.config, model=self.model, output_dir=args.output_dir,
+                                  max_predictions=P)
         self.resume_path = None
 
     def restore(self, path: str) -> int:

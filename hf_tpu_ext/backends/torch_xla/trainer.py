@@ -18,7 +18,6 @@ PJRT CPU runtime runs its devices as threads of one process, which this path doe
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -26,32 +25,6 @@ from typing import Any, Dict
 
 logger = logging.getLogger("hf_tpu_ext")
 
-
-
-@dataclasses.dataclass
-class RunContext:
-    """What a torch callback's ``from_run(run)`` may read (the torch twin of the TF ``RunContext``)."""
-
-    model_args: Any
-    data_args: Any
-    training_args: Any
-    device_info: Any
-    num_replicas: int
-    global_batch_size: int
-    seq_length: int
-    steps_per_epoch: int
-    total_steps: int
-    eval_dataset: Any
-    eval_collator: Any
-    tokenizer: Any
-    model_config: Any
-    model: Any = None
-    output_dir: str = ""
-    max_predictions: int = 1
-
-    @property
-    def strategy_info(self):  # the ThroughputCallback of both backends looks for ``device_kind`` here
-        return self.device_info
 
 
 # fields of hf_tpu_ext.args.TrainingArguments that transformers.TrainingArguments has under the same name
@@ -84,7 +57,8 @@ def hf_training_arguments(args, total_steps: int, **overrides):
     """
     from transformers import TrainingArguments as HFTrainingArguments
 
-    from hf_tpu_ext.args import BEST_METRICS, OPTIMIZERS
+    from hf_tpu_ext.args import OPTIMIZERS
+    from hf_tpu_ext.best_metric import BestMetric
 
     # our TrainingArguments reuse transformers' names, so these fields carry over as they are
     kwargs = {name: getattr(args, name) for name in _SAME_NAME_FIELDS}
@@ -92,7 +66,8 @@ def hf_training_arguments(args, total_steps: int, **overrides):
     kwargs.update(
         max_grad_norm=args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else 0.0,
         warmup_steps=args.num_warmup_steps(total_steps),
-        metric_for_best_model=BEST_METRICS[args.metric_for_best_model] if args.metric_for_best_model else None,
+        # the key and direction every backend compares (hf_tpu_ext.best_metric)
+        metric_for_best_model=BestMetric.from_args(args).key if args.metric_for_best_model else None,
         save_safetensors=True,
         data_seed=args.seed,
         optim=_TORCH_OPTIM[OPTIMIZERS[args.optim]],
