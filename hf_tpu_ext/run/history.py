@@ -7,7 +7,6 @@ float metrics (``loss``: the mean over the steps since the previous loss entry; 
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, List, Optional, Tuple
 
 
@@ -31,27 +30,20 @@ def whole_run_train_loss(log_history: List[Dict[str, Any]], start: int = 0) -> O
 def best_of(log_history: List[Dict[str, Any]], metric: str = "eval_loss", greater_is_better: bool = False):
     """``(best value, its global step)`` of ``metric`` in a log history (``(None, None)`` without one).
 
-    Step 0 (``eval_on_start``) is the untrained baseline and never the best, as in the TF trainer.
+    Step 0 (``eval_on_start``) is the untrained baseline and never the best (:mod:`hf_tpu_ext.best_metric`).
     """
-    best, step = None, None
-    for e in log_history:
-        if not e.get("step"):
-            continue
-        v = e.get(metric)
-        if isinstance(v, (int, float)) and math.isfinite(v):
-            if best is None or (v > best if greater_is_better else v < best):
-                best, step = float(v), e.get("step")
-    return best, step
+    from hf_tpu_ext.best_metric import BestMetric
+
+    return BestMetric(metric, greater_is_better).best_of(log_history)
 
 
 def best_metric_of(training_args) -> Tuple[str, bool]:
     """``(log history key, greater_is_better)`` of ``--metric_for_best_model`` (transformers' names;
     ``eval_loss``, lower is better, when unset)."""
-    from hf_tpu_ext.args import BEST_METRICS
+    from hf_tpu_ext.best_metric import BestMetric
 
-    metric = BEST_METRICS[getattr(training_args, "metric_for_best_model", None) or "loss"]
-    greater = bool(getattr(training_args, "greater_is_better", None)) and metric != "eval_loss"
-    return metric, greater
+    best = BestMetric.from_args(training_args)
+    return best.key, best.greater
 
 
 def run_results(log_history: List[Dict[str, Any]], step: int, plan, runtime: float,
