@@ -1,9 +1,15 @@
-"""``hf-tpu prepare-data``: tokenize a corpus once into TFRecord shards (a local folder or ``gs://``).
+"""``hf-tpu prepare-data``: tokenize a corpus once into block shards (a local folder, ``gs://`` or an fsspec URL).
 
 Takes the data and tokenizer arguments of ``hf-tpu train`` (``--train_file``, ``--dataset_name``,
 ``--tokenizer_name``, ``--vocab_size``, ``--max_seq_length``, ...) plus ``--output_path``. Writes::
 
-    {output_path}/manifest.json, train-*.tfrecord, validation-*.tfrecord, tokenizer/
+    {output_path}/manifest.json, train-*.tfrecord, validation-*.tfrecord, tokenizer/      (--shard_format tfrecord)
+    {output_path}/manifest.json, train-*.arrow, validation-*.arrow, tokenizer/            (--shard_format arrow)
+
+TFRecord shards feed the TensorFlow backend's tf.data pipeline (they need TensorFlow). Arrow shards
+(:mod:`hf_tpu_ext.data.block_shards`) are read row by row without TensorFlow by the Keras backend, each process
+reading only its rows; their manifest names the tokenizer's fingerprint and the sequence length, so a run with
+another of either is refused before any compute.
 
 The training blocks are written in a seeded random order, so the pipeline's windowed shuffle draws
 from the whole corpus. ``--num_proc N`` tokenizes in N processes, one core each (default: every core this
@@ -12,6 +18,7 @@ process may use, at most one per 10,000 texts); the Apache Beam pipeline
 
 Example:
     hf-tpu prepare-data --train_file corpus.txt --max_seq_length 128 --output_path gs://bucket/corpus-128
+    hf-tpu prepare-data --train_file corpus.txt --shard_format arrow --output_path corpus-128   # --backend keras
 """
 
 from __future__ import annotations
@@ -68,10 +75,18 @@ class PrepareDataArguments:
                           "hf_tpu_ext.data.beam_prepare (Apache Beam)."},
     )
     overwrite_output_path: bool = field(default=False, metadata={"help": "Replace shards already in --output_path."})
+    shard_format: str = field(
+        default="tfrecord",
+        metadata={"help": "tfrecord (the TensorFlow backend's tf.data) or arrow (the Keras backend: read row by row "
+                          "without TensorFlow, each process only its rows; any fsspec URL).",
+                  "choices": ["tfrecord", "arrow"]},
+    )
 
     def __post_init__(self):
         from hf_tpu_ext.errors import ArgumentError
 
+        if self.shard_format not in ("tfrecord", "arrow"):
+            raise ArgumentError(f"--shard_format must be tfrecord or arrow, got {self.shard_format!r}.")
         if self.num_shards < 1:
             raise ArgumentError(f"--num_shards must be >= 1, got {self.num_shards}.")
         if self.num_proc is not None and self.num_proc < 1:
@@ -79,18 +94,28 @@ class PrepareDataArguments:
 
 
 def _save_tokenizer(tokenizer, destination: str) -> None:
-    """``save_pretrained`` to a local folder, or to a temp folder copied to ``gs://`` with tf.io.gfile."""
-    if not destination.startswith("gs://"):
-        tokenizer.save_pretrained(destination)
+    """``save_pretrained`` to a local folder, or to a temp folder copied to a URL (``gs://`` with tf.io.gfile where
+    TensorFlow is installed, other URLs with fsspec)."""
+    if "://" not in destination or destination.startswith("file://"):
+        tokenizer.save_pretrained(destination.replace("file://", "", 1))
         return
-    import tensorflow as tf
-
     local = tempfile.mkdtemp(prefix="hf-tpu-tokenizer-")
     try:
         tokenizer.save_pretrained(local)
-        tf.io.gfile.makedirs(destination)
+        try:
+            if not destination.startswith("gs://"):
+                raise ImportError
+            import tensorflow as tf
+
+            makedirs, copy = tf.io.gfile.makedirs, lambda a, b: tf.io.gfile.copy(a, b, overwrite=True)
+        except ImportError:
+            import fsspec.core
+
+            fs, _ = fsspec.core.url_to_fs(destination)
+            makedirs, copy = (lambda d: fs.makedirs(d, exist_ok=True)), fs.put_file
+        makedirs(destination)
         for name in os.listdir(local):
-            tf.io.gfile.copy(os.path.join(local, name), destination.rstrip("/") + "/" + name, overwrite=True)
+            copy(os.path.join(local, name), destination.rstrip("/") + "/" + name)
     finally:
         shutil.rmtree(local, ignore_errors=True)
 
@@ -100,10 +125,121 @@ def _tokenizer_record(output_path: str, tokenizer_dir: str) -> str:
     base = output_path.rstrip("/") + "/"
     if tokenizer_dir.startswith(base):
         return tokenizer_dir[len(base):]
-    if not output_path.startswith("gs://") and not tokenizer_dir.startswith("gs://"):
+    if "://" not in output_path and "://" not in tokenizer_dir:
         rel = os.path.relpath(os.path.abspath(tokenizer_dir), os.path.abspath(output_path))
         return rel.replace(os.sep, "/")
     return tokenizer_dir
+
+
+def _parse(argv):
+    """``(TokenizerArguments, DataTrainingArguments, PrepareDataArguments)``, before transformers is imported."""
+    from hf_tpu_ext.args import DataTrainingArguments, HelpFormatter, hf_argument_parser_class
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = hf_argument_parser_class()((TokenizerArguments, DataTrainingArguments, PrepareDataArguments),
+                                        formatter_class=HelpFormatter)
+    parser.prog = "hf-tpu prepare-data"
+    parser.usage = "%(prog)s --output_path PATH [--name value ...]   (every argument: %(prog)s --help)"
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def _holds_shards(path: str) -> bool:
+    from hf_tpu_ext.data.block_shards import is_arrow_source
+    from hf_tpu_ext.data.loading import is_tfrecord_source
+
+    try:
+        return is_arrow_source(path) or is_tfrecord_source(path)
+    except ImportError:  # gs:// without TensorFlow: not TFRecord shards this command could have written
+        return False
+
+
+def _is_arrow(path: str) -> bool:
+    from hf_tpu_ext.data.block_shards import is_arrow_source
+
+    return is_arrow_source(path)
+
+
+def _prepare_output(data_args, prep_args) -> str:
+    """The absolute output path, checked (one line each, nothing written), its old manifest removed on overwrite.
+
+    Raises:
+        MissingExtraError: the format's packages are not installed. DataError: ``--train_file`` is shards.
+        OutputDirError: the path holds shards and ``--overwrite_output_path`` is not set.
+    """
+    from hf_tpu_ext.extras import require_extra
+    from hf_tpu_ext.fileio import check_writable_dir
+
+    for option, path in (("--output_path", prep_args.output_path),
+                         ("--tokenizer_output_dir", prep_args.tokenizer_output_dir)):
+        if path and "://" not in path:  # a file in the way: one line now, not a NotADirectoryError at the end
+            check_writable_dir(path, option)
+    # before the data modules import datasets/TensorFlow: the install command, not a ModuleNotFoundError
+    if prep_args.shard_format == "arrow":
+        require_extra("jax", "hf-tpu prepare-data --shard_format arrow", ("datasets", "transformers", "tokenizers"))
+    else:
+        require_extra("tensorflow", "hf-tpu prepare-data", ("tensorflow", "datasets", "transformers"))
+    output_path = prep_args.output_path
+    if "://" not in output_path:
+        output_path = os.path.abspath(output_path)
+    if data_args.train_file and _holds_shards(data_args.train_file):
+        kind = "Arrow block" if _is_arrow(data_args.train_file) else "TFRecord"
+        raise DataError(f"--train_file {data_args.train_file} already holds {kind} shards; give text data to prepare.")
+    if _holds_shards(output_path):
+        if not prep_args.overwrite_output_path:
+            raise OutputDirError(
+                f"--output_path {prep_args.output_path} already holds shards (manifest.json); pass "
+                "--overwrite_output_path to replace them or choose another path.")
+        # start from a fresh manifest (old shards go per split)
+        if output_path.startswith("gs://") and not _is_arrow(output_path):
+            import tensorflow as tf
+
+            tf.io.gfile.remove(output_path.rstrip("/") + "/manifest.json")
+        else:
+            from hf_tpu_ext.data.block_shards import remove_manifest
+
+            remove_manifest(output_path)
+    return output_path
+
+
+def _split_blocks(blocks, split: str, limit: Optional[int], seed: int):
+    """``(blocks, num_tokens or None)`` of a split as written: training blocks in their seeded order, then cut."""
+    from hf_tpu_ext.data.sharding import permutation_order
+
+    array = blocks[split]
+    if split == "train" and len(array):
+        # shuffled on disk, so the training pipeline's windowed shuffle sees the whole corpus; a permutation
+        # computable block by block, so the Beam pipeline writes the same order (data/sharding.py)
+        array = array[permutation_order(len(array), seed)]
+    if limit is not None:
+        array = array[:limit]
+    return array, (blocks.num_tokens[split] if len(array) == len(blocks[split]) else None)
+
+
+def _write_splits(blocks, data_args, prep_args, output_path: str, tokenizer, record: str) -> None:
+    """Write both splits in ``--shard_format`` and print one line per split."""
+    from hf_tpu_ext.data.loading import describe_data_source
+
+    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
+    metadata = {"source": describe_data_source(data_args), "seed": prep_args.seed, "vocab_size": len(tokenizer)}
+    arrow = prep_args.shard_format == "arrow"
+    manifest = dict(metadata)
+    for split in ("train", "validation"):
+        array, num_tokens = _split_blocks(blocks, split, limits[split], prep_args.seed)
+        if arrow:
+            from hf_tpu_ext.data.block_shards import write_split
+
+            entry = write_split(array, output_path, split, prep_args.num_shards, manifest, num_tokens)
+        else:
+            from hf_tpu_ext.data.tfrecord import write_tfrecord_shards
+
+            entry = write_tfrecord_shards(array, output_path, split, prep_args.num_shards, tokenizer=record,
+                                          num_tokens=num_tokens, metadata=metadata)
+        print(f"{split}: {entry['num_blocks']} blocks of {data_args.max_seq_length} tokens "
+              f"({entry['num_tokens']} tokens) in {len(entry['files'])} file(s)")
+    if arrow:  # last: a folder is a shard set only once every split is written
+        from hf_tpu_ext.data.block_shards import write_manifest
+
+        write_manifest(output_path, manifest, tokenizer, record)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -117,52 +253,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         int: 0 on success.
 
     Raises:
-        MissingExtraError: TensorFlow or datasets not installed (``pip install 'hf-tpu-ext[tensorflow]'``).
+        MissingExtraError: the format's packages are not installed (TensorFlow for tfrecord; datasets for both).
         DataError, TokenizerError, CorpusTooSmallError: bad data or tokenizer (the CLI prints them).
         OutputDirError: ``--output_path`` already holds shards and ``--overwrite_output_path`` is not set.
         SystemExit: unknown flags or ``--help`` (argparse).
     """
-    from hf_tpu_ext.args import DataTrainingArguments, HelpFormatter, hf_argument_parser_class
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    # --help and argument errors without importing transformers (and torch through it)
-    parser = hf_argument_parser_class()((TokenizerArguments, DataTrainingArguments, PrepareDataArguments),
-                                        formatter_class=HelpFormatter)
-    parser.prog = "hf-tpu prepare-data"
-    parser.usage = "%(prog)s --output_path PATH [--name value ...]   (every argument: %(prog)s --help)"
-    model_args, data_args, prep_args = parser.parse_args_into_dataclasses(args=argv)
-    from hf_tpu_ext.fileio import check_writable_dir
-
-    for option, path in (("--output_path", prep_args.output_path),
-                         ("--tokenizer_output_dir", prep_args.tokenizer_output_dir)):
-        if path and "://" not in path:  # a file in the way: one line now, not a NotADirectoryError at the end
-            check_writable_dir(path, option)
-
-    from hf_tpu_ext.extras import require_extra
-
-    # before the data modules import datasets/TensorFlow: the install command, not a ModuleNotFoundError
-    require_extra("tensorflow", "hf-tpu prepare-data", ("tensorflow", "datasets", "transformers"))
+    model_args, data_args, prep_args = _parse(argv)
+    output_path = _prepare_output(data_args, prep_args)
     from hf_tpu_ext.data.blocks import column_texts, default_num_proc, tokenize_into_blocks
-    from hf_tpu_ext.data.loading import describe_data_source, is_tfrecord_source, load_text_datasets
-    from hf_tpu_ext.data.sharding import permutation_order
-    from hf_tpu_ext.data.tfrecord import write_tfrecord_shards
+    from hf_tpu_ext.data.loading import describe_data_source, load_text_datasets
     from hf_tpu_ext.data.tokenizer import prepare_tokenizer
-
-    output_path = prep_args.output_path
-    if not output_path.startswith("gs://"):
-        output_path = os.path.abspath(output_path)
-    if data_args.train_file and is_tfrecord_source(data_args.train_file):
-        raise DataError(f"--train_file {data_args.train_file} already holds TFRecord shards; give text data to prepare.")
-    if is_tfrecord_source(output_path) and not prep_args.overwrite_output_path:
-        raise OutputDirError(
-            f"--output_path {prep_args.output_path} already holds shards (manifest.json); pass --overwrite_output_path "
-            "to replace them or choose another path."
-        )
-
-    if is_tfrecord_source(output_path):  # overwriting: start from a fresh manifest (old shards go per split)
-        import tensorflow as tf
-
-        tf.io.gfile.remove(output_path.rstrip("/") + "/manifest.json")
 
     start = time.perf_counter()
     raw = load_text_datasets(data_args, seed=prep_args.seed, cache_dir=model_args.cache_dir)
@@ -179,26 +279,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     blocks = tokenize_into_blocks(raw, tokenizer, data_args.max_seq_length, num_proc=num_proc)
     tok_seconds = time.perf_counter() - tok_start
     total_tokens = sum(blocks.num_tokens.values())
-
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
-    record = _tokenizer_record(output_path, tokenizer_dir)
-    metadata = {"source": describe_data_source(data_args), "seed": prep_args.seed, "vocab_size": len(tokenizer)}
-    for split in ("train", "validation"):
-        array = blocks[split]
-        if split == "train" and len(array):
-            # shuffled on disk, so the training pipeline's windowed shuffle sees the whole corpus; a permutation
-            # computable block by block, so the Beam pipeline writes the same order (data/sharding.py)
-            array = array[permutation_order(len(array), prep_args.seed)]
-        if limits[split] is not None:
-            array = array[: limits[split]]
-        num_tokens = blocks.num_tokens[split] if len(array) == len(blocks[split]) else None
-        entry = write_tfrecord_shards(
-            array, output_path, split, prep_args.num_shards, tokenizer=record, num_tokens=num_tokens, metadata=metadata
-        )
-        print(
-            f"{split}: {entry['num_blocks']} blocks of {data_args.max_seq_length} tokens "
-            f"({entry['num_tokens']} tokens) in {len(entry['files'])} file(s)"
-        )
+    _write_splits(blocks, data_args, prep_args, output_path, tokenizer, _tokenizer_record(output_path, tokenizer_dir))
     print(
         f"Tokenized {total_tokens} tokens in {tok_seconds:.2f} s with {num_proc} process(es) "
         f"({total_tokens / max(tok_seconds, 1e-9):,.0f} tokens/s); "

@@ -50,10 +50,13 @@ def is_tfrecord_source(path: Optional[str]) -> bool:
         path: a local folder or a ``gs://`` URL (``None`` gives ``False``).
 
     Returns:
-        bool: ``True`` when ``{path}/manifest.json`` exists. Local paths are checked without importing
-        TensorFlow; ``gs://`` paths use ``tf.io.gfile``.
+        bool: ``True`` when ``{path}/manifest.json`` exists and is not an Arrow shard folder's
+        (:func:`hf_tpu_ext.data.block_shards.is_arrow_source`: text-like, read by :func:`load_text_blocks`'s
+        caller). Local paths are checked without importing TensorFlow; ``gs://`` paths use ``tf.io.gfile``.
     """
-    if not path:
+    from hf_tpu_ext.data.block_shards import is_arrow_source
+
+    if not path or is_arrow_source(path):
         return False
     path = str(path)
     if path.startswith("gs://"):
@@ -97,14 +100,18 @@ def check_data_file(path: str, option: str = "--train_file") -> str:
         option: the command-line option it came from (used in messages).
 
     Returns:
-        str: ``"text"``, ``"json"``, ``"csv"`` or ``"parquet"``.
+        str: ``"text"``, ``"json"``, ``"csv"`` or ``"parquet"``; ``"arrow"`` for a folder of Arrow block shards.
 
     Raises:
         DataFileNotFoundError: the local file does not exist (the message names the path).
         DataError: the path is a folder, the extension is not supported (the message lists the supported
             ones) or the file is empty.
     """
+    from hf_tpu_ext.data.block_shards import is_arrow_source
+
     path = str(path)
+    if is_arrow_source(path):  # prepare-data's Arrow shards: read by hf-tpu train (data/run_data.py)
+        return "arrow"
     if is_tfrecord_source(path):
         raise DataError(
             f"{option} {path} is a folder of TFRecord shards from `hf-tpu prepare-data`; it holds tokens, not "

@@ -110,7 +110,7 @@ class NumpyMasker:
                 "masked_lm_weights": valid.astype(np.float32)}
 
     def _draws(self, seed, rows, length: int):
-        """Per row: ``[L]`` uniform scores, ``[P]`` actions in 0..9, ``[P]`` replacement indices (one generator each)."""
+        """Per row, one generator each: ``[L]`` uniform scores, ``[P]`` actions 0..9, ``[P]`` replacement indices."""
         batch, P = len(rows), self.max_predictions
         scores = np.empty((batch, length))
         action = np.empty((batch, P), np.int64)

@@ -1,4 +1,5 @@
-"""The data of one ``hf-tpu train`` run: tokenizer + blocks per split, from text or prepare-data TFRecords.
+"""The data of one ``hf-tpu train`` run: tokenizer + blocks per split, from text or prepare-data shards
+(TFRecord for the TensorFlow backend, Arrow read row by row: :mod:`hf_tpu_ext.data.block_shards`).
 
 Backend-neutral (no backend import): the training run calls :func:`load_run_data` once, before any file
 is written into ``output_dir``. Nothing here writes files.
@@ -44,16 +45,20 @@ def load_or_train_tokenizer(model_args, data_args, raw_datasets, tokenizer_sourc
 
 
 def load_text_blocks(model_args, data_args, seed: int, tokenizer_source: Optional[str] = None):
-    """Text -> tokenizer -> int32 blocks ``[N, max_seq_length]`` per split.
+    """Text -> tokenizer -> int32 blocks ``[N, max_seq_length]`` per split (an Arrow shard folder as
+    ``--train_file``: :func:`load_shard_blocks`, nothing tokenized).
 
     Returns:
         ``(tokenizer, blocks, description)``: blocks is a :class:`hf_tpu_ext.data.blocks.Blocks` dict with
         "train" and "validation" (cut to ``max_train_samples``/``max_eval_samples``), description a one-line
         name of the data for the model card.
     """
+    from hf_tpu_ext.data.block_shards import is_arrow_source
     from hf_tpu_ext.data.blocks import group_into_blocks
     from hf_tpu_ext.data.loading import describe_data_source, load_text_datasets
 
+    if data_args.train_file and is_arrow_source(data_args.train_file):
+        return load_shard_blocks(model_args, data_args, tokenizer_source)
     raw = load_text_datasets(data_args, seed=seed, cache_dir=model_args.cache_dir)
     tok = load_or_train_tokenizer(model_args, data_args, raw, tokenizer_source)
     blocks = group_into_blocks(raw, tok, data_args.max_seq_length, num_proc=data_args.preprocessing_num_workers)
@@ -94,6 +99,45 @@ def load_tfrecord_blocks(model_args, data_args, tokenizer_source: Optional[str] 
     if validation is not None and validation[1] == 0:
         validation = None
     return tok, {"train": train, "validation": validation}, read_manifest(data_args.train_file).get("source")
+
+
+def load_shard_blocks(model_args, data_args, tokenizer_source: Optional[str] = None):
+    """Tokenizer and :class:`~hf_tpu_ext.data.block_shards.ShardBlocks` per split of an Arrow shard folder.
+
+    The tokenizer: the checkpoint's (``tokenizer_source``), ``--tokenizer_name``, the model's, else the folder's
+    own; it must be the one the shards were made with. Nothing is read but the manifest and the tokenizer.
+
+    Returns:
+        ``(tokenizer, {"train": ShardBlocks, "validation": ShardBlocks or None}, description)``.
+
+    Raises:
+        DataError: no manifest, no train split, a missing file, another tokenizer or ``--max_seq_length``.
+        TokenizerError: the tokenizer cannot be loaded or has no mask token.
+    """
+    from hf_tpu_ext.data.block_shards import MANIFEST_NAME, check_shards, load_split, read_manifest
+    from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer
+
+    path = data_args.train_file
+    manifest = read_manifest(path)
+    if manifest is None:
+        raise DataError(f"{path} has no {MANIFEST_NAME}; it is not a folder written by `hf-tpu prepare-data`. "
+                        "Run it first.")
+    own = str(path).rstrip("/") + "/" + (manifest.get("tokenizer") or "tokenizer")
+    tok = load_tokenizer(tokenizer_source or model_args.tokenizer_name or model_args.model_name_or_path or own)
+    check_mlm_tokenizer(tok)
+    check_shards(path, manifest, tok, data_args.max_seq_length)
+    train = load_split(path, "train", manifest)
+    if train is None:
+        raise DataError(f"{path} has no train blocks; run `hf-tpu prepare-data` for them.")
+    other = data_args.validation_file
+    eval_manifest = read_manifest(other) if other else manifest
+    if other and eval_manifest is not None:
+        check_shards(other, eval_manifest, tok, data_args.max_seq_length)
+    validation = load_split(other or path, "validation", eval_manifest or {})
+    train.limit(data_args.max_train_samples)
+    if validation is not None:
+        validation.limit(data_args.max_eval_samples)
+    return tok, {"train": train, "validation": validation}, manifest.get("source")
 
 
 def num_blocks(split) -> int:

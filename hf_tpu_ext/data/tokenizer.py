@@ -76,15 +76,28 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length:
 
 
 def _copy_remote_folder(url: str) -> str:
-    """Copy the tokenizer files of a ``gs://`` folder into a fresh local temp folder and return it."""
-    import tensorflow as tf
+    """Copy the tokenizer files of a remote folder into a fresh local temp folder and return it.
 
+    ``gs://`` goes through ``tf.io.gfile`` where TensorFlow is installed, any other URL (and ``gs://`` without
+    TensorFlow, with gcsfs) through fsspec.
+    """
+    try:
+        if not url.startswith("gs://"):
+            raise ImportError
+        import tensorflow as tf
+
+        exists, copy = tf.io.gfile.exists, lambda src, dst: tf.io.gfile.copy(src, dst, overwrite=True)
+    except ImportError:
+        import fsspec.core
+
+        fs, _ = fsspec.core.url_to_fs(url)
+        exists, copy = fs.exists, fs.get_file
     local = tempfile.mkdtemp(prefix="hf-tpu-tokenizer-")
     found = False
     for name in TOKENIZER_FILES:
         src = url.rstrip("/") + "/" + name
-        if tf.io.gfile.exists(src):
-            tf.io.gfile.copy(src, os.path.join(local, name), overwrite=True)
+        if exists(src):
+            copy(src, os.path.join(local, name))
             found = True
     if not found:
         raise TokenizerError(f"{url} holds no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}, ...).")
@@ -95,7 +108,8 @@ def load_tokenizer(name_or_path: str, revision: Optional[str] = None, cache_dir:
     """Load a (fast) tokenizer with ``AutoTokenizer.from_pretrained``.
 
     Args:
-        name_or_path: a local folder, a ``gs://`` folder (copied to a temp folder first) or a Hub repo id.
+        name_or_path: a local folder, a ``gs://`` or other fsspec URL (copied to a temp folder first) or a Hub
+            repo id.
         revision: branch, tag or commit of a Hub repo.
         cache_dir: where Hub downloads are cached.
 
@@ -110,7 +124,9 @@ def load_tokenizer(name_or_path: str, revision: Optional[str] = None, cache_dir:
     from transformers import AutoTokenizer
 
     path = str(name_or_path)
-    if path.startswith("gs://"):
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    elif "://" in path:
         path = _copy_remote_folder(path)
     try:
         return AutoTokenizer.from_pretrained(path, revision=revision, cache_dir=cache_dir, use_fast=True)
