@@ -96,6 +96,7 @@ def test_monitor_value(logs, monitor, value):
 def test_best_model_and_cadence():
     assert improves(3.0, None, "min") and improves(2.0, 3.0, "min") and not improves(3.0, 3.0, "min")
     assert improves(0.6, 0.5, "max") and not improves(0.4, 0.5, "max")
+    assert not improves(float("inf"), None, "max") and not improves(float("-inf"), 1.0, "min")  # never a best
     # steps 1..10 with save_steps 4, one step per call: saves at 4 and 8; with 3 steps a call: at 6 (crossed 4), 9
     last, saved = 0, []
     for step in range(1, 11):

@@ -33,7 +33,9 @@ import math
 import types
 from typing import Mapping, Optional, Tuple
 
+from hf_tpu_ext import cadence
 from hf_tpu_ext.args import HUB_STRATEGIES
+from hf_tpu_ext.best_metric import BestMetric
 from hf_tpu_ext.errors import check_choice
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
@@ -206,11 +208,13 @@ def monitor_value(logs: Optional[dict], monitor: str) -> Optional[float]:
 
 
 def improves(value: float, best: Optional[float], mode: str) -> bool:
-    """Whether ``value`` beats ``best`` (``None``: none yet) in ``mode`` (``"min"``: lower is better, ``"max"``)."""
-    return best is None or (value < best if mode == "min" else value > best)
+    """Whether ``value`` beats ``best`` (``None``: none yet) in ``mode`` (``"min"``: lower is better, ``"max"``);
+    the run's own rule (:meth:`hf_tpu_ext.best_metric.BestMetric.better`: a non-finite value never wins)."""
+    return BestMetric(greater=mode == "max").better(value, best)
 
 
 def crossed_save_step(step: int, last_save_step: Optional[int], save_steps: int) -> bool:
     """``save_strategy="steps"``: global ``step`` crossed a multiple of ``save_steps`` since ``last_save_step``
-    (with ``steps_per_execution > 1`` the step jumps; the save happens at the first step past the multiple)."""
-    return int(step) // save_steps > int(last_save_step or 0) // save_steps
+    (with ``steps_per_execution > 1`` the step jumps; the save happens at the first step past the multiple): the
+    loops' rule, :func:`hf_tpu_ext.cadence.crossed`."""
+    return cadence.crossed(int(last_save_step or 0), int(step), int(save_steps))
