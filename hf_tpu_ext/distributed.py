@@ -361,14 +361,19 @@ class LostProcessWatch:
                 "same commands on every host (with --resume_from_checkpoint true) to resume.")
 
     def mark_exited(self) -> None:
-        """Tell the others this process ends on purpose (atexit): it is not lost."""
+        """Tell the others (and this process's abort reporter) that it ends on purpose: it is not lost."""
         self._stop.set()
+        _tell_reporter(getattr(self, "_reporter_fd", None))
         try:
             self.client.key_value_set(f"{HEARTBEAT_KEY_PREFIX}{self.process_id}", "exited", True)
         except Exception:  # noqa: BLE001 (the coordinator already went)
             pass
 
-    def start(self) -> "LostProcessWatch":
+    def start(self, coordinator: Optional[str] = None) -> "LostProcessWatch":
+        """Start beating (a daemon thread); on a process other than 0 also the abort reporter
+        (:func:`start_abort_reporter`) for a lost ``coordinator`` (``host:port``)."""
+        if coordinator and self.process_id != 0:
+            self._reporter_fd = start_abort_reporter(coordinator, self.num_processes, self.output_dir)
         threading.Thread(target=self._run, name="hf-tpu-lost-process-watch", daemon=True).start()
         atexit.register(self.mark_exited)  # after jax's own atexit registration: runs before its shutdown
         return self
@@ -391,6 +396,7 @@ class LostProcessWatch:
                 self._stop_process(line)
 
     def _stop_process(self, line: str) -> None:
+        _tell_reporter(getattr(self, "_reporter_fd", None))  # this line is the one: the reporter stays quiet
         logging.getLogger("hf_tpu_ext").error(line)
         print(f"hf-tpu train: error: {line}", file=sys.stderr, flush=True)
         self.verdict.set()
@@ -450,6 +456,77 @@ def start_lost_process_watch(timeout: float) -> Optional[LostProcessWatch]:
     state = jax_distributed.global_state
     if state.client is None or int(state.num_processes or 1) < 2 or lost_process_watch is not None:
         return lost_process_watch
-    lost_process_watch = LostProcessWatch(state.client, state.process_id, state.num_processes, timeout).start()
+    lost_process_watch = LostProcessWatch(state.client, state.process_id, state.num_processes, timeout).start(
+        getattr(state, "coordinator_address", None))
     sys.excepthook = _quiet_excepthook(sys.excepthook)
     return lost_process_watch
+
+
+#: the abort reporter (``python -c``): after its parent ended without saying ``exited``, names a lost coordinator
+_REPORTER = r"""
+import os, re, signal, socket, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+address, count, folder, parent = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+if any(line.strip() == "exited" for line in sys.stdin):
+    sys.exit(0)
+import time
+for _ in range(20):  # the parent's exit status while it is a zombie (/proc stat field 52): only an abort is ours
+    try:
+        with open(f"/proc/{parent}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        break  # reaped already: the coordinator's answer decides
+    if fields[0] == "Z":
+        if len(fields) > 49 and int(fields[49]) & 0x7F != signal.SIGABRT:
+            sys.exit(0)
+        break
+    time.sleep(0.05)
+host, _, port = address.rpartition(":")
+try:
+    socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+    sys.exit(0)  # the coordinator answers: the parent ended for another reason, its own lines say which
+except (OSError, ValueError):
+    pass
+try:
+    steps = sorted((int(m.group(1)), n) for n in os.listdir(folder) for m in [re.match(r"^checkpoint-(\d+)$", n)]
+                   if m and os.path.isfile(os.path.join(folder, n, "trainer_state.json")))
+except OSError:
+    steps = []
+where = folder or "the output_dir"
+last = (f"the last checkpoint is {steps[-1][1]} in {where}" if steps
+        else f"no checkpoint in {where} yet (a rerun starts at step 0)")
+sys.stderr.write(f"hf-tpu train: error: process 0 of {count} was lost (the coordinator {address} no longer "
+                 f"answers); {last}; rerun the same commands on every host (with --resume_from_checkpoint true) "
+                 "to resume.\n")
+"""
+
+
+def start_abort_reporter(coordinator: str, num_processes: int, output_dir: Optional[str]) -> Optional[int]:
+    """Start the process that names a lost coordinator after jax's abort; returns the pipe to tell it ``exited``.
+
+    Why: when process 0 (the coordinator) goes, jax 0.10 ends every other process at once from a C++ thread
+    (``Terminating process because the JAX distributed service detected fatal errors``, SIGABRT): no Python runs
+    after it. A small child (own session, signals ignored, sharing stderr) waits for its pipe to close: when this
+    process ended without writing ``exited``, by an abort (its exit status, read while it is a zombie, where it
+    still is one) and the coordinator no longer answers, it prints the lost-process line after jax's. ``None`` when it cannot be started (the run goes on without it).
+    """
+    import subprocess
+
+    try:
+        read_end, write_end = os.pipe()
+        subprocess.Popen([sys.executable, "-c", _REPORTER, coordinator, str(num_processes), output_dir or "",
+                          str(os.getpid())],
+                         stdin=read_end, stdout=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        os.close(read_end)
+        return write_end
+    except OSError:
+        return None
+
+
+def _tell_reporter(fd: Optional[int]) -> None:
+    if fd is not None:
+        try:
+            os.write(fd, b"exited\n")
+        except OSError:
+            pass

@@ -188,3 +188,47 @@ def test_a_signalled_process_tells_the_others_it_exits():
         interrupts.reset()
         watch.verdict.set()  # ends the thread's watch of the others
         thread.join(5)
+
+
+@pytest.mark.parametrize("ending", ["abort", "exited"])
+def test_the_abort_reporter_names_a_lost_coordinator_after_jax_aborts(tmp_path, ending):
+    """jax 0.10 aborts the other processes at once from C++ when process 0 goes: the reporter child prints the line
+    after it; a process that says it exits (atexit, a signal, the watch's own line) leaves it quiet."""
+    import subprocess
+    import sys
+
+    (tmp_path / "checkpoint-5").mkdir()
+    (tmp_path / "checkpoint-5" / "trainer_state.json").write_text("{}")
+    address = _closed_port_address()
+    code = ("import os, sys\nfrom hf_tpu_ext.distributed import start_abort_reporter, _tell_reporter\n"
+            f"fd = start_abort_reporter({address!r}, 2, {str(tmp_path)!r})\n"
+            f"if {ending!r} == 'exited':\n    _tell_reporter(fd)\n    sys.exit(0)\nos.abort()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    if ending == "abort":
+        assert proc.returncode == -6
+        assert proc.stderr.strip().splitlines()[-1] == (
+            f"hf-tpu train: error: process 0 of 2 was lost (the coordinator {address} no longer answers); the last "
+            f"checkpoint is checkpoint-5 in {tmp_path}; rerun the same commands on every host (with "
+            "--resume_from_checkpoint true) to resume.")
+    else:
+        assert (proc.returncode, proc.stderr) == (0, "")
+
+
+def _closed_port_address() -> str:
+    """``127.0.0.1:<port>`` of a port bound and closed again (nothing listens there)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_the_abort_reporter_stays_quiet_after_another_ending():
+    """Ended without 'exited' but not by an abort (os._exit(143), as after a signal's save): quiet."""
+    import subprocess
+    import sys
+
+    code = ("import os\nfrom hf_tpu_ext.distributed import start_abort_reporter\n"
+            f"start_abort_reporter({_closed_port_address()!r}, 2, '')\nos._exit(143)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (143, "")
