@@ -299,6 +299,12 @@ def _procedure_rows(info: dict, backend: str, accelerator: Optional[str]) -> Lis
     ]
 
 
+def throughput_rows(info: dict) -> List[Tuple[str, str]]:
+    """The "Training procedure" rows a throughput meter fills (tokens seen, whole-run and steady tokens/s, MFU),
+    with the labels of :func:`render_model_card`'s table: for cards rendered elsewhere (the Keras 3 callback's)."""
+    return [row for row in _procedure_rows(info, "", None) if row[0].startswith(("Tokens seen", "Throughput", "MFU"))]
+
+
 def _result_rows(evals: dict) -> List[Tuple[str, str]]:
     """The card's "Evaluation results" table: loss, perplexity, accuracy, cloze probes (those measured)."""
     rows = []

@@ -180,6 +180,12 @@ def _check_common(out, loopback_hub, tmp_path, train_step_name):
     assert (t["global_batch_size"], t["seq_length"], t["steps_measured"]) == (8, 32, 14)
     assert t["tokens_per_second"] == pytest.approx(t["samples_per_second"] * 32) and t["samples_per_second"] > 0
     assert t["flops_per_token"] > 0
+    # the card's throughput rows are the meter's figures (the rows of hf-tpu train's card)
+    from hf_tpu_ext.hub.card_render import throughput_rows
+
+    steady = throughput_rows({"steady_tokens_per_second": t["tokens_per_second"]})[2]
+    assert "| Tokens seen | 4,096 |" in card.text and f"| {steady[0]} | {steady[1]} |" in card.text
+    assert ("| MFU (steady rate x FLOPs per token / peak FLOP/s) | " in card.text) == ("mfu" in t), card.text
 
     # the forced recompilation (batch 4 after 8) raised, with the compiler's count
     assert out["raised"].startswith(f"The train step ({train_step_name}) was XLA-compiled again at batch 2 of the "

@@ -40,7 +40,8 @@ def _task_tags(model) -> List[str]:
 
 
 def render_card(model, repo_id: str, *, step: int, epoch: float, logs: Optional[Dict[str, Any]] = None,
-                final: bool = False, max_steps: Optional[int] = None, **card_fields) -> str:
+                final: bool = False, max_steps: Optional[int] = None, facts: Optional[Dict[str, Any]] = None,
+                **card_fields) -> str:
     """The model card text (``huggingface_hub.ModelCard``) for a save of ``model`` at ``step``.
 
     Args:
@@ -50,6 +51,12 @@ def render_card(model, repo_id: str, *, step: int, epoch: float, logs: Optional[
         logs: the latest Keras logs (loss, eval metrics, throughput), shown as a table.
         final: the end-of-training card (else it says "Training in progress, step N of M").
         max_steps: the run's total optimizer steps (``M``; Keras' ``epochs x steps``), when known.
+        facts: what the fit's throughput meter measured
+            (:func:`hf_tpu_ext.callbacks.throughput_meter.card_facts_of`: ``tokens_seen``,
+            ``train_tokens_per_second``, ``steady_tokens_per_second`` in tokens/s, ``mfu`` a fraction with
+            ``mfu_peak_flops`` in FLOP/s, or ``mfu_note``): a "Training procedure" table with the rows of
+            ``hf-tpu train``'s card (:func:`hf_tpu_ext.hub.card_render.throughput_rows`); empty or ``None``:
+            one row saying the fit had no ``ThroughputCallback``.
         **card_fields: ``license``, ``language``, ``datasets``, ``base_model``, ``tags`` (added to the
             defaults), ``pipeline_tag`` (default ``fill-mask`` for a keras-hub masked LM).
 
@@ -57,7 +64,7 @@ def render_card(model, repo_id: str, *, step: int, epoch: float, logs: Optional[
         Markdown with YAML metadata: ``library_name`` (``keras-hub`` for a keras-hub task, else ``keras``),
         ``pipeline_tag``, ``tags``, and ``model-index`` with the evaluation in ``logs`` (``val_loss`` or
         ``eval_loss`` in nats, ``perplexity``, accuracy: :func:`hf_tpu_ext.hub.model_card.eval_results_from_logs`),
-        also shown as an "Evaluation results" table.
+        also shown as an "Evaluation results" table; the "Training procedure" table (see ``facts``).
     """
     from huggingface_hub import ModelCard, ModelCardData
 
@@ -88,9 +95,19 @@ def render_card(model, repo_id: str, *, step: int, epoch: float, logs: Optional[
         f"({status}: step {step}, epoch {epoch:g}).{progress}\n\n## How to load\n\n{load}\n"
         + ("\n## Evaluation results\n\n| metric | value |\n|---|---|\n"
            + "".join(f"| {r.metric_name} | {r.metric_value:.6g} |\n" for r in evals) if evals else "")
+        + _procedure_table(facts)
         + (f"\n## Latest training logs\n\n| metric | value |\n|---|---|\n{rows}\n" if rows else "")
     )
     return str(mark_generated(ModelCard(content)))  # marked: a later save or `hf-tpu push` may replace it
+
+
+def _procedure_table(facts: Optional[Dict[str, Any]]) -> str:
+    """The card's "Training procedure" table of the throughput meter's ``facts`` (Markdown, starting with a blank line)."""
+    from hf_tpu_ext.hub.card_render import throughput_rows
+
+    rows = throughput_rows(facts) if facts else [
+        ("Throughput, MFU", "n/a (no hf_tpu_ext ThroughputCallback in this fit's callbacks)")]
+    return "\n## Training procedure\n\n| | |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows)
 
 
 def _eval_results(logs, pipeline_tag, card_fields) -> list:

@@ -21,6 +21,7 @@ from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.keras import process_index
 from hf_tpu_ext.callbacks.keras.model_files import (render_card, restore_from_hub, save_checkpoint, save_model,
                                                     trainer_state)
+from hf_tpu_ext.callbacks.throughput_meter import card_facts_of
 from hf_tpu_ext.hub.model_card import write_card
 from hf_tpu_ext.hub.push_session import PushConfig, PushSession, SessionBacked
 
@@ -90,7 +91,7 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
         # a README.md the user wrote keeps its text (the card's metadata merged in)
         write_card(self.output_dir, ModelCard(render_card(model, s.repo_id, step=step, epoch=self._epoch, logs=self._logs,
                                                           final=final, max_steps=self._max_steps() or None,
-                                                          **s.config.card_fields)))
+                                                          facts=card_facts_of(model, step), **s.config.card_fields)))
         checkpoint = self._last_checkpoint if step == self._last_save else None
         if checkpoint is None and s.wants_checkpoint(final):
             checkpoint = save_checkpoint(model, os.path.join(self.output_dir, "checkpoints", f"checkpoint-{step}"))
