@@ -152,3 +152,63 @@ def test_the_queue_and_the_budget_read_one_retry_after_clock():
 def test_one_atexit_owner_in_the_hub_layer():
     owners = sorted(p.name for p in (ROOT / "hf_tpu_ext" / "hub").glob("*.py") if "atexit.register(" in p.read_text())
     assert owners == ["pusher.py"]
+
+
+class _RecordingPusher:
+    """Stands in for HubPusher: the saves a session hands over are recorded, nothing is uploaded."""
+
+    repo_id, token = "alice/plans", None
+
+    def __init__(self):
+        self.saves = []
+
+    def preflight(self):
+        return self.repo_id
+
+    def set_rate_limit_listener(self, listener):
+        pass
+
+    def push_save(self, model_folder, **kwargs):
+        self.saves.append(kwargs)
+
+    def log_pending(self, why):
+        pass
+
+    def close(self):
+        pass
+
+    def report(self):
+        from hf_tpu_ext.hub.push_queue import PushReport
+
+        return PushReport(repo_id=self.repo_id)
+
+
+def test_a_session_carries_the_plans_out(monkeypatch):
+    from hf_tpu_ext import interrupts
+    from hf_tpu_ext.hub.commit_budget import reset_budgets
+    from hf_tpu_ext.hub.push_session import PushConfig, PushSession
+
+    reset_budgets()
+    pusher = _RecordingPusher()
+    config = PushConfig(output_dir="out", hub_model_id="alice/plans", hub_strategy="all_checkpoints",
+                        hub_commit_budget=1, budget_period=3600.0)
+    session = PushSession(config, pusher=pusher, is_chief=True)
+    try:
+        session.preflight()
+        assert session.admit(2, max_steps=10) and session.last_plan.reason == "paced"
+        session.save("out", step=2, checkpoint_folder="ck-2")
+        assert not session.admit(4, max_steps=10) and session.last_plan.reason == "budget"  # the hour's commit is spent
+        assert session.last_plan.budget_wait > 3000
+        assert not session.admit(10, max_steps=10) and session.last_plan.reason == "last_step"
+        monkeypatch.setattr(interrupts, "received", lambda: 15)
+        assert session.admit(6, max_steps=10) and session.last_plan.reason == "signal"
+        assert session.admit(10, final=True) and session.last_plan.reason == "final"
+        session.save("out", step=10, checkpoint_folder="ck-10", final=True)
+        assert pusher.saves == [
+            {"step": 2, "checkpoint_folder": "ck-2", "final": False, "commit_message": "Training in progress, step 2"},
+            {"step": 10, "checkpoint_folder": "ck-10", "final": True, "commit_message": "End of training"}]
+        assert session.coalesced_steps == [4, 10]
+        assert session.report_dict()["coalesced_by_budget"] == 1 and session.report_dict()["signal_saves"] == 1
+    finally:
+        session.close()
+        reset_budgets()
