@@ -149,3 +149,29 @@ def test_tensorflow_demo_states_the_tensorflow_pins_where_pip_reads_them_first()
     tensorflow = {r.name: r.specifier for r in map(Requirement, PYPROJECT["optional-dependencies"]["tensorflow"])}
     for dist in ("transformers", "huggingface_hub"):
         assert direct[dist] == tensorflow[dist], dist
+
+
+# ---------------------------------------------------------------- the extras of this environment, as installed
+
+
+@pytest.mark.parametrize("extra", ["tensorflow", "demo", "tensorflow-demo", "test"])
+def test_main_environment_meets_each_of_its_extras(extra):
+    """.venv is built from ``.[tensorflow-demo,test]``: each of those extras on its own is met by what it holds
+    (tests/extras_resolution.py; .venv-current and .venv-xla check theirs), and ``pip check`` is clean."""
+    from extras_resolution import unmet_requirements
+
+    assert unmet_requirements(extra) == []
+    if extra == "tensorflow-demo":  # once: nothing installed conflicts
+        from extras_resolution import pip_check
+
+        assert pip_check() == "No broken requirements found."
+
+
+def test_unmet_requirements_names_what_this_environment_lacks():
+    # [jax] pins what the TensorFlow stack excludes: the check names each requirement and the installed version
+    from extras_resolution import unmet_requirements
+
+    unmet = unmet_requirements("jax")
+    assert f"transformers>=5 (installed: {version('transformers')})" in unmet
+    assert f"huggingface_hub>=1.0 (installed: {version('huggingface_hub')})" in unmet
+    assert any(u.startswith("jax[cpu]>=0.10 (installed: none)") for u in unmet)
