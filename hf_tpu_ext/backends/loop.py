@@ -20,6 +20,7 @@ No framework is imported here: tests drive the loop with a pure-Python backend (
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from collections import deque
@@ -292,7 +293,7 @@ class StepLoop:
         t_call = time.perf_counter()
         losses = [float(x) for x in self.steps.run_steps(batch, start, k)]  # waits for the steps
         self.meter.add(losses, time.perf_counter() - t_call)
-        bad = [i for i, x in enumerate(losses) if x != x or x in (float("inf"), float("-inf"))]
+        bad = [i for i, x in enumerate(losses) if not math.isfinite(x)]
         if bad:
             raise FloatingPointError(
                 f"Training loss became {losses[bad[0]]} at global step {start + bad[0] + 1}; lower "

@@ -28,8 +28,6 @@ import math
 import os
 from typing import Any, Dict, List, Optional
 
-import numpy as np
-
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
 from hf_tpu_ext.backends.keras.probes import preparing_probes, scoring_probes, wants_probes
 from hf_tpu_ext.backends.keras.events import EventWriter

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Dict
+from typing import Dict
 
 logger = logging.getLogger("hf_tpu_ext")
 
