@@ -212,13 +212,17 @@ def test_registered_backend_implements_every_protocol_member(name):
 
 
 def _run_modules() -> List[Tuple[str, ast.Module]]:
-    """The modules outside ``hf_tpu_ext/backends/`` that import the backends package (the training run)."""
+    """The modules outside ``hf_tpu_ext/backends/`` that import the backends package, and every module of
+    ``hf_tpu_ext/run/`` (the training run: its jobs read the backend they are handed)."""
     found = []
     for path in sorted((REPO_ROOT / PACKAGE).rglob("*.py")):
         rel = path.relative_to(REPO_ROOT).as_posix()
         if rel.startswith(f"{PACKAGE}/backends/"):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=rel)
+        if rel.startswith(f"{PACKAGE}/run/"):
+            found.append((rel, tree))
+            continue
         module = rel[:-3].replace("/", ".").removesuffix(".__init__")
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         for node in ast.walk(tree):

@@ -124,13 +124,6 @@ def check_model_config(model_args, data_args) -> None:
     check_positions(config, data_args.max_seq_length)
 
 
-def make_backend(name: str):
-    """The :class:`~hf_tpu_ext.backends.base.Backend` of ``--backend`` (:data:`hf_tpu_ext.backends.BACKEND_REGISTRY`)."""
-    from hf_tpu_ext.backends import make_backend as make
-
-    return make(name)
-
-
 def callback_names(training_args) -> List[str]:
     """The ``--callbacks`` the backend runs (``push_to_hub`` is the run's own push session, not a callback)."""
     return [c for c in training_args.callback_names if c != "push_to_hub"]

@@ -315,7 +315,9 @@ class TrainingRun:
         t_total = time.perf_counter()
         self.check()
         if self.backend is None:
-            self.backend = checks.make_backend(args.backend)
+            from hf_tpu_ext.backends import make_backend  # the registry's lazy entry: no framework imported yet
+
+            self.backend = make_backend(args.backend)
         backend = self.backend
         backend.setup(args)
         if getattr(backend, "processes_to_spawn", 0):  # one process per local device, each running this run
