@@ -86,7 +86,7 @@ def is_arrow_source(path: Optional[str]) -> bool:
         return False
     try:
         manifest = read_manifest(path)
-    except (DataError, ImportError, ValueError):
+    except (DataError, ImportError, ValueError, OSError):  # no such filesystem or folder: not Arrow shards
         return False
     return bool(manifest) and manifest.get("format") == FORMAT
 

@@ -40,14 +40,14 @@ def shards(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def runs(shards, tmp_path_factory):
-    """From the shards: 1 process x 4 devices (the reference) beside 2 processes x 2 devices, then 1 process x 2
+    """From the shards: 1 process x 4 devices (the reference) beside 2 processes x 2 devices, then 1 process x 4
     devices SIGKILLed right after its first checkpoint (step 4). (Not all four at once: on a loaded machine the
     pair's gloo connect can time out.)"""
     root = tmp_path_factory.mktemp("runs")
     one = _start(mp_args(root / "one", "--train_file", shards, "--save_steps", "4"), JAX_NUM_CPU_DEVICES=4)
     pair = start_cluster([root / "p0", root / "p1"], extra=("--train_file", shards))
     first = finish([one, *pair])
-    cut = _start(mp_args(root / "cut", "--train_file", shards, "--save_steps", "4"), JAX_NUM_CPU_DEVICES=2,
+    cut = _start(mp_args(root / "cut", "--train_file", shards, "--save_steps", "4"), JAX_NUM_CPU_DEVICES=4,
                  HF_TPU_EXT_TEST_KILL_AT="train")
     return root, first[:1] + finish([cut]) + first[1:]
 
@@ -69,7 +69,7 @@ def test_a_kill_and_resume_from_shards_trains_what_one_run_does(runs, shards):
     assert results[1][0] == -9, results[1][1][-3000:]
     assert sorted(p.name for p in (root / "cut").glob("checkpoint-*")) == ["checkpoint-4"]
     resumed = _start(mp_args(root / "cut", "--train_file", shards, "--save_steps", "4",
-                             "--resume_from_checkpoint", "true"), JAX_NUM_CPU_DEVICES=2)
+                             "--resume_from_checkpoint", "true"), JAX_NUM_CPU_DEVICES=4)
     [(rc, err)] = finish([resumed])
     assert rc == 0, err[-3000:]
     assert "resuming from" in err and "checkpoint-4" in err
