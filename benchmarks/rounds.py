@@ -127,7 +127,8 @@ def child(name: str, preset: Preset, workdir: Path, env_extra: Optional[Dict[str
         if preset.cpu_devices > 1:
             env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={preset.cpu_devices}"
     cmd = [python, "-m", "benchmarks.train_throughput", "--preset", preset.name, "--job", name,
-           "--workdir", str(workdir), "--steps", str(preset.steps)]
+           "--workdir", str(workdir), "--steps", str(preset.steps),
+           "--global_batch_size", str(preset.global_batch_size)]
     print(f"[bench] {name} ...", flush=True)
     start = time.perf_counter()
     round_load = RoundLoad()

@@ -88,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--results_dir", default=str(RESULTS_DIR), help="where <preset>.json and the chart go")
     parser.add_argument("--no_results_md", action="store_true", help="do not append a row to benchmarks/RESULTS.md")
     parser.add_argument("--steps", type=int, help="optimizer steps per recipe run (default: the preset's)")
+    parser.add_argument("--global_batch_size", type=int,
+                        help="sequences per optimizer step (default: the preset's; issue 29's table used 32)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of each recipe and callback run, round-robin; the median counts (default 3)")
     parser.add_argument("--job", help=argparse.SUPPRESS)
@@ -119,6 +121,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     preset = PRESETS[args.preset]
     if args.steps:
         preset = dataclasses.replace(preset, steps=args.steps)
+    if args.global_batch_size:
+        preset = dataclasses.replace(preset, global_batch_size=args.global_batch_size)
 
     if args.job:  # child: one part, result as JSON in the workdir
         workdir = Path(args.workdir)

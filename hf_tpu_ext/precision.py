@@ -7,14 +7,16 @@ fastest bf16 step is TensorFlow's kernels, not XLA. On TPUs and GPUs XLA is the 
 precisions. A CPU without native bf16 emulates it (on XLA little or no gain over float32: 522 vs 539 ms/step on
 the small preset), so ``--bf16 auto`` keeps float32 there.
 
-XLA:CPU does not multiply bf16 natively even where the CPU can: jaxlib 0.10.2's optimized HLO of a bf16 dot on
-an AMX-BF16/AVX512-BF16 Xeon is ``convert`` bf16 -> f32, an f32 dot (YNNPACK), ``convert`` back. So bf16 on
-XLA:CPU buys only the casts: the Keras backend on JAX ran ``--bf16 true`` at 0.83x its float32 speed on an
-AVX512-BF16 CPU (issue 29: 579 vs 479 ms/step, small preset, idle machine; one feed-forward layer on a busy AMX
-host: medians 0.89-1.40x in 4 runs, noise, benchmarks/NOTES.md). ``--bf16 auto`` therefore keeps float32 on a CPU whose step is
-XLA (the Keras backend, which always compiles its step, or ``--jit_compile true``) until a bf16 XLA:CPU step is
-measured faster; on the TensorFlow backend (``--jit_compile`` unset or false) it keeps bf16 on TensorFlow's
-oneDNN kernels, 1.14x its float32 there (issue 29).
+XLA:CPU does not multiply a bf16 x bf16 -> bf16 dot natively even where the CPU can: jaxlib 0.10.2's optimized
+HLO of such a dot on an AMX-BF16/AVX512-BF16 Xeon is ``convert`` bf16 -> f32, an f32 dot (YNNPACK), ``convert``
+back, so Keras' own bf16 layers ran ``--bf16 true`` at 0.83x their float32 speed on the Keras backend (issue 29:
+579 vs 479 ms/step, small preset, idle AVX512-BF16 machine). A bf16 x bf16 dot with a *float32 result* is kept
+and runs on the CPU's bf16 instructions; the Keras backend's step computes its projections that way
+(:mod:`hf_tpu_ext.backends.keras.bf16_dot`, ``bf16_dots=True`` here), which makes its bf16 step faster than its
+float32 one on a native-bf16 CPU (benchmarks/NOTES.md "Round six"), so ``--bf16 auto`` picks bf16 there. A step
+on XLA:CPU without those dots (the TensorFlow backend with ``--jit_compile true``) keeps float32 under auto; the
+TensorFlow backend (``--jit_compile`` unset or false) keeps bf16 on TensorFlow's oneDNN kernels (AMX
+``brg_matmul``), 1.14x its float32 there (issue 29).
 
 Resolution (:func:`resolve_precision`):
 
@@ -24,7 +26,7 @@ Resolution (:func:`resolve_precision`):
 unset       ``auto`` on a TPU, float32 elsewhere
 ``auto``    bf16 where the hardware has it natively and the step's compiler uses it: TPU, GPU
             with compute capability >= 8.0, CPU with one of :data:`NATIVE_BF16_CPU_FLAGS`
-            when the step runs on TensorFlow's kernels (not on XLA:CPU: see above)
+            when the step runs on TensorFlow's kernels or on XLA:CPU with ``bf16_dots`` (see above)
 ``true``    bf16 mixed precision (float32 weights, loss and softmax of the loss in float32)
 ``false``   float32
 ==========  ===========================================================================
@@ -46,10 +48,13 @@ NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 BF16_CHOICES = ("auto", "true", "false")
 #: why ``--bf16 auto`` keeps float32 on a native-bf16 CPU whose step is XLA (the Keras backend; --jit_compile true)
 AUTO_XLA_CPU_REASON = ("--bf16 auto: float32, this CPU has native bf16 but the step runs on XLA:CPU, which "
-                       "multiplies bf16 in float32: slower than float32, 0.83x on the Keras backend on JAX")
+                       "multiplies bf16 -> bf16 dots in float32: slower than float32")
+#: why ``--bf16 auto`` picks bf16 on a native-bf16 CPU whose XLA step has bf16 x bf16 -> float32 dots (Keras/JAX)
+AUTO_BF16_DOTS_REASON = ("--bf16 auto: this CPU has native bf16 and the step's matmuls multiply bf16 natively "
+                         "on XLA:CPU (bf16 x bf16 -> float32 dots)")
 #: added to the reason of ``--bf16 true`` in that case
-TRUE_XLA_CPU_NOTE = ("; XLA:CPU multiplies bf16 in float32 even on this native-bf16 CPU: slower than float32, "
-                     "0.83x on the Keras backend on JAX, and --bf16 auto would keep float32")
+TRUE_XLA_CPU_NOTE = ("; XLA:CPU multiplies bf16 -> bf16 dots in float32 even on this native-bf16 CPU: slower "
+                     "than float32, and --bf16 auto would keep float32")
 
 
 def parse_bf16(value: Union[None, bool, str]) -> Union[None, bool, str]:
@@ -122,7 +127,7 @@ class PrecisionPlan:
 
 
 def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool], accelerator: str,
-                      native_bf16: bool) -> PrecisionPlan:
+                      native_bf16: bool, bf16_dots: bool = False) -> PrecisionPlan:
     """Decide bf16 and the compiler path (see the module docstring's table).
 
     Args:
@@ -132,6 +137,8 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
         accelerator: ``"TPU"``, ``"GPU"`` or ``"CPU"``.
         native_bf16: the accelerator multiplies bf16 natively (TPU: always; GPU: :func:`gpu_has_native_bf16`;
             CPU: :data:`NATIVE_BF16_CPU_FLAGS` in :func:`cpu_flags`).
+        bf16_dots: the XLA step multiplies bf16 x bf16 -> float32 (the Keras backend on JAX:
+            :mod:`hf_tpu_ext.backends.keras.bf16_dot`), which XLA:CPU runs natively.
 
     Returns:
         PrecisionPlan.
@@ -139,14 +146,17 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
     accelerator = accelerator.upper()
     native = bool(native_bf16 or accelerator == "TPU")
     xla_cpu = accelerator == "CPU" and jit_compile is True
+    slow_xla_cpu = xla_cpu and not bf16_dots  # its bf16 dots run in float32
     if bf16 is None:
         use_bf16 = accelerator == "TPU"
         why = ("bf16 by default on a TPU" if use_bf16
                else "float32 is the default off a TPU; --bf16 auto uses bf16 where the hardware has it")
     elif bf16 == "auto":
-        # XLA:CPU converts bf16 dot operands to float32 whatever the CPU has: no gain, only casts
-        use_bf16 = native and not xla_cpu
-        if use_bf16:
+        # XLA:CPU converts bf16 -> bf16 dot operands to float32 whatever the CPU has: no gain, only casts
+        use_bf16 = native and not slow_xla_cpu
+        if use_bf16 and xla_cpu:
+            why = AUTO_BF16_DOTS_REASON
+        elif use_bf16:
             why = f"--bf16 auto: this {accelerator} has native bf16"
         elif native:
             why = AUTO_XLA_CPU_REASON
@@ -169,7 +179,7 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
             why += "; XLA, faster than TensorFlow's kernels on emulated bf16"
     else:
         xla = bool(jit_compile)
-        if use_bf16 and native and xla_cpu:
+        if use_bf16 and native and slow_xla_cpu:
             why += TRUE_XLA_CPU_NOTE
     if xla:
         compiler = "XLA"

@@ -38,7 +38,7 @@ def test_parse_bf16():
     (True, None, "CPU", False, (True, True, "bf16 mixed", "XLA")),  # emulated bf16: XLA is faster
     (True, True, "CPU", True, (True, True, "bf16 mixed", "XLA")),  # an explicit --jit_compile is kept
     (False, False, "GPU", True, (False, False, "float32", "TensorFlow kernels")),
-    # the Keras backend passes jit_compile=True: XLA:CPU multiplies bf16 in float32, auto keeps float32
+    # jit_compile=True without bf16 dots (TensorFlow's XLA): XLA:CPU multiplies bf16 in float32, auto keeps float32
     ("auto", True, "CPU", True, (False, True, "float32", "XLA")),
     ("auto", False, "CPU", True, (True, False, "bf16 mixed", "TensorFlow kernels (oneDNN)")),
     ("auto", True, "GPU", True, (True, True, "bf16 mixed", "XLA")),
@@ -59,13 +59,14 @@ def test_resolve_precision_says_why():
 
 @pytest.mark.parametrize("backend,flags,jit", [("tensorflow", SAPPHIRE_FLAGS, None), ("keras", SAPPHIRE_FLAGS, True),
                                                ("tensorflow", GENOA_FLAGS, None), ("keras", GENOA_FLAGS, True),
-                                               ("keras", ZEN3_FLAGS, True)])
+                                               ("keras", ZEN3_FLAGS, True), ("tensorflow_xla", SAPPHIRE_FLAGS, True)])
 def test_bf16_auto_never_picks_the_slower_path_on_a_cpu(backend, flags, jit):
-    """``--bf16 auto`` on a CPU as each backend calls it (native bf16 from the CPU flags; the Keras backend always
-    passes jit_compile=True): bf16 on TensorFlow's oneDNN kernels (1.14x its float32), float32 on XLA:CPU (the
-    Keras backend on JAX ran bf16 at 0.83x: XLA:CPU converts bf16 dots to float32), with the exact reason."""
+    """``--bf16 auto`` on a CPU as each backend calls it (native bf16 from the CPU flags; the Keras backend passes
+    jit_compile=True and bf16_dots=True): bf16 on TensorFlow's oneDNN kernels (1.14x its float32) and on the Keras
+    backend's XLA step, whose bf16 x bf16 -> float32 dots run natively (benchmarks/NOTES.md "Round six"); float32
+    on an XLA:CPU step without them (TensorFlow with --jit_compile true), with the exact reason."""
     native = bool(cpu_flags(flags) & NATIVE_BF16_CPU_FLAGS)
-    plan = resolve_precision("auto", jit, "CPU", native)
+    plan = resolve_precision("auto", jit, "CPU", native, bf16_dots=backend == "keras")
     if not native:
         assert (plan.precision, plan.reason) == ("float32", "--bf16 auto: this CPU has no native bf16, float32 is faster")
     elif backend == "tensorflow":
@@ -73,19 +74,26 @@ def test_bf16_auto_never_picks_the_slower_path_on_a_cpu(backend, flags, jit):
             "bf16 mixed", "TensorFlow kernels (oneDNN)",
             "--bf16 auto: this CPU has native bf16; TensorFlow's oneDNN bf16 kernels, not XLA: about 2x XLA:CPU's "
             "bf16 matmul rate")
+    elif backend == "keras":
+        assert (plan.bf16, plan.precision, plan.compiler, plan.reason) == (
+            True, "bf16 mixed", "XLA",
+            "--bf16 auto: this CPU has native bf16 and the step's matmuls multiply bf16 natively on XLA:CPU "
+            "(bf16 x bf16 -> float32 dots)")
     else:
         assert (plan.bf16, plan.precision, plan.compiler, plan.reason) == (
             False, "float32", "XLA",
-            "--bf16 auto: float32, this CPU has native bf16 but the step runs on XLA:CPU, which multiplies bf16 in "
-            "float32: slower than float32, 0.83x on the Keras backend on JAX")
+            "--bf16 auto: float32, this CPU has native bf16 but the step runs on XLA:CPU, which multiplies bf16 -> "
+            "bf16 dots in float32: slower than float32")
 
 
 def test_bf16_true_on_xla_cpu_says_it_is_slower():
-    """An explicit ``--bf16 true`` is kept on XLA:CPU (the user asked), and the reason says what auto would do."""
+    """An explicit ``--bf16 true`` is kept on XLA:CPU (the user asked), and the reason says what auto would do;
+    with the Keras backend's bf16 dots there is nothing to warn about."""
     plan = resolve_precision(True, True, "CPU", True)
     assert (plan.bf16, plan.compiler) == (True, "XLA")
-    assert plan.reason == ("--bf16 true; XLA:CPU multiplies bf16 in float32 even on this native-bf16 CPU: slower "
-                           "than float32, 0.83x on the Keras backend on JAX, and --bf16 auto would keep float32")
+    assert plan.reason == ("--bf16 true; XLA:CPU multiplies bf16 -> bf16 dots in float32 even on this native-bf16 "
+                           "CPU: slower than float32, and --bf16 auto would keep float32")
+    assert resolve_precision(True, True, "CPU", True, bf16_dots=True).reason == "--bf16 true"
     assert resolve_precision(True, True, "GPU", True).reason == "--bf16 true"
 
 

@@ -91,10 +91,11 @@ def test_install_plan_picks_the_cuda_build_of_the_driver(tmp_path, driver, extra
 
 
 @pytest.mark.parametrize("flags", ["avx512f avx512_bf16 amx_bf16 amx_tile", "avx2 fma"])
-def test_keras_backend_bf16_auto_keeps_float32_on_a_cpu(monkeypatch, flags):
-    """``--bf16 auto`` as the Keras backend resolves it on a CPU (fake /proc/cpuinfo flags): float32 even with
-    AVX512-BF16/AMX, since its step is XLA and XLA:CPU multiplies bf16 in float32 (hf_tpu_ext.precision).
-    Here because the device check's bf16 claims rest on it; it belongs beside tests/current/test_keras_backend.py."""
+def test_keras_backend_bf16_auto_on_a_cpu(monkeypatch, flags):
+    """``--bf16 auto`` as the Keras backend resolves it on a CPU (fake /proc/cpuinfo flags): bf16 with
+    AVX512-BF16/AMX, since its step's bf16 x bf16 -> float32 dots run natively on XLA:CPU (hf_tpu_ext.precision,
+    backends/keras/bf16_dot.py), float32 without. Here because the device check's bf16 claims rest on it; it
+    belongs beside tests/current/test_keras_backend.py."""
     import hf_tpu_ext.precision as precision
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.backends import make_backend
@@ -103,8 +104,10 @@ def test_keras_backend_bf16_auto_keeps_float32_on_a_cpu(monkeypatch, flags):
     _, _, args = parse_args(["--output_dir", "unused", "--backend", "keras", "--bf16", "auto"])
     backend = make_backend("keras")
     backend.setup(args)
-    assert (args.bf16, backend.precision.precision, backend.precision.compiler) == (False, "float32", "XLA")
+    native = "amx_bf16" in flags
+    assert (args.bf16, backend.precision.precision, backend.precision.compiler) == (
+        native, "bf16 mixed" if native else "float32", "XLA")
     assert backend.precision.reason == (
-        "--bf16 auto: float32, this CPU has native bf16 but the step runs on XLA:CPU, which multiplies bf16 in "
-        "float32: slower than float32, 0.83x on the Keras backend on JAX" if "amx_bf16" in flags
+        "--bf16 auto: this CPU has native bf16 and the step's matmuls multiply bf16 natively on XLA:CPU "
+        "(bf16 x bf16 -> float32 dots)" if native
         else "--bf16 auto: this CPU has no native bf16, float32 is faster")

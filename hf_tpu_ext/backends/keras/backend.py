@@ -129,7 +129,8 @@ class KerasBackend(BackendDefaults):
         self.accelerator = {"CPU": "CPU", "GPU": "GPU", "CUDA": "GPU", "ROCM": "GPU"}.get(platform, "TPU")
         self.device_kind = jax.devices()[0].device_kind
         native = self.accelerator != "CPU" or bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS)
-        self.precision = resolve_precision(args.bf16, True, self.accelerator, native)
+        # the JAX step's bf16 matmuls have float32 results on a CPU (bf16_dot.py): native there
+        self.precision = resolve_precision(args.bf16, True, self.accelerator, native, bf16_dots=True)
         args.bf16, args.jit_compile = self.precision.bf16, True
         logger.info("keras %s on JAX %s: %d %s device(s) in %d process(es), data parallel over all of them; "
                     "host memory: %s", _version("keras"), jax.__version__, self.num_replicas, self.device_kind,

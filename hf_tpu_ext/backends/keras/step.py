@@ -18,7 +18,7 @@ whole global batch, so the summed micro-batch gradients are the gradient of one 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Dict, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -52,7 +52,17 @@ def masked_lm_sums(logits, labels, weights):
     return jnp.sum(nll * weights), jnp.sum(correct * weights), jnp.sum(weights)
 
 
-def make_train_step(model, optimizer, seed: int, accumulation: int, dropout: bool = True) -> Callable:
+def _use_bf16_dots(bf16_dots: Optional[bool]) -> bool:
+    # None: on XLA:CPU, whose bf16 -> bf16 dots run in float32 (bf16_dot.py); TPU/GPU compilers need no help
+    if bf16_dots is None:
+        import jax
+
+        return jax.default_backend() == "cpu"
+    return bool(bf16_dots)
+
+
+def make_train_step(model, optimizer, seed: int, accumulation: int, dropout: bool = True,
+                    bf16_dots: Optional[bool] = None) -> Callable:
     """``step(state, batch, global_step) -> (state, loss_sum, count)``, not yet jitted.
 
     Args:
@@ -61,20 +71,26 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, dropout: boo
         seed: the run's seed (dropout keys).
         accumulation: ``A``, micro-batches per step (the batch has a leading axis of that size).
         dropout: counter-based dropout (:mod:`hf_tpu_ext.backends.keras.dropout`); False keeps Keras' own.
+        bf16_dots: a bf16 model's matmuls with float32 results, natively bf16 on XLA:CPU
+            (:mod:`hf_tpu_ext.backends.keras.bf16_dot`; float32 models are untouched); None: on a CPU backend.
 
     ``state`` is ``(trainable, non_trainable, optimizer_variables)`` (lists of arrays).
     """
     import jax
     import jax.numpy as jnp
 
+    from hf_tpu_ext.backends.keras.bf16_dot import native_bf16_dots
     from hf_tpu_ext.backends.keras.dropout import counter_based_dropout, dropout_key
     from hf_tpu_ext.backends.keras.gelu import erf_gelu
+
+    dots = _use_bf16_dots(bf16_dots)
 
     def micro_loss(trainable, non_trainable, micro, total, step, index):
         # one key per step; micro-batch i offsets the element counters by its place in the global batch, so
         # A micro-batches draw the masks one B-sequence batch draws
         key = dropout_key(seed, step) if dropout else None
-        with counter_based_dropout(key, micro_batch=index if accumulation > 1 else None), erf_gelu():
+        with counter_based_dropout(key, micro_batch=index if accumulation > 1 else None), erf_gelu(), \
+                native_bf16_dots(dots):
             logits, _ = model.stateless_call(trainable, non_trainable, _model_inputs(micro), training=True)
         loss_sum, _, count = masked_lm_sums(logits, micro["masked_lm_ids"], micro["masked_lm_weights"])
         return loss_sum / total, (loss_sum, count)
@@ -135,11 +151,16 @@ def make_multi_step(train_step: Callable, steps: int) -> Callable:
     return train_step_n
 
 
-def make_eval_step(model) -> Callable:
-    """``eval_step(trainable, non_trainable, batch) -> (loss_sum, correct, count)`` (no dropout), not jitted."""
+def make_eval_step(model, bf16_dots: Optional[bool] = None) -> Callable:
+    """``eval_step(trainable, non_trainable, batch) -> (loss_sum, correct, count)`` (no dropout), not jitted;
+    ``bf16_dots`` as in :func:`make_train_step`."""
+    from hf_tpu_ext.backends.keras.bf16_dot import native_bf16_dots
+
+    dots = _use_bf16_dots(bf16_dots)
 
     def eval_step(trainable, non_trainable, batch):
-        logits, _ = model.stateless_call(trainable, non_trainable, _model_inputs(batch), training=False)
+        with native_bf16_dots(dots):
+            logits, _ = model.stateless_call(trainable, non_trainable, _model_inputs(batch), training=False)
         return masked_lm_sums(logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
 
     return eval_step

@@ -1,0 +1,172 @@
+"""bfloat16 matmuls that XLA:CPU runs natively (AVX512-BF16 / AMX), forward and backward, in the traced step.
+
+Why: Keras' mixed_bfloat16 layers multiply bf16 x bf16 -> bf16 (``jnp.matmul``/``jnp.einsum`` without a
+``preferred_element_type``). jaxlib 0.10.2's XLA:CPU rewrites such a dot to ``convert`` f32, an f32 dot,
+``convert`` back, so bf16 buys nothing (benchmarks/NOTES.md "Round five"). A dot of bf16 operands with a
+**float32 result** (``preferred_element_type=float32``) is kept as is and YNNPACK runs it on the CPU's bf16
+instructions: 4096x256 @ 256x1024 at 297 GFLOP/s per CPU-second against 117 in float32 and 101 for the
+bf16 -> bf16 dot (2-core Sapphire Rapids VM, NOTES "Round six"). This is also what bf16 accumulation on a TPU/GPU
+means (float32 accumulators), so the numbers are those of float32 accumulation rounded to bf16 once.
+
+:func:`native_bf16_dots` routes Keras' JAX backend ``matmul`` and ``einsum`` (what ``Dense``, ``EinsumDense`` and
+``MultiHeadAttention`` call) through :func:`bf16_matmul` / :func:`bf16_einsum` while the step is traced on this
+thread, for bf16 x bf16 operands without batch dimensions only (the projections and the output head; a batched
+bf16 x bf16 -> float32 dot, e.g. attention's, can land on XLA:CPU's Eigen ``DotThunk``, which rejects it:
+"Unsupported element type for DotThunk::Execute: BF16 x BF16 = F32"), so attention keeps Keras' own path and
+float32 runs are untouched. Each has its own backward pass (a
+``jax.custom_vjp``) whose dots are again bf16 x bf16 -> float32, rounded to bf16 (autodiff of a float32-result
+dot would multiply a float32 cotangent by a bf16 operand, which XLA:CPU computes in float32).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from typing import Iterator, Optional, Tuple
+
+_active = threading.local()
+
+
+def _pref_einsum(spec: str, a, b):
+    import jax.numpy as jnp
+
+    return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32).astype(a.dtype)
+
+
+def _grad_specs(spec: str) -> Optional[Tuple[str, str]]:
+    """``(spec of d lhs, spec of d rhs)`` for a two-operand einsum ``"lhs,rhs->out"`` whose every index appears in
+    at least two of the three terms (contractions, free and batch dims); None for anything else (traces, sums
+    over one operand's own index, repeated indices, ellipses, implicit output)."""
+    if "->" not in spec or "." in spec:
+        return None
+    inputs, out = spec.replace(" ", "").split("->")
+    terms = inputs.split(",")
+    if len(terms) != 2:
+        return None
+    lhs, rhs = terms
+    for term in (lhs, rhs, out):
+        if len(set(term)) != len(term):
+            return None
+    for index in set(lhs + rhs + out):
+        if (index in lhs) + (index in rhs) + (index in out) < 2:
+            return None
+    return f"{out},{rhs}->{lhs}", f"{out},{lhs}->{rhs}"
+
+
+@functools.lru_cache(maxsize=None)
+def _einsum_with_vjp(spec: str):
+    import jax
+
+    d_lhs, d_rhs = _grad_specs(spec)
+
+    @jax.custom_vjp
+    def f(a, b):
+        return _pref_einsum(spec, a, b)
+
+    def fwd(a, b):
+        return _pref_einsum(spec, a, b), (a, b)
+
+    def bwd(residuals, g):
+        a, b = residuals
+        g = g.astype(a.dtype)
+        return _pref_einsum(d_lhs, g, b), _pref_einsum(d_rhs, g, a)
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+def _has_batch_dims(spec: str) -> bool:
+    """Whether an index of ``"lhs,rhs->out"`` appears in all three terms (a batched dot, e.g. attention's)."""
+    inputs, _, out = spec.replace(" ", "").partition("->")
+    lhs, _, rhs = inputs.partition(",")
+    return any(index in rhs and index in out for index in lhs)
+
+
+def bf16_einsum(spec: str, a, b):
+    """``einsum(spec, a, b)`` of bf16 operands -> bf16, every dot (forward and backward) with float32 results.
+
+    Args:
+        spec: a two-operand einsum (``"abc,cd->abd"``); one :func:`_grad_specs` cannot differentiate falls back
+            to ``jnp.einsum`` with a float32 result (its backward then runs in float32).
+        a, b: bfloat16 arrays.
+
+    Returns:
+        bfloat16 array of the einsum's shape.
+    """
+    if _grad_specs(spec) is None:
+        return _pref_einsum(spec, a, b)
+    return _einsum_with_vjp(spec)(a, b)
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _matmul_spec(lhs_rank: int, rhs_rank: int) -> Optional[str]:
+    """The einsum of ``matmul`` for ranks >= 2 with equal batch ranks or a 2-D right operand; None otherwise."""
+    if lhs_rank < 2 or rhs_rank < 2 or (rhs_rank != 2 and rhs_rank != lhs_rank):
+        return None
+    batch = _LETTERS[: lhs_rank - 2]
+    lhs = batch + "yz"
+    rhs = ("zw" if rhs_rank == 2 else batch + "zw")
+    return f"{lhs},{rhs}->{batch}yw"
+
+
+def bf16_matmul(a, b):
+    """``a @ b`` of bf16 operands (``[..., M, K] @ [K, N]`` or equal batch dims) as :func:`bf16_einsum`;
+    other ranks: ``jnp.matmul`` with a float32 result, rounded to bf16."""
+    import jax.numpy as jnp
+
+    spec = _matmul_spec(a.ndim, b.ndim)
+    if spec is None or (b.ndim > 2 and a.shape[:-2] != b.shape[:-2]):
+        return jnp.matmul(a, b, preferred_element_type=jnp.float32).astype(a.dtype)
+    return bf16_einsum(spec, a, b)
+
+
+def _both_bf16(*operands) -> bool:
+    import jax.numpy as jnp
+
+    return len(operands) == 2 and all(getattr(x, "dtype", None) == jnp.bfloat16 for x in operands)
+
+
+def _install() -> None:
+    """Wrap Keras' JAX ``matmul``/``einsum`` once per process; the wrappers only switch while active."""
+    from keras.src.backend.jax import numpy as knp
+    from keras.src.backend.jax.core import convert_to_tensor  # autocasts a variable to the compute dtype
+
+    if getattr(knp.matmul, "_hf_tpu_bf16_dot", False):
+        return
+    original_matmul, original_einsum = knp.matmul, knp.einsum
+
+    def matmul(x1, x2):
+        if getattr(_active, "on", False):
+            a, b = convert_to_tensor(x1), convert_to_tensor(x2)
+            if _both_bf16(a, b) and b.ndim == 2:
+                return bf16_matmul(a, b)
+        return original_matmul(x1, x2)
+
+    def einsum(subscripts, *operands, **kwargs):
+        if getattr(_active, "on", False) and not kwargs and isinstance(subscripts, str):
+            arrays = [convert_to_tensor(x) for x in operands]
+            if _both_bf16(*arrays) and not _has_batch_dims(subscripts):
+                return bf16_einsum(subscripts, *arrays)
+        return original_einsum(subscripts, *operands, **kwargs)
+
+    matmul._hf_tpu_bf16_dot = einsum._hf_tpu_bf16_dot = True
+    knp.matmul, knp.einsum = matmul, einsum
+
+
+@contextlib.contextmanager
+def native_bf16_dots(enabled: bool = True) -> Iterator[None]:
+    """While tracing inside this block (this thread), Keras' bf16 x bf16 matmuls/einsums have float32 results
+    (module doc); ``enabled=False`` changes nothing."""
+    if not enabled:
+        yield
+        return
+    _install()
+    previous = getattr(_active, "on", False)
+    _active.on = True
+    try:
+        yield
+    finally:
+        _active.on = previous
