@@ -68,7 +68,7 @@ def test_get_callback_picks_the_class_for_the_model(clean_registry):
 
     tf_model = tf_keras.Sequential([tf_keras.layers.Dense(2)])
     cb = registry.get_callback("throughput", model=tf_model, global_batch_size=8, seq_length=16)
-    assert type(cb).__module__ == "hf_tpu_ext.callbacks.throughput"
+    assert type(cb).__module__ == "hf_tpu_ext.callbacks.tf_keras.throughput"
     assert isinstance(cb, tf_keras.callbacks.Callback)
     assert (cb.global_batch_size, cb.seq_length) == (8, 16)
 
@@ -168,7 +168,7 @@ def test_resolving_names_imports_only_the_framework_asked_for():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["IMPORTED []", "TORCH []", "hf_tpu_ext.callbacks.throughput"]
+    assert out.stdout.splitlines() == ["IMPORTED []", "TORCH []", "hf_tpu_ext.callbacks.tf_keras.throughput"]
 
 
 def test_keras_entry_point_group(tmp_path, monkeypatch, clean_registry):

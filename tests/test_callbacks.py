@@ -215,7 +215,7 @@ def _dataset(seq_len, batches=4, batch=4):
 
 # ---------------------------------------------------------------------------------------------- throughput
 def test_weighted_median():
-    from hf_tpu_ext.callbacks.throughput import _weighted_median
+    from hf_tpu_ext.callbacks.tf_keras.throughput import _weighted_median
 
     assert _weighted_median([]) is None
     assert _weighted_median([(3.0, 1), (1.0, 1), (2.0, 1)]) == 2.0
@@ -224,7 +224,7 @@ def test_weighted_median():
 
 
 def test_throughput_counts_steps_per_execution(monkeypatch):
-    from hf_tpu_ext.callbacks import throughput as module
+    from hf_tpu_ext.callbacks.tf_keras import throughput as module
     from hf_tpu_ext.callbacks import throughput_meter
 
     clock = iter(0.5 * i for i in range(10_000))  # every clock read advances 0.5 s
@@ -248,7 +248,7 @@ def test_throughput_counts_steps_per_execution(monkeypatch):
 
 
 def test_throughput_from_run_and_validation():
-    from hf_tpu_ext.callbacks.throughput import ThroughputCallback
+    from hf_tpu_ext.callbacks.tf_keras.throughput import ThroughputCallback
     from hf_tpu_ext.flops import flops_per_token
 
     cfg = SimpleNamespace(hidden_size=64, num_hidden_layers=2, intermediate_size=128, vocab_size=300)

@@ -241,7 +241,7 @@ def test_drop_in_card_is_complete(loopback_hub, tmp_path, model):
     # a plain fit with the throughput and push callbacks (push first: the card reads the meter, in any order)
     from huggingface_hub import ModelCard
 
-    from hf_tpu_ext.callbacks.throughput import ThroughputCallback
+    from hf_tpu_ext.callbacks.tf_keras.throughput import ThroughputCallback
     from hf_tpu_ext.flops import flops_per_token
 
     out = tmp_path / "out"

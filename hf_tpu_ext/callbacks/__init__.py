@@ -2,8 +2,9 @@
 
 Every built-in name exists for three frameworks:
 
-- ``"tf_keras"`` (alias ``"tensorflow"``): ``tf_keras.callbacks.Callback`` subclasses in this package, for
-  ``hf-tpu train`` and tf_keras / transformers-TF ``fit`` scripts (extra ``[tensorflow]``);
+- ``"tf_keras"`` (alias ``"tensorflow"``): ``tf_keras.callbacks.Callback`` subclasses in
+  :mod:`hf_tpu_ext.callbacks.tf_keras`, for ``hf-tpu train`` and tf_keras / transformers-TF ``fit`` scripts
+  (extra ``[tensorflow]``);
 - ``"keras"``: Keras 3 ``keras.callbacks.Callback`` subclasses in :mod:`hf_tpu_ext.callbacks.keras`, for
   ``model.fit`` on the JAX, TensorFlow or torch backend and keras-hub models (extra ``[keras]``);
 - ``"torch"`` (aliases ``"torch_xla"``, ``"pytorch"``): ``transformers.TrainerCallback`` subclasses in
@@ -102,7 +103,7 @@ _BUILTINS = {
     ),
     "throughput": (
         "Log samples/s, tokens/s (per replica), median step time and MFU.",
-        {"tf_keras": "hf_tpu_ext.callbacks.throughput:ThroughputCallback",
+        {"tf_keras": "hf_tpu_ext.callbacks.tf_keras.throughput:ThroughputCallback",
          "keras": "hf_tpu_ext.callbacks.keras.throughput:ThroughputCallback",
          "torch": "hf_tpu_ext.callbacks.torch.throughput:ThroughputCallback"},
     ),
