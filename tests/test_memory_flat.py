@@ -39,3 +39,4 @@ def test_throughput_meter_keeps_a_bounded_window_of_calls():
         meter.on_train_batch_end(batch)
     assert len(meter._calls) == MEDIAN_WINDOW and len(meter._epoch_calls) == MEDIAN_WINDOW
     assert meter._measured_steps == MEDIAN_WINDOW + 500  # the totals still cover every step
+
