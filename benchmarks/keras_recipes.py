@@ -38,6 +38,7 @@ class KerasStepTimer(keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
         self.begins: List[float] = []
+        self.cpu_begins: List[float] = []  # time.process_time() at each begin (cpu_ms_per_step)
         self.first_step_end_wall: Optional[float] = None
 
     @classmethod
@@ -48,6 +49,7 @@ class KerasStepTimer(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self.begins.append(time.perf_counter())
+        self.cpu_begins.append(time.process_time())
 
     def on_train_batch_end(self, batch, logs=None):
         if self.first_step_end_wall is None:
@@ -72,7 +74,16 @@ class KerasStepTimer(keras.callbacks.Callback):
         median = statistics.median(steady)
         return {"steps_measured": len(steady), "ms_per_step": median * 1e3,
                 "ms_per_step_mean": statistics.fmean(steady) * 1e3, "first_step_seconds": intervals[0],
-                "compile_seconds": max(intervals[0] - median, 0.0)}
+                "compile_seconds": max(intervals[0] - median, 0.0),
+                "cpu_ms_per_step": _median_cpu_ms(self.cpu_begins, warmup_steps)}
+
+
+def _median_cpu_ms(cpu_begins: List[float], warmup_steps: int) -> Optional[float]:
+    """:func:`benchmarks.step_timer.median_cpu_ms` (that module imports tf_keras, absent here)."""
+    import statistics
+
+    steady = [b - a for a, b in zip(cpu_begins, cpu_begins[1:])][max(1, warmup_steps):]
+    return statistics.median(steady) * 1e3 if steady else None
 
 
 def job_keras_train(preset, workdir: Path, extra=()) -> Dict[str, Any]:

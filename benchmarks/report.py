@@ -21,7 +21,7 @@ TARGETS = {"hf_tpu_vs_plain": 1.6, "hf_tpu_vs_plain_xla": 1.0, "input_pipeline_v
 #: the fields of a recipe's job result copied into the result as they are (when present)
 _PASSED_THROUGH = ("xla_step_compilations", "runs_ms_per_step", "fastest_ms_per_step", "spread_ms_per_step",
                    "runs_first_step_latency_seconds", "precision", "compiler", "runs_load", "quiet_rounds",
-                   "rounds", "load")
+                   "rounds", "load", "runs_cpu_ms_per_step")
 
 
 def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
@@ -135,6 +135,8 @@ def _ratios(recipes: Dict[str, Dict[str, Any]], parts: Dict[str, Dict[str, Any]]
                                              recipes["keras_hub_fit"]["tokens_per_second"]),
         "keras_jax_bf16_vs_keras_jax": _ratio(recipes["keras_jax_bf16"]["tokens_per_second"],
                                               recipes["keras_jax"]["tokens_per_second"]),
+        # issue 29: --bf16 true on the TensorFlow backend (its default bf16 path) >= 1.5x its float32
+        "hf_tpu_bf16_default_vs_hf_tpu": _ratio(recipes[bf16_default]["tokens_per_second"], hf_tps),
         "input_pipeline_vs_training": _ratio(pipeline.get("tokens_per_second"), hf_tps),
         "callback_overhead_mean": overhead.get("overhead_mean"),
     }

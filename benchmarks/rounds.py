@@ -171,6 +171,9 @@ def median_run(runs: List[Dict[str, Any]], key: str = "ms_per_step") -> Dict[str
     chosen[f"spread_{key}"] = round(max(values) / median - 1.0, 4)
     loads = [r.get("load") or {} for r in ok]
     chosen["runs_load"] = loads
+    # process CPU ms per steady step of every round (the steadier figure on a shared host; None: not recorded)
+    chosen["runs_cpu_ms_per_step"] = [None if r.get("cpu_ms_per_step") is None else round(r["cpu_ms_per_step"], 1)
+                                      for r in ok]
     chosen["quiet_rounds"] = sum(1 for load in loads if load.get("quiet"))
     chosen["rounds"] = len(ok)
     latencies = [r["first_step_latency_seconds"] for r in ok if r.get("first_step_latency_seconds") is not None]

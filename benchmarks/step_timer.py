@@ -64,11 +64,14 @@ class StepTimer(tf_keras.callbacks.Callback):
     Attributes:
         begins: ``time.perf_counter()`` seconds at each ``on_train_batch_begin``.
         intervals: seconds per step (``begins[i+1] - begins[i]``); the last step has no interval.
+        cpu_begins: ``time.process_time()`` at the same points (this process's CPU seconds, all threads: under
+            contention a steadier comparison than wall time; ``summary``'s ``cpu_ms_per_step``).
     """
 
     def __init__(self):
         super().__init__()
         self.begins: List[float] = []
+        self.cpu_begins: List[float] = []
         self.first_step_end_wall: Optional[float] = None  # time.time() when the first step finished
 
     @classmethod
@@ -80,6 +83,7 @@ class StepTimer(tf_keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self.begins.append(time.perf_counter())
+        self.cpu_begins.append(time.process_time())
 
     def on_train_batch_end(self, batch, logs=None):
         if self.first_step_end_wall is None:
@@ -98,8 +102,19 @@ class StepTimer(tf_keras.callbacks.Callback):
         return [b - a for a, b in zip(self.begins, self.begins[1:])]
 
     def summary(self, warmup_steps: int) -> Dict[str, Any]:
-        """:func:`summarize_intervals` of this run."""
-        return summarize_intervals(self.intervals, warmup_steps)
+        """:func:`summarize_intervals` of this run, plus ``cpu_ms_per_step`` (median process CPU ms of the same
+        steady steps)."""
+        summary = summarize_intervals(self.intervals, warmup_steps)
+        summary["cpu_ms_per_step"] = median_cpu_ms(self.cpu_begins, warmup_steps)
+        return summary
+
+
+def median_cpu_ms(cpu_begins: List[float], warmup_steps: int) -> Optional[float]:
+    """Median process CPU milliseconds per steady step from ``time.process_time()`` at each step's begin."""
+    import statistics
+
+    steady = [b - a for a, b in zip(cpu_begins, cpu_begins[1:])][max(1, warmup_steps):]
+    return statistics.median(steady) * 1e3 if steady else None
 
 
 def last_instance() -> Optional[StepTimer]:
