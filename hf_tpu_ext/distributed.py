@@ -272,6 +272,8 @@ def cancel_after_jax_initialize(fn: Callable[[], None]) -> None:
 
 #: key-value store keys of the lost-process watch: ``<prefix><process id>`` holds a beat count, ``exited`` at exit
 HEARTBEAT_KEY_PREFIX = "hf_tpu_ext/heartbeat/"
+#: ``<prefix><process id>``: ``ip:port`` of the process's liveness port (see :meth:`LostProcessWatch.listen`)
+ALIVE_KEY_PREFIX = "hf_tpu_ext/alive/"
 #: seconds JAX's own heartbeat time-out is set past the watch's, so the watch's line comes first
 JAX_HEARTBEAT_MARGIN = 15
 #: exit status after a lost process (the run stops; a rerun resumes from the last checkpoint)
@@ -285,7 +287,9 @@ class LostProcessWatch:
     survivors already failed a collective with a raw ``Gloo ... Connection reset by peer`` traceback, and its
     Python ``missed_heartbeat_callback`` hook aborts with ``std::bad_cast``. So every process beats through the
     coordinator's key-value store (``<HEARTBEAT_KEY_PREFIX><id>``, once per ``poll`` seconds, from a daemon
-    thread) and reads the others' beats: a process whose count stays still for ``timeout`` seconds, or a
+    thread) and reads the others' beats: a process whose count stays still for ``timeout`` seconds and whose
+    liveness port no longer accepts a connection (a Python thread may wait minutes for the GIL while XLA
+    compiles; the kernel answers the port regardless), or a
     coordinator that stays unreachable that long (then process 0 is the lost one), is lost. A process that exits
     (atexit) or stops for a signal (:func:`hf_tpu_ext.interrupts.received`; it exits right after its save, without
     atexit) writes ``exited`` and is never reported. JAX's heartbeat time-out is set ``JAX_HEARTBEAT_MARGIN``
@@ -335,7 +339,37 @@ class LostProcessWatch:
             elif value is not None and value != self._seen[i][0]:
                 self._seen[i] = (value, now)
         lost = [(now - t, i) for i, (_, t) in self._seen.items() if i not in self._exited and now - t >= self.timeout]
+        lost = [(late, i) for late, i in lost if not self._still_there(i, now)]
         return self.message(min(lost)[1], max(lost)[0]) if lost else None
+
+    def _still_there(self, i: int, now: float) -> bool:
+        """Whether process ``i``, silent for the time-out, still accepts a TCP connection on its liveness port: the
+        kernel answers for it while its Python thread waits for the GIL (an XLA compile holds it for minutes), a
+        killed process's port refuses, a vanished host's times out."""
+        try:
+            address = self.client.key_value_try_get(f"{ALIVE_KEY_PREFIX}{i}")
+            host, _, port = address.rpartition(":")
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=min(5.0, self.timeout)):
+                pass
+        except Exception:  # noqa: BLE001 (refused, timed out, never published: silent and unreachable)
+            return False
+        self._seen[i] = (self._seen[i][0], now)  # alive: its beats are late, not gone
+        return True
+
+    def listen(self, coordinator_host: str) -> None:
+        """Open this process's liveness port and publish it (``<ALIVE_KEY_PREFIX><id>``: ``ip:port`` on the
+        interface that reaches the coordinator); the socket is never accepted from: the kernel answers."""
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect((coordinator_host.strip("[]") or "127.0.0.1", 9))  # no packet: picks the interface
+                ip = probe.getsockname()[0]
+        except OSError:
+            ip = socket.gethostname()
+        self._listener = socket.socket()
+        self._listener.bind(("", 0))
+        self._listener.listen(64)
+        self.client.key_value_set(f"{ALIVE_KEY_PREFIX}{self.process_id}", f"{ip}:{self._listener.getsockname()[1]}",
+                                  True)
 
     def _read(self, i: int) -> Optional[str]:
         try:
@@ -372,6 +406,11 @@ class LostProcessWatch:
     def start(self, coordinator: Optional[str] = None) -> "LostProcessWatch":
         """Start beating (a daemon thread); on a process other than 0 also the abort reporter
         (:func:`start_abort_reporter`) for a lost ``coordinator`` (``host:port``)."""
+        if coordinator:
+            try:
+                self.listen(coordinator.rpartition(":")[0])
+            except Exception:  # noqa: BLE001 (no port: beats alone decide)
+                pass
         if coordinator and self.process_id != 0:
             self._reporter_fd = start_abort_reporter(coordinator, self.num_processes, self.output_dir)
         threading.Thread(target=self._run, name="hf-tpu-lost-process-watch", daemon=True).start()

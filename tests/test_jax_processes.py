@@ -232,3 +232,20 @@ def test_the_abort_reporter_stays_quiet_after_another_ending():
             f"start_abort_reporter({_closed_port_address()!r}, 2, '')\nos._exit(143)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stderr) == (143, "")
+
+
+def test_a_silent_peer_whose_liveness_port_answers_is_not_lost():
+    """Beats late (its Python thread waits for the GIL during an XLA compile) but its port answers: alive; once
+    the port is gone (the process killed), lost."""
+    store, clock = FakeStore(), Clock()
+    w0, w1 = _pair(store, clock, timeout=10)
+    w1.listen("127.0.0.1")
+    clock.now += 1
+    assert (w1.beat(), w0.beat()) == (None, None)
+    clock.now += 20  # process 1 silent for 20 s
+    assert w0.beat() is None
+    w1._listener.close()
+    clock.now += 5
+    assert w0.beat() is None  # the port answered 5 s ago: not yet 10 s silent since
+    clock.now += 5
+    assert w0.beat().startswith("process 1 of 2 was lost (no heartbeat for 10 s); ")
