@@ -1,6 +1,6 @@
 """Soak benchmark: does a long ``hf-tpu train`` run (TensorFlow backend) keep its memory flat?
 
-``--mode train`` (the default) runs a tiny-model ``hf-tpu train`` (2 layers, hidden 64, 32-token blocks,
+``--mode train`` (the default) runs a tiny-model ``hf-tpu train`` (``--backend``, default tensorflow; 2 layers, hidden 64, 32-token blocks,
 ``--push_to_hub true --hub_strategy checkpoint``, a save and a push every ``--push_every`` steps, the commit
 budget's pacing as in any run) against a loopback Hub served by a *separate* process (its in-memory repos are not
 counted) for ``--minutes`` (default 8), then stops it with SIGINT. The RSS of the training process (psutil) is
@@ -15,7 +15,7 @@ and the CPU's flags. ``--no_push``: the same saves without pushes, to tell the p
 A benchmark, not a test: it prints figures (JSON) and asserts nothing.
 
 Usage (from the repository root; ``tests/`` holds the loopback Hub):
-    python -m benchmarks.soak_push [--minutes 8] [--push_every 20] [--no_push]
+    python -m benchmarks.soak_push [--minutes 8] [--push_every 20] [--no_push] [--backend keras]
     python -m benchmarks.soak_push --mode pusher [--minutes 5] [--step_ms 5]
 """
 
@@ -144,7 +144,7 @@ def soak_train(args, tmp: str) -> dict:
 
     out = os.path.join(tmp, "train-out")
     log_path = os.path.join(tmp, "train.log")
-    cmd = [sys.executable, "-m", "hf_tpu_ext", "train", "--output_dir", out, *TINY_TRAIN_ARGS,
+    cmd = [sys.executable, "-m", "hf_tpu_ext", "train", "--backend", args.backend, "--output_dir", out, *TINY_TRAIN_ARGS,
            "--max_steps", "10000000", "--save_strategy", "steps", "--save_steps", str(args.push_every),
            "--save_total_limit", "2"]
     if not args.no_push:
@@ -178,7 +178,7 @@ def soak_train(args, tmp: str) -> dict:
         text = f.read()
     kept = [s for s in samples if s[0] >= args.warmup_seconds]
     return {
-        "mode": "train" + (" (saves, no pushes)" if args.no_push else ""),
+        "mode": "train" + (" (saves, no pushes)" if args.no_push else ""), "backend": args.backend,
         "minutes_measured": round(samples[-1][0] / 60, 2) if samples else 0, "steps": steps[-1] if steps else 0,
         "saves": text.count(b"saved checkpoint"), "pushes_queued": text.count(b"Queued push"),
         "commits_landed": text.count(b"hf_tpu_ext.hub: Pushed"),
@@ -206,6 +206,8 @@ def main(argv=None) -> int:
                         help="--mode train: seconds after the first step left out of the slope (default 60).")
     parser.add_argument("--sample_seconds", type=float, default=5.0, help="--mode train: seconds between samples.")
     parser.add_argument("--no_push", action="store_true", help="--mode train: save without pushing (a baseline).")
+    parser.add_argument("--backend", default="tensorflow", choices=("tensorflow", "keras"),
+                        help="--mode train: the hf-tpu train backend (default tensorflow; keras: run it in a [jax] venv).")
     parser.add_argument("--hub_commit_budget", type=int, default=None,
                         help="--mode train: passed to hf-tpu train (e.g. 100000: every save pushed, none coalesced).")
     args = parser.parse_args(argv)
