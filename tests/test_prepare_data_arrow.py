@@ -164,3 +164,17 @@ def test_prepare_data_refuses_shards_as_text_and_existing_arrow_output(arrow, ca
     assert cli_main(["prepare-data", *common, "--output_path", str(out)]) == 1
     assert "already holds shards (manifest.json); pass --overwrite_output_path" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_backend_that_does_not_read_arrow_shards_refuses_them_in_one_line(arrow):
+    from types import SimpleNamespace
+
+    from hf_tpu_ext.errors import DataError
+    from hf_tpu_ext.run.data import load_blocks
+
+    _, out, _, _ = arrow
+    backend = SimpleNamespace(name="tensorflow", supports_tfrecord=True, needs_remote_data=False)
+    with pytest.raises(DataError) as err:
+        load_blocks(None, DataTrainingArguments(train_file=str(out), max_seq_length=32), None, backend, None)
+    assert str(err.value) == (f"{out} holds Arrow block shards, which --backend tensorflow does not read; use "
+                              "--backend keras, or `hf-tpu prepare-data --shard_format tfrecord` for TensorFlow.")

@@ -190,7 +190,7 @@ class ShardBlocks:
         return self
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        """Every block, read into memory (the TensorFlow and torch_xla backends' in-memory input)."""
+        """Every block, read into memory (tools and tests; training reads rows)."""
         out = self[np.arange(self.shape[0])]
         return out if dtype is None else out.astype(dtype)
 

@@ -14,11 +14,16 @@ def load_blocks(model_args, data_args, training_args, backend, tokenizer_source)
     ``tokenizer_source`` (a resumed checkpoint's folder) when given.
 
     Raises:
-        DataError: TFRecord shards for a backend that does not read them, or local data for a TPU Node.
+        DataError: TFRecord or Arrow shards for a backend that does not read them, or local data for a TPU Node.
     """
+    from hf_tpu_ext.data.block_shards import is_arrow_source
     from hf_tpu_ext.data.loading import is_tfrecord_source
     from hf_tpu_ext.data.run_data import load_text_blocks, load_tfrecord_blocks
 
+    shards = data_args.train_file and is_arrow_source(data_args.train_file)
+    if shards and not getattr(backend, "reads_block_shards", False):
+        raise DataError(f"{data_args.train_file} holds Arrow block shards, which --backend {backend.name} does not "
+                        "read; use --backend keras, or `hf-tpu prepare-data --shard_format tfrecord` for TensorFlow.")
     if data_args.train_file and is_tfrecord_source(data_args.train_file):
         if not backend.supports_tfrecord:
             raise DataError(

@@ -77,6 +77,7 @@ class KerasBackend(BackendDefaults):
     name = "keras"
     callback_kind = "keras"
     supports_tfrecord = False
+    reads_block_shards = True  # prepare-data --shard_format arrow, row by row (hf_tpu_ext/data/block_shards.py)
     needs_remote_data = False
     checks_interrupts = True
     scores_probes = property(wants_probes)  # --probe_file scored at each evaluation (backends/keras/probes.py)
