@@ -99,6 +99,8 @@ class Backend(Protocol):
         best_model_checkpoint: where the best evaluation's weights are kept, or None (``trainer_state.json``).
         restored_fit_metrics: the ``fit`` metrics the restored checkpoint recorded (a resume that only finishes
             the export reports them), or None.
+        reads_block_shards: ``--train_file`` may be ``hf-tpu prepare-data --shard_format arrow`` block shards
+            (read row by row, :mod:`hf_tpu_ext.data.block_shards`).
     """
 
     name: str
@@ -113,6 +115,7 @@ class Backend(Protocol):
     loaded_best: bool
     best_model_checkpoint: Optional[str]
     restored_fit_metrics: Optional[Dict[str, Any]]
+    reads_block_shards: bool
 
     def setup(self, training_args) -> None:
         """Pick devices/strategy; nothing is written. Raises ``BackendError``/``ArgumentError``."""
@@ -211,6 +214,7 @@ class BackendDefaults:
     loaded_best = False
     best_model_checkpoint: Optional[str] = None
     restored_fit_metrics: Optional[Dict[str, Any]] = None
+    reads_block_shards = False
 
     def spawn(self, fn, args) -> None:
         raise NotImplementedError(f"{type(self).__name__} trains in the calling process (processes_to_spawn is 0).")
