@@ -391,7 +391,8 @@ class LostProcessWatch:
             found = []
         last = (f"the last checkpoint is {os.path.basename(found[0])} in {where}" if found
                 else f"no checkpoint in {where} yet (a rerun starts at step 0)")
-        return (f"process {lost} of {self.num_processes} was lost ({why} for {seconds:.0f} s); {last}; rerun the "
+        # the time-out, not the measured silence (a beat is read up to a poll late): the same line on every run
+        return (f"process {lost} of {self.num_processes} was lost ({why} for {self.timeout:g} s); {last}; rerun the "
                 "same commands on every host (with --resume_from_checkpoint true) to resume.")
 
     def mark_exited(self) -> None:
