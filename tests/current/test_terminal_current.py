@@ -30,8 +30,21 @@ def test_missing_train_file_is_one_line_without_torch(tmp_path):
     proc = _hf_tpu(["train", "--train_file", "missing.txt"], tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == [MISSING_FILE_LINE]
+    # refused before transformers is imported: no notice even with --log_level info
     proc = _hf_tpu(["train", "--train_file", "missing.txt", "--log_level", "info"], tmp_path)
-    assert "PyTorch was not found" in proc.stderr and proc.stderr.splitlines()[-1] == MISSING_FILE_LINE
+    assert proc.stderr.splitlines() == [MISSING_FILE_LINE]
+
+
+def test_import_notice_only_with_log_level_info(tmp_path):
+    # an existing file gets past the early checks, so transformers is imported before the run stops on an error
+    (tmp_path / "train.txt").write_text("hello world\nfoo bar\n")
+    (tmp_path / "empty-tokenizer").mkdir()  # a local folder passes the early reference check
+    args = ["train", "--train_file", "train.txt", "--tokenizer_name", "empty-tokenizer",
+            "--output_dir", "out"]
+    quiet, verbose = _hf_tpu(args, tmp_path), _hf_tpu([*args, "--log_level", "info"], tmp_path)
+    assert quiet.returncode == verbose.returncode == 1
+    assert "PyTorch was not found" not in quiet.stderr and "PyTorch was not found" in verbose.stderr
+    assert quiet.stderr.splitlines()[-1].startswith("hf-tpu train: error: ")
 
 
 def test_saved_line_names_the_folder_its_files_and_the_push(tmp_path, monkeypatch):
