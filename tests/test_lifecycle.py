@@ -236,7 +236,7 @@ def test_bad_numbers_and_unwritable_folder_fail_before_any_work(tmp_path):
         locked.chmod(0o700)
 
 
-def test_training_that_raises_reports_pending_pushes_and_cleans_staging(loopback_hub, tmp_path, hf_log):
+def test_training_that_raises_reports_pending_pushes_and_cleans_staging(loopback_hub, tmp_path, hf_log, monkeypatch):
     import tf_keras
 
     from hf_tpu_ext.callbacks import register_callback
@@ -248,6 +248,9 @@ def test_training_that_raises_reports_pending_pushes_and_cleans_staging(loopback
                 raise FloatingPointError("Training loss became nan at global step 7")
 
     loopback_hub.server.latency(3.0, route="commit")  # the step-5 push is still uploading at step 7
+    # a temp folder of this test's own: other processes on the machine stage their pushes in the shared one
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     before = set(os.listdir(tempfile.gettempdir()))
     with pytest.raises(FloatingPointError, match="global step 7"):
         _train(tiny_train_args(tmp_path / "o", "--max_steps", "20", "--save_strategy", "steps", "--save_steps", "5",
