@@ -12,7 +12,7 @@ import math
 import os
 from typing import List
 
-from hf_tpu_ext.errors import ArgumentError
+from hf_tpu_ext.errors import ArgumentError, OutputDirError
 
 
 def check_finite_arguments(*arg_objects) -> None:
