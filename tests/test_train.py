@@ -236,6 +236,17 @@ def test_output_dir_not_empty_is_untouched(tmp_path):
     assert (out / "keep.txt").read_text() == "precious"
 
 
+def test_output_dir_that_is_a_file(tmp_path):
+    from hf_tpu_ext.errors import OutputDirError
+
+    out = tmp_path / "afile"
+    out.write_text("precious")
+    with pytest.raises(OutputDirError) as err:
+        _train(tiny_train_args(out, "--max_steps", "2"))
+    assert str(err.value) == f"--output_dir {str(out)!r} exists and is a file; choose a folder path."
+    assert out.read_text() == "precious"
+
+
 def test_checkpoint_of_other_shape(tmp_path, trained_model_dir):
     from hf_tpu_ext.errors import CheckpointError
 
