@@ -71,6 +71,25 @@ def _run(out, hub, repo, *extra, kill_at=None):
     return proc
 
 
+def test_kill_after_the_final_checkpoint_before_its_evaluation_then_resume(tmp_path):
+    """Evaluation only after the last step (none in the loop): a kill -9 once the final checkpoint is written and
+    before that evaluation, then a resume: the evaluation is run and its results equal an uninterrupted run's."""
+    args = ["--max_steps", "10", "--save_strategy", "steps", "--save_steps", "5", "--eval_strategy", "no",
+            "--do_eval", "true", "--callbacks", "", "--jit_compile", "false"]
+    ref, out = tmp_path / "straight", tmp_path / "killed"
+    run_train_script(tiny_train_args(ref, *args), env={"HF_TPU_EXT_TEST_KILL_AT": ""})
+    proc = run_train_script(tiny_train_args(out, *args), env={"HF_TPU_EXT_TEST_KILL_AT": "saved@10"}, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    assert "eval_loss" not in json.dumps(json.loads((out / "trainer_state.json").read_text())["log_history"])
+    run_train_script(tiny_train_args(out, *args, "--resume_from_checkpoint", "true"), env={"HF_TPU_EXT_TEST_KILL_AT": ""})
+    results, ref_results = (json.loads((f / "all_results.json").read_text()) for f in (out, ref))
+    assert ref_results["eval_loss"] > 0
+    for key in ("eval_loss", "perplexity", "eval_accuracy"):
+        assert results[key] == pytest.approx(ref_results[key], abs=1e-5), key
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert [e["step"] for e in history if "eval_loss" in e] == [10]
+
+
 def test_kill_at_every_phase_then_resume_ends_like_an_uninterrupted_run(loopback_hub, tmp_path):
     """kill -9 at each phase boundary in turn (each resume is killed at the next one), then a last resume:
     the folder is complete, the Hub holds the final state and trainer_state/weights equal a straight run's."""

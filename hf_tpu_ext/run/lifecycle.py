@@ -190,26 +190,34 @@ class TrainingRun:
             fit_metrics = backend.fit(callbacks, self.checkpoint, start, self.log_history)
             interrupts.check()
             self.step = int(fit_metrics["global_step"])
-            # with the best model loaded, a final evaluation would repeat the best one (same weights, masks)
-            evaluates = plan.has_eval or getattr(backend, "scores_probes", False)
-            if evaluates and not getattr(backend, "loaded_best", False) and not any(
-                    e.get("step") == self.step and ("eval_loss" in e or "probe_mrr" in e)
-                    for e in self.log_history[-2:]):
-                metrics = backend.evaluate()
-                if metrics:
-                    self.log_history.append(dict(metrics, epoch=round(self.step / plan.steps_per_epoch, 4),
-                                                 step=self.step))
-            if backend.is_chief:  # the final checkpoint's state now holds the final evaluation too
-                ckpts = backend.find_checkpoints(args.output_dir)
-                if ckpts and ckpts[0].endswith(f"-{self.step}"):
-                    self._trainer_state(self.step, self.prior_runtime + fit_metrics["train_runtime"]).save(
-                        backend.checkpoint_state_file(ckpts[0]))
+            self.final_evaluation(self.prior_runtime + fit_metrics["train_runtime"])
             # what only the training process measured, for a resume that finishes the export (all_results, card)
             self.run_state["fit_metrics"] = {k: v for k, v in fit_metrics.items()
                                              if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
             self.run_state["compiler"] = backend.model_summary().get("compiler")
             self._mark("train")
         return fit_metrics
+
+    def final_evaluation(self, runtime: float) -> None:
+        """The evaluation at the last step reached, unless the log history has one there; then the final
+        checkpoint's trainer state again, so it holds that evaluation (a resume reads it from there).
+
+        Also run by a resume from the last step's checkpoint: a kill between the final checkpoint and this
+        evaluation leaves a run whose only missing piece it is."""
+        backend, plan = self.backend, self.plan
+        # with the best model loaded, a final evaluation would repeat the best one (same weights, masks)
+        evaluates = plan.has_eval or getattr(backend, "scores_probes", False)
+        if evaluates and not getattr(backend, "loaded_best", False) and not any(
+                e.get("step") == self.step and ("eval_loss" in e or "probe_mrr" in e)
+                for e in self.log_history[-2:]):
+            metrics = backend.evaluate()
+            if metrics:
+                self.log_history.append(dict(metrics, epoch=round(self.step / plan.steps_per_epoch, 4),
+                                             step=self.step))
+        if backend.is_chief:  # the final checkpoint's state now holds the final evaluation too
+            ckpts = backend.find_checkpoints(self.args.output_dir)
+            if ckpts and ckpts[0].endswith(f"-{self.step}"):
+                self._trainer_state(self.step, runtime).save(backend.checkpoint_state_file(ckpts[0]))
 
     def _trainer_state(self, step: int, runtime: float):
         return state.trainer_state(step, runtime, self.plan, self.args, self.data_args, self.log_history,
@@ -226,6 +234,7 @@ class TrainingRun:
         trainer_state.save(self.backend.checkpoint_state_file(path))
         trainer_state.save(os.path.join(self.args.output_dir, "trainer_state.json"))
         self._saves += 1
+        interrupts.kill_for_test("saved", step)  # tests: kill -9 once checkpoint N and its trainer state are written
         if self._saves == 1:
             _test_kill("train")
         if self.pusher is not None and step < self.plan.total_steps and self.pusher.admit(step):
@@ -439,6 +448,8 @@ class TrainingRun:
         if "train" in todo:
             fit_metrics = self.fit(start)
             _test_kill("checkpoint")
+        elif info is not None and "export" in todo:  # killed after the final checkpoint, maybe before its evaluation
+            self.final_evaluation(self.prior_runtime)
         return self._after_training(todo, fit_metrics, t_total)
 
     def _after_training(self, todo: List[str], fit_metrics: Optional[Dict[str, Any]], t_total: float) -> Dict[str, Any]:
