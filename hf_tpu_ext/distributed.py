@@ -379,10 +379,10 @@ class LostProcessWatch:
                 return None
             raise
 
-    def message(self, lost: int, seconds: float) -> str:
+    def message(self, lost: int, seconds: float, why: Optional[str] = None) -> str:
         """``process 1 of 2 was lost (no heartbeat for 30 s); the last checkpoint is checkpoint-8 in out; ...``."""
-        why = ("the coordinator did not answer" if lost == 0 and self._store_failing_since is not None
-               else "no heartbeat")
+        why = why or ("the coordinator did not answer for" if lost == 0 and self._store_failing_since is not None
+                      else "no heartbeat for")
         folder = self.output_dir or (_OUTPUT_DIR or [None])[0]
         where = folder or "the output_dir"
         try:
@@ -392,8 +392,32 @@ class LostProcessWatch:
         last = (f"the last checkpoint is {os.path.basename(found[0])} in {where}" if found
                 else f"no checkpoint in {where} yet (a rerun starts at step 0)")
         # the time-out, not the measured silence (a beat is read up to a poll late): the same line on every run
-        return (f"process {lost} of {self.num_processes} was lost ({why} for {self.timeout:g} s); {last}; rerun the "
+        return (f"process {lost} of {self.num_processes} was lost ({why} {self.timeout:g} s); {last}; rerun the "
                 "same commands on every host (with --resume_from_checkpoint true) to resume.")
+
+    def lost_at_exit(self) -> Optional[str]:
+        """At this process's exit: the line for a peer that never said ``exited`` and whose liveness port refuses
+        (killed), without waiting out the heartbeat time-out -- JAX's shutdown barrier, which comes next, aborts
+        from C++ on a dead peer. A peer that ends on purpose writes ``exited`` before its port closes, so the
+        key is read again after a refusal. ``None`` when every peer is there or exited, or the store is gone."""
+        try:
+            pending = [i for i in self._seen if i not in self._exited and self._read(i) != "exited"]
+            for i in pending:
+                if not self._still_there(i, self.clock()) and self._read(i) != "exited":
+                    return self.message(i, 0.0, why="gone: its liveness port refused at this process's exit, "
+                                                    "within the heartbeat time-out of")
+        except Exception:  # noqa: BLE001 (the coordinator's store went: JAX's shutdown answers for it)
+            return None
+        return None
+
+    def at_exit(self) -> None:
+        """``atexit`` (registered after JAX's own, so it runs before JAX's shutdown): the lost-process line for a
+        peer killed while this process finished (:meth:`lost_at_exit`), else :meth:`mark_exited`."""
+        if not self._stop.is_set():
+            line = self.lost_at_exit()
+            if line:
+                self._stop_process(line)
+        self.mark_exited()
 
     def mark_exited(self) -> None:
         """Tell the others (and this process's abort reporter) that it ends on purpose: it is not lost."""
@@ -415,7 +439,7 @@ class LostProcessWatch:
         if coordinator and self.process_id != 0:
             self._reporter_fd = start_abort_reporter(coordinator, self.num_processes, self.output_dir)
         threading.Thread(target=self._run, name="hf-tpu-lost-process-watch", daemon=True).start()
-        atexit.register(self.mark_exited)  # after jax's own atexit registration: runs before its shutdown
+        atexit.register(self.at_exit)  # after jax's own atexit registration: runs before its shutdown
         return self
 
     def _run(self) -> None:
@@ -437,7 +461,6 @@ class LostProcessWatch:
 
     def _stop_process(self, line: str) -> None:
         _tell_reporter(getattr(self, "_reporter_fd", None))  # this line is the one: the reporter stays quiet
-        logging.getLogger("hf_tpu_ext").error(line)
         print(f"hf-tpu train: error: {line}", file=sys.stderr, flush=True)
         self.verdict.set()
         os._exit(LOST_PROCESS_EXIT)  # the main thread may sit in a collective that never returns

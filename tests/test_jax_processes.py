@@ -249,3 +249,28 @@ def test_a_silent_peer_whose_liveness_port_answers_is_not_lost():
     assert w0.beat() is None  # the port answered 5 s ago: not yet 10 s silent since
     clock.now += 5
     assert w0.beat().startswith("process 1 of 2 was lost (no heartbeat for 10 s); ")
+
+
+def test_a_peer_killed_while_this_process_exits_is_lost_at_once():
+    """At exit (before JAX's shutdown barrier, which aborts on a dead peer) a peer that never said 'exited' and
+    whose liveness port refuses is lost without waiting out the time-out; one that exited or answers is not."""
+    import socket
+
+    from hf_tpu_ext.distributed import ALIVE_KEY_PREFIX
+
+    store, clock = FakeStore(), Clock()
+    w0, w1 = _pair(store, clock)
+    w0.output_dir = "out"
+    assert (w1.beat(), w0.beat()) == (None, None)
+    with socket.socket() as alive:
+        alive.bind(("127.0.0.1", 0))
+        alive.listen(1)
+        store.values[f"{ALIVE_KEY_PREFIX}1"] = f"127.0.0.1:{alive.getsockname()[1]}"
+        assert w0.lost_at_exit() is None  # still running (finishing its own steps)
+    # the port is closed now: process 1 was killed
+    assert w0.lost_at_exit() == (
+        "process 1 of 2 was lost (gone: its liveness port refused at this process's exit, within the heartbeat "
+        "time-out of 30 s); no checkpoint in out yet (a rerun starts at step 0); rerun the same commands on every "
+        "host (with --resume_from_checkpoint true) to resume.")
+    w1.mark_exited()  # ended on purpose: its port closes after it said so
+    assert w0.lost_at_exit() is None

@@ -168,6 +168,23 @@ def test_a_killed_process_makes_the_other_exit_within_60_s_with_one_line(tmp_pat
                                atol=1e-5, rtol=0)
 
 
+def test_a_process_killed_after_the_last_step_is_named_by_the_one_finishing(tmp_path):
+    """Process 1 dies after the fit (before the export): process 0 exports, then at its exit names the lost
+    process in one line and exits 1 -- before JAX's shutdown barrier, whose answer is a C++ abort."""
+    out = tmp_path / "run"
+    procs = start_cluster([out, out], extra_env=(None, {"HF_TPU_EXT_TEST_KILL_AT": "checkpoint"}))
+    procs[1].wait(timeout=600)
+    killed_at = time.monotonic()
+    rc0, err0 = finish(procs[:1], timeout=120)[0]
+    assert procs[1].returncode == -9
+    assert time.monotonic() - killed_at < 60, err0[-3000:]
+    assert err0.strip().splitlines()[-1].startswith(
+        "hf-tpu train: error: process 1 of 2 was lost (gone: its liveness port refused at this process's exit"), \
+        err0[-3000:]
+    assert rc0 == 1 and "Traceback" not in err0 and "unhealthy" not in err0 and "heartbeat timeout" not in err0
+    assert (out / "model.safetensors").is_file()
+
+
 def _bad_run(tmp_path, **env):
     out = tmp_path / "run"
     t0 = time.monotonic()
