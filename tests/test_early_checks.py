@@ -31,3 +31,12 @@ def test_compressed_validation_file_is_refused_before_the_frameworks_load(tmp_pa
     assert proc.stdout.strip() == "1 []", proc.stderr[-2000:]
     assert proc.stderr == ("hf-tpu train: error: --validation_file valid.txt is gzip-compressed, not text: unpack it "
                            "first (e.g. `gunzip -c IN > OUT`) and pass the text file.\n")
+
+
+def test_resume_source_that_does_not_exist_is_refused_before_the_frameworks_load(tmp_path):
+    (tmp_path / "train.txt").write_text("one line of text\n")
+    proc = _train(tmp_path, "--train_file", "train.txt", "--resume_from_checkpoint", "/nope/checkpoint-5")
+    assert proc.stdout.strip() == "1 []", proc.stderr[-2000:]
+    assert proc.stderr == ("hf-tpu train: error: --resume_from_checkpoint '/nope/checkpoint-5' is neither a local "
+                           "checkpoint/folder, 'true', nor a Hub repo id 'user/name[@revision]'.\n")
+    assert not (tmp_path / "out").exists()

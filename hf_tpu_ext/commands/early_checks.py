@@ -25,8 +25,11 @@ def check_before_imports(model_args, data_args, training_args) -> None:
             :func:`hf_tpu_ext.hub.model_ref.check_model_ref`).
         DataFileNotFoundError: a local data file does not exist (one line naming the flag and the path).
         DataError: the file is a folder, empty, compressed/binary, or of an unsupported extension.
+        CheckpointError: ``--resume_from_checkpoint`` is neither ``true``, an existing path, nor a repo id.
     """
     from hf_tpu_ext.run.checks import check_data_files, check_model_refs
+    from hf_tpu_ext.run.resume import check_resume_source
 
+    check_resume_source(training_args)  # a path that does not exist (no Hub request)
     check_model_refs(model_args)  # a missing model is named before transformers (and torch) are imported
     check_data_files(data_args)

@@ -56,6 +56,25 @@ def passed(training_args, name: str, owner) -> bool:
     return getattr(owner, name, None) != default
 
 
+def not_a_resume_source(spec: str) -> CheckpointError:
+    """The error for a ``--resume_from_checkpoint`` that names nothing a resume can read."""
+    return CheckpointError(f"--resume_from_checkpoint {spec!r} is neither a local checkpoint/folder, 'true', nor a "
+                           "Hub repo id 'user/name[@revision]'.")
+
+
+def check_resume_source(args) -> None:
+    """Raise :func:`not_a_resume_source` for a spec that is not ``true``, an existing path (or TF checkpoint
+    prefix), nor of the form of a Hub repo id: no framework or network needed, so ``hf-tpu train`` runs it
+    right after parsing."""
+    from hf_tpu_ext.hub.resume import looks_like_repo_spec
+
+    spec = args.resume_from_checkpoint
+    if not spec or args.resume_latest or os.path.exists(spec) or os.path.exists(spec + ".index"):
+        return
+    if not looks_like_repo_spec(spec):
+        raise not_a_resume_source(spec)
+
+
 def find_resume_checkpoint(args, backend, token: Optional[str], tmp_dirs: List[str]):
     """The checkpoint ``--resume_from_checkpoint`` names: ``(CheckpointInfo or None, tokenizer folder or None,
     download)``; ``(None, None, download)`` is a fresh run. ``download`` is ``(temp folder, repo spec)`` of a Hub
@@ -103,9 +122,7 @@ def find_resume_checkpoint(args, backend, token: Optional[str], tmp_dirs: List[s
         candidates = backend.find_checkpoints(folder)[:1]
         tokenizer_dir = local
     else:
-        raise CheckpointError(
-            f"--resume_from_checkpoint {spec!r} is neither a local checkpoint/folder, 'true', nor a Hub repo id "
-            "'user/name[@revision]'.")
+        raise not_a_resume_source(spec)
     info = _first_readable(candidates, args, backend, lambda text: shown_path(text, download))
     if info is None:
         return None, None, download
