@@ -99,18 +99,18 @@ def test_overwrite_leaves_nothing_a_resume_or_push_takes(tmp_path, trained_model
 
 
 def test_disk_full_during_a_save_is_one_line_and_the_intact_checkpoint_resumes(tmp_path, monkeypatch, capsys):
-    import tensorflow as tf
+    from hf_tpu_ext.backends.tensorflow.checkpoint import TrainingCheckpointer
 
     out = tmp_path / "run"
     args = tiny_train_args(out, "--max_steps", "6", "--save_steps", "3", *QUIET)
-    write = tf.train.Checkpoint.write
+    write = TrainingCheckpointer._write_weights  # the weights' write (tf.train.Checkpoint.write, traced once)
 
-    def full_at_step_6(self, prefix, *a, **kw):  # the sidecar of ckpt-6 is written, its weights are not
+    def full_at_step_6(self, prefix):  # the sidecar of ckpt-6 is written, its weights are not
         if str(prefix).endswith("ckpt-6"):
             raise OSError(errno.ENOSPC, "No space left on device", str(prefix) + "_temp")
-        return write(self, prefix, *a, **kw)
+        return write(self, prefix)
 
-    monkeypatch.setattr(tf.train.Checkpoint, "write", full_at_step_6)
+    monkeypatch.setattr(TrainingCheckpointer, "_write_weights", full_at_step_6)
     capsys.readouterr()
     rc = main(["train", *args])
     err = capsys.readouterr().err
@@ -120,7 +120,7 @@ def test_disk_full_during_a_save_is_one_line_and_the_intact_checkpoint_resumes(t
                     f"intact checkpoint is {os.path.join('checkpoints', 'ckpt-3')} (step 3). Free some space, then "
                     f"resume with: hf-tpu train {shlex.join(args)} --resume_from_checkpoint true"]
     assert "Traceback" not in err
-    monkeypatch.setattr(tf.train.Checkpoint, "write", write)  # space again
+    monkeypatch.setattr(TrainingCheckpointer, "_write_weights", write)  # space again
     assert main(["train", *args, "--resume_from_checkpoint", "true"]) == 0
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 6

@@ -19,8 +19,7 @@ from huggingface_hub import ModelCard
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.keras import process_index
-from hf_tpu_ext.callbacks.keras.model_files import (render_card, restore_from_hub, save_checkpoint, save_model,
-                                                    trainer_state)
+from hf_tpu_ext.callbacks.keras.model_files import render_card, restore_from_hub, save_checkpoint, save_model, trainer_state
 from hf_tpu_ext.callbacks.throughput_meter import card_facts_of
 from hf_tpu_ext.hub.model_card import write_card
 from hf_tpu_ext.hub.push_session import PushConfig, PushSession, SessionBacked
