@@ -205,6 +205,16 @@ class TrainingArguments:
         self._resolve_best_metric()
         self._check_combinations()
 
+    def _refuse_tensorflow_only(self, given, fields, why: str) -> None:
+        """Raise ``ArgumentError`` naming the TensorFlow-only flags of ``fields`` (and ``--jit_compile false``)
+        that were given to another backend, with ``why`` that backend does without them."""
+        ignored = [f for f in fields if f in given]
+        if "jit_compile" in given and self.jit_compile is False:
+            ignored.append("jit_compile")
+        if ignored:
+            raise ArgumentError(f"{', '.join('--' + n for n in ignored)} only appl{'ies' if len(ignored) == 1 else 'y'} "
+                                f"to --backend tensorflow ({why}); drop {'it' if len(ignored) == 1 else 'them'}.")
+
     def _check_numbers(self) -> None:
         """Counts >= 1 and float hyper-parameters finite and in range (part of ``__post_init__``).
 
@@ -340,22 +350,12 @@ class TrainingArguments:
                                 "drop --logging_dir or add --report_to tensorboard.")
         if self.backend == "torch_xla":
             # the torch_xla backend runs every step as an XLA graph through transformers.Trainer, one step per call
-            ignored = [f for f in ("steps_per_execution", "tpu_name", "tpu_zone", "gcp_project") if f in given]
-            if "jit_compile" in given and self.jit_compile is False:
-                ignored.append("jit_compile")
-            if ignored:
-                raise ArgumentError(f"{', '.join('--' + n for n in ignored)} only appl{'ies' if len(ignored) == 1 else 'y'} "
-                                    "to --backend tensorflow (torch_xla compiles every step itself and finds its TPU "
-                                    f"through PJRT_DEVICE); drop {'it' if len(ignored) == 1 else 'them'}.")
+            self._refuse_tensorflow_only(given, ("steps_per_execution", "tpu_name", "tpu_zone", "gcp_project"),
+                                         "torch_xla compiles every step itself and finds its TPU through PJRT_DEVICE")
         if self.backend == "keras":
             # the Keras backend finds its devices through JAX (--steps_per_execution: steps per call, as TensorFlow)
-            ignored = [f for f in ("tpu_name", "tpu_zone", "gcp_project") if f in given]
-            if "jit_compile" in given and self.jit_compile is False:
-                ignored.append("jit_compile")
-            if ignored:
-                raise ArgumentError(f"{', '.join('--' + n for n in ignored)} only appl{'ies' if len(ignored) == 1 else 'y'} "
-                                    "to --backend tensorflow (--backend keras compiles every step with XLA and uses "
-                                    f"every device JAX sees); drop {'it' if len(ignored) == 1 else 'them'}.")
+            self._refuse_tensorflow_only(given, ("tpu_name", "tpu_zone", "gcp_project"),
+                                         "--backend keras compiles every step with XLA and uses every device JAX sees")
         if "max_steps" in given and "num_train_epochs" in given and self.max_steps > 0:
             logger.info("--max_steps %d overrides --num_train_epochs %s (as in transformers).", self.max_steps,
                         self.num_train_epochs)
