@@ -1,8 +1,12 @@
-"""A bad data file is refused right after parsing, before any framework is imported (issue 30 leftover 1)."""
+"""A bad data file, model reference, resume source or Hub token is refused right after parsing, before any
+framework is imported (issue 30 leftovers)."""
 
 import os
 import subprocess
 import sys
+import time
+
+import pytest
 
 from conftest import REPO_ROOT
 
@@ -11,9 +15,9 @@ _CODE = ("import sys; from hf_tpu_ext import cli; rc = cli.main(['train', '--out
          "print(rc, sorted(m for m in sys.modules if m.split('.')[0] in %r))" % (FRAMEWORKS,))
 
 
-def _train(tmp_path, *args):
+def _train(tmp_path, *args, **env):
     return subprocess.run([sys.executable, "-c", _CODE, *args], capture_output=True, text=True, timeout=120,
-                          cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)))
+                          cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), **env))
 
 
 def test_missing_train_file_is_refused_before_the_frameworks_load(tmp_path):
@@ -40,3 +44,85 @@ def test_resume_source_that_does_not_exist_is_refused_before_the_frameworks_load
     assert proc.stderr == ("hf-tpu train: error: --resume_from_checkpoint '/nope/checkpoint-5' is neither a local "
                            "checkpoint/folder, 'true', nor a Hub repo id 'user/name[@revision]'.\n")
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- the Hub token (--push_to_hub true)
+_STALE = "hf_staleEnvironmentToken_not_on_the_hub"
+
+
+def _whoami_requests(hub):
+    return [r["status"] for r in hub.server.requests if r["route"] == "whoami"]
+
+
+def test_invalid_token_is_refused_before_the_frameworks_load(loopback_hub, tmp_path):
+    """An invalid HF_TOKEN with --push_to_hub true: the push preflight's line, one whoami, seconds, nothing written."""
+    (tmp_path / "train.txt").write_text("one line of text\n")
+    started = time.perf_counter()
+    proc = _train(tmp_path, "--train_file", "train.txt", "--push_to_hub", "true", HF_TOKEN=_STALE)
+    seconds = time.perf_counter() - started
+    assert proc.stdout.strip() == "1 []", proc.stderr[-2000:]
+    assert proc.stderr == (
+        "hf-tpu train: error: Hub token invalid: it comes from the HF_TOKEN environment variable, which takes "
+        "precedence over a `huggingface-cli login` (huggingface_hub's token order). Set HF_TOKEN to a valid token, or "
+        "unset it (`unset HF_TOKEN`) to use your login, or pass --hub_token.\n")
+    assert _whoami_requests(loopback_hub) == [401]
+    assert _STALE not in proc.stdout + proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.txt"]  # no output folder, no lock
+    assert seconds < 30, seconds  # the parse and the whoami (58 s loaded when the backend started first)
+
+
+@pytest.mark.parametrize("case", ["no token", "offline"])
+def test_no_token_and_offline_keep_the_preflight_line(loopback_hub, tmp_path, case):
+    """No token at all, or HF_HUB_OFFLINE: the line the run's push preflight gave, now before the frameworks."""
+    from hf_tpu_ext.hub.preflight import endpoint
+
+    (tmp_path / "train.txt").write_text("one line of text\n")
+    env = {"HF_TOKEN": loopback_hub.token, "HF_HUB_OFFLINE": "1"} if case == "offline" else {}
+    proc = _train(tmp_path, "--train_file", "train.txt", "--push_to_hub", "true", **env)
+    assert proc.stdout.strip() == "1 []", proc.stderr[-2000:]
+    line = ("No Hub token found: run `huggingface-cli login`, set HF_TOKEN, or pass --hub_token." if case == "no token"
+            else f"Could not reach the Hub at {endpoint()}/api/whoami-v2 (OfflineModeIsEnabled). Check the network "
+                 "connection or HF_ENDPOINT, then retry.")
+    assert proc.stderr == f"hf-tpu train: error: {line}\n"
+    assert _whoami_requests(loopback_hub) == [] and not (tmp_path / "out").exists()
+
+
+def test_a_non_chief_process_leaves_the_token_to_the_chief(loopback_hub, tmp_path):
+    """RANK=1 pushes nothing: no whoami (the run's push session is the chief's only), the next check refuses."""
+    proc = _train(tmp_path, "--train_file", "missing.txt", "--push_to_hub", "true", HF_TOKEN=_STALE, RANK="1")
+    assert proc.stderr.startswith("hf-tpu train: error: --train_file missing.txt does not exist"), proc.stderr
+    assert _whoami_requests(loopback_hub) == []
+
+
+def test_the_run_reuses_the_early_whoami(loopback_hub, tmp_path):
+    """Early check, then the run's push session (check_push_access, then preflight creating the repo): one whoami."""
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.commands.early_checks import check_before_imports
+    from hf_tpu_ext.hub.preflight import forget_whoami
+    from hf_tpu_ext.run import TrainingRun
+
+    class NoBuildBackend:  # the TensorFlow backend's attributes, without starting TensorFlow
+        name, callback_kind, supports_tfrecord, needs_remote_data = "tensorflow", "tf_keras", True, False
+        num_replicas, is_chief, processes_to_spawn = 1, True, 0
+
+        def setup(self, args):
+            pass
+
+        def build(self, *args):
+            raise RuntimeError("stop after the push preflight")
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i} of a corpus long enough for a few batches of blocks.\n" for i in range(400)))
+    args = parse_args(["--output_dir", str(tmp_path / "out"), "--train_file", str(corpus), "--vocab_size", "300",
+                       "--max_seq_length", "16", "--per_device_train_batch_size", "2", "--push_to_hub", "true",
+                       "--hub_model_id", "alice/once", "--hub_token", loopback_hub.token, "--callbacks", ""])
+    forget_whoami()
+    try:
+        check_before_imports(*args)
+        assert _whoami_requests(loopback_hub) == [200]
+        with pytest.raises(RuntimeError, match="stop after the push preflight"):
+            TrainingRun(*args, backend=NoBuildBackend()).run()
+    finally:
+        forget_whoami()
+    routes = [r["route"] for r in loopback_hub.server.requests]
+    assert routes.count("whoami") == 1 and "create_repo" in routes  # the repo made with the early answer

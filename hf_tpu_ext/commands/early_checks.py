@@ -2,20 +2,24 @@
 
 The model references (``--model_name_or_path``, ``--config_name``, ``--tokenizer_name``) are checked here from
 the parsed arguments (one bounded Hub request per repo id), before the terminal set-up imports transformers:
-``hf-tpu train`` reads its command line once, with :func:`hf_tpu_ext.args.parse_args`.
+``hf-tpu train`` reads its command line once, with :func:`hf_tpu_ext.args.parse_args`. With ``--push_to_hub
+true`` the token is checked here too (one whoami): an invalid ``HF_TOKEN`` used to be found by the push preflight
+after the backend's start-up (58 s on a loaded machine).
 
 A missing ``--train_file`` used to be refused after the backend's imports (transformers, Keras or TensorFlow,
-datasets: ~3.4 s); these checks import only the standard library and numpy, so a bad input costs the parse alone.
-The same checks run again in :func:`hf_tpu_ext.run.checks.check_run` (a library caller of
-:func:`hf_tpu_ext.run.train` gets them there).
+datasets: ~3.4 s); these checks import only the standard library, numpy and huggingface_hub, so a bad input costs
+the parse alone. The run reuses what they found: :func:`hf_tpu_ext.run.checks.check_run` does not check the same
+model references again, and the run's push checks reuse the whoami answer
+(:func:`hf_tpu_ext.hub.preflight.whoami`). A library caller of :func:`hf_tpu_ext.run.train` gets every check there.
 """
 
 from __future__ import annotations
 
 
 def check_before_imports(model_args, data_args, training_args) -> None:
-    """Refuse a model reference that is neither a folder nor an existing Hub repo, and a missing, empty, binary or
-    unsupported local ``--train_file`` / ``--validation_file``, before any framework is imported.
+    """Refuse a model reference that is neither a folder nor an existing Hub repo, a missing, empty, binary or
+    unsupported local ``--train_file`` / ``--validation_file``, and with ``--push_to_hub true`` a token that cannot
+    push, before any framework is imported, in the order the run checks them.
 
     Args:
         model_args, data_args, training_args: what :func:`hf_tpu_ext.args.parse_args` returned.
@@ -26,10 +30,36 @@ def check_before_imports(model_args, data_args, training_args) -> None:
         DataFileNotFoundError: a local data file does not exist (one line naming the flag and the path).
         DataError: the file is a folder, empty, compressed/binary, or of an unsupported extension.
         CheckpointError: ``--resume_from_checkpoint`` is neither ``true``, an existing path, nor a repo id.
+        HubAuthError, HubRepoError, HubError: see :func:`check_push_token`.
     """
     from hf_tpu_ext.run.checks import check_data_files, check_model_refs
     from hf_tpu_ext.run.resume import check_resume_source
 
     check_resume_source(training_args)  # a path that does not exist (no Hub request)
-    check_model_refs(model_args)  # a missing model is named before transformers (and torch) are imported
+    check_model_refs(model_args, remember=True)  # a missing model is named before transformers (and torch) load
     check_data_files(data_args)
+    check_push_token(training_args)  # last: the run checks the data before the Hub access too
+
+
+def check_push_token(training_args) -> None:
+    """With ``--push_to_hub true`` on the chief: the checks of the run's push session that create nothing
+    (:func:`hf_tpu_ext.hub.preflight.check_push_access`: repo id, token, write access; one whoami, remembered for
+    the run's own checks). Other processes push nothing and skip it, as the run does; so does a JAX process that
+    learns whether it is the chief only from ``jax.distributed.initialize``.
+
+    Raises:
+        HubAuthError: no token (``No Hub token found: ...``), an invalid one (named by its source, never shown), a
+            read-only one, or none with write access to the repo.
+        HubRepoError: an invalid ``--hub_model_id``.
+        HubError: the Hub could not be reached (``HF_HUB_OFFLINE`` included: the push needs it).
+    """
+    if not training_args.push_to_hub:
+        return
+    from hf_tpu_ext.distributed import jax_process_id_pending, process_index
+
+    if process_index() != 0 or jax_process_id_pending():
+        return
+    from hf_tpu_ext.hub.preflight import check_push_access, resolve_token
+    from hf_tpu_ext.run.pushes import push_repo
+
+    check_push_access(push_repo(training_args), resolve_token(training_args.hub_token), remember=True)

@@ -5,13 +5,19 @@ token may write to the target namespace, creates the repo (and branch) if needed
 repo id; :func:`check_push_access` does the same checks without creating anything. Every error is a typed
 :class:`~hf_tpu_ext.errors.HubError` whose message never contains the token; an invalid token is named by its
 source (:func:`token_source`: ``HF_TOKEN`` overrides a saved login), an HTTP error by its status and file.
+
+``hf-tpu train`` asks whoami once per run: its early checks (:mod:`hf_tpu_ext.commands.early_checks`, before any
+framework is imported) call :func:`check_push_access` with ``remember=True``, and the run's later checks
+(:func:`check_push_access`, :func:`preflight`) reuse that answer (:func:`whoami`).
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import logging
 import os
-from typing import Optional
+from typing import Dict, Optional, Tuple
 
 from hf_tpu_ext.errors import HubAuthError, HubError, HubRepoError
 
@@ -21,6 +27,8 @@ WRITE_ROLES = ("admin", "write", "contributor")
 # fine-grained token permission that allows commits to a repo (whoami's auth.accessToken.fineGrained.scoped)
 REPO_WRITE_PERMISSION = "repo.write"
 TOKENS_URL = "https://huggingface.co/settings/tokens"
+# whoami answers kept by ``remember=True``, keyed by (endpoint, SHA-256 of the token): never the token itself
+_REMEMBERED: Dict[Tuple[str, str], dict] = {}
 
 
 def transport_errors() -> tuple:
@@ -251,15 +259,39 @@ def _server_message(err) -> str:
     return getattr(err, "server_message", None) or _first_line(err)
 
 
-def whoami(token: Optional[str]) -> dict:
-    """``HfApi.whoami`` against the configured endpoint.
+def whoami(token: Optional[str], *, remember: bool = False) -> dict:
+    """``HfApi.whoami`` against the configured endpoint; an answer remembered for this endpoint and token is
+    returned without asking again.
+
+    Args:
+        token: the Hub token.
+        remember: keep the answer for the later calls of this process (``hf-tpu train``'s early check: one whoami
+            per run); library callers leave it off, so a changed token permission is seen on their next call.
+
+    Returns:
+        The whoami answer (a copy: callers may change it).
 
     Raises:
         HubAuthError: no token, or the Hub rejects it.
-        HubError: the endpoint could not be reached or answered another error.
+        HubError: the endpoint could not be reached (``HF_HUB_OFFLINE`` included) or answered another error.
     """
     if not token:
         raise HubAuthError("No Hub token found: run `huggingface-cli login`, set HF_TOKEN, or pass --hub_token.")
+    key = (endpoint(), hashlib.sha256(token.encode("utf-8")).hexdigest())
+    if key in _REMEMBERED:
+        return copy.deepcopy(_REMEMBERED[key])
+    answer = _ask_whoami(token)
+    if remember:
+        _REMEMBERED[key] = copy.deepcopy(answer)
+    return answer
+
+
+def forget_whoami() -> None:
+    """Drop the remembered whoami answers (:func:`whoami` ``remember=True``): the next call asks the Hub."""
+    _REMEMBERED.clear()
+
+
+def _ask_whoami(token: str) -> dict:
     api = _api(token)
     try:
         return api.whoami(token=token)
@@ -333,10 +365,11 @@ def check_write_access(user: dict, repo_id: str, repo_type: str = "model") -> No
 
 
 def check_push_access(repo_id: Optional[str], token: Optional[str], *, repo_type: str = "model",
-                      default_name: Optional[str] = None) -> tuple:
+                      default_name: Optional[str] = None, remember: bool = False) -> tuple:
     """Every check of :func:`preflight` that creates nothing: the repo id's form, the token (whoami), the
     namespace and the token's write permission. A run calls it before its data checks and :func:`preflight`
     (which creates the repo) only after them, so a run refused for its data leaves no empty repo behind.
+    ``remember``: keep the whoami answer for this process's later checks (:func:`whoami`).
 
     Returns:
         ``(full repo id, user name)``, e.g. ``("alice/my-model", "alice")``.
@@ -354,7 +387,7 @@ def check_push_access(repo_id: Optional[str], token: Optional[str], *, repo_type
     except HFValidationError as err:
         raise HubRepoError(f"Invalid Hub repo id {name!r}: {err} Use the form 'user/name'.") from None
 
-    user = whoami(token)
+    user = whoami(token, remember=remember)
     user_name = user.get("name", "?")
     namespace, _, short = name.rpartition("/")
     if not namespace:

@@ -85,9 +85,29 @@ def check_data_files(data_args) -> None:
             check_data_file(path, option)
 
 
-def check_model_refs(model_args) -> None:
+# the model references the command line's early checks found (check_model_refs remember=True), each taken by the
+# run's check_run once: one bounded Hub request per repo id and run
+_REMEMBERED_REFS: List[tuple] = []
+
+
+def _model_refs(model_args) -> tuple:
+    """``((flag, value, revision), ...)`` of the model references to check (a config.json file is not one)."""
+    refs = []
+    for option in ("model_name_or_path", "config_name", "tokenizer_name"):
+        value = getattr(model_args, option, None)
+        if value and not (option == "config_name" and os.path.isfile(value)):
+            refs.append((f"--{option}", value, model_args.model_revision if option != "tokenizer_name" else None))
+    return tuple(refs)
+
+
+def check_model_refs(model_args, *, remember: bool = False) -> None:
     """``--model_name_or_path``, ``--config_name`` and ``--tokenizer_name`` each name an existing folder or Hub repo
     (one bounded request per repo id; before TensorFlow is imported).
+
+    Args:
+        model_args: :class:`hf_tpu_ext.args.ModelArguments`.
+        remember: the next :func:`check_run` of the same references does not check them again (``hf-tpu train``
+            checks them right after parsing: :mod:`hf_tpu_ext.commands.early_checks`).
 
     Raises:
         ArgumentError: a missing local path or an invalid repo id.
@@ -95,11 +115,20 @@ def check_model_refs(model_args) -> None:
     """
     from hf_tpu_ext.hub.model_ref import check_model_ref
 
-    for option in ("model_name_or_path", "config_name", "tokenizer_name"):
-        value = getattr(model_args, option, None)
-        if value and not (option == "config_name" and os.path.isfile(value)):  # a config.json file is fine
-            check_model_ref(value, f"--{option}", revision=model_args.model_revision if option != "tokenizer_name"
-                            else None)
+    refs = _model_refs(model_args)
+    for option, value, revision in refs:
+        check_model_ref(value, option, revision=revision)
+    if remember:
+        _REMEMBERED_REFS.append(refs)
+
+
+def _check_model_refs_once(model_args) -> None:
+    """:func:`check_model_refs`, unless the command line's early checks found these references already."""
+    refs = _model_refs(model_args)
+    if refs in _REMEMBERED_REFS:
+        _REMEMBERED_REFS.remove(refs)  # taken once: a library caller's next run is checked again
+        return
+    check_model_refs(model_args)
 
 
 def check_model_config(model_args, data_args) -> None:
@@ -152,7 +181,7 @@ def check_run(model_args, data_args, training_args) -> None:
     """
     args = training_args
     check_output_dir(args)
-    check_model_refs(model_args)
+    _check_model_refs_once(model_args)  # a library caller's references are checked here
     check_backend(args)
     from hf_tpu_ext.callbacks import resolve_callbacks
 

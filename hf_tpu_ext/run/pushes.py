@@ -20,6 +20,12 @@ from hf_tpu_ext import interrupts
 logger = logging.getLogger("hf_tpu_ext")
 
 
+def push_repo(training_args) -> str:
+    """The repo ``--push_to_hub`` pushes to: ``--hub_model_id``, else the output folder's name (the namespace is
+    then the token's user)."""
+    return training_args.hub_model_id or os.path.basename(os.path.abspath(training_args.output_dir))
+
+
 def open_push_session(training_args, data_args, backend) -> Tuple[Optional[str], Any]:
     """``(token, session)`` before any data or compute work: the token (with ``--push_to_hub`` or a Hub resume),
     and on the chief with ``--push_to_hub`` the session, the repo id and write access checked
@@ -42,14 +48,14 @@ def open_push_session(training_args, data_args, backend) -> Tuple[Optional[str],
     if args.push_to_hub and backend.is_chief:
         from hf_tpu_ext.hub.push_session import PushConfig, PushSession
 
-        repo = args.hub_model_id or os.path.basename(os.path.abspath(args.output_dir))
+        repo = push_repo(args)
         # the backend decides when to save; the session what a save pushes, when, and the budget
         config = PushConfig.from_training_args(args, data_args, hub_model_id=repo, hub_token=token,
                                                save_strategy="no", save_steps=None)
         session = PushSession(config, is_chief=True)
         from hf_tpu_ext.hub.preflight import check_push_access
 
-        check_push_access(repo, token)
+        check_push_access(repo, token)  # on the command line, the answer of the early check (one whoami per run)
     return token, session
 
 
