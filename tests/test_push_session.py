@@ -68,7 +68,8 @@ def test_a_429_blocks_every_commit_until_its_retry_after():
     clock.now += interval - 20.0
     assert budget.wait_seconds() == pytest.approx(0.0, abs=1e-9)
     assert budget.to_dict() == {"commits": 100, "period_seconds": 3600.0, "burst": 5, "seconds_per_commit": 38.298,
-                                "reserved_for_final": 1, "commits_started": 0, "rate_limited": 1}
+                                "reserved_for_final": 1, "commits_started": 0, "rate_limited": 1,
+                                "hub_commits_at_start": None}  # not seeded from a Hub (tests/test_commit_budget_seed.py)
 
 
 def test_budget_is_shared_per_repo_and_only_gets_stricter(monkeypatch):
@@ -307,4 +308,4 @@ def test_train_saving_every_2_steps_against_a_rate_limited_hub(loopback_hub, tmp
     assert pushed[0] == 2 and sorted(pushed + pushes["coalesced_saves"]) == list(range(2, 24, 2))
     assert pushes["commit_budget"] == {"commits": 5, "period_seconds": 60.0, "burst": 1, "seconds_per_commit": 20.0,
                                        "reserved_for_final": 1, "commits_started": len(pushed) + 1,
-                                       "rate_limited": 0}
+                                       "rate_limited": 0, "hub_commits_at_start": 0}  # a new repo

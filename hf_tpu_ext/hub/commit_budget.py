@@ -4,18 +4,23 @@ The Hub allows 128 commits per hour per repo (:data:`HUB_COMMITS_PER_HOUR`) and 
 per token. :class:`CommitBudget` spreads ``commits`` per ``period`` over the window (a token bucket with a
 small burst), keeps one commit of the window for the final push, and learns from a 429 (its ``Retry-After``
 and an empty bucket). :func:`budget_for` shares one budget per repo among the sessions of a process. The push
-session (:mod:`hf_tpu_ext.hub.push_session`) asks it before a save is written.
+session (:mod:`hf_tpu_ext.hub.push_session`) asks it before a save is written, and seeds it once from the repo's
+own recent commits (:func:`seed_from_hub`), so a resume within the hour counts what the earlier process spent.
 """
 
 from __future__ import annotations
 
 import collections
+import datetime
+import logging
 import os
 import threading
 import time
-from typing import Callable, Deque, Dict, Optional
+from typing import Callable, Deque, Dict, Iterable, Optional
 
 from hf_tpu_ext.hub.retry_policy import RetryAfter, reset_retry_after, retry_after_for
+
+logger = logging.getLogger("hf_tpu_ext.hub")
 
 #: the Hub's limit: "exceeded the rate limit for repository commits (128 per hour)"
 HUB_COMMITS_PER_HOUR = 128
@@ -24,6 +29,8 @@ DEFAULT_COMMIT_BUDGET = 100
 DEFAULT_BUDGET_PERIOD = 3600.0
 #: the Hub's API limit: 1,000 requests per 300 s per token
 HUB_API_CALLS, HUB_API_PERIOD = 1000, 300.0
+#: the title of the commit the Hub makes when a repo is created (the branch's root; not a commit of the commit API)
+CREATION_COMMIT_TITLE = "initial commit"
 #: requests one commit of a push costs (preupload, LFS batch, commit, card validation)
 API_CALLS_PER_COMMIT = 4
 
@@ -72,6 +79,9 @@ class CommitBudget:
         self.retry_after = retry_after if retry_after is not None else RetryAfter(clock)
         self.rate_limited = 0  # 429 answers seen
         self.started = 0  # commits started (all of them: paced, a signal's, the final one)
+        #: commits of the window found on the Hub at start (:meth:`seed`; ``None``: not asked, or the Hub failed)
+        self.seeded: Optional[int] = None
+        self._hub_asked = False  # seed_from_hub asks the Hub once per budget, whatever the answer
 
     def _update(self, now: float) -> None:
         self._tokens = min(float(self.burst), self._tokens + (now - self._filled_at) / self.seconds_per_commit)
@@ -109,6 +119,49 @@ class CommitBudget:
             self._starts.append(now)
             self._calls.extend([now] * API_CALLS_PER_COMMIT)
 
+    def room(self) -> int:
+        """Commits the window has left now: ``commits`` less those started (or found on the Hub, :meth:`seed`)
+        in the last ``period`` seconds (the final push's ``reserve`` included; 0 when spent)."""
+        with self._lock:
+            self._update(self._clock())
+            return max(0, self.commits - len(self._starts))
+
+    def seed(self, commit_times: Iterable[datetime.datetime], now: Optional[float] = None) -> int:
+        """Count the repo's commits of the last ``period`` seconds, made before this process (a run resumed
+        within the hour): they fill the window as this process's own would, and the bucket is what it would
+        hold after them (replayed from full at the oldest one), so the resume neither bursts nor exceeds the Hub's
+        :data:`HUB_COMMITS_PER_HOUR`.
+
+        Args:
+            commit_times: the commits' creation times (timezone-aware ``datetime``, e.g.
+                ``GitCommitInfo.created_at``), any order; older ones are ignored.
+            now: seconds since the epoch that ``commit_times`` are measured against (default: ``time.time()``).
+
+        Returns:
+            The commits counted (also :attr:`seeded`).
+        """
+        wall = time.time() if now is None else float(now)
+        # a commit's age on the wall clock, placed on this budget's (monotonic) clock; a Hub clock ahead of
+        # this host's gives a negative age: taken as now
+        ages = sorted((max(0.0, wall - t.timestamp()) for t in commit_times), reverse=True)
+        ages = [a for a in ages if a < self.period]
+        with self._lock:
+            mono = self._clock()
+            tokens, last = float(self.burst), None
+            for age in ages:  # oldest first
+                at = mono - age
+                if last is not None:
+                    tokens = min(float(self.burst), tokens + (at - last) / self.seconds_per_commit)
+                tokens, last = max(0.0, tokens - 1.0), at
+                self._starts.append(at)
+                if age < HUB_API_PERIOD:
+                    self._calls.extend([at] * API_CALLS_PER_COMMIT)
+            if last is not None:
+                self._tokens = min(float(self.burst), tokens + (mono - last) / self.seconds_per_commit)
+                self._filled_at = mono
+            self.seeded = len(ages)
+        return len(ages)
+
     def note_rate_limited(self, retry_after: Optional[float]) -> None:
         """The Hub answered 429: no commit starts before ``retry_after`` seconds from now, and the bucket is empty
         (no paced commit before one interval :attr:`seconds_per_commit` either)."""
@@ -124,7 +177,8 @@ class CommitBudget:
         (this process, every session on the repo) and ``rate_limited`` (429 answers)."""
         return {"commits": self.commits, "period_seconds": self.period, "burst": self.burst,
                 "seconds_per_commit": round(self.seconds_per_commit, 3), "reserved_for_final": self.reserve,
-                "commits_started": self.started, "rate_limited": self.rate_limited}
+                "commits_started": self.started, "rate_limited": self.rate_limited,
+                "hub_commits_at_start": self.seeded}
 
 
 _BUDGETS: Dict[tuple, CommitBudget] = {}
@@ -146,10 +200,46 @@ def budget_for(repo_id: str, commits: int, period: float) -> CommitBudget:
             if budget is not None:  # what the repo already spent stays spent
                 stricter._starts, stricter._calls = budget._starts, budget._calls
                 stricter.rate_limited = budget.rate_limited
-                stricter.started = budget.started
+                stricter.started, stricter.seeded = budget.started, budget.seeded
+                stricter._hub_asked = budget._hub_asked
                 stricter._tokens = min(stricter._tokens, budget._tokens)
             budget = _BUDGETS[key] = stricter
         return budget
+
+
+def seed_from_hub(budget: CommitBudget, api, repo_id: str, revision: Optional[str] = None,
+                  token: Optional[str] = None) -> Optional[int]:
+    """Seed ``budget`` (:meth:`CommitBudget.seed`) from the commits of the last window on the repo's branch.
+
+    One ``HfApi.list_repo_commits`` (huggingface_hub pages through the branch's history itself), once per budget;
+    the root commit the Hub made at the repo's creation (:data:`CREATION_COMMIT_TITLE`) is not counted:
+    a budget already seeded, or with commits of this process, is left as it is. A Hub fault is not an error: the
+    budget starts full and a debug line says why (the Hub's own 429 still paces the run).
+
+    Args:
+        budget: the repo's budget (:func:`budget_for`).
+        api: a ``huggingface_hub.HfApi`` (or anything with its ``list_repo_commits``).
+        repo_id: the full repo id; ``revision``: the branch (default ``main``).
+        token: kept out of the debug line.
+
+    Returns:
+        The commits counted, or ``None`` (not asked, or the Hub could not tell).
+    """
+    if budget._hub_asked or budget.started:
+        return budget.seeded
+    budget._hub_asked = True
+    try:
+        commits = list(api.list_repo_commits(repo_id, revision=revision))  # newest first, down to the root
+        if commits and commits[-1].title == CREATION_COMMIT_TITLE:  # made by create_repo, not a commit call
+            commits.pop()
+        times = [c.created_at for c in commits]
+    except Exception as err:  # any fault of the Hub or the client: plan from a full bucket
+        from hf_tpu_ext.hub.preflight import scrub
+
+        logger.debug("Commit budget of %s starts full: could not list its recent commits (%s).", repo_id,
+                     scrub(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}", token))
+        return None
+    return budget.seed(times)
 
 
 def reset_budgets() -> None:
