@@ -392,3 +392,27 @@ def test_hub_repo_is_created_only_after_the_data_checks(loopback_hub, tmp_path):
     routes = [r["route"] for r in loopback_hub.server.requests]
     assert "whoami" in routes and "create_repo" not in routes  # the token was checked before the data work
     assert not loopback_hub.server.repos and not out.exists()
+
+
+def test_model_refs_are_checked_once_per_run(loopback_hub, tmp_path):
+    """The command line's early check finds a model repo: the run's check_run does not look it up again; a library
+    caller's check_run (and the next run of the same process) still does."""
+    from huggingface_hub import HfApi
+
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run.checks import check_model_refs, check_run
+
+    HfApi(endpoint=loopback_hub.endpoint, token=loopback_hub.token).create_repo("alice/ref")
+    (tmp_path / "train.txt").write_text("one line of text\n")
+    args = parse_args(["--output_dir", str(tmp_path / "o"), "--model_name_or_path", "alice/ref", "--train_file",
+                       str(tmp_path / "train.txt"), "--callbacks", ""])
+
+    def lookups():
+        return sum(r["route"] == "repo_info" and "alice/ref" in r["path"] for r in loopback_hub.server.requests)
+
+    check_model_refs(args[0], remember=True)  # what hf-tpu train's early checks do
+    assert lookups() == 1
+    check_run(*args)
+    assert lookups() == 1  # not again
+    check_run(*args)
+    assert lookups() == 2  # a second run (a library caller) is checked
