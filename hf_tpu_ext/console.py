@@ -349,23 +349,35 @@ def _is_secret_flag(arg: str) -> bool:
     return name in SECRET_FLAGS or name.endswith("_token")
 
 
-def redact_argv(argv: List[str], secrets: tuple = ()) -> List[str]:
-    """``argv`` without the secret flags and their values (:data:`SECRET_FLAGS`, every spelling), and with any
-    other occurrence of a ``secrets`` value replaced by ``<redacted>``."""
+def _without_flags(argv: List[str], drop) -> List[str]:
+    """``argv`` without each word ``drop(word)`` is true of and its value: the next word, unless the flag holds
+    ``=`` or the next word is a flag itself (``--push_to_hub --hub_token``: a bool flag without a value)."""
     out: List[str] = []
     skip = False
     for i, a in enumerate(argv):
         if skip:
             skip = False
             continue
-        if _is_secret_flag(a):
+        if drop(a):
             skip = "=" not in a and i + 1 < len(argv) and not argv[i + 1].startswith("--")
             continue
-        for secret in secrets:
-            if secret and secret in a:
-                a = a.replace(secret, "<redacted>")
         out.append(a)
     return out
+
+
+def redact_argv(argv: List[str], secrets: tuple = ()) -> List[str]:
+    """``argv`` without the secret flags and their values (:data:`SECRET_FLAGS`, every spelling), and with any
+    other occurrence of a ``secrets`` value replaced by ``<redacted>``."""
+    out = _without_flags(argv, _is_secret_flag)
+    for secret in secrets:
+        if secret:
+            out = [a.replace(secret, "<redacted>") for a in out]
+    return out
+
+
+def _is_resume_flag(arg: str) -> bool:
+    """``--resume_from_checkpoint`` / ``--overwrite_output_dir`` in any spelling (the hint sets its own)."""
+    return arg.split("=", 1)[0].replace("-", "_") in ("__resume_from_checkpoint", "__overwrite_output_dir")
 
 
 def resume_hint(argv: Optional[List[str]] = None, secrets: tuple = ()) -> str:
@@ -375,16 +387,5 @@ def resume_hint(argv: Optional[List[str]] = None, secrets: tuple = ()) -> str:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "train":
         argv = argv[1:]
-    kept: List[str] = []
-    skip = False
-    for i, a in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        name = a.split("=", 1)[0].replace("-", "_")
-        if name in ("__resume_from_checkpoint", "__overwrite_output_dir"):
-            skip = "=" not in a and i + 1 < len(argv) and not argv[i + 1].startswith("--")
-            continue
-        kept.append(a)
-    kept = redact_argv(kept, secrets)
+    kept = redact_argv(_without_flags(argv, _is_resume_flag), secrets)
     return "hf-tpu train " + " ".join(shlex.quote(a) for a in kept + ["--resume_from_checkpoint", "true"])

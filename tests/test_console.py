@@ -203,3 +203,17 @@ def test_unknown_command_suggests_the_close_one(capsys):
     assert capsys.readouterr().err == f"hf-tpu: unknown command 'trian'. Did you mean: `hf-tpu train`?\n\n{_usage()}\n"
     assert main(["frobnicate"]) == 2
     assert capsys.readouterr().err == f"hf-tpu: unknown command 'frobnicate'.\n\n{_usage()}\n"
+
+
+def test_redact_argv_and_resume_hint_drop_flags_with_their_values():
+    """One walk of argv for both: a dropped flag takes its value with it unless it holds ``=`` or a flag follows."""
+    from hf_tpu_ext.console import redact_argv, resume_hint
+
+    argv = ["--output_dir", "o", "--hub_token", "hf_SECRET", "--push_to_hub", "--hub-token=hf_SECRET",
+            "--hub_token", "--note", "hf_SECRET-x", "--resume_from_checkpoint=o/checkpoint-4",
+            "--overwrite_output_dir", "--max_steps", "5", "--resume-from-checkpoint"]
+    assert redact_argv(argv, secrets=("hf_SECRET",)) == [
+        "--output_dir", "o", "--push_to_hub", "--note", "<redacted>-x", "--resume_from_checkpoint=o/checkpoint-4",
+        "--overwrite_output_dir", "--max_steps", "5", "--resume-from-checkpoint"]
+    assert resume_hint(["train", *argv], secrets=("hf_SECRET",)) == (
+        "hf-tpu train --output_dir o --push_to_hub --note '<redacted>-x' --max_steps 5 --resume_from_checkpoint true")
