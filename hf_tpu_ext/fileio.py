@@ -1,9 +1,11 @@
-"""Atomic file writes for the output folder: an interrupted save never leaves a half-written file."""
+"""Atomic file writes for the output folder (an interrupted save never leaves a half-written file), and the one
+choice of how files at a URL are read and written (:func:`remote_files`)."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from typing import Callable, NamedTuple
 
 
 def _umask() -> int:
@@ -88,3 +90,44 @@ def read_json_object(path: str) -> dict:
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+class RemoteFiles(NamedTuple):
+    """File operations at a URL (see :func:`remote_files`); paths are full URLs, local paths plain paths.
+
+    Attributes:
+        makedirs: ``makedirs(folder_url)``: the folder and its parents; an existing one is fine.
+        exists: ``exists(url) -> bool``.
+        put: ``put(local_path, url)``: copy one local file there (an existing file is replaced).
+        get: ``get(url, local_path)``: copy one file here (an existing file is replaced).
+    """
+
+    makedirs: Callable[[str], None]
+    exists: Callable[[str], bool]
+    put: Callable[[str, str], None]
+    get: Callable[[str, str], None]
+
+
+def remote_files(url: str) -> RemoteFiles:
+    """How to read and write files at ``url``: ``gs://`` through ``tf.io.gfile`` where TensorFlow is installed
+    (its GCS client comes with it: nothing more to install on a TPU VM), any other URL, and ``gs://`` without
+    TensorFlow, through fsspec (``gs://`` then needs gcsfs).
+
+    Raises:
+        ImportError / ValueError: fsspec has no file system for the URL's protocol (fsspec's own message).
+    """
+    if url.startswith("gs://"):
+        try:
+            import tensorflow as tf
+        except ImportError:
+            pass
+        else:
+            gfile = tf.io.gfile
+            return RemoteFiles(makedirs=gfile.makedirs, exists=gfile.exists,
+                               put=lambda src, dst: gfile.copy(src, dst, overwrite=True),
+                               get=lambda src, dst: gfile.copy(src, dst, overwrite=True))
+    import fsspec.core
+
+    fs, _ = fsspec.core.url_to_fs(url)
+    return RemoteFiles(makedirs=lambda folder: fs.makedirs(folder, exist_ok=True), exists=fs.exists,
+                       put=fs.put_file, get=fs.get_file)

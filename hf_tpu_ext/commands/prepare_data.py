@@ -94,28 +94,20 @@ class PrepareDataArguments:
 
 
 def _save_tokenizer(tokenizer, destination: str) -> None:
-    """``save_pretrained`` to a local folder, or to a temp folder copied to a URL (``gs://`` with tf.io.gfile where
-    TensorFlow is installed, other URLs with fsspec)."""
+    """``save_pretrained`` to a local folder, or to a temp folder copied to a URL
+    (:func:`hf_tpu_ext.fileio.remote_files`)."""
     if "://" not in destination or destination.startswith("file://"):
         tokenizer.save_pretrained(destination.replace("file://", "", 1))
         return
     local = tempfile.mkdtemp(prefix="hf-tpu-tokenizer-")
     try:
         tokenizer.save_pretrained(local)
-        try:
-            if not destination.startswith("gs://"):
-                raise ImportError
-            import tensorflow as tf
+        from hf_tpu_ext.fileio import remote_files
 
-            makedirs, copy = tf.io.gfile.makedirs, lambda a, b: tf.io.gfile.copy(a, b, overwrite=True)
-        except ImportError:
-            import fsspec.core
-
-            fs, _ = fsspec.core.url_to_fs(destination)
-            makedirs, copy = (lambda d: fs.makedirs(d, exist_ok=True)), fs.put_file
-        makedirs(destination)
+        files = remote_files(destination)
+        files.makedirs(destination)
         for name in os.listdir(local):
-            copy(os.path.join(local, name), destination.rstrip("/") + "/" + name)
+            files.put(os.path.join(local, name), destination.rstrip("/") + "/" + name)
     finally:
         shutil.rmtree(local, ignore_errors=True)
 

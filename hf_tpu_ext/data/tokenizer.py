@@ -78,20 +78,13 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length:
 def _copy_remote_folder(url: str) -> str:
     """Copy the tokenizer files of a remote folder into a fresh local temp folder and return it.
 
-    ``gs://`` goes through ``tf.io.gfile`` where TensorFlow is installed, any other URL (and ``gs://`` without
-    TensorFlow, with gcsfs) through fsspec.
+    Read through :func:`hf_tpu_ext.fileio.remote_files` (``gs://`` with ``tf.io.gfile`` where TensorFlow is
+    installed, else fsspec).
     """
-    try:
-        if not url.startswith("gs://"):
-            raise ImportError
-        import tensorflow as tf
+    from hf_tpu_ext.fileio import remote_files
 
-        exists, copy = tf.io.gfile.exists, lambda src, dst: tf.io.gfile.copy(src, dst, overwrite=True)
-    except ImportError:
-        import fsspec.core
-
-        fs, _ = fsspec.core.url_to_fs(url)
-        exists, copy = fs.exists, fs.get_file
+    files = remote_files(url)
+    exists, copy = files.exists, files.get
     local = tempfile.mkdtemp(prefix="hf-tpu-tokenizer-")
     found = False
     for name in TOKENIZER_FILES:
