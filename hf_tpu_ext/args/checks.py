@@ -93,8 +93,11 @@ def check_arguments(model_args, data_args, training_args) -> None:
     """Checks that need more than one argument dataclass (run by :func:`parse_args`, cheap, no I/O).
 
     Raises:
-        ArgumentError: ``max_seq_length`` above :data:`MAX_SCRATCH_SEQ_LENGTH` when training from scratch.
+        ArgumentError: ``max_seq_length`` above :data:`MAX_SCRATCH_SEQ_LENGTH` when training from scratch;
+            ``--streaming`` without what it needs (:func:`check_streaming`).
     """
+    if data_args.streaming:
+        check_streaming(model_args, training_args)
     L = data_args.max_seq_length
     if not model_args.model_name_or_path and L > MAX_SCRATCH_SEQ_LENGTH:
         raise ArgumentError(
@@ -103,3 +106,23 @@ def check_arguments(model_args, data_args, training_args) -> None:
             f"model would need {L + 2} position embeddings. Pass --max_seq_length {MAX_SCRATCH_SEQ_LENGTH} or less "
             "(RoBERTa uses 512)."
         )
+
+
+def check_streaming(model_args, training_args) -> None:
+    """``--streaming``'s needs (part of :func:`check_arguments`): ``--backend keras``, ``--max_steps`` and a tokenizer.
+
+    Raises:
+        ArgumentError: another backend, no ``--max_steps`` (a stream has no length), no ``--tokenizer_name`` nor
+            ``--model_name_or_path`` (a BPE is trained on a whole split, which a stream never holds).
+    """
+    backend = training_args.backend
+    if backend != "keras":
+        raise ArgumentError(f"--streaming is read by --backend keras only (a datasets IterableDataset, one slice per "
+                            f"process); --backend {backend} reads the whole data: pass --backend keras, or drop "
+                            "--streaming.")
+    if training_args.max_steps <= 0:
+        raise ArgumentError("--streaming needs --max_steps > 0: a streamed dataset has no length, so epochs cannot "
+                            "be counted (as in transformers' run_mlm).")
+    if not (model_args.tokenizer_name or model_args.model_name_or_path):
+        raise ArgumentError("--streaming needs --tokenizer_name or --model_name_or_path: a new tokenizer is trained "
+                            "on the whole training split, which a stream never holds.")

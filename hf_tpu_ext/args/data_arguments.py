@@ -20,7 +20,8 @@ class DataTrainingArguments:
     validation_file: Optional[str] = field(default=None, metadata={"help": "Validation data, same formats as --train_file."})
     validation_split_percentage: int = field(default=5, metadata={"help": "Percent of the training data held out when no validation data is given."})
     max_train_samples: Optional[int] = field(default=None, metadata={"help": "Keep the first N training blocks, N >= 1 (debugging, quick runs). Unset: all, as in run_mlm."})
-    max_eval_samples: Optional[int] = field(default=None, metadata={"help": "Keep the first N validation blocks, N >= 1. Unset: all."})
+    max_eval_samples: Optional[int] = field(default=None, metadata={"help": "Keep the first N validation blocks, N >= 1. Unset: all (with --streaming: the first 1000)."})
+    streaming: bool = field(default=False, metadata={"help": "Enable streaming mode: read --dataset_name or the data files as a datasets IterableDataset, each process its own slice (--backend keras; needs --max_steps and a tokenizer)."})
     preprocessing_num_workers: Optional[int] = field(default=None, metadata={"help": "Processes for datasets.map tokenization."})
     overwrite_cache: bool = field(default=False, metadata={"help": "Recompute the datasets cache."})
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per block (static sequence length)."})
@@ -59,12 +60,23 @@ class DataTrainingArguments:
             raise ArgumentError(f"--validation_split_percentage must be in [0, 100), got {self.validation_split_percentage}.")
         if self.dataset_name and self.train_file:
             raise ArgumentError("Give either --dataset_name or --train_file, not both.")
+        if self.streaming:
+            self._check_streaming()
         if self.max_predictions_per_seq is None:
             self.max_predictions_per_seq = max(1, int(round(self.max_seq_length * self.mlm_probability)))
         if not 1 <= self.max_predictions_per_seq <= self.max_seq_length:
             raise ArgumentError(
                 f"--max_predictions_per_seq must be in [1, max_seq_length={self.max_seq_length}], got {self.max_predictions_per_seq}."
             )
+
+    def _check_streaming(self) -> None:
+        """``--streaming`` needs a source to stream, and reads as many blocks as ``--max_steps`` asks for."""
+        if self.uses_default_corpus:
+            raise ArgumentError("--streaming reads a --dataset_name or --train_file; the default corpus is held in "
+                                "memory already: pass one of them, or drop --streaming.")
+        if self.max_train_samples is not None:
+            raise ArgumentError("--max_train_samples does not apply with --streaming: the run reads --max_steps x "
+                                "the global batch blocks from the stream; drop --max_train_samples.")
 
     @property
     def uses_default_corpus(self) -> bool:

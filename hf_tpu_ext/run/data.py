@@ -14,13 +14,21 @@ def load_blocks(model_args, data_args, training_args, backend, tokenizer_source)
     ``tokenizer_source`` (a resumed checkpoint's folder) when given.
 
     Raises:
-        DataError: TFRecord or Arrow shards for a backend that does not read them, or local data for a TPU Node.
+        DataError: TFRecord or Arrow shards for a backend that does not read them (or with ``--streaming``), local
+            data for a TPU Node, a ``--streaming`` source without a train split.
     """
     from hf_tpu_ext.data.block_shards import is_arrow_source
     from hf_tpu_ext.data.loading import is_tfrecord_source
     from hf_tpu_ext.data.run_data import load_text_blocks, load_tfrecord_blocks
 
     shards = data_args.train_file and is_arrow_source(data_args.train_file)
+    if getattr(data_args, "streaming", False):
+        if shards or (data_args.train_file and is_tfrecord_source(data_args.train_file)):
+            raise DataError(f"--train_file {data_args.train_file} holds prepared block shards, which are read row by "
+                            "row already; drop --streaming.")
+        from hf_tpu_ext.data.streaming import load_stream_blocks
+
+        return load_stream_blocks(model_args, data_args, tokenizer_source)  # data/streaming.py
     if shards and not getattr(backend, "reads_block_shards", False):
         raise DataError(f"{data_args.train_file} holds Arrow block shards, which --backend {backend.name} does not "
                         "read; use --backend keras, or `hf-tpu prepare-data --shard_format tfrecord` for TensorFlow.")
@@ -45,23 +53,31 @@ def plan_run(training_args, data_args, backend, blocks):
     steps, whether the run evaluates.
 
     Raises:
-        CorpusTooSmallError: a split holds fewer blocks than one batch.
+        CorpusTooSmallError: a split holds fewer blocks than one batch (a ``--streaming`` train split: checked as
+            it is read).
     """
     from hf_tpu_ext.backends.base import RunPlan
     from hf_tpu_ext.data.run_data import check_split_size, num_blocks
+    from hf_tpu_ext.data.streaming import is_stream
 
     args = training_args
     # sequences per optimizer step: gradient accumulation splits them into micro-batches inside the step
     global_batch = (args.per_device_train_batch_size * backend.num_replicas
                     * int(getattr(args, "gradient_accumulation_steps", 1) or 1))
     eval_batch = args.per_device_eval_batch_size * backend.num_replicas
-    check_split_size(blocks, "train", global_batch, data_args)
+    streaming = is_stream(blocks["train"])
+    if not streaming:
+        check_split_size(blocks, "train", global_batch, data_args)
     do_eval = getattr(args, "do_eval", args.eval_strategy != "no")
     has_eval = bool(do_eval) and num_blocks(blocks.get("validation")) > 0
     if has_eval:
         check_split_size(blocks, "validation", eval_batch, data_args)
-    n = num_blocks(blocks["train"])
-    spe = n // global_batch
+    if streaming:  # no length: one "epoch" is the run (--max_steps, required), the blocks it reads
+        spe = args.max_steps
+        n = spe * global_batch
+    else:
+        n = num_blocks(blocks["train"])
+        spe = n // global_batch
     return RunPlan(global_batch_size=global_batch, eval_batch_size=eval_batch,
                    seq_length=data_args.max_seq_length, steps_per_epoch=spe,
                    total_steps=args.total_steps(spe), num_train_blocks=n, has_eval=has_eval)

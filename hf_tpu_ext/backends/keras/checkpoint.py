@@ -11,7 +11,9 @@ A checkpoint folder holds (all float32 as trained):
   of every step follow from them, see :mod:`hf_tpu_ext.data.numpy_batches`), ``keras_backend``, ``dtype_policy``,
   ``loss_window`` (``{"loss_sum", "steps"}``: the logging window so far) and ``fit_metrics`` (what the training
   process measured up to the save; :func:`~hf_tpu_ext.backends.keras.loop.checkpoint_fields`);
-* ``trainer_state.json``: the run's trainer state, written by the training run after the save.
+* ``trainer_state.json``: the run's trainer state, written by the training run after the save;
+* with ``--streaming``, ``data_state-<process index>.json``: each process's stream position
+  (:mod:`hf_tpu_ext.data.streaming`), gathered to process 0 and written with the rest before the rename.
 
 Atomic: everything is written into ``.checkpoint-<step>.tmp-<host>-<pid>`` beside the final name, flushed to disk,
 then renamed (a rename within a folder is atomic on POSIX), so a kill leaves either no ``checkpoint-<step>`` or a
@@ -47,6 +49,7 @@ LAST_CHECKPOINT_DIRNAME = "last-checkpoint"
 BEST_DIRNAME = os.path.join("checkpoints", "best")
 BEST_NAME = "model_state.safetensors"
 _CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+_DATA_STATE_RE = re.compile(r"^data_state-\d+\.json$")  # hf_tpu_ext.data.streaming.STATE_FILE
 #: a save's temporary folders: ``.checkpoint-<step>.tmp-<host>-<pid>`` and ``checkpoint-<step>.old-<host>-<pid>``
 #: (``<host>-`` absent in folders of older releases)
 _TMP_RE = re.compile(r"^(?:\.checkpoint-\d+\.tmp|checkpoint-\d+\.old)-(?:(?P<host>.+)-)?(?P<pid>\d+)$")
@@ -103,8 +106,13 @@ def _save_tensors(path: str, tensors: Dict[str, np.ndarray], metadata: Dict[str,
 
 
 def _write_folder(tmp: str, step: int, model_vars: Dict[str, np.ndarray], optimizer_vars: Dict[str, np.ndarray],
-                  meta: Dict[str, Any]) -> None:
+                  meta: Dict[str, Any], extra_files: Optional[Dict[str, str]] = None) -> None:
     """The checkpoint's files into the temporary folder ``tmp``, flushed to disk (the rename follows)."""
+    for name, text in (extra_files or {}).items():  # --streaming positions: committed by the same rename
+        with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+            f.flush()
+            os.fsync(f.fileno())
     _save_tensors(os.path.join(tmp, MODEL_NAME), model_vars, {"format": FORMAT})
     _save_tensors(os.path.join(tmp, OPTIMIZER_NAME), optimizer_vars, {"format": FORMAT})
     meta = dict(meta, global_step=int(step), format=FORMAT)
@@ -117,7 +125,7 @@ def _write_folder(tmp: str, step: int, model_vars: Dict[str, np.ndarray], optimi
 
 def save_checkpoint(output_dir: str, step: int, model_vars: Dict[str, np.ndarray],
                     optimizer_vars: Dict[str, np.ndarray], meta: Dict[str, Any],
-                    keep: Optional[int] = None) -> str:
+                    keep: Optional[int] = None, extra_files: Optional[Dict[str, str]] = None) -> str:
     """Write ``output_dir/checkpoint-<step>/`` atomically (see the module doc) and rotate old ones.
 
     Args:
@@ -126,6 +134,8 @@ def save_checkpoint(output_dir: str, step: int, model_vars: Dict[str, np.ndarray
         model_vars, optimizer_vars: name -> array.
         meta: the JSON fields of ``checkpoint.json`` (``global_step`` is set here).
         keep: ``--save_total_limit``: keep this many newest checkpoints (None: all).
+        extra_files: file name -> text, written into the folder before the rename (``--streaming``'s
+            ``data_state-<i>.json``, :mod:`hf_tpu_ext.data.streaming`).
 
     Returns:
         the checkpoint folder.
@@ -143,7 +153,7 @@ def save_checkpoint(output_dir: str, step: int, model_vars: Dict[str, np.ndarray
     tmp = os.path.join(output_dir, f".checkpoint-{int(step)}.tmp-{_owner_tag()}")
     os.makedirs(tmp)
     try:
-        _write_folder(tmp, step, model_vars, optimizer_vars, meta)
+        _write_folder(tmp, step, model_vars, optimizer_vars, meta, extra_files)
     except BaseException:  # disk full, I/O error, a signal's KeyboardInterrupt: the torn folder goes now
         shutil.rmtree(tmp, ignore_errors=True)  # (its space back, never mistaken for a checkpoint)
         raise
@@ -291,7 +301,8 @@ def read_trainer_state(path: str, step: int) -> Optional[Dict[str, Any]]:
 def export_checkpoint_folder(path: str, folder: str) -> str:
     """Copy the checkpoint's files into ``folder`` (flat: the Hub's ``last-checkpoint/``)."""
     os.makedirs(folder, exist_ok=True)
-    for name in (MODEL_NAME, OPTIMIZER_NAME, META_NAME, STATE_NAME):
+    states = sorted(n for n in os.listdir(path) if _DATA_STATE_RE.match(n))  # --streaming positions
+    for name in (MODEL_NAME, OPTIMIZER_NAME, META_NAME, STATE_NAME, *states):
         src = os.path.join(path, name)
         if os.path.isfile(src):
             shutil.copyfile(src, os.path.join(folder, name))

@@ -86,6 +86,25 @@ class Placement:
 
         return bool(np.any(multihost_utils.process_allgather(np.array([int(bool(flag))], np.int32))))
 
+    def gather_texts(self, text: str) -> list:
+        """Every process's ``text`` (str), by process index (a collective: every process calls it at the same point).
+
+        One process: ``[text]``. Several: two ``process_allgather`` calls (the lengths, then the UTF-8 bytes
+        padded to the longest), a few hundred bytes per process for a ``--streaming`` position.
+        """
+        import jax
+
+        if jax.process_count() == 1:
+            return [text]
+        from jax.experimental import multihost_utils
+
+        data = np.frombuffer(text.encode("utf-8"), np.uint8)
+        sizes = np.asarray(multihost_utils.process_allgather(np.array([data.size], np.int32))).reshape(-1)
+        padded = np.zeros(int(sizes.max()), np.uint8)
+        padded[: data.size] = data
+        rows = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(sizes), -1)
+        return [bytes(row[: int(n)]).decode("utf-8") for row, n in zip(rows, sizes)]
+
     def put_replicated(self, values):
         import jax
 
