@@ -30,6 +30,39 @@ def _log_history(trainer) -> List[Dict[str, Any]]:
     return [dict(e) for e in trainer.state.log_history if "train_runtime" not in e]
 
 
+def _precision_plan(bf16, accelerator: str):
+    """:func:`hf_tpu_ext.precision.resolve_precision` for a torch_xla step: always one XLA graph, without the Keras
+    backend's bf16 x bf16 -> float32 dots, so ``--bf16 auto`` keeps float32 on a CPU (XLA:CPU multiplies bf16 dots
+    in float32) and takes bf16 on a TPU and on a GPU with compute capability >= 8.0.
+
+    Args:
+        bf16: ``--bf16`` (``None``, ``True``, ``False`` or ``"auto"``).
+        accelerator: ``"TPU"``, ``"GPU"`` or ``"CPU"`` (:class:`~hf_tpu_ext.backends.torch_xla.device.XLADeviceInfo`).
+
+    Returns:
+        :class:`hf_tpu_ext.precision.PrecisionPlan` (``jit_compile`` True).
+    """
+    from hf_tpu_ext.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags, resolve_precision
+
+    if accelerator == "GPU":
+        native = _cuda_has_native_bf16()
+    elif accelerator == "CPU":
+        native = bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS)
+    else:
+        native = True
+    return resolve_precision(bf16, True, accelerator, native)
+
+
+def _cuda_has_native_bf16() -> bool:
+    """Whether torch sees a CUDA GPU with bf16 tensor cores (compute capability >= 8.0); False when it cannot say."""
+    try:
+        import torch
+
+        return torch.cuda.is_available() and tuple(torch.cuda.get_device_capability(0)) >= (8, 0)
+    except Exception:  # a torch build without CUDA, or a driver torch cannot query
+        return False
+
+
 class TorchXLABackend(BackendDefaults):
     """``--backend torch_xla``: our :class:`~hf_tpu_ext.backends.torch_xla.trainer.MaskedLMTrainer` on XLA."""
 
@@ -61,6 +94,11 @@ class TorchXLABackend(BackendDefaults):
         self.is_chief = self.info.is_chief
         logger.info("torch_xla: %d process(es), %d %s device(s) (%s)", self.info.world_size, self.info.num_devices,
                     self.info.accelerator, self.info.device_kind)
+        self.precision = _precision_plan(training_args.bf16, self.info.accelerator)
+        training_args.bf16 = self.precision.bf16  # what the Trainer gets (trainer.hf_training_arguments) and the card
+        if self.is_chief:
+            logger.info("precision %s, compiler path: XLA (torch_xla lazy tensors). Why: %s.",
+                        self.precision.precision, self.precision.reason)
 
     def spawn(self, fn, args) -> None:
         """Run ``fn(index, *args)`` in one process per local XLA device (``torch_xla.launch``) and wait."""

@@ -62,7 +62,9 @@ def hf_training_arguments(args, total_steps: int, **overrides):
 
     # our TrainingArguments reuse transformers' names, so these fields carry over as they are
     kwargs = {name: getattr(args, name) for name in _SAME_NAME_FIELDS}
-    kwargs["bf16"] = args.bf16 is True  # --bf16 auto/unset: float32 on this backend (no device check here)
+    # the backend's setup resolved --bf16 (hf_tpu_ext.precision, backend._precision_plan); an unresolved
+    # auto/unset (a caller without the backend) is float32
+    kwargs["bf16"] = args.bf16 is True
     kwargs.update(
         max_grad_norm=args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else 0.0,
         warmup_steps=args.num_warmup_steps(total_steps),
