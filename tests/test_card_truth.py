@@ -193,3 +193,31 @@ def test_torch_push_callback_card_fills_trainer_progress(tmp_path):
                 "| Accelerator | CPU |"):
         assert row in text
     assert "tf_model.h5" not in text
+
+
+def test_card_says_xla_only_where_the_run_compiled_with_it(tmp_path):
+    """A tf_keras fit compiled without jit_compile=True ran TensorFlow's kernels: the card does not claim XLA."""
+    import tf_keras
+
+    from hf_tpu_ext.tf_model_folder import model_facts
+
+    model = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(2)])
+    model.compile("sgd", "mse")  # tf_keras' default: no XLA (jit_compile None)
+    facts = model_facts(model)
+    assert facts["jit_compile"] is None
+    plain = _card_text(tmp_path / "plain", ["tf_model.h5"], **facts)
+    assert "It was trained with hf-tpu-ext using TensorFlow." in plain and "XLA" not in plain.split("## ")[1]
+    assert "| XLA compilation | n/a |" in plain and "- xla\n" not in plain
+    model.compile("sgd", "mse", jit_compile=True)
+    xla = _card_text(tmp_path / "xla", ["tf_model.h5"], **model_facts(model))
+    assert "It was trained with hf-tpu-ext using TensorFlow + XLA." in xla and "- xla\n" in xla
+    said = {(backend, keras_backend, jit): _card_text(tmp_path / f"{backend}{keras_backend}{jit}", ["model.safetensors"],
+                                                      backend=backend, keras_backend=keras_backend, jit_compile=jit)
+            .split("It was trained with hf-tpu-ext using ")[1].split("\n")[0]
+            for backend, keras_backend, jit in (("tensorflow", None, False), ("keras", "jax", None),
+                                                ("keras", "tensorflow", None), ("keras", "tensorflow", True),
+                                                ("keras", "torch", True))}
+    assert said == {("tensorflow", None, False): "TensorFlow.", ("keras", "jax", None): "Keras 3 on JAX + XLA.",
+                    ("keras", "tensorflow", None): "Keras 3 on TensorFlow.",
+                    ("keras", "tensorflow", True): "Keras 3 on TensorFlow + XLA.",
+                    ("keras", "torch", True): "Keras 3 on PyTorch."}

@@ -36,14 +36,18 @@ class FitHistory:
         self.points_per_epoch = max(1, int(points_per_epoch))
         self.max_points = max(2, int(max_points))
         self._stride = 1
+        self._every: Optional[int] = None
         self._batches: List[Dict[str, Any]] = []
         self._epochs: List[tuple] = []
 
     def on_batch(self, logs: Optional[dict], step: int, steps_per_epoch: Optional[int]) -> None:
-        """Sample the batch ``loss`` at global ``step`` (every ``steps_per_epoch / points_per_epoch`` steps)."""
-        every = max(1, int(steps_per_epoch or 0) // self.points_per_epoch) * self._stride
+        """Sample the batch ``loss`` at global ``step`` (every ``steps_per_epoch / points_per_epoch`` steps; the
+        loss is read, a device sync on an asynchronous backend, only at a sampled step)."""
+        every = self._every = max(1, int(steps_per_epoch or 0) // self.points_per_epoch) * self._stride
+        if step % every:
+            return
         loss = _number((logs or {}).get("loss"))
-        if loss is not None and step % every == 0:
+        if loss is not None:
             epoch = step / steps_per_epoch if steps_per_epoch else 0.0
             self._batches.append({"loss": round(loss, 6), "epoch": round(epoch, 4), "step": int(step)})
             if len(self._batches) > self.max_points:
@@ -53,17 +57,40 @@ class FitHistory:
         """Keep the epoch's logs dict itself: callbacks after the push callback (an evaluation) add to it later."""
         self._epochs.append((logs if logs is not None else {}, int(step), float(epoch)))
 
-    def entries(self) -> List[Dict[str, Any]]:
+    @property
+    def logging_steps(self) -> Optional[int]:
+        """Global steps between the loss samples now (None before the first batch; it doubles when the samples
+        are thinned, see ``max_points``)."""
+        return self._every
+
+    def entries(self, epoch_numbers: bool = False) -> List[Dict[str, Any]]:
         """The ``log_history``: batch-loss samples, then at each epoch end its evaluation (``val_loss`` or
-        ``eval_loss`` as ``eval_loss``, ``perplexity``, ``eval_accuracy``), in step order."""
+        ``eval_loss`` as ``eval_loss``, ``perplexity``, ``eval_accuracy``), in step order.
+
+        Args:
+            epoch_numbers: the epoch entries also carry every other number of the epoch logs under its Keras
+                name (the epoch's mean ``loss``, metrics, throughput), one entry per epoch even without an
+                evaluation.
+        """
         from hf_tpu_ext.hub.model_card import eval_results_from_logs
 
         out = list(self._batches)
         for logs, step, epoch in self._epochs:
-            found = eval_results_from_logs(logs)
+            found = {k: round(v, 6) for k, v in eval_results_from_logs(logs).items()}
+            if epoch_numbers:
+                found = dict({k: round(v, 6) for k, v in ((k, _number(v)) for k, v in logs.items())
+                              if v is not None}, **found)
             if found:
-                out.append(dict({k: round(v, 6) for k, v in found.items()}, epoch=round(epoch, 4), step=step))
-        return sorted(out, key=lambda e: (e["step"], "loss" not in e))
+                out.append(dict(found, epoch=round(epoch, 4), step=step))
+        return sorted(out, key=lambda e: (e["step"], len(e) > 3))
+
+    def eval_steps(self, start_step: int = 0) -> Optional[int]:
+        """Global steps between the fit's last two evaluations (from ``start_step``, the fit's first step, to the
+        one evaluation when there is one); None without an evaluation."""
+        from hf_tpu_ext.hub.model_card import eval_results_from_logs
+
+        steps = [int(start_step)] + [step for logs, step, _ in self._epochs if eval_results_from_logs(logs)]
+        return steps[-1] - steps[-2] if len(steps) > 1 and steps[-1] > steps[-2] else None
 
     def write_curve(self, folder: str) -> Optional[str]:
         """``folder/loss_curve.png`` (:func:`hf_tpu_ext.outputs.plot_loss_curve`), or None without a loss sample."""
@@ -76,3 +103,33 @@ class FitHistory:
             return plot_loss_curve(entries, os.path.join(folder, "loss_curve.png"))
         except ImportError:  # no matplotlib: the card goes without the curve
             return None
+
+
+def fit_trainer_state(history: FitHistory, *, start_step: int, epochs: Optional[int] = None,
+                      save_steps: Optional[int] = None, facts: Optional[Dict[str, Any]] = None,
+                      train_runtime: Optional[float] = None, epoch_numbers: bool = False) -> Dict[str, Any]:
+    """The ``trainer_state.json`` fields a drop-in push callback knows of a Keras ``fit``, none as a placeholder.
+
+    Args:
+        history: the fit's :class:`FitHistory`.
+        start_step: the global step the fit began at (a resumed run's optimizer iterations).
+        epochs: ``fit``'s ``epochs`` (``num_train_epochs``).
+        save_steps: global steps between the push callback's saves (``save_steps``, or steps per epoch).
+        facts: the throughput meter's (:func:`hf_tpu_ext.callbacks.throughput_meter.card_facts_of`):
+            ``global_batch_size`` (sequences), ``tokens_seen``, ``flops_per_token`` (training FLOPs per token).
+        train_runtime: seconds since the fit began.
+        epoch_numbers: see :meth:`FitHistory.entries`.
+
+    Returns:
+        ``log_history`` and those of ``logging_steps``, ``eval_steps``, ``save_steps``, ``num_train_epochs``,
+        ``train_batch_size``, ``num_input_tokens_seen``, ``total_flos`` (``tokens_seen x flops_per_token``) and
+        ``train_runtime`` (s) that are known; an unknown one is left out.
+    """
+    facts = facts or {}
+    tokens, fpt = facts.get("tokens_seen"), facts.get("flops_per_token")
+    known = {"logging_steps": history.logging_steps, "eval_steps": history.eval_steps(start_step),
+             "save_steps": save_steps, "num_train_epochs": epochs, "train_batch_size": facts.get("global_batch_size"),
+             "num_input_tokens_seen": int(tokens) if tokens else None,
+             "total_flos": float(tokens * fpt) if tokens and fpt else None,
+             "train_runtime": round(float(train_runtime), 3) if train_runtime else None}
+    return dict({k: v for k, v in known.items() if v}, log_history=history.entries(epoch_numbers=epoch_numbers))

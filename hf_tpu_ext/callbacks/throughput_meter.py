@@ -155,9 +155,12 @@ class ThroughputMeter:
         """The card fields of this fit so far: ``global_batch_size``, ``tokens_seen`` (``step`` x global batch x
         ``seq_length``; this fit's steps without ``step``), ``train_tokens_per_second`` (this fit's tokens over its
         wall time since train begin), ``steady_tokens_per_second`` (steps after warm-up), ``mfu`` with
-        ``mfu_peak_flops`` and ``mfu_peak_source``, or ``mfu_note`` (why not)."""
+        ``mfu_peak_flops`` and ``mfu_peak_source``, or ``mfu_note`` (why not); ``flops_per_token`` (training FLOPs)
+        when known."""
         per_step = self.global_batch_size * self.seq_length
         facts: Dict[str, Any] = {"global_batch_size": self.global_batch_size, "num_replicas": self.num_replicas}
+        if self.flops_per_token:
+            facts["flops_per_token"] = float(self.flops_per_token)
         steps = int(step) if step is not None else self._all_steps
         if steps:
             facts["tokens_seen"] = steps * per_step

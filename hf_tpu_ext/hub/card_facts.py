@@ -1,7 +1,8 @@
 """Card facts a drop-in callback gathers from its framework (framework-free: the card renderer's inputs).
 
 - :func:`framework_versions`: the versions of the stack the run used (a PyTorch ``Trainer`` run lists PyTorch,
-  not the TensorFlow that happens to be installed beside it);
+  not the TensorFlow that happens to be installed beside it); :func:`keras_framework_versions` for a Keras 3 fit
+  (its backend's distributions only);
 - :func:`eval_results_from_logs`: the evaluation in Keras or transformers logs (``hf_tpu_ext.hub.model_card``
   re-exports it);
 - :func:`strategy_label`: a ``tf.distribute`` strategy's class name in words (the default strategy is "one device");
@@ -23,6 +24,38 @@ BACKEND_DISTRIBUTIONS = {
 }
 
 
+#: the distributions of each Keras 3 backend (the first is the one the card names as the backend)
+KERAS_BACKEND_DISTRIBUTIONS = {"jax": ("jax", "jaxlib"), "tensorflow": ("tensorflow",), "torch": ("torch",)}
+
+
+def _installed(dists: Iterable[str]) -> Dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: Dict[str, str] = {}
+    for dist in dists:
+        try:
+            found[dist] = version(dist)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+def keras_framework_versions(keras_backend: str, uses_transformers: bool = False) -> List[Tuple[str, str]]:
+    """``[(distribution, version)]`` of a Keras 3 ``fit``'s stack: keras, keras-hub, the Keras backend's
+    distributions (:data:`KERAS_BACKEND_DISTRIBUTIONS`: jax and jaxlib, tensorflow or torch), transformers only
+    when the run used it (``uses_transformers``), huggingface_hub and hf-tpu-ext; installed ones only.
+
+    Raises:
+        ValueError: ``keras_backend`` is not ``"jax"``, ``"tensorflow"`` or ``"torch"``.
+    """
+    backend = str(keras_backend).lower()
+    if backend not in KERAS_BACKEND_DISTRIBUTIONS:
+        raise ValueError(f"unknown Keras backend {keras_backend!r} (jax, tensorflow or torch)")
+    dists = ("keras", "keras-hub", *KERAS_BACKEND_DISTRIBUTIONS[backend],
+             *(("transformers",) if uses_transformers else ()), "huggingface_hub", "hf-tpu-ext")
+    return list(_installed(dists).items())
+
+
 def framework_versions(backend: Optional[str], recorded: Optional[Dict[str, str]] = None) -> List[Tuple[str, str]]:
     """``[(distribution, version)]`` for the card's "Framework versions".
 
@@ -35,15 +68,8 @@ def framework_versions(backend: Optional[str], recorded: Optional[Dict[str, str]
     Returns:
         Pairs of strings, only installed distributions (looked up with ``importlib.metadata``).
     """
-    versions = dict(recorded or {})
-    if not versions:
-        from importlib.metadata import PackageNotFoundError, version
-
-        for dist in BACKEND_DISTRIBUTIONS.get(str(backend or "tensorflow"), BACKEND_DISTRIBUTIONS["tensorflow"]):
-            try:
-                versions[dist] = version(dist)
-            except PackageNotFoundError:
-                pass
+    versions = dict(recorded or {}) or _installed(
+        BACKEND_DISTRIBUTIONS.get(str(backend or "tensorflow"), BACKEND_DISTRIBUTIONS["tensorflow"]))
     return [(k, str(v)) for k, v in versions.items() if v]
 
 
@@ -76,7 +102,9 @@ def eval_results_from_logs(logs: Optional[dict]) -> Dict[str, float]:
     ``val_accuracy`` are Keras' names); perplexity is ``exp(eval_loss)`` when not logged. Empty when none."""
     logs = logs or {}
     out: Dict[str, float] = {}
-    for key, names in (("eval_loss", ("eval_loss", "val_loss")), ("eval_accuracy", ("eval_accuracy", "val_accuracy")),
+    # val_sparse_categorical_accuracy: the metric keras-hub's masked LMs compile with, weighted by mask_weights
+    for key, names in (("eval_loss", ("eval_loss", "val_loss")),
+                       ("eval_accuracy", ("eval_accuracy", "val_accuracy", "val_sparse_categorical_accuracy")),
                        ("perplexity", ("perplexity", "val_perplexity"))):
         for name in names:
             value = _finite_value(logs.get(name))

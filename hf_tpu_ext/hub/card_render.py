@@ -112,18 +112,23 @@ def _duration(seconds) -> str:
 def _framework(backend: str, info: dict) -> str:
     """The training framework in words, from the backend and device the run really used.
 
-    ``"tensorflow"``: "TensorFlow + XLA" (or "TensorFlow" when ``jit_compile`` is False); ``"torch_xla"``:
-    "PyTorch/XLA"; any other (``"pytorch"``: a plain transformers ``Trainer``): "PyTorch (transformers
-    Trainer) on <accelerator>" (the summary's ``accelerator``, e.g. CPU or GPU; "CPU/GPU" when unknown).
+    XLA is named only where the run recorded it (``jit_compile`` True) or where it cannot be otherwise:
+    ``"tensorflow"``: "TensorFlow + XLA" with ``jit_compile`` True, else "TensorFlow" (False, or not recorded:
+    a tf_keras ``compile`` without ``jit_compile=True`` runs without XLA); ``"torch_xla"``: "PyTorch/XLA";
+    ``"keras"``: "Keras 3 on JAX + XLA" (JAX always compiles with XLA), "Keras 3 on TensorFlow" (+ XLA with
+    ``jit_compile`` True), "Keras 3 on PyTorch"; any other (``"pytorch"``: a plain transformers ``Trainer``):
+    "PyTorch (transformers Trainer) on <accelerator>" (the summary's ``accelerator``, e.g. CPU or GPU; "CPU/GPU"
+    when unknown).
     """
+    xla = info.get("jit_compile") is True
     if backend == "tensorflow":
-        return "TensorFlow" if info.get("jit_compile") is False else "TensorFlow + XLA"
+        return "TensorFlow + XLA" if xla else "TensorFlow"
     if backend == "torch_xla":
         return "PyTorch/XLA"
-    if backend == "keras":  # Keras 3 compiles its train step with XLA on every backend it runs on
-        keras_backend = {"jax": "JAX", "tensorflow": "TensorFlow", "torch": "PyTorch"}.get(
-            str(info.get("keras_backend") or "jax").lower(), str(info.get("keras_backend")))
-        return f"Keras 3 on {keras_backend} + XLA"
+    if backend == "keras":
+        name = str(info.get("keras_backend") or "jax").lower()
+        label = {"jax": "JAX", "tensorflow": "TensorFlow", "torch": "PyTorch"}.get(name, name)
+        return f"Keras 3 on {label}" + (" + XLA" if name == "jax" or (xla and name == "tensorflow") else "")
     return f"PyTorch (transformers Trainer) on {str(info.get('accelerator') or 'CPU/GPU').upper().replace('CUDA', 'GPU')}"
 
 

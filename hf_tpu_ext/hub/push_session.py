@@ -44,6 +44,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -185,6 +186,13 @@ class PushSession:
             return False
         self._last_save_step = self._last_due_step = step
         return self.improved(logs, step)
+
+    def save_interval(self, steps_per_epoch: Optional[int] = None) -> Optional[int]:
+        """Global steps between saves: ``save_steps``; with ``save_strategy="epoch"`` ``steps_per_epoch`` (None
+        when unknown); None with ``"no"`` (a trainer state's ``save_steps``)."""
+        if self.config.save_strategy == "steps":
+            return int(self.config.save_steps)
+        return int(steps_per_epoch) if self.config.save_strategy == "epoch" and steps_per_epoch else None
 
     def checkpoint_folder(self) -> str:
         """The local folder an adapter writes a save's resumable checkpoint into (``output_dir/last-checkpoint``,
@@ -351,7 +359,8 @@ class PushSession:
             return None
 
     def write_trainer_state(self, folder: str, step: int, *, epoch: float, max_steps: int = 0,
-                            state: Optional[dict] = None, name: str = "trainer_state.json") -> str:
+                            state: Optional[dict] = None, name: str = "trainer_state.json",
+                            known_only: bool = False) -> str:
         """Write ``folder/trainer_state.json`` of a save (:class:`hf_tpu_ext.outputs.TrainerState`'s shape).
 
         Args:
@@ -361,10 +370,14 @@ class PushSession:
                 ``max_steps`` are set from the arguments, ``best_metric``/``best_global_step`` from this session
                 when the state has none.
             name: the file name.
+            known_only: write only the fields given (``state``'s, the arguments', a best metric) instead of every
+                :class:`~hf_tpu_ext.outputs.TrainerState` field with its default (a drop-in callback's fit does
+                not know them all; transformers' ``TrainerState`` fills a missing field with its own default).
 
         Returns:
             The path written.
         """
+        from hf_tpu_ext.fileio import atomic_write_text
         from hf_tpu_ext.outputs import TrainerState
 
         fields = {f.name for f in dataclasses.fields(TrainerState)}
@@ -374,7 +387,12 @@ class PushSession:
             data.update(best_metric=self.best, best_global_step=self.best_step)
         if self.config.save_steps and "save_steps" not in (state or {}):
             data["save_steps"] = self.config.save_steps
-        return TrainerState(**data).save(os.path.join(folder, name))
+        if not known_only:
+            return TrainerState(**data).save(os.path.join(folder, name))
+        given = set(data) - ({"best_metric", "best_global_step"} if data.get("best_metric") is None else set())
+        full = dataclasses.asdict(TrainerState(**data))  # only TrainerState field names, as its save writes them
+        return atomic_write_text(os.path.join(folder, name),
+                                 json.dumps({k: v for k, v in full.items() if k in given}, indent=2, sort_keys=True) + "\n")
 
     # ---- the end -----------------------------------------------------------------------------
     def report(self):

@@ -47,6 +47,7 @@ HARNESS = textwrap.dedent("""
     model, history, callbacks = keras_hub_mlm.main(sys.argv[3:])
     push, throughput, guard, metrics = callbacks[1:]
     out["classes"] = [type(c).__module__ + ":" + type(c).__name__ for c in callbacks[1:]]
+    out["transformers_imported"], out["keras_backend"] = "transformers" in sys.modules, backend
     out["history"] = history.history
     out["pushed_steps"], out["final_pushed"] = push.pushed_steps, push.report.final_pushed
     out["throughput"], out["metrics"] = throughput.summary, metrics.history
@@ -141,12 +142,12 @@ def _check_common(out, loopback_hub, tmp_path, train_step_name):
     preset = {"config.json", "task.json", "metadata.json", "model.weights.h5", "tokenizer.json",
               "preprocessor.json", "README.md"}
     assert preset <= set(files), sorted(files)
-    assert {"last-checkpoint/checkpoint.weights.h5", "last-checkpoint/trainer_state.json"} <= set(files)
-    state = json.loads(files["last-checkpoint/trainer_state.json"])  # the one shape: outputs.TrainerState
+    assert {"last-checkpoint/checkpoint.weights.h5", "last-checkpoint/trainer_state.json", "loss_curve.png"} <= set(files)
+    state = json.loads(files["last-checkpoint/trainer_state.json"])  # outputs.TrainerState's names, what the fit knew
     assert (state["global_step"], state["epoch"], state["max_steps"]) == (16, 2.0, 16)
-    from hf_tpu_ext.outputs import TrainerState
-
-    assert set(state) == {f.name for f in __import__("dataclasses").fields(TrainerState)}
+    assert set(state) == {"global_step", "epoch", "max_steps", "num_train_epochs", "logging_steps", "eval_steps",
+                          "save_steps", "train_batch_size", "num_input_tokens_seen", "total_flos", "train_runtime",
+                          "log_history"}
     assert not any(name.startswith("checkpoints/") for name in files)
     card = ModelCard(files["README.md"].decode())
     assert card.data.library_name == "keras-hub" and card.data.pipeline_tag == "fill-mask"
@@ -160,10 +161,25 @@ def _check_common(out, loopback_hub, tmp_path, train_step_name):
     assert results == {"loss": round(h["eval_loss"][-1], 6), "perplexity": round(h["perplexity"][-1], 6),
                        "accuracy": round(h["eval_accuracy"][-1], 6)}
     assert f"| Perplexity | {round(h['perplexity'][-1], 6):.6g} |" in card.text
-    assert [(e["step"], e["epoch"]) for e in state["log_history"]] == [(8, 1.0), (16, 2.0)]
-    assert [e["perplexity"] for e in state["log_history"]] == [round(p, 6) for p in h["perplexity"]]
-    assert [e["loss"] for e in state["log_history"]] == [round(v, 6) for v in h["loss"]]
-    assert (state["logging_steps"], state["num_train_epochs"]) == (8, 2)
+    epochs = [e for e in state["log_history"] if "eval_loss" in e]  # one per epoch, the batch-loss samples beside
+    assert [(e["step"], e["epoch"]) for e in epochs] == [(8, 1.0), (16, 2.0)]
+    assert [e["perplexity"] for e in epochs] == [round(p, 6) for p in h["perplexity"]]
+    assert [e["loss"] for e in epochs] == [round(v, 6) for v in h["loss"]]
+    assert [e["step"] for e in state["log_history"] if set(e) == {"loss", "step", "epoch"}] == list(range(1, 17))
+    # 8 steps per epoch: a loss sample every step, an evaluation and a save per epoch; the meter's batch 8 x 32 tokens
+    assert ([state[k] for k in ("logging_steps", "eval_steps", "save_steps", "num_train_epochs", "train_batch_size",
+                                "num_input_tokens_seen")] == [1, 8, 8, 2, 8, 16 * 8 * 32])
+    assert state["total_flos"] == pytest.approx(16 * 8 * 32 * out["throughput"]["flops_per_token"])
+    assert state["train_runtime"] > 0
+    # the loss curve and the framework versions of the Keras backend that ran
+    from importlib.metadata import version
+
+    assert "\n### Loss curve\n\n![Training and evaluation loss](loss_curve.png)\n" in card.text
+    dist = {"jax": "jax", "tensorflow": "tensorflow"}[out["keras_backend"]]
+    names = ["keras", "keras-hub", *(["jax", "jaxlib"] if dist == "jax" else ["tensorflow"])] + (
+        ["transformers"] if out["transformers_imported"] else []) + ["huggingface_hub", "hf-tpu-ext"]
+    assert card.text.endswith("\n## Framework versions\n\n" + "".join(
+        f"- {n} {version(n)}{' (the Keras backend)' if n == dist else ''}\n" for n in names)), card.text[-600:]
     # the final preset loads back through HF_ENDPOINT and computes the same logits
     assert out["logits_shape"][0] == 8 and out["logits_shape"][1] == 6
     assert out["max_abs_diff"] <= 1e-5

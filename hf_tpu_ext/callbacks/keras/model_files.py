@@ -8,7 +8,8 @@
 - ``README.md``: a card whose metadata makes the Hub show a keras-hub model (``library_name: keras-hub``,
   ``pipeline_tag: fill-mask``, tags) or a Keras one (``library_name: keras``) -- :func:`render_card`;
 - a resumable checkpoint: ``checkpoint.weights.h5`` (``model.save_weights``: the model's and the optimizer's
-  variables) beside the session's ``trainer_state.json`` -- :func:`save_checkpoint`, :func:`restore_checkpoint`.
+  variables) beside the session's ``trainer_state.json`` (its fields:
+  :func:`hf_tpu_ext.callbacks.fit_history.fit_trainer_state`) -- :func:`save_checkpoint`, :func:`restore_checkpoint`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def _task_tags(model) -> List[str]:
 
 def render_card(model, repo_id: str, *, step: int, epoch: float, logs: Optional[Dict[str, Any]] = None,
                 final: bool = False, max_steps: Optional[int] = None, facts: Optional[Dict[str, Any]] = None,
-                **card_fields) -> str:
+                loss_curve: bool = False, **card_fields) -> str:
     """The model card text (``huggingface_hub.ModelCard``) for a save of ``model`` at ``step``.
 
     Args:
@@ -57,6 +58,8 @@ def render_card(model, repo_id: str, *, step: int, epoch: float, logs: Optional[
             ``mfu_peak_flops`` in FLOP/s, or ``mfu_note``): a "Training procedure" table with the rows of
             ``hf-tpu train``'s card (:func:`hf_tpu_ext.hub.card_render.throughput_rows`); empty or ``None``:
             one row saying the fit had no ``ThroughputCallback``.
+        loss_curve: the model folder holds ``loss_curve.png`` (the "Loss curve" section shows it, as in
+            ``hf-tpu train``'s card).
         **card_fields: ``license``, ``language``, ``datasets``, ``base_model``, ``tags`` (added to the
             defaults), ``pipeline_tag`` (default ``fill-mask`` for a keras-hub masked LM).
 
@@ -64,7 +67,9 @@ def render_card(model, repo_id: str, *, step: int, epoch: float, logs: Optional[
         Markdown with YAML metadata: ``library_name`` (``keras-hub`` for a keras-hub task, else ``keras``),
         ``pipeline_tag``, ``tags``, and ``model-index`` with the evaluation in ``logs`` (``val_loss`` or
         ``eval_loss`` in nats, ``perplexity``, accuracy: :func:`hf_tpu_ext.hub.model_card.eval_results_from_logs`),
-        also shown as an "Evaluation results" table; the "Training procedure" table (see ``facts``).
+        also shown as an "Evaluation results" table; the "Training procedure" table (see ``facts``); the loss
+        curve; "Framework versions" (:func:`hf_tpu_ext.hub.card_facts.keras_framework_versions` of the Keras
+        backend, transformers listed only when this process imported it).
     """
     from huggingface_hub import ModelCard, ModelCardData
 
@@ -96,9 +101,24 @@ def render_card(model, repo_id: str, *, step: int, epoch: float, logs: Optional[
         + ("\n## Evaluation results\n\n| metric | value |\n|---|---|\n"
            + "".join(f"| {r.metric_name} | {r.metric_value:.6g} |\n" for r in evals) if evals else "")
         + _procedure_table(facts)
+        + ("\n### Loss curve\n\n![Training and evaluation loss](loss_curve.png)\n" if loss_curve else "")
         + (f"\n## Latest training logs\n\n| metric | value |\n|---|---|\n{rows}\n" if rows else "")
+        + _versions_section()
     )
     return str(mark_generated(ModelCard(content)))  # marked: a later save or `hf-tpu push` may replace it
+
+
+def write_model_card(model, folder: str, history, repo_id: str, **render_fields) -> str:
+    """Write ``folder/loss_curve.png`` (the ``FitHistory``'s loss samples and evaluations; none without a loss
+    or matplotlib) and ``folder/README.md`` (:func:`render_card` with ``render_fields``; a README.md the user wrote
+    keeps its text, the card's metadata merged in: :func:`hf_tpu_ext.hub.model_card.write_card`); returns the
+    write's outcome (``"written"``, ``"merged"``...)."""
+    from huggingface_hub import ModelCard
+
+    from hf_tpu_ext.hub.model_card import write_card
+
+    curve = history.write_curve(folder) is not None
+    return write_card(folder, ModelCard(render_card(model, repo_id, loss_curve=curve, **render_fields)))
 
 
 def _procedure_table(facts: Optional[Dict[str, Any]]) -> str:
@@ -108,6 +128,19 @@ def _procedure_table(facts: Optional[Dict[str, Any]]) -> str:
     rows = throughput_rows(facts) if facts else [
         ("Throughput, MFU", "n/a (no hf_tpu_ext ThroughputCallback in this fit's callbacks)")]
     return "\n## Training procedure\n\n| | |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows)
+
+
+def _versions_section() -> str:
+    """The card's "Framework versions" list (the template's format), the Keras backend's distribution marked."""
+    import sys
+
+    from hf_tpu_ext.hub.card_facts import KERAS_BACKEND_DISTRIBUTIONS, keras_framework_versions
+
+    backend = keras.backend.backend()
+    rows = keras_framework_versions(backend, uses_transformers="transformers" in sys.modules)
+    marked = KERAS_BACKEND_DISTRIBUTIONS[backend][0]
+    return "\n## Framework versions\n\n" + "".join(
+        f"- {name} {version}{' (the Keras backend)' if name == marked else ''}\n" for name, version in rows)
 
 
 def _eval_results(logs, pipeline_tag, card_fields) -> list:
@@ -128,25 +161,31 @@ def _eval_results(logs, pipeline_tag, card_fields) -> list:
             for key, mtype, mname in names if key in found]
 
 
-def history_entry(logs: Optional[Dict[str, Any]], step: int, epoch: float) -> Dict[str, Any]:
-    """One ``log_history`` entry (transformers' shape) of Keras epoch ``logs``: the numbers, ``step`` and ``epoch``."""
-    numbers = {k: round(float(v), 6) for k, v in (logs or {}).items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return dict(numbers, epoch=round(float(epoch), 4), step=int(step))
+def fit_epoch(params: Optional[Dict[str, Any]], step: int, epochs_done: int) -> float:
+    """Epochs done at global ``step``: ``step / steps per epoch`` (Keras' ``params["steps"]``; a fraction between
+    epoch ends, right for a resumed fit of the same data), else ``epochs_done`` (a dataset of unknown length)."""
+    steps = (params or {}).get("steps")
+    return step / steps if steps else float(epochs_done)
 
 
-def trainer_state(history: List[tuple], params: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """The ``trainer_state.json`` fields a Keras ``fit`` knows: ``log_history`` (one :func:`history_entry` per
-    ``(epoch logs, step, epoch)`` of ``history``: Keras logs per epoch; the logs dicts are read now, so what a
-    later callback added to them is in), ``logging_steps`` (steps per epoch), ``num_train_epochs``
-    (``fit``'s ``epochs``)."""
+def checkpoint_state(history, session, params: Optional[Dict[str, Any]], start_step: int,
+                     facts: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """A checkpoint's trainer state: what the fit knows (:func:`hf_tpu_ext.callbacks.fit_history.fit_trainer_state`
+    of its ``FitHistory``; epoch entries with every number of the epoch logs), nothing as a placeholder.
+
+    Args:
+        history: the push callback's :class:`~hf_tpu_ext.callbacks.fit_history.FitHistory`.
+        session: its :class:`~hf_tpu_ext.hub.push_session.PushSession` (the save interval, the wall time so far).
+        params: Keras' ``callback.params`` (``epochs``, ``steps`` per epoch).
+        start_step: the global step the fit began at.
+        facts: the throughput meter's card facts (tokens seen, batch size, FLOPs per token), or empty.
+    """
+    from hf_tpu_ext.callbacks.fit_history import fit_trainer_state
+
     params = params or {}
-    state: Dict[str, Any] = {"log_history": [history_entry(*item) for item in history]}
-    if params.get("steps"):
-        state["logging_steps"] = int(params["steps"])
-    if params.get("epochs"):
-        state["num_train_epochs"] = int(params["epochs"])
-    return state
+    return fit_trainer_state(history, start_step=start_step, epochs=params.get("epochs"), facts=facts,
+                             save_steps=session.save_interval(params.get("steps")), epoch_numbers=True,
+                             train_runtime=session.measured().get("train_runtime"))
 
 
 def save_model(model, folder: str) -> None:

@@ -4,8 +4,8 @@ The Keras 3 adapter of :class:`hf_tpu_ext.hub.push_session.PushSession` (cadence
 commit budget, titles, preflight, final push and report are the session's). This class only knows Keras 3:
 the global step is the optimizer's iterations at train begin plus the batches since (no device read per
 step), and a save writes the files of :mod:`hf_tpu_ext.callbacks.keras.model_files` -- the preset or
-``model.keras``, its card, and a checkpoint ``checkpoints/checkpoint-<step>/`` (``checkpoint.weights.h5`` +
-``trainer_state.json``; only the newest is kept) that :meth:`PushToHubCallback.restore_from_hub` restores.
+``model.keras``, its card and ``loss_curve.png``, a checkpoint ``checkpoints/checkpoint-<step>/`` (only the newest
+kept) that :meth:`PushToHubCallback.restore_from_hub` restores; the fit's log history is a ``FitHistory``.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import shutil
 from typing import Any, Dict, Optional
 
 import keras
-from huggingface_hub import ModelCard
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.keras import process_index
-from hf_tpu_ext.callbacks.keras.model_files import render_card, restore_from_hub, save_checkpoint, save_model, trainer_state
+from hf_tpu_ext.callbacks.fit_history import FitHistory
+from hf_tpu_ext.callbacks.keras.model_files import (checkpoint_state, fit_epoch, restore_from_hub, save_checkpoint,
+                                                    save_model, write_model_card)
 from hf_tpu_ext.callbacks.throughput_meter import card_facts_of
-from hf_tpu_ext.hub.model_card import write_card
 from hf_tpu_ext.hub.push_session import PushConfig, PushSession, SessionBacked
 
 _D = PushConfig  # the defaults (class attributes of the dataclass): the session's, not this adapter's
@@ -43,8 +43,8 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
         **card_fields: see :func:`~hf_tpu_ext.callbacks.keras.model_files.render_card` (``license``, ``tags``...).
 
     Attributes:
-        session: the :class:`~hf_tpu_ext.hub.push_session.PushSession` (``repo_id``, ``pushed_steps``,
-            ``pusher`` are its; ``pusher`` stays None on other processes); report: the push report after training.
+        session: the :class:`~hf_tpu_ext.hub.push_session.PushSession` (``repo_id``, ``pushed_steps``, ``pusher``:
+            None on other processes); report: the push report after training; history: the fit's ``FitHistory``.
 
     Raises:
         ArgumentError: see :class:`~hf_tpu_ext.hub.push_session.PushConfig`.
@@ -62,8 +62,8 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
                             backoff_seconds=backoff_seconds, hub_commit_budget=hub_commit_budget, card_fields=card_fields)
         self.session = PushSession(config, is_chief=process_index() == 0)
         self.output_dir, self.report = config.output_dir, None
-        # the latest logs (card); (epoch logs, step, epoch) of each epoch (the checkpoints' trainer_state.json)
-        self._logs, self._history = {}, []  # type: Dict[str, Any], list
+        # the latest logs (card); loss samples and epoch logs (loss curve, the checkpoints' trainer_state.json)
+        self._logs, self.history = {}, FitHistory()  # type: Dict[str, Any], FitHistory
         self._step0 = self._steps = self._epoch = 0
         self._last_save, self._last_checkpoint = None, None  # type: Optional[int], Optional[str]
 
@@ -84,18 +84,17 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
         # a save at the last step coalesces into the final push (one commit, not two: PushSession.admit)
         if not (final or s.due(step)) or not s.admit(step, final, max_steps=self._max_steps() or None):
             return None
-        model = self.model  # on JAX the property syncs the training state into the variables
+        model, params = self.model, getattr(self, "params", None) or {}  # on JAX the property syncs the variables
+        epoch, facts = fit_epoch(params, step, self._epoch), card_facts_of(model, step)
         if not (final and step == self._last_save):  # else the folder holds this state already: new card only
             save_model(model, self.output_dir)
-        # a README.md the user wrote keeps its text (the card's metadata merged in)
-        write_card(self.output_dir, ModelCard(render_card(model, s.repo_id, step=step, epoch=self._epoch, logs=self._logs,
-                                                          final=final, max_steps=self._max_steps() or None,
-                                                          facts=card_facts_of(model, step), **s.config.card_fields)))
+        write_model_card(model, self.output_dir, self.history, s.repo_id, step=step, epoch=epoch, logs=self._logs,
+                         final=final, max_steps=self._max_steps() or None, facts=facts, **s.config.card_fields)
         checkpoint = self._last_checkpoint if step == self._last_save else None
         if checkpoint is None and s.wants_checkpoint(final):
             checkpoint = save_checkpoint(model, os.path.join(self.output_dir, "checkpoints", f"checkpoint-{step}"))
-            s.write_trainer_state(checkpoint, step, epoch=self._epoch, max_steps=self._max_steps(),
-                                  state=trainer_state(self._history, getattr(self, "params", None)))
+            s.write_trainer_state(checkpoint, step, epoch=epoch, max_steps=self._max_steps(), known_only=True,
+                                  state=checkpoint_state(self.history, s, params, self._step0, facts))
         s.save(self.output_dir, step=step, checkpoint_folder=checkpoint, final=final)
         if self._last_checkpoint and self._last_checkpoint != checkpoint:  # keep only the newest locally
             shutil.rmtree(self._last_checkpoint, ignore_errors=True)
@@ -108,10 +107,8 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
         return int((params.get("steps") or 0) * (params.get("epochs") or 0))
 
     @classmethod
-    def restore_from_hub(cls, model, hub_model_id: str, token: Optional[str] = None,
-                         local_dir: Optional[str] = None) -> Dict[str, Any]:
-        """Restore a compiled model's and optimizer's variables from the repo's ``last-checkpoint/``; returns its
-        trainer state (see :func:`hf_tpu_ext.callbacks.keras.model_files.restore_from_hub`)."""
+    def restore_from_hub(cls, model, hub_model_id: str, token: Optional[str] = None, local_dir: Optional[str] = None):
+        """See :func:`hf_tpu_ext.callbacks.keras.model_files.restore_from_hub` (returns the trainer state)."""
         return restore_from_hub(model, hub_model_id, token, local_dir)
 
     # ------------------------------------------------------------------ hooks
@@ -121,7 +118,7 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
         self.session.preflight()
         iterations = getattr(getattr(self._model, "optimizer", None), "iterations", None)
         self._step0 = int(keras.ops.convert_to_numpy(getattr(iterations, "value", iterations))) if iterations is not None else 0
-        self._steps = 0
+        self._steps, self.history = 0, FitHistory()
         self.session.begin(self._step0)
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -129,13 +126,15 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self._steps += int(batch) - int(getattr(self, "_batch_begin", batch)) + 1
-        if self.session.active and self.session.is_save_step(self._step0 + self._steps):
-            self._logs = dict(logs or {})
-            self.save()
+        if self.session.active:
+            self.history.on_batch(logs, self._step0 + self._steps, (getattr(self, "params", None) or {}).get("steps"))
+            if self.session.is_save_step(self._step0 + self._steps):
+                self._logs = dict(logs or {})
+                self.save()
 
     def on_epoch_end(self, epoch, logs=None):
         self._epoch, self._logs = epoch + 1, (logs if logs is not None else {})  # the dict all callbacks get
-        self._history.append((self._logs, self._step0 + self._steps, self._epoch))
+        self.history.on_epoch(self._logs, self._step0 + self._steps, self._epoch)
         self.session.note_logs(logs, self._step0 + self._steps, self._epoch)
         if self.session.active and self.session.saves_each_epoch:
             self.save()
