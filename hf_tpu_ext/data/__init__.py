@@ -9,4 +9,6 @@ Modules (imported lazily by callers; this package imports nothing heavy):
 * :mod:`~hf_tpu_ext.data.masking` -- stateless TensorFlow MLM masking (the training-batch contract).
 * :mod:`~hf_tpu_ext.data.tfrecord` -- TFRecord shards + manifest (local folders or ``gs://``).
 * :mod:`~hf_tpu_ext.data.pipeline` -- resumable, deterministic ``tf.data`` train/eval pipelines.
+* :mod:`~hf_tpu_ext.data.streaming` -- ``--streaming``: a ``datasets`` IterableDataset, one slice per process, its
+  position saved with each checkpoint.
 """

@@ -293,10 +293,12 @@ class StreamTrainBatches:
             self._states = {self.next_step: self.blocks.state()}
 
 
-def read_eval_blocks(source: StreamSource, tokenizer, seq_length: int, limit: Optional[int]) -> Optional[np.ndarray]:
+def read_eval_blocks(source: StreamSource, tokenizer, seq_length: int, limit: Optional[int],
+                     found: Optional[Dict[str, Any]] = None) -> Optional[np.ndarray]:
     """The first ``limit`` (default :data:`DEFAULT_EVAL_BLOCKS`) validation blocks, int32 ``[n, L]``; None when
-    the source has no validation split (or fewer than ``L`` tokens of it)."""
-    found = source.splits()
+    the source has no validation split (or fewer than ``L`` tokens of it). ``found``: the source's
+    :meth:`StreamSource.splits`, when already opened."""
+    found = source.splits() if found is None else found
     if "validation" not in found:
         logger.info("--streaming: %s has no validation split and no --validation_file was given: no evaluation.",
                     source.name)
@@ -336,7 +338,7 @@ def load_stream_blocks(model_args, data_args, tokenizer_source: Optional[str] = 
     name = tokenizer_source or model_args.tokenizer_name or model_args.model_name_or_path
     tok = load_tokenizer(name, cache_dir=None if tokenizer_source else model_args.cache_dir)
     check_mlm_tokenizer(tok)
-    validation = read_eval_blocks(source, tok, data_args.max_seq_length, data_args.max_eval_samples)
+    validation = read_eval_blocks(source, tok, data_args.max_seq_length, data_args.max_eval_samples, found)
     return tok, {"train": source, "validation": validation}, describe_data_source(data_args)
 
 

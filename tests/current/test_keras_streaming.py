@@ -123,7 +123,7 @@ def test_two_processes_read_disjoint_examples_of_the_stream(corpus, tmp_path):
         np.testing.assert_array_equal(got, np.concatenate(mine)[: got.size])
     for i in range(2):
         state = json.loads((out / f"checkpoint-{STEPS}" / f"data_state-{i}.json").read_text())
-        assert (state["global_step"], state["process_count"], state["rows"]) == (STEPS, 2, 1)
+        assert (state["global_step"], state["process_count"], state["rows"]) == (STEPS, 2, 2)  # 4 rows, 2 each
 
 
 def _texts_by_row(texts, docs):

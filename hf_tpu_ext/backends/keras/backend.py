@@ -9,7 +9,8 @@ devices); on a multi-host TPU slice each host runs this process, ``jax.distribut
 
 Data: the run's text blocks, masked in NumPy by :mod:`hf_tpu_ext.data.numpy_batches` (seeded by
 ``(seed, global_step)``) and put on the devices by a background thread two steps ahead, so the loop's host work
-per step is one queue read. Checkpoints: :mod:`~hf_tpu_ext.backends.keras.checkpoint` (atomic
+per step is one queue read (with ``--streaming``: :mod:`hf_tpu_ext.data.streaming`, this process's slice of an
+IterableDataset, its position saved with each checkpoint). Checkpoints: :mod:`~hf_tpu_ext.backends.keras.checkpoint` (atomic
 ``checkpoint-<step>/`` folders). The loop (:mod:`~hf_tpu_ext.backends.keras.loop`: ``--steps_per_execution``
 steps per device call) checks :mod:`hf_tpu_ext.interrupts` between calls, so SIGINT/SIGTERM stop it at a call
 boundary. Keras 3 callbacks (``callback_kind = "keras"``) get the standard hooks
