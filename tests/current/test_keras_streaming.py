@@ -187,3 +187,35 @@ def test_a_dataset_without_a_train_split_is_refused_before_anything_is_written(c
     from hf_tpu_ext.run_lock import LOCK_NAME
 
     assert sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME) == [] if out.exists() else True
+
+
+def test_the_position_restores_exactly_inside_long_documents_and_across_passes(corpus, tmp_path):
+    """In-process: documents longer than a step (the ``skip`` path), an example boundary, and the stream's end
+    (the next pass starts over): from the state after every step, a new reader continues with the same blocks."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from hf_tpu_ext.data.streaming import StreamedBlocks, StreamSource
+
+    root, texts = corpus
+    tok = AutoTokenizer.from_pretrained(str(root / "tok"))
+    aligned = next(t for t in texts if t and len(tok(t)["input_ids"]) % L == 0)  # ends exactly on a block
+    docs = [aligned, " ".join(texts[:8]), texts[41], " ".join(texts[50:55])]  # long ones span several blocks
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"body": t}) + "\n" for t in docs))
+    args = SimpleNamespace(dataset_name=None, dataset_config_name=None, train_file=str(tmp_path / "d.jsonl"),
+                           validation_file=None, text_column_name=None)
+    stream = np.concatenate([np.asarray(tok(t)["input_ids"], np.int32) for t in docs])
+    reader = StreamedBlocks(StreamSource(args), tok, L)
+    steps = stream.size // L + 3  # into the second pass
+    states, got = [], []
+    for _ in range(steps):
+        got.append(reader.next_blocks(1))
+        states.append(json.loads(json.dumps(reader.state())))
+    whole = np.concatenate([stream, stream])
+    np.testing.assert_array_equal(np.concatenate([g.reshape(-1) for g in got]), whole[: steps * L])
+    assert states[-1]["pass"] == 1 and {s["skip"] > 0 for s in states} == {True, False}
+    for k in range(steps - 1):
+        again = StreamedBlocks(StreamSource(args), tok, L)
+        again.load_state(states[k])
+        np.testing.assert_array_equal(again.next_blocks(1), got[k + 1], err_msg=f"after block {k + 1}")
