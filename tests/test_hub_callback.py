@@ -260,6 +260,14 @@ def test_drop_in_card_is_complete(loopback_hub, tmp_path, model):
     assert len(steady) == 1 and "n/a" not in steady[0]
     assert "| MFU (steady rate x FLOPs per token / peak FLOP/s) | " in text and "peak 1e+12 FLOP/s" in text
     assert "![Training and evaluation loss](loss_curve.png)" in text and "loss_curve.png" in files
+    # compiled without jit_compile=True: TensorFlow's kernels ran, the card claims no XLA
+    assert "It was trained with hf-tpu-ext using TensorFlow." in text and "| XLA compilation | n/a |" in text
     state = json.loads(files["last-checkpoint/trainer_state.json"])
     losses = [e for e in state["log_history"] if "loss" in e]
     assert [e["step"] for e in losses] == list(range(1, 9)) and all(np.isfinite(e["loss"]) for e in losses)
+    # what the fit knew (4 steps per epoch, saved per epoch, no evaluation: no eval_steps), no TrainerState default
+    assert set(state) == {"global_step", "epoch", "max_steps", "num_train_epochs", "logging_steps", "save_steps",
+                          "train_batch_size", "num_input_tokens_seen", "total_flos", "train_runtime", "log_history"}
+    assert ([state[k] for k in ("global_step", "epoch", "max_steps", "num_train_epochs", "logging_steps", "save_steps",
+                                "train_batch_size", "num_input_tokens_seen")] == [8, 2.0, 8, 2, 1, 4, 4, 1024])
+    assert state["total_flos"] == pytest.approx(1024 * meter.flops_per_token) and state["train_runtime"] > 0

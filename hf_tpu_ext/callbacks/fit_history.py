@@ -133,3 +133,14 @@ def fit_trainer_state(history: FitHistory, *, start_step: int, epochs: Optional[
              "total_flos": float(tokens * fpt) if tokens and fpt else None,
              "train_runtime": round(float(train_runtime), 3) if train_runtime else None}
     return dict({k: v for k, v in known.items() if v}, log_history=history.entries(epoch_numbers=epoch_numbers))
+
+
+def session_trainer_state(history: FitHistory, session, params: Optional[Dict[str, Any]], start_step: int,
+                          facts: Optional[Dict[str, Any]], epoch_numbers: bool = False) -> Dict[str, Any]:
+    """:func:`fit_trainer_state` of a drop-in push callback's fit: ``epochs`` and steps per epoch from Keras'
+    ``params``, the save interval (:meth:`hf_tpu_ext.hub.push_session.PushSession.save_interval`) and the wall
+    time so far (``PushSession.measured``) from its ``session``; ``facts``: the throughput meter's, or empty."""
+    params = params or {}
+    return fit_trainer_state(history, start_step=start_step, epochs=params.get("epochs"), facts=facts,
+                             save_steps=session.save_interval(params.get("steps")), epoch_numbers=epoch_numbers,
+                             train_runtime=session.measured().get("train_runtime"))

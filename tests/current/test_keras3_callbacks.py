@@ -340,3 +340,27 @@ def test_guard_and_metrics_arguments():
     metrics.set_model(_tiny_keras_model())
     with pytest.raises(ArgumentError, match=r"each eval batch must be \(x, y, sample_weight\)"):
         metrics.evaluate()
+
+
+def test_throughput_lines_carry_mfu_whenever_flops_are_known(caplog, monkeypatch):
+    import logging
+
+    import keras
+    import numpy as np
+
+    import hf_tpu_ext.callbacks.keras.throughput as module
+    from hf_tpu_ext.flops import device_peak
+
+    model = _tiny_keras_model()
+    cb = module.ThroughputCallback(global_batch_size=4, seq_length=3, warmup_steps=1, log_every=2, flops_per_token=1e6,
+                                   peak_flops=1e12)
+    with caplog.at_level(logging.INFO, logger="hf_tpu_ext"):
+        model.fit(np.ones((16, 3), "float32"), np.zeros((16, 2), "float32"), batch_size=4, epochs=1, verbose=0,
+                  callbacks=[cb])
+    lines = [r.getMessage() for r in caplog.records if "tokens/s" in r.getMessage()]
+    assert len(lines) == 2 and all(re.search(r", MFU \d+\.\d%$", line) for line in lines), lines
+    # Keras 3 on torch: the peak of the device torch trains on (the first CUDA device, else the CPU formula)
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(module, "backend_name", lambda: "torch")
+    kind = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    assert module.device_peak() == device_peak(kind, keras.config.dtype_policy().compute_dtype)

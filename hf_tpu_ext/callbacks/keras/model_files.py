@@ -9,7 +9,7 @@
   ``pipeline_tag: fill-mask``, tags) or a Keras one (``library_name: keras``) -- :func:`render_card`;
 - a resumable checkpoint: ``checkpoint.weights.h5`` (``model.save_weights``: the model's and the optimizer's
   variables) beside the session's ``trainer_state.json`` (its fields:
-  :func:`hf_tpu_ext.callbacks.fit_history.fit_trainer_state`) -- :func:`save_checkpoint`, :func:`restore_checkpoint`.
+  :func:`hf_tpu_ext.callbacks.fit_history.session_trainer_state`) -- :func:`save_checkpoint`, :func:`restore_checkpoint`.
 """
 
 from __future__ import annotations
@@ -166,26 +166,6 @@ def fit_epoch(params: Optional[Dict[str, Any]], step: int, epochs_done: int) -> 
     epoch ends, right for a resumed fit of the same data), else ``epochs_done`` (a dataset of unknown length)."""
     steps = (params or {}).get("steps")
     return step / steps if steps else float(epochs_done)
-
-
-def checkpoint_state(history, session, params: Optional[Dict[str, Any]], start_step: int,
-                     facts: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """A checkpoint's trainer state: what the fit knows (:func:`hf_tpu_ext.callbacks.fit_history.fit_trainer_state`
-    of its ``FitHistory``; epoch entries with every number of the epoch logs), nothing as a placeholder.
-
-    Args:
-        history: the push callback's :class:`~hf_tpu_ext.callbacks.fit_history.FitHistory`.
-        session: its :class:`~hf_tpu_ext.hub.push_session.PushSession` (the save interval, the wall time so far).
-        params: Keras' ``callback.params`` (``epochs``, ``steps`` per epoch).
-        start_step: the global step the fit began at.
-        facts: the throughput meter's card facts (tokens seen, batch size, FLOPs per token), or empty.
-    """
-    from hf_tpu_ext.callbacks.fit_history import fit_trainer_state
-
-    params = params or {}
-    return fit_trainer_state(history, start_step=start_step, epochs=params.get("epochs"), facts=facts,
-                             save_steps=session.save_interval(params.get("steps")), epoch_numbers=True,
-                             train_runtime=session.measured().get("train_runtime"))
 
 
 def save_model(model, folder: str) -> None:

@@ -18,9 +18,8 @@ import keras
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.keras import process_index
-from hf_tpu_ext.callbacks.fit_history import FitHistory
-from hf_tpu_ext.callbacks.keras.model_files import (checkpoint_state, fit_epoch, restore_from_hub, save_checkpoint,
-                                                    save_model, write_model_card)
+from hf_tpu_ext.callbacks.fit_history import FitHistory, session_trainer_state
+from hf_tpu_ext.callbacks.keras.model_files import fit_epoch, restore_from_hub, save_checkpoint, save_model, write_model_card
 from hf_tpu_ext.callbacks.throughput_meter import card_facts_of
 from hf_tpu_ext.hub.push_session import PushConfig, PushSession, SessionBacked
 
@@ -94,7 +93,7 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
         if checkpoint is None and s.wants_checkpoint(final):
             checkpoint = save_checkpoint(model, os.path.join(self.output_dir, "checkpoints", f"checkpoint-{step}"))
             s.write_trainer_state(checkpoint, step, epoch=epoch, max_steps=self._max_steps(), known_only=True,
-                                  state=checkpoint_state(self.history, s, params, self._step0, facts))
+                                  state=session_trainer_state(self.history, s, params, self._step0, facts, epoch_numbers=True))
         s.save(self.output_dir, step=step, checkpoint_folder=checkpoint, final=final)
         if self._last_checkpoint and self._last_checkpoint != checkpoint:  # keep only the newest locally
             shutil.rmtree(self._last_checkpoint, ignore_errors=True)

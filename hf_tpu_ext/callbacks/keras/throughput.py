@@ -75,7 +75,8 @@ def device_peak():
     """The peak of one device (:func:`hf_tpu_ext.flops.device_peak`: a TPU/GPU datasheet value or the CPU
     formula) for the compute dtype of ``keras.config.dtype_policy()``: on JAX the device from
     ``jax.devices()[0].device_kind`` (names the TPU generation, e.g. ``"TPU v4"``; ``"cpu"`` on a CPU), on
-    TensorFlow from :func:`hf_tpu_ext.flops.default_device_kind`.
+    TensorFlow from :func:`hf_tpu_ext.flops.default_device_kind`, on torch ``torch.cuda.get_device_name(0)`` (or
+    ``"cpu"`` without CUDA).
 
     Returns:
         :class:`hf_tpu_ext.flops.Peak` (``flops`` None with the reason for an unknown device or backend).
@@ -91,6 +92,10 @@ def device_peak():
             from hf_tpu_ext.flops import default_device_kind
 
             kind = default_device_kind()
+        elif backend_name() == "torch":  # Keras 3 on torch trains on the first CUDA device, else on the CPU
+            import torch
+
+            kind = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         else:
             return Peak(None, f"no peak: the {backend_name()} backend's device is not looked up")
     except Exception as err:  # no device information: no MFU rather than a failed fit

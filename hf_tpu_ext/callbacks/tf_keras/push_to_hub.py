@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import tf_keras
 
 from hf_tpu_ext.callbacks import register_callback
-from hf_tpu_ext.callbacks.fit_history import FitHistory
+from hf_tpu_ext.callbacks.fit_history import FitHistory, session_trainer_state
 from hf_tpu_ext.callbacks.throughput_meter import card_facts_of
 from hf_tpu_ext.hub.push_session import PushConfig, PushSession, SessionBacked
 from hf_tpu_ext.tf_model_folder import ModelCheckpointer, copy_checkpoint, model_facts, save_model_folder
@@ -69,7 +69,7 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
         self.session = PushSession(config, pusher=pusher)
         self.output_dir, self.tokenizer, self.checkpointer = config.output_dir, tokenizer, checkpointer
         self.summary_fn, self.save_fn, self.max_steps, self.trainer_state_fn = summary_fn, save_fn, max_steps, trainer_state_fn
-        self._owns_pusher, self.report, self.history = pusher is None, None, FitHistory()
+        self._owns_pusher, self.report, self.history, self._step0 = pusher is None, None, FitHistory(), 0
 
     def __repr__(self):  # the token stays out of logs and tracebacks
         return f"PushToHubCallback({self.session!r})"
@@ -88,7 +88,8 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.session.preflight()
-        self.session.begin(self._step())
+        self._step0 = self._step()
+        self.session.begin(self._step0)
 
     def on_train_batch_end(self, batch, logs=None):
         step = self._step()
@@ -118,18 +119,19 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
         if not s.admit(step, final, max_steps=self._max_steps()):  # the last step's save: in the final push
             return
         (self.save_fn or save_model_folder)(self.model, self.output_dir, self.tokenizer)
-        drop_in = self.summary_fn is None and self.trainer_state_fn is None  # else hf-tpu train writes these files
-        if drop_in:
+        if self.summary_fn is None and self.trainer_state_fn is None:  # a drop-in fit (hf-tpu train writes its own)
             self.history.write_curve(self.output_dir)
         # a card pushed before the end says "Training in progress, step N of M" (hub.model_card.progress_note)
+        facts = card_facts_of(self.model, step)
         s.write_card(self.output_dir, self.summary_fn, max_steps=self._max_steps() or None, training_in_progress=not final,
-                     **dict(model_facts(self.model), **card_facts_of(self.model, step)))
+                     **dict(model_facts(self.model), **facts))
         folder = None
         if prefix is not None:  # the checkpoint alone, with tf.train's state file and the trainer state
             folder = copy_checkpoint(prefix, s.checkpoint_folder())
-            s.write_trainer_state(folder, step, epoch=self._epoch(step), max_steps=self._max_steps(),
-                                  state=self.trainer_state_fn() if self.trainer_state_fn else
-                                  {"log_history": self.history.entries()})
+            s.write_trainer_state(folder, step, epoch=self._epoch(step), max_steps=self._max_steps(),  # a drop-in
+                                  known_only=self.trainer_state_fn is None,  # fit's: what it knew, no placeholder
+                                  state=self.trainer_state_fn() if self.trainer_state_fn else session_trainer_state(
+                                      self.history, s, getattr(self, "params", None), self._step0, facts))
         s.save(self.output_dir, step=step, checkpoint_folder=folder, final=final)
 
     def _max_steps(self) -> int:
