@@ -57,6 +57,9 @@ def test_eval_results_from_keras_logs():
     assert eval_results_from_logs({"eval_loss": 1.0, "perplexity": 2.5, "eval_accuracy": 0.4}) == {
         "eval_loss": 1.0, "eval_accuracy": 0.4, "perplexity": 2.5}
     assert eval_results_from_logs({"loss": 3.0}) == {}
+    # keras-hub masked LMs compile SparseCategoricalAccuracy weighted by mask_weights: fit's validation of it
+    assert eval_results_from_logs({"val_loss": 2.0, "val_sparse_categorical_accuracy": 0.25}) == {
+        "eval_loss": 2.0, "eval_accuracy": 0.25, "perplexity": math.exp(2.0)}
     assert eval_results_from_logs({"val_loss": float("nan")}) == {}
 
 
