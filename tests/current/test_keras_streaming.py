@@ -219,3 +219,35 @@ def test_the_position_restores_exactly_inside_long_documents_and_across_passes(c
         again = StreamedBlocks(StreamSource(args), tok, L)
         again.load_state(states[k])
         np.testing.assert_array_equal(again.next_blocks(1), got[k + 1], err_msg=f"after block {k + 1}")
+
+
+def test_a_position_of_another_process_count_or_batch_is_refused_in_one_line(corpus, tmp_path):
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from hf_tpu_ext.data.numpy_batches import NumpyMasker
+    from hf_tpu_ext.data.streaming import StreamedBlocks, StreamSource, StreamTrainBatches
+    from hf_tpu_ext.errors import DataError
+
+    root, _ = corpus
+    args = SimpleNamespace(dataset_name=None, dataset_config_name=None, train_file=str(root / "train.jsonl"),
+                           validation_file=None, text_column_name=None)
+    tok = AutoTokenizer.from_pretrained(str(root / "tok"))
+    masker = NumpyMasker.for_tokenizer(tok, 5)
+    first = StreamTrainBatches(StreamedBlocks(StreamSource(args), tok, L), 7, masker, np.arange(2))
+    fed = [first(step) for step in range(3)]
+    saved = first.state_at(2)  # after steps 0 and 1 (the prefetcher has produced step 2 already)
+    other = StreamTrainBatches(StreamedBlocks(StreamSource(args), tok, L), 7, masker, np.arange(4))
+    with pytest.raises(DataError) as err:
+        other.restore(saved, 2, "checkpoint-2/data_state-0.json")
+    assert str(err.value) == ("checkpoint-2/data_state-0.json is the position of step 2 for 1 process(es) of 2 rows, "
+                              "but this run resumes step 2 with 1 of 4: resume with the same process count and batch "
+                              "size.")
+    with pytest.raises(DataError) as err:
+        first(5)
+    assert str(err.value) == "--streaming reads its steps in order: step 5 asked, step 3 next."
+    same = StreamTrainBatches(StreamedBlocks(StreamSource(args), tok, L), 7, masker, np.arange(2))
+    same.restore(saved, 2, "checkpoint-2/data_state-0.json")
+    for key, value in same(2).items():
+        np.testing.assert_array_equal(value, fed[2][key], err_msg=key)

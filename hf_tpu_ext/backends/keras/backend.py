@@ -230,6 +230,7 @@ class KerasBackend(BackendDefaults):
         from hf_tpu_ext.backends.keras.step import (jit_eval_step, jit_train_step, make_eval_step,
                                                     make_multi_step, make_train_step)
         from hf_tpu_ext.data.numpy_batches import NumpyMasker, TrainBatches
+        from hf_tpu_ext.backends.keras.stream_state import stream_batches
         from hf_tpu_ext.data.streaming import is_stream
         from hf_tpu_ext.model_config import build_config, check_positions, dropout_overrides
 
@@ -253,7 +254,7 @@ class KerasBackend(BackendDefaults):
         self.masker = masker
         place = self.placement  # this process's rows only; None on Keras-on-TensorFlow (one device: every row)
         rows = place.process_batch_rows(plan.global_batch_size, self.accumulation) if place else None
-        self.train_batches = (self._stream_batches(blocks["train"], rows) if is_stream(blocks["train"]) else
+        self.train_batches = (stream_batches(self, blocks["train"], rows) if is_stream(blocks["train"]) else
                               TrainBatches(blocks["train"], plan.global_batch_size, args.seed, masker, rows))
         self.eval_blocks = blocks.get("validation") if plan.has_eval else None
         if self.on_tensorflow:
@@ -286,62 +287,6 @@ class KerasBackend(BackendDefaults):
                                   total_steps=plan.total_steps, tokenizer=tokenizer, model_config=self.config,
                                   model=self.model, output_dir=args.output_dir, flops_per_token=self.flops_per_token,
                                   max_predictions=int(data_args.max_predictions_per_seq))
-
-    def _stream_batches(self, source, rows):
-        """``--streaming``: this process's slice of the stream (hf_tpu_ext/data/streaming.py), its rows per step."""
-        import numpy as np
-
-        from hf_tpu_ext.data.streaming import StreamedBlocks, StreamTrainBatches
-        from hf_tpu_ext.distributed import process_index
-
-        count = 1 if self.placement is None else self._jax_process_count()
-        rows = np.arange(self.plan.global_batch_size) if rows is None else rows
-        blocks = StreamedBlocks(source, self.tokenizer, self.plan.seq_length, process_index(), count)
-        # the prefetcher is 2 device calls of --steps_per_execution steps ahead; states of a few more are kept
-        n = int(getattr(self.args, "steps_per_execution", 1) or 1)
-        return StreamTrainBatches(blocks, self.args.seed, self.masker, rows, keep=4 * n + 8)
-
-    @staticmethod
-    def _jax_process_count() -> int:
-        import jax
-
-        return jax.process_count()
-
-    def _data_state_files(self, step: int) -> Dict[str, str]:
-        """``--streaming``: every process's ``data_state-<i>.json`` text of ``step`` (a collective, all processes
-        call it), for process 0 to write into the checkpoint before its rename; ``{}`` without streaming."""
-        from hf_tpu_ext.data.streaming import STATE_FILE, StreamTrainBatches
-
-        if not isinstance(getattr(self, "train_batches", None), StreamTrainBatches):
-            return {}
-        own = self.train_batches.state_at(step)
-        texts = [own] if self.placement is None else self.placement.gather_texts(own)
-        return {STATE_FILE.format(i): text for i, text in enumerate(texts)}
-
-    def _restore_data_state(self, path: str, step: int) -> None:
-        """``--streaming``: continue this process's stream after ``step`` from its ``data_state-<i>.json``.
-
-        Raises:
-            CheckpointError: the checkpoint has no position of this process (saved without ``--streaming``, or by
-                fewer processes), or one of another step, process count or batch.
-        """
-        from hf_tpu_ext.data.streaming import STATE_FILE, StreamTrainBatches
-        from hf_tpu_ext.distributed import process_index
-        from hf_tpu_ext.errors import DataError
-
-        if not isinstance(getattr(self, "train_batches", None), StreamTrainBatches):
-            return
-        file = os.path.join(path, STATE_FILE.format(process_index()))
-        try:
-            with open(file, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
-            raise CheckpointError(f"Checkpoint {path} has no {os.path.basename(file)}: it was saved without "
-                                  "--streaming or by fewer processes; resume it as it was run.") from None
-        try:
-            self.train_batches.restore(text, step, file)
-        except DataError as err:
-            raise CheckpointError(str(err)) from None
 
     def _state_from_variables(self) -> None:
         if self.on_tensorflow:  # the TensorFlow step updates the variables themselves
@@ -388,7 +333,9 @@ class KerasBackend(BackendDefaults):
         from hf_tpu_ext.backends.keras.checkpoint import MODEL_CONFIG_FIELDS, save_checkpoint
 
         model_vars, opt_vars = self._named_state()
-        data_states = self._data_state_files(step)  # every process's stream position (a collective)
+        from hf_tpu_ext.backends.keras.stream_state import data_state_files
+
+        data_states = data_state_files(self, step)  # --streaming: every process's position (a collective)
         if not self.is_chief:
             return None
         plan, args = self.plan, self.args
@@ -440,7 +387,9 @@ class KerasBackend(BackendDefaults):
             var.assign(value)
         self._state_from_variables()
         self._step = int(meta["global_step"])
-        self._restore_data_state(path, self._step)
+        from hf_tpu_ext.backends.keras.stream_state import restore_data_state
+
+        restore_data_state(self, path, self._step)  # --streaming: this process's position
         self._restored_meta = meta
         # a resume that only finishes the export reports what the training process measured (all_results, card)
         self.restored_fit_metrics = dict(meta.get("fit_metrics") or {}) or None
