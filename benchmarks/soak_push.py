@@ -8,6 +8,12 @@ sampled every ``--sample_seconds``; the figure is the least-squares slope of RSS
 minute (``--warmup_seconds``), in MB/min (target < 0.5), with the steps, saves and pushes seen, the load average
 and the CPU's flags. ``--no_push``: the same saves without pushes, to tell the push path from the rest.
 
+``--mode inprocess`` runs the same tiny ``hf-tpu train`` (no push) for ``--steps`` steps inside this process and
+reads RSS after every save (the TensorFlow checkpointer's write, the Keras backend's save): the figure is KB per
+save and MB per 1,000 steps after ``--skip_steps`` (default 11,000: the step windows of 10,000 entries are full),
+load-independent (it counts saves and steps, not minutes). ``--trace_from S``: ``tracemalloc`` starts at save S and
+the Python allocations grown between saves ``--snapshots A B`` are listed (file:line, KB, blocks).
+
 ``--mode pusher`` measures the push path alone: no model compute, every "step" sleeps ``--step_ms``, every
 ``--push_every`` steps a model folder and checkpoint are rewritten and pushed with
 :class:`~hf_tpu_ext.hub.pusher.HubPusher`; RSS of this process over steps.
@@ -16,6 +22,7 @@ A benchmark, not a test: it prints figures (JSON) and asserts nothing.
 
 Usage (from the repository root; ``tests/`` holds the loopback Hub):
     python -m benchmarks.soak_push [--minutes 8] [--push_every 20] [--no_push] [--backend keras]
+    python -m benchmarks.soak_push --mode inprocess [--backend keras] [--steps 14000] [--trace_from 250]
     python -m benchmarks.soak_push --mode pusher [--minutes 5] [--step_ms 5]
 """
 
@@ -192,6 +199,67 @@ def soak_train(args, tmp: str) -> dict:
     }
 
 
+def hook_saves(backend: str, after_save):
+    """Call ``after_save(step)`` after each checkpoint write of ``backend`` in this process; returns the undo."""
+    if backend == "tensorflow":
+        from hf_tpu_ext.backends.tensorflow.checkpoint import TrainingCheckpointer as owner
+        name = "write"
+    else:
+        from hf_tpu_ext.backends.keras.backend import KerasBackend as owner
+        name = "save"
+    original = getattr(owner, name)
+
+    def hooked(self, step, *a, **k):
+        out = original(self, step, *a, **k)
+        after_save(int(step))
+        return out
+
+    setattr(owner, name, hooked)
+    return lambda: setattr(owner, name, original)
+
+
+def soak_inprocess(args, tmp: str) -> dict:
+    """The ``--mode inprocess`` measurement: RSS after each save of an in-process ``hf-tpu train``."""
+    import psutil
+    import tracemalloc
+
+    from hf_tpu_ext.cli import main as hf_tpu
+
+    process, samples, snapshots = psutil.Process(), [], {}
+
+    def after_save(step):
+        n = len(samples) + 1
+        if n == args.trace_from:
+            tracemalloc.start(8)
+        if tracemalloc.is_tracing() and n in args.snapshots:
+            gc.collect()
+            snapshots[n] = tracemalloc.take_snapshot()
+        samples.append((step, process.memory_info().rss / 2 ** 20))
+
+    hook_saves(args.backend, after_save)
+    before = machine_facts()
+    rc = hf_tpu(["train", "--backend", args.backend, "--output_dir", os.path.join(tmp, "train-out"), *TINY_TRAIN_ARGS,
+                 "--max_steps", str(args.steps), "--save_strategy", "steps", "--save_steps", str(args.push_every),
+                 "--save_total_limit", "2", "--report_to", "none"])
+    kept = [(st, mb) for st, mb in samples if st >= args.skip_steps]
+    per_1000 = slope_per_1000(kept)
+    grown = []
+    if len(snapshots) == 2:
+        a, b = (snapshots[n] for n in sorted(snapshots))
+        for stat in b.compare_to(a, "lineno")[:args.top]:
+            frame = stat.traceback[0]
+            grown.append({"where": f"{os.path.relpath(frame.filename, REPO_ROOT)}:{frame.lineno}",
+                          "kb": round(stat.size_diff / 1024, 1), "blocks": stat.count_diff})
+    return {"mode": "inprocess (saves, no pushes)", "backend": args.backend, "exit_status": rc, "steps": args.steps,
+            "saves": len(samples), "save_every": args.push_every, "slope_from_step": args.skip_steps,
+            "rss_mb_at_slope_start": round(kept[0][1], 1) if kept else None,
+            "rss_mb_last_save": round(samples[-1][1], 1) if samples else None,
+            "rss_growth_mb_per_1000_steps": round(per_1000, 3),
+            "rss_growth_kb_per_save": round(per_1000 * args.push_every / 1000 * 1024, 2),
+            "python_heap_grown_between_saves": {"saves": sorted(snapshots), "top": grown},
+            "machine_at_start": before, "load_average_at_end": machine_facts()["load_average_1_5_15"]}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=8.0, help="Length of the run (default 8).")
@@ -200,8 +268,17 @@ def main(argv=None) -> int:
     parser.add_argument("--weights_kb", type=int, default=400, help="Size of model.safetensors, KB (default 400).")
     parser.add_argument("--sample_every", type=int, default=500, help="Steps between RSS samples (default 500).")
     parser.add_argument("--warmup", type=float, default=0.2, help="--mode pusher: fraction of samples left out.")
-    parser.add_argument("--mode", choices=("pusher", "train"), default="train",
-                        help="train: a tiny `hf-tpu train` run (default); pusher: a pusher-only loop.")
+    parser.add_argument("--mode", choices=("pusher", "train", "inprocess"), default="train",
+                        help="train: a tiny `hf-tpu train` run (default); inprocess: the same run in this process, "
+                             "RSS per save; pusher: a pusher-only loop.")
+    parser.add_argument("--steps", type=int, default=14000, help="--mode inprocess: steps (default 14,000).")
+    parser.add_argument("--skip_steps", type=int, default=11000,
+                        help="--mode inprocess: the slope starts at this step (default 11,000: the windows are full).")
+    parser.add_argument("--trace_from", type=int, default=0,
+                        help="--mode inprocess: start tracemalloc at this save (0: never; it slows every step).")
+    parser.add_argument("--snapshots", type=int, nargs=2, default=(600, 690),
+                        help="--mode inprocess: the two saves whose Python heaps are compared (default 600 690).")
+    parser.add_argument("--top", type=int, default=8, help="--mode inprocess: lines of the heap diff shown.")
     parser.add_argument("--warmup_seconds", type=float, default=60.0,
                         help="--mode train: seconds after the first step left out of the slope (default 60).")
     parser.add_argument("--sample_seconds", type=float, default=5.0, help="--mode train: seconds between samples.")
@@ -223,9 +300,9 @@ def main(argv=None) -> int:
     work = tempfile.mkdtemp(prefix="run-", dir=tmp)
     folder, checkpoint = os.path.join(work, "out"), os.path.join(work, "out", "last-checkpoint")
     process = psutil.Process()
-    if args.mode == "train":
+    if args.mode in ("train", "inprocess"):
         try:
-            print(json.dumps(soak_train(args, tmp), indent=2))
+            print(json.dumps((soak_train if args.mode == "train" else soak_inprocess)(args, tmp), indent=2))
             return 0
         finally:
             server.terminate()

@@ -40,3 +40,27 @@ def test_throughput_meter_keeps_a_bounded_window_of_calls():
     assert len(meter._calls) == MEDIAN_WINDOW and len(meter._epoch_calls) == MEDIAN_WINDOW
     assert meter._measured_steps == MEDIAN_WINDOW + 500  # the totals still cover every step
 
+
+
+def test_inprocess_soak_reads_rss_after_each_checkpoint_write(tmp_path):
+    """``--mode inprocess`` samples after every write of the TensorFlow checkpointer (its saves, not its steps),
+    and the hook comes off again."""
+    tf_keras = pytest.importorskip("tf_keras")
+    from types import SimpleNamespace
+
+    from hf_tpu_ext.backends.tensorflow.checkpoint import TrainingCheckpointer
+
+    model = tf_keras.Sequential([tf_keras.layers.Dense(2, input_shape=(3,))])
+    model.config = SimpleNamespace(hidden_size=3, num_hidden_layers=1, num_attention_heads=1, intermediate_size=2,
+                                   vocab_size=2, max_position_embeddings=3)
+    seen = []
+    undo = soak_push.hook_saves("tensorflow", seen.append)
+    try:
+        ckpt = TrainingCheckpointer(model, None, str(tmp_path / "c"), max_to_keep=1)
+        ckpt.save(20)
+        ckpt.save(40)
+    finally:
+        undo()
+    ckpt.save(60)
+    assert seen == [20, 40]
+    assert soak_push.slope_per_1000([(11000, 100.0), (12000, 100.5), (13000, 101.0)]) == pytest.approx(0.5)
