@@ -4,6 +4,7 @@ On a CPU/GPU model it counts the graphs ``torch.compile`` builds; with eager PyT
 guard instead of passing silently. The hooks are driven directly, as the Trainer calls them.
 """
 
+import statistics
 import warnings
 from types import SimpleNamespace
 
@@ -141,8 +142,47 @@ def test_padded_batch_tokens_per_second_counts_real_tokens(caplog):
         cb.on_log(args, state, None, {"loss": 4.5})
     assert [r.getMessage().split(":")[0] for r in caplog.records] == ["step 4"]
     assert cb._measured_steps == 3  # steps 1-3 (step 0 is warm-up)
-    assert logs["tokens_per_second"] == pytest.approx(round(3 * 18 / cb._measured_seconds, 6))
-    assert logs["samples_per_second"] == pytest.approx(round(3 * 2 / cb._measured_seconds, 6))
+    # the steady rate is the median step's (hf-tpu train's): 18 real tokens per step / the median step time
+    median = statistics.median(cb._step_times)
+    assert len(cb._step_times) == 3 and logs["step_time_ms_median"] == pytest.approx(round(median * 1e3, 6))
+    assert logs["tokens_per_second"] == pytest.approx(round(18 / median, 6))
+    assert logs["samples_per_second"] == pytest.approx(round(2 / median, 6))
+    facts = cb.card_facts(4)
+    assert facts["tokens_seen"] == 4 * 18  # every step's real tokens, warm-up included: not 4 x 2 x 32
+    assert facts["steady_tokens_per_second"] == pytest.approx(18 / median)
+    # whole run: the 72 tokens over the wall time since train begin (longer than the 3 measured steps)
+    assert 0 < facts["train_tokens_per_second"] < 72 / cb._measured_seconds
     cb.on_train_end(args, state, None)
     assert cb.summary["tokens_measured"] == 54 and cb.summary["tokens_counted"] == "real tokens (attention_mask sum)"
+    assert cb.summary["tokens_seen"] == 72 and cb.summary["step_time_ms_mean"] == pytest.approx(
+        cb._measured_seconds / 3 * 1e3)
     assert cb._hook is None and not model._forward_pre_hooks  # the hook goes with the run
+
+
+def test_mfu_is_the_mfu_meters_and_a_rate_above_the_peak_leaves_it_out(caplog):
+    # one MFU policy (hf_tpu_ext.mfu.MFUMeter): a peak below the measured FLOP rate is wrong for this machine,
+    # so MFU is left out, said once, and the card says why
+    import logging
+
+    cb = get_callback("throughput", framework="torch", seq_length=8, warmup_steps=0, peak_flops=1.0,
+                      flops_per_token=1e6, count_tokens="seq_length")
+    args = SimpleNamespace(per_device_train_batch_size=2, world_size=1, gradient_accumulation_steps=1, bf16=False)
+    state = _state(0)
+    cb.on_train_begin(args, state, None, model=None)
+    with caplog.at_level(logging.WARNING, logger="hf_tpu_ext"):
+        for step in range(3):
+            state.global_step = step
+            cb.on_step_begin(args, state, None)
+        state.global_step = 3
+        state.log_history.append({"loss": 1.0, "step": 3})
+        logs = {"loss": 1.0}
+        cb.on_step_begin(args, state, None)
+        cb.on_log(args, state, None, logs)
+        cb.on_log(args, state, None, {"loss": 1.0})
+    assert "mfu" not in logs and logs["model_flops_per_second"] > 1.0
+    notes = [r.getMessage() for r in caplog.records]
+    assert len(notes) == 1 and notes[0].startswith("MFU left out: the model FLOP rate ")
+    assert notes[0].endswith("is above the peak 1 FLOP/s (given (peak_flops)); the peak is too low for this machine.")
+    facts = cb.card_facts(3)
+    assert "mfu" not in facts and facts["mfu_note"] == notes[0][:-1]
+    assert facts["tokens_seen"] == 3 * 2 * 8  # seq_length per sequence

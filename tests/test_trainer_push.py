@@ -110,7 +110,7 @@ def test_trainer_adapter_does_not_import_torch_xla():
 
 def test_trainer_masked_lm_metrics_with_padding_collator_reach_state_and_card(loopback_hub, tmp_path):
     # a stock DataCollatorForLanguageModeling script: lines of different lengths, padded per batch; the metrics
-    # callback is given no collator and uses the Trainer's
+    # callback is given no collator and uses the Trainer's; the Trainer evaluates too (its own eval_loss)
     from huggingface_hub import ModelCard
     from transformers import DataCollatorForLanguageModeling, RobertaConfig, RobertaForMaskedLM, Trainer, TrainingArguments
 
@@ -130,28 +130,54 @@ def test_trainer_masked_lm_metrics_with_padding_collator_reach_state_and_card(lo
                              backoff_seconds=0.01)
     args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=4, per_device_train_batch_size=8,
                              save_strategy="steps", save_steps=4, logging_steps=2, report_to=[], use_cpu=True,
-                             disable_tqdm=True, seed=0, num_train_epochs=1)
+                             disable_tqdm=True, seed=0, num_train_epochs=1, eval_strategy="steps", eval_steps=4,
+                             per_device_eval_batch_size=8)
     meter = get_callback("throughput", framework="torch", seq_length=32, warmup_steps=1, peak_flops=1e12)
-    trainer = Trainer(model=RobertaForMaskedLM(config), args=args, train_dataset=lines, callbacks=[metrics, push, meter],
+    model = RobertaForMaskedLM(config)
+    real = []  # the real (non-pad) tokens of every training forward, counted beside the meter
+    model.register_forward_pre_hook(lambda m, a, kw: real.append(int(kw["attention_mask"].sum())) if m.training
+                                    else None, with_kwargs=True)
+    trainer = Trainer(model=model, args=args, train_dataset=lines, eval_dataset=lines[16:32],
+                      callbacks=[metrics, push, meter],
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.3))
     trainer.train()  # 40 lines / 8 = 5 steps per epoch: evaluated at the last step (4)
 
-    evals = [e for e in trainer.state.log_history if "perplexity" in e]
+    history = trainer.state.log_history
+    evals = [e for e in history if "eval_perplexity" in e]
     assert [e["step"] for e in evals] == [4] and evals[0] == dict(metrics.results, epoch=0.8, step=4)
-    assert evals[0]["perplexity"] == pytest.approx(np.exp(evals[0]["eval_loss"]), rel=1e-6)
+    assert sorted(evals[0]) == ["epoch", "eval_masked_accuracy", "eval_masked_loss", "eval_masked_tokens",
+                                "eval_perplexity", "step"]
+    assert evals[0]["eval_perplexity"] == pytest.approx(np.exp(evals[0]["eval_masked_loss"]), rel=1e-6)
+    # one value per key: the Trainer's eval_loss is its own evaluation's, ours are apart from it
+    trainer_evals = [e for e in history if "eval_loss" in e]
+    assert [e["step"] for e in trainer_evals] == [4] and "eval_perplexity" not in trainer_evals[0]
     # the evaluation is in the last checkpoint's trainer_state.json (made before the Trainer saved step 4)
     saved = json.loads((tmp_path / "out" / "checkpoint-4" / "trainer_state.json").read_text())
-    assert [e for e in saved["log_history"] if "perplexity" in e] == evals
+    assert [e for e in saved["log_history"] if "eval_perplexity" in e] == evals
 
-    card = ModelCard(loopback_hub.server.files("alice/trainer-eval")["README.md"].decode())
+    files = loopback_hub.server.files("alice/trainer-eval")
+    card = ModelCard(files["README.md"].decode())
     results = {r.metric_type: r.metric_value for r in card.data.eval_results}
-    assert results["perplexity"] == round(evals[0]["perplexity"], 6)
-    assert results["loss"] == round(evals[0]["eval_loss"], 6)
+    assert results == {"perplexity": round(evals[0]["eval_perplexity"], 6),
+                       "accuracy": round(evals[0]["eval_masked_accuracy"], 6),
+                       "loss": round(evals[0]["eval_masked_loss"], 6)}
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in card.text.splitlines()]
+    rows = {c[0]: c[1] for c in cells if len(c) == 2}
+    assert float(rows["Masked-token accuracy"]) == round(evals[0]["eval_masked_accuracy"], 4)
+    assert float(rows["Perplexity"]) == round(evals[0]["eval_perplexity"], 4)
     assert "PyTorch (transformers Trainer) on CPU" in card.text
     assert f"\n- torch {torch.__version__}\n" in card.text
     assert "tensorflow" not in card.text.split("Framework versions")[-1]
+    # tokens seen: the real tokens of the 4 training batches (pads left out), not 4 x 8 x 32
+    assert len(real) == 4 and sum(real) < 4 * 8 * 32
+    assert rows["Tokens seen"] == f"{sum(real):,}", rows
+    whole = [line for line in card.text.splitlines() if line.startswith("| Throughput, whole run")]
+    assert len(whole) == 1 and "n/a" not in whole[0]
     # the throughput callback's figures (listed after the push callback), read at the final push
     steady = [line for line in card.text.splitlines() if line.startswith("| Throughput, steady")]
     assert len(steady) == 1 and "n/a" not in steady[0]
     assert "| MFU (steady rate x FLOPs per token / peak FLOP/s) | " in card.text
     assert "(peak 1e+12 FLOP/s per replica; given (peak_flops))" in card.text
+    # the loss curve of hf-tpu train's plot, from the Trainer's log history, pushed beside the card
+    assert "![Training and evaluation loss](loss_curve.png)" in card.text
+    assert files["loss_curve.png"][:8] == b"\x89PNG\r\n\x1a\n"

@@ -97,16 +97,24 @@ def _number(value) -> Optional[float]:
     return float(value) if math.isfinite(value) else None
 
 
+#: the log keys of the Trainer ``masked_lm_metrics`` callback (masked-token figures; the Trainer's own
+#: ``eval_loss`` is a mean of batch means over another mask draw): preferred on the card when a history has both
+MASKED_LM_TRAINER_KEYS = {"eval_loss": "eval_masked_loss", "perplexity": "eval_perplexity",
+                          "eval_accuracy": "eval_masked_accuracy"}
+
+
 def eval_results_from_logs(logs: Optional[dict]) -> Dict[str, float]:
     """``eval_loss``/``perplexity``/``eval_accuracy`` from Keras or transformers logs (``val_loss`` and
-    ``val_accuracy`` are Keras' names); perplexity is ``exp(eval_loss)`` when not logged. Empty when none."""
+    ``val_accuracy`` are Keras' names; ``eval_masked_loss``, ``eval_perplexity``, ``eval_masked_accuracy`` the
+    Trainer ``masked_lm_metrics`` callback's, taken first); perplexity is ``exp(eval_loss)`` when not logged.
+    Empty when none."""
     logs = logs or {}
     out: Dict[str, float] = {}
     # val_sparse_categorical_accuracy: the metric keras-hub's masked LMs compile with, weighted by mask_weights
     for key, names in (("eval_loss", ("eval_loss", "val_loss")),
                        ("eval_accuracy", ("eval_accuracy", "val_accuracy", "val_sparse_categorical_accuracy")),
                        ("perplexity", ("perplexity", "val_perplexity"))):
-        for name in names:
+        for name in (MASKED_LM_TRAINER_KEYS[key],) + names:
             value = _finite_value(logs.get(name))
             if value is not None:
                 out[key] = value
@@ -120,27 +128,34 @@ def facts_from_log_history(log_history: Iterable[Dict[str, Any]]) -> Dict[str, A
     """The card fields a ``Trainer``'s ``state.log_history`` holds.
 
     Args:
-        log_history: the entries (``{"loss", "step", ...}``, ``{"eval_loss", "perplexity", ...}``, the final
+        log_history: the entries (``{"loss", "step", ...}``, ``{"eval_loss", ...}`` of ``Trainer.evaluate``,
+            ``{"eval_masked_loss", "eval_perplexity", ...}`` of the ``masked_lm_metrics`` callback, the final
             ``{"train_runtime", ...}``).
 
     Returns:
-        Some of: ``eval_results`` (the latest evaluation: ``eval_loss`` nats, ``perplexity``, ``eval_accuracy``;
-        see :func:`eval_results_from_logs`), ``steady_tokens_per_second`` and ``mfu``
-        (the latest log entry the throughput callback filled), ``train_runtime`` (s).
+        Some of: ``eval_results`` (the latest evaluation of the ``masked_lm_metrics`` callback, else the latest
+        one: ``eval_loss`` nats, ``perplexity``, ``eval_accuracy``; see :func:`eval_results_from_logs`),
+        ``steady_tokens_per_second`` and ``mfu`` (the latest log entry the throughput callback filled),
+        ``train_runtime`` (s).
     """
     out: Dict[str, Any] = {}
+    masked: Dict[str, float] = {}
     for entry in log_history or ():
         if not isinstance(entry, dict):
             continue
         found = eval_results_from_logs({k: v for k, v in entry.items() if k != "loss"})
         if found:
             out["eval_results"] = found
+            if MASKED_LM_TRAINER_KEYS["eval_loss"] in entry:
+                masked = found
         rate = _number(entry.get("tokens_per_second"))
         if rate and "loss" in entry:
             out["steady_tokens_per_second"] = rate
         runtime = _number(entry.get("train_runtime"))
         if runtime:
             out["train_runtime"] = runtime
+    if masked:  # the masked-token figures over the Trainer's own eval_loss
+        out["eval_results"] = masked
     return out
 
 

@@ -23,10 +23,14 @@ class MaskedLMMetricsCallback(TrainerCallback):
     their ``attention_mask``.
 
     Results go through the Trainer's log: each evaluation is its own ``state.log_history`` entry
-    (``{"eval_loss", "perplexity", "eval_accuracy", "eval_tokens", "epoch", "step"}`` with the default prefix,
-    the shape of ``Trainer.evaluate``'s), made in ``on_step_end`` -- before the Trainer saves that step, so the
-    checkpoint's ``trainer_state.json`` holds it -- and the Trainer's next printed log line carries the figures
-    (the logging cadence is left as it is). ``self.results`` holds the latest, ``self.history`` all of them.
+    (``{"eval_masked_loss", "eval_perplexity", "eval_masked_accuracy", "eval_masked_tokens", "epoch", "step"}``
+    with the default prefix), made in ``on_step_end`` -- before the Trainer saves that step, so the checkpoint's
+    ``trainer_state.json`` holds it -- and the Trainer's next printed log line carries the figures (the logging
+    cadence is left as it is). The keys are not the Trainer's own: its ``Trainer.evaluate`` logs ``eval_loss``
+    (the mean of per-batch mean losses over its own eval set and mask draw), and a script's ``compute_metrics``
+    may log ``eval_accuracy``; ``eval_masked_loss`` is the mean cross-entropy per masked token over every masked
+    token evaluated here (nats), ``eval_perplexity`` its ``exp``, ``eval_masked_accuracy`` the share of masked
+    tokens predicted right. ``self.results`` holds the latest, ``self.history`` all of them.
 
     Args:
         eval_dataset: a map-style dataset of examples the collator accepts.
@@ -36,7 +40,8 @@ class MaskedLMMetricsCallback(TrainerCallback):
         batch_size: sequences per evaluation batch (the last partial batch is dropped: static shapes).
         eval_steps: batches per evaluation (None: the whole dataset).
         every_n_steps: evaluate every N global steps instead of at each epoch end.
-        prefix: prefix of the keys (``"eval_"`` gives run_mlm's names).
+        prefix: prefix of the keys (``p + "masked_loss"``, ``p + "perplexity"``, ``p + "masked_accuracy"``,
+            ``p + "masked_tokens"``).
         max_predictions: positions per sequence fed to the LM head (None: all ``L``; hf-tpu-ext's batches
             hold ``max_predictions_per_seq``).
 
@@ -70,9 +75,10 @@ class MaskedLMMetricsCallback(TrainerCallback):
                    batch_size=args.per_device_eval_batch_size, every_n_steps=every, max_predictions=run.max_predictions)
 
     def _keys(self) -> Dict[str, str]:
+        """The metric module's result names -> this callback's log keys (none of them the Trainer's own)."""
         p = self.prefix
-        return {"eval_loss": p + "loss", "perplexity": "perplexity" if p == "eval_" else p + "perplexity",
-                "eval_accuracy": p + "accuracy", "eval_tokens": p + "tokens"}
+        return {"eval_loss": p + "masked_loss", "perplexity": p + "perplexity",
+                "eval_accuracy": p + "masked_accuracy", "eval_tokens": p + "masked_tokens"}
 
     def evaluate(self, model, state=None, collator=None) -> Dict[str, Any]:
         """Run one evaluation of ``model`` now; returns (and stores) the prefixed results.

@@ -67,6 +67,7 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
         self.push_final_on_train_end, self._owns_pusher = push_final_on_train_end, pusher is None
         self.report, self._finished, self._last_checkpoint = None, False, (None, None)
         self._facts, self._tied, self._name = {"backend": "pytorch"}, set(), None
+        self._log_history: list = []
 
     def __repr__(self):  # the token stays out of logs and tracebacks
         return f"PushToHubCallback({self.session!r}, backend='torch')"
@@ -109,8 +110,10 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
         history holds (evaluation results, steady throughput, tokens seen; :func:`facts_from_trainer_state`)."""
         from hf_tpu_ext.callbacks.throughput_meter import card_facts_of
         from hf_tpu_ext.hub.card_facts import facts_from_trainer_state
-        self._facts.update(dict(facts_from_trainer_state(state), **card_facts_of(getattr(self, "_model", None))),
-                           global_step=int(state.global_step), epoch=state.epoch)
+        step = int(state.global_step)
+        self._facts.update(dict(facts_from_trainer_state(state), **card_facts_of(getattr(self, "_model", None), step)),
+                           global_step=step, epoch=state.epoch)
+        self._log_history = list(getattr(state, "log_history", None) or [])
         try:  # transformers' own arithmetic: per-device batch x accumulation x processes
             self._facts["global_batch_size"] = int(
                 args.train_batch_size * args.gradient_accumulation_steps * max(1, args.world_size))
@@ -124,6 +127,7 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
             (self.save_fn or save_model_folder)(model, self.output_dir, self.tokenizer)
         else:
             copy_model_files(checkpoint, self.output_dir, self.tokenizer, self._tied)
+        write_loss_curve(self._log_history, self.output_dir)
         self.session.write_card(self.output_dir, self.summary_fn, name_or_path=self._name, **self._facts)
 
     # ---- final push ------------------------------------------------------------------------------
@@ -148,3 +152,31 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
         self.session.save(self.output_dir, step=int(step), checkpoint_folder=checkpoint, final=True)
         self.report = self.session.finish() if self._owns_pusher else self.session.report()
         return self.report
+
+
+def write_loss_curve(log_history, folder: str) -> Optional[str]:
+    """``folder/loss_curve.png`` from a ``Trainer``'s ``state.log_history`` with ``hf-tpu train``'s plot
+    (:func:`hf_tpu_ext.outputs.plot_loss_curve`): training losses, and as eval points each evaluation's loss as the
+    card reads it (:func:`~hf_tpu_ext.hub.card_facts.eval_results_from_logs`: the ``masked_lm_metrics`` callback's
+    ``eval_masked_loss``, else ``eval_loss``). Returns the path, or None (no loss yet, or no matplotlib: the card
+    goes without the curve)."""
+    from hf_tpu_ext.hub.card_facts import MASKED_LM_TRAINER_KEYS, eval_results_from_logs
+    from hf_tpu_ext.outputs import plot_loss_curve
+
+    history = [e for e in log_history or () if isinstance(e, dict) and "step" in e]
+    # one eval point per evaluation: the callback's where it ran (the Trainer's own eval_loss is another draw)
+    masked = any(MASKED_LM_TRAINER_KEYS["eval_loss"] in e for e in history)
+    entries = []
+    for entry in history:
+        if "loss" in entry:
+            entries.append({"step": entry["step"], "loss": entry["loss"]})
+        found = eval_results_from_logs({k: v for k, v in entry.items() if k != "loss"})
+        if "eval_loss" in found and (not masked or MASKED_LM_TRAINER_KEYS["eval_loss"] in entry):
+            entries.append({"step": entry["step"], "eval_loss": found["eval_loss"]})
+    if not any("loss" in e for e in entries):
+        return None
+    try:
+        return plot_loss_curve(entries, os.path.join(folder, "loss_curve.png"))
+    except ImportError:
+        logger.info("No matplotlib: the card goes without loss_curve.png (pip install matplotlib).")
+        return None

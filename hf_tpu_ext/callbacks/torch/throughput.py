@@ -45,6 +45,9 @@ class ThroughputCallback(TrainerCallback):
     as ``seq_length`` per sequence (a count on the device would add to the step's compiled graph; XLA batches
     have static shapes).
 
+    Rates are steady rates of the median step, ``hf-tpu train``'s definition: the median of the measured windows'
+    seconds per step, and the mean (real) tokens and sequences per measured step; ``summary["step_time_ms_mean"]``
+    is the mean beside it. MFU is :class:`hf_tpu_ext.mfu.MFUMeter`'s (one peak for the run, never above 1).
     At every Trainer log (``on_log``) the rates so far are added to the logged dict and to the log entry in
     ``state.log_history`` (``samples_per_second``, ``tokens_per_second``, ``tokens_per_second_per_replica``,
     ``step_time_ms_median``; ``model_flops_per_second`` and ``mfu`` when known): the Trainer's printed log line
@@ -92,6 +95,7 @@ class ThroughputCallback(TrainerCallback):
         self.peak_source = "given (peak_flops)" if peak_flops else None
         self.warmup_steps = int(warmup_steps)
         self.summary: Dict[str, Any] = {}
+        self._mfu = None
         self._reset()
 
     @classmethod
@@ -119,6 +123,8 @@ class ThroughputCallback(TrainerCallback):
         self._win_tokens: Any = 0  # int, or a device tensor once a batch with an attention_mask was counted
         self._measured_tokens: Any = 0
         self._tokens_seen = 0  # batches the hook counted (0: fall back to seq_length per sequence)
+        self._all_steps, self._all_tokens = 0, 0  # every step of this train() call (warm-up, evaluations too)
+        self._wall_t0: Optional[float] = None
 
     def _count_tokens(self, module, args, kwargs) -> None:
         """Forward pre-hook: add a training batch's real tokens to the window (eval forwards are not counted)."""
@@ -138,6 +144,8 @@ class ThroughputCallback(TrainerCallback):
         if self._win_start is None:
             return
         seconds, steps = time.perf_counter() - self._win_start, step - self._win_step
+        self._all_steps += max(steps, 0)
+        self._all_tokens = self._all_tokens + self._win_tokens
         if steps > 0 and not self._win_dirty and self._win_step - self._first_step >= self.warmup_steps:
             self._measured_steps += steps
             self._measured_seconds += seconds
@@ -149,25 +157,34 @@ class ThroughputCallback(TrainerCallback):
     def _real_tokens(self) -> bool:
         return self.count_tokens == "attention_mask" and self._tokens_seen > 0
 
-    def _rates(self, steps: int, seconds: float) -> Dict[str, float]:
-        samples = steps * self.global_batch_size / max(seconds, 1e-12)
-        if self._real_tokens():  # this process's real tokens (one host read, at a log)
-            per_replica = float(self._measured_tokens) / max(seconds, 1e-12)
-            tokens = per_replica * self.num_replicas
-        else:
-            tokens = samples * self.seq_length
-            per_replica = tokens / self.num_replicas
-        rates = {"samples_per_second": samples, "tokens_per_second": tokens,
-                 "tokens_per_second_per_replica": per_replica}
-        if self.flops_per_token:
-            rates["model_flops_per_second"] = rates["tokens_per_second"] * self.flops_per_token
-        if self.flops_per_token and self.peak_flops:
-            from hf_tpu_ext.flops import compute_mfu
+    def _tokens_per_step(self, steps: int, tokens) -> float:
+        """All replicas' tokens per optimizer step: real tokens counted (one host read), else ``seq_length`` each."""
+        if self._real_tokens():
+            return float(tokens) * self.num_replicas / max(steps, 1)
+        return float(self.global_batch_size * self.seq_length)
 
-            mfu = compute_mfu(rates["tokens_per_second_per_replica"], self.flops_per_token, self.peak_flops)
-            if mfu is not None:  # never above 1: a rate above the peak leaves MFU out
-                rates["mfu"] = mfu
+    def _rates(self) -> Dict[str, float]:
+        """The steady rates: per measured step (mean tokens and sequences) over the median step time."""
+        seconds = max(self._median_ms() / 1e3, 1e-12)
+        tokens = self._tokens_per_step(self._measured_steps, self._measured_tokens) / seconds
+        rates = {"samples_per_second": self.global_batch_size / seconds, "tokens_per_second": tokens,
+                 "tokens_per_second_per_replica": tokens / self.num_replicas}
+        if self.flops_per_token:
+            rates["model_flops_per_second"] = tokens * self.flops_per_token
+        mfu = self._mfu(tokens) if self._mfu is not None else None
+        if mfu is not None:  # never above 1: a rate above the peak leaves MFU out (the meter says it once)
+            rates["mfu"] = mfu
         return rates
+
+    def _make_mfu_meter(self):
+        """The run's :class:`~hf_tpu_ext.mfu.MFUMeter` (with a note, and no MFU, when a figure is missing)."""
+        from hf_tpu_ext.flops import Peak
+        from hf_tpu_ext.mfu import MFUMeter
+
+        note = ("MFU left out: no FLOPs per token" if not self.flops_per_token else
+                "MFU left out: no peak FLOP/s for this device" if not self.peak_flops else None)
+        return MFUMeter(self.flops_per_token, Peak(self.peak_flops, self.peak_source or "peak_flops as given"),
+                        self.num_replicas, note=note)
 
     def _median_ms(self) -> Optional[float]:
         if not self._step_times:
@@ -204,18 +221,30 @@ class ThroughputCallback(TrainerCallback):
 
     def card_facts(self, step=None) -> Dict[str, Any]:
         """The model card fields measured so far (read by the push callback at a save, in any callback order):
-        ``global_batch_size``, ``num_replicas``, ``steady_tokens_per_second``, ``mfu`` with ``mfu_peak_flops`` and
+        ``global_batch_size``, ``num_replicas``, ``tokens_seen`` (real tokens of this ``train()`` call, all
+        replicas; a resumed run's count is extrapolated to ``step`` at this call's tokens per step),
+        ``train_tokens_per_second`` (those tokens over the wall time since train begin),
+        ``steady_tokens_per_second`` (of the median step), ``mfu`` with ``mfu_peak_flops`` and
         ``mfu_peak_source`` (or ``mfu_note``: why not)."""
         facts: Dict[str, Any] = {"global_batch_size": self.global_batch_size, "num_replicas": self.num_replicas}
-        rates = self._rates(self._measured_steps, self._measured_seconds) if self._measured_steps else {}
+        steps, tokens = self._all_steps, self._all_tokens
+        if self._win_start is not None:  # the step in flight (a save or the train end before its window closed)
+            tokens = tokens + self._win_tokens
+            if step is not None and self._first_step is not None:
+                steps = max(steps, int(step) - self._first_step)
+        if steps:
+            seen = self._tokens_per_step(steps, tokens) * steps
+            facts["train_tokens_per_second"] = seen / max(time.perf_counter() - self._wall_t0, 1e-9)
+            if step is not None and self._first_step:  # resumed: the earlier steps at this call's tokens per step
+                seen = seen / steps * int(step)
+            facts["tokens_seen"] = int(round(seen))
+        rates = self._rates() if self._measured_steps else {}
         if rates:
             facts["steady_tokens_per_second"] = rates["tokens_per_second"]
-        if "mfu" in rates:
-            facts.update(mfu=rates["mfu"], mfu_peak_flops=self.peak_flops,
-                         mfu_peak_source=self.peak_source or "peak_flops as given")
+        if self._mfu is not None:
+            facts.update(self._mfu.summary(rates.get("tokens_per_second") or 0.0))
         else:
-            facts["mfu_note"] = ("MFU left out: no FLOPs per token" if not self.flops_per_token else "MFU left out: no "
-                                 "peak FLOP/s for this device" if not self.peak_flops else "MFU left out: not measured")
+            facts["mfu_note"] = "MFU left out: not measured"
         return {k: v for k, v in facts.items() if v is not None}
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -233,6 +262,8 @@ class ThroughputCallback(TrainerCallback):
             self.global_batch_size = args.per_device_train_batch_size * max(1, args.world_size) * args.gradient_accumulation_steps
         if self.num_replicas is None:
             self.num_replicas = max(1, args.world_size)
+        self._mfu = self._make_mfu_meter()
+        self._wall_t0 = time.perf_counter()
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._close_window(int(state.global_step))
@@ -247,7 +278,7 @@ class ThroughputCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs is None or "loss" not in logs or not self._measured_steps:
             return
-        rates = self._rates(self._measured_steps, self._measured_seconds)
+        rates = self._rates()
         rates["step_time_ms_median"] = self._median_ms()
         rounded = {k: round(v, 6) for k, v in rates.items()}
         # ``logs`` is the dict the Trainer's printer/progress callback shows: it runs after the user's
@@ -279,8 +310,11 @@ class ThroughputCallback(TrainerCallback):
                                                       else "seq_length per sequence")}
         if self._real_tokens():
             summary["tokens_measured"] = int(self._measured_tokens)
+        if self._all_steps:
+            facts = self.card_facts()
+            summary.update(tokens_seen=facts["tokens_seen"], train_tokens_per_second=facts["train_tokens_per_second"])
         if self._measured_steps:
-            summary.update(self._rates(self._measured_steps, self._measured_seconds))
+            summary.update(self._rates())
             summary["step_time_ms_mean"] = self._measured_seconds / self._measured_steps * 1e3
             summary["step_time_ms_median"] = self._median_ms()
         if "mfu" in summary and not math.isfinite(summary["mfu"]):
