@@ -121,13 +121,18 @@ def test_throughput_and_masked_lm_metrics_give_real_numbers_on_cpu(tiny_mlm, tmp
     assert s["peak_flops"] == device_peak("CPU", "float32").flops
     assert s["mfu"] == pytest.approx(s["model_flops_per_second"] / s["peak_flops"]) and 0 < s["mfu"] <= 1
     logged = [e for e in trainer.state.log_history if "tokens_per_second" in e]
-    assert [e["step"] for e in logged] == [4, 6, 8]
+    assert [e["step"] for e in logged] == [4, 6, 8]  # one throughput line per logging step (step 2: warm-up)
+    assert s["tokens_seen"] == 8 * BATCH * SEQ  # full 32-token blocks: every position is a real token
 
     assert [h["step"] for h in metrics.history] == [4, 8]
     final = metrics.results
-    assert 0 < final["eval_loss"] < math.log(len(tokenizer)) + 1
-    assert final["perplexity"] == pytest.approx(math.exp(final["eval_loss"]), rel=1e-6)
-    assert 0 <= final["eval_accuracy"] <= 1 and final["eval_tokens"] > 0
+    assert 0 < final["eval_masked_loss"] < math.log(len(tokenizer)) + 1
+    assert final["eval_perplexity"] == pytest.approx(math.exp(final["eval_masked_loss"]), rel=1e-6)
+    assert 0 <= final["eval_masked_accuracy"] <= 1 and final["eval_masked_tokens"] > 0
+    # the Trainer's log history has them as their own entries, and no eval_loss of ours beside the Trainer's
+    entries = [e for e in trainer.state.log_history if "eval_perplexity" in e]
+    assert [e["step"] for e in entries] == [4, 8] and entries[-1] == dict(final, epoch=entries[-1]["epoch"], step=8)
+    assert not [e for e in trainer.state.log_history if "eval_loss" in e]
 
     # eager PyTorch on CPU: the guard says it has nothing to guard (once), never a silent no-op
     assert guard.mode is None
