@@ -352,9 +352,9 @@ def test_callbacks_in_a_plain_trainer_script(loopback_hub, tmp_path, xla_run):
     assert [e["step"] for e in logs] == [4, 8, 12]
     assert logs[-1]["tokens_per_second"] == pytest.approx(logs[-1]["samples_per_second"] * 32)
     assert logs[-1]["xla_compilations"] >= 1
-    evals = [e for e in history if "eval_accuracy" in e]
+    evals = [e for e in history if "eval_masked_accuracy" in e]
     assert [e["step"] for e in evals] == [6, 12]
-    assert all(e["perplexity"] == pytest.approx(math.exp(e["eval_loss"])) for e in evals)
+    assert all(e["eval_perplexity"] == pytest.approx(math.exp(e["eval_masked_loss"])) for e in evals)
     assert callbacks[0].summary["global_batch_size"] == 8 and callbacks[0].summary["steps_measured"] > 0
     assert callbacks[1].compilations_after_warmup == 0 and callbacks[1].events == []
     push = callbacks[3]
