@@ -136,7 +136,25 @@ def test_throughput_meter_leaves_mfu_out_once_with_the_reason(caplog):
     meter._measured_steps, meter._measured_seconds = 1, 1.0
     meter.on_train_end()
     assert "mfu" not in meter.summary and meter.summary["mfu_note"] == caplog.records[0].getMessage()[:-1]
-    assert meter.summary["rate"] == "steady: steps after warm-up, time inside train-batch calls"
+    assert meter.summary["rate"] == "steady: median step after warm-up, time inside train-batch calls"
+
+
+def test_throughput_meter_steady_rate_is_the_median_step():
+    """The card's and summary's steady rate is tokens per step over the median step (the card's label), not the
+    mean: one slow call (a checkpoint inside a batch hook) does not drag it down."""
+    from collections import deque
+
+    from hf_tpu_ext.callbacks.throughput_meter import ThroughputMeter
+
+    meter = ThroughputMeter(global_batch_size=4, seq_length=8, warmup_steps=0, log_every=0)
+    meter._calls = deque([(0.1, 1), (0.1, 1), (1.0, 1)])  # (seconds per step, steps) of three calls
+    meter._measured_steps, meter._measured_seconds = 3, 1.2
+    meter._all_steps = 3
+    assert meter.card_facts()["steady_tokens_per_second"] == pytest.approx(32 / 0.1)  # the mean would be 80
+    meter.on_train_end()
+    assert meter.summary["tokens_per_second"] == pytest.approx(320.0)
+    assert meter.summary["step_time_ms_median"] == pytest.approx(100.0)
+    assert meter.summary["step_time_ms_mean"] == pytest.approx(400.0)
 
 
 def test_throughput_meter_takes_the_device_peak_at_train_begin():

@@ -65,8 +65,9 @@ def _weighted_median(values: List[Tuple[float, int]]) -> Optional[float]:
 class ThroughputMeter:
     """Samples/s, tokens/s, median step time and MFU from Keras batch hooks (see the framework classes).
 
-    Rates: batch logs carry the last call's rate; the periodic log line, epoch logs and ``summary`` the steady
-    rate (the steps after ``warmup_steps``, time inside train-batch calls only: ``summary["rate"]`` says so).
+    Rates: batch logs carry the last call's rate; epoch logs the epoch's steps after warm-up; the periodic log
+    line, ``summary`` and the card the steady rate: tokens per step over the median step time of the calls after
+    ``warmup_steps`` (time inside train-batch calls only: ``summary["rate"]`` says so).
     MFU divides by one peak for the whole fit (``peak_flops``, or the device's from :meth:`_device_peak` at
     train begin: a datasheet value or the CPU formula of :mod:`hf_tpu_ext.flops`, never a load-dependent
     probe); it is never above 1: a rate above the peak leaves MFU out from then on, said once
@@ -144,6 +145,14 @@ class ThroughputMeter:
                 rates["mfu"] = mfu
         return rates
 
+    def _steady_rates(self) -> Dict[str, float]:
+        """Rates of the median step after warm-up (``hf-tpu train``'s steady definition: tokens per step over the
+        median step time of the last calls; the mean since warm-up where no call is recorded)."""
+        median = _weighted_median(self._calls)
+        if median is None:
+            return self._rates(self._measured_steps, self._measured_seconds)
+        return self._rates(1, median)
+
     def _device_peak(self):
         """The device's :class:`hf_tpu_ext.flops.Peak` for ``peak_dtype`` (None: unknown; frameworks override)."""
         return None
@@ -167,7 +176,7 @@ class ThroughputMeter:
         if self._all_steps and self._wall_t0 is not None:
             facts["train_tokens_per_second"] = self._all_steps * per_step / max(time.perf_counter() - self._wall_t0, 1e-9)
         if self._measured_steps:
-            rates = self._rates(self._measured_steps, self._measured_seconds)
+            rates = self._steady_rates()
             facts["steady_tokens_per_second"] = rates["tokens_per_second"]
             if "mfu" in rates:
                 facts.update(mfu=rates["mfu"], mfu_peak_flops=self.peak_flops, mfu_peak_source=self.peak_source)
@@ -235,7 +244,7 @@ class ThroughputMeter:
                 median = _weighted_median(self._calls)
                 if logs is not None and median is not None:
                     logs["step_time_ms_median"] = median * 1e3
-                rates = self._rates(self._measured_steps, self._measured_seconds) if self._measured_steps else self._rates(steps, seconds)
+                rates = self._steady_rates() if self._measured_steps else self._rates(steps, seconds)
                 logger.info(
                     "step %d: steady %.1f samples/s, %.0f tokens/s (%.0f per replica; steps after warm-up), "
                     "median step %.1f ms%s",
@@ -266,11 +275,11 @@ class ThroughputMeter:
             "flops_per_token": self.flops_per_token,
             "peak_flops": self.peak_flops,
             "peak_flops_source": self.peak_source,
-            "rate": ("steady: steps after warm-up, time inside train-batch calls" if self._measured_steps
+            "rate": ("steady: median step after warm-up, time inside train-batch calls" if self._measured_steps
                      else "all steps (none after warm-up)"),
         }
         if steps:
-            summary.update(self._rates(steps, seconds))
+            summary.update(self._steady_rates() if self._measured_steps else self._rates(steps, seconds))
             median = _weighted_median(self._calls)
             summary["step_time_ms_median"] = (median if median is not None else seconds / steps) * 1e3
             summary["step_time_ms_mean"] = seconds / steps * 1e3
