@@ -260,7 +260,7 @@ def soak_inprocess(args, tmp: str) -> dict:
             "machine_at_start": before, "load_average_at_end": machine_facts()["load_average_1_5_15"]}
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=8.0, help="Length of the run (default 8).")
     parser.add_argument("--push_every", type=int, default=20, help="Steps between pushes (default 20).")
@@ -287,7 +287,11 @@ def main(argv=None) -> int:
                         help="--mode train: the hf-tpu train backend (default tensorflow; keras: run it in a [jax] venv).")
     parser.add_argument("--hub_commit_budget", type=int, default=None,
                         help="--mode train: passed to hf-tpu train (e.g. 100000: every save pushed, none coalesced).")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
 
     import psutil
 
