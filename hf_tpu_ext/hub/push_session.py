@@ -495,6 +495,11 @@ class SessionBacked:
                 return getattr(session.config, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def preflight(self) -> Optional[str]:
+        """Token, write access, repo and card fields before training (chief only; idempotent); returns the repo id
+        (:meth:`PushSession.preflight`)."""
+        return self.session.preflight()
+
 
 def _signal_name(signum: int) -> str:
     import signal

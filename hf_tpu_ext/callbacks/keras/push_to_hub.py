@@ -69,10 +69,6 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
     def __repr__(self):  # the token stays out of logs and tracebacks
         return f"PushToHubCallback({self.session!r})"
 
-    def preflight(self) -> Optional[str]:
-        """Token, repo and write access before training (chief only; idempotent); returns the repo id."""
-        return self.session.preflight()
-
     def save(self, final: bool = False) -> Optional[int]:
         """Write the model folder, card (and the checkpoint ``hub_strategy`` pushes) and queue the push.
 

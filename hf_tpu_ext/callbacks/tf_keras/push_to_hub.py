@@ -74,10 +74,6 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
     def __repr__(self):  # the token stays out of logs and tracebacks
         return f"PushToHubCallback({self.session!r})"
 
-    def preflight(self) -> Optional[str]:
-        """Token, write access, repo and card fields (chief only; idempotent); see :meth:`PushSession.preflight`."""
-        return self.session.preflight()
-
     # ---- Keras hooks -----------------------------------------------------------------------------
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())

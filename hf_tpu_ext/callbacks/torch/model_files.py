@@ -2,17 +2,21 @@
 
 What the ``Trainer`` adapter of the push session needs to know about PyTorch: which files of a Trainer
 ``checkpoint-N/`` are the model (:func:`copy_model_files`: everything but the training state, tied weights
-written once), a model folder from a model in memory (:func:`save_model_folder`), and the Hub's
-``last-checkpoint/`` back for ``trainer.train(resume_from_checkpoint=...)`` (:func:`checkpoint_from_hub`).
+written once), a model folder from a model in memory (:func:`save_model_folder`), the folder's loss curve
+from the Trainer's log history (:func:`write_loss_curve`), and the Hub's ``last-checkpoint/`` back for
+``trainer.train(resume_from_checkpoint=...)`` (:func:`checkpoint_from_hub`).
 Nothing here imports torch_xla: ``.to("cpu")`` moves XLA/CUDA tensors to the host.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import logging
 import os
 import shutil
 from typing import Optional, Set
+
+_logger = logging.getLogger("hf_tpu_ext.hub")
 
 # files of a Trainer checkpoint that are training state, not part of the model folder
 TRAINER_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "trainer_state.json", "training_args.bin",
@@ -111,3 +115,31 @@ def _copy_weights_untied(src: str, dst: str, tied_aliases: Set[str]) -> bool:
         state = {k: f.get_tensor(k) for k in names if k not in tied_aliases}
     save_file(state, dst, metadata=metadata)
     return True
+
+
+def write_loss_curve(log_history, folder: str) -> Optional[str]:
+    """``folder/loss_curve.png`` from a ``Trainer``'s ``state.log_history`` with ``hf-tpu train``'s plot
+    (:func:`hf_tpu_ext.outputs.plot_loss_curve`): training losses, and as eval points each evaluation's loss as the
+    card reads it (:func:`~hf_tpu_ext.hub.card_facts.eval_results_from_logs`: the ``masked_lm_metrics`` callback's
+    ``eval_masked_loss``, else ``eval_loss``). Returns the path, or None (no loss yet, or no matplotlib: the card
+    goes without the curve)."""
+    from hf_tpu_ext.hub.card_facts import MASKED_LM_TRAINER_KEYS, eval_results_from_logs
+    from hf_tpu_ext.outputs import plot_loss_curve
+
+    history = [e for e in log_history or () if isinstance(e, dict) and "step" in e]
+    # one eval point per evaluation: the callback's where it ran (the Trainer's own eval_loss is another draw)
+    masked = any(MASKED_LM_TRAINER_KEYS["eval_loss"] in e for e in history)
+    entries = []
+    for entry in history:
+        if "loss" in entry:
+            entries.append({"step": entry["step"], "loss": entry["loss"]})
+        found = eval_results_from_logs({k: v for k, v in entry.items() if k != "loss"})
+        if "eval_loss" in found and (not masked or MASKED_LM_TRAINER_KEYS["eval_loss"] in entry):
+            entries.append({"step": entry["step"], "eval_loss": found["eval_loss"]})
+    if not any("loss" in e for e in entries):
+        return None
+    try:
+        return plot_loss_curve(entries, os.path.join(folder, "loss_curve.png"))
+    except ImportError:
+        _logger.info("No matplotlib: the card goes without loss_curve.png (pip install matplotlib).")
+        return None

@@ -20,7 +20,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.torch.model_files import (checkpoint_from_hub, copy_model_files,  # noqa: F401
-                                                    is_trainer_checkpoint, save_model_folder, tied_weight_aliases)
+                                                    is_trainer_checkpoint, save_model_folder, tied_weight_aliases,
+                                                    write_loss_curve)
 from hf_tpu_ext.hub.push_session import PushConfig, PushSession, SessionBacked
 
 logger = logging.getLogger("hf_tpu_ext.hub")
@@ -66,15 +67,10 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
         self.tokenizer, self.summary_fn, self.save_fn = tokenizer, summary_fn, save_fn
         self.push_final_on_train_end, self._owns_pusher = push_final_on_train_end, pusher is None
         self.report, self._finished, self._last_checkpoint = None, False, (None, None)
-        self._facts, self._tied, self._name = {"backend": "pytorch"}, set(), None
-        self._log_history: list = []
+        self._facts, self._tied, self._name, self._log_history = {"backend": "pytorch"}, set(), None, []
 
     def __repr__(self):  # the token stays out of logs and tracebacks
         return f"PushToHubCallback({self.session!r}, backend='torch')"
-
-    def preflight(self) -> Optional[str]:
-        """Token, write access, repo and card fields (chief only; idempotent); see :meth:`PushSession.preflight`."""
-        return self.session.preflight()
 
     # ---- Trainer hooks ---------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
@@ -110,6 +106,7 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
         history holds (evaluation results, steady throughput, tokens seen; :func:`facts_from_trainer_state`)."""
         from hf_tpu_ext.callbacks.throughput_meter import card_facts_of
         from hf_tpu_ext.hub.card_facts import facts_from_trainer_state
+
         step = int(state.global_step)
         self._facts.update(dict(facts_from_trainer_state(state), **card_facts_of(getattr(self, "_model", None), step)),
                            global_step=step, epoch=state.epoch)
@@ -134,10 +131,8 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
     def finish(self, model, step: int, write: bool = True):
         """Push the final weights and card (always, whatever ``hub_strategy``) and wait for every upload.
 
-        Args:
-            model: the trained model (any device).
-            step: the final global step.
-            write: write the model folder and card first (``False`` when the caller already did).
+        Args: ``model`` the trained model (any device); ``step`` the final global step; ``write``: write the model
+            folder and card first (``False`` when the caller already did).
 
         Returns:
             The :class:`~hf_tpu_ext.hub.push_queue.PushReport` (``None`` on non-chief processes); its
@@ -153,30 +148,3 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
         self.report = self.session.finish() if self._owns_pusher else self.session.report()
         return self.report
 
-
-def write_loss_curve(log_history, folder: str) -> Optional[str]:
-    """``folder/loss_curve.png`` from a ``Trainer``'s ``state.log_history`` with ``hf-tpu train``'s plot
-    (:func:`hf_tpu_ext.outputs.plot_loss_curve`): training losses, and as eval points each evaluation's loss as the
-    card reads it (:func:`~hf_tpu_ext.hub.card_facts.eval_results_from_logs`: the ``masked_lm_metrics`` callback's
-    ``eval_masked_loss``, else ``eval_loss``). Returns the path, or None (no loss yet, or no matplotlib: the card
-    goes without the curve)."""
-    from hf_tpu_ext.hub.card_facts import MASKED_LM_TRAINER_KEYS, eval_results_from_logs
-    from hf_tpu_ext.outputs import plot_loss_curve
-
-    history = [e for e in log_history or () if isinstance(e, dict) and "step" in e]
-    # one eval point per evaluation: the callback's where it ran (the Trainer's own eval_loss is another draw)
-    masked = any(MASKED_LM_TRAINER_KEYS["eval_loss"] in e for e in history)
-    entries = []
-    for entry in history:
-        if "loss" in entry:
-            entries.append({"step": entry["step"], "loss": entry["loss"]})
-        found = eval_results_from_logs({k: v for k, v in entry.items() if k != "loss"})
-        if "eval_loss" in found and (not masked or MASKED_LM_TRAINER_KEYS["eval_loss"] in entry):
-            entries.append({"step": entry["step"], "eval_loss": found["eval_loss"]})
-    if not any("loss" in e for e in entries):
-        return None
-    try:
-        return plot_loss_curve(entries, os.path.join(folder, "loss_curve.png"))
-    except ImportError:
-        logger.info("No matplotlib: the card goes without loss_curve.png (pip install matplotlib).")
-        return None
