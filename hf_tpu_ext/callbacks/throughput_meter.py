@@ -65,9 +65,9 @@ def _weighted_median(values: List[Tuple[float, int]]) -> Optional[float]:
 class ThroughputMeter:
     """Samples/s, tokens/s, median step time and MFU from Keras batch hooks (see the framework classes).
 
-    Rates: batch logs carry the last call's rate; epoch logs the epoch's steps after warm-up; the periodic log
-    line, ``summary`` and the card the steady rate: tokens per step over the median step time of the calls after
-    ``warmup_steps`` (time inside train-batch calls only: ``summary["rate"]`` says so).
+    Rates: batch logs carry the last call's rate; epoch logs the median step of the epoch's steps after warm-up;
+    the periodic log line, ``summary`` and the card the steady rate: tokens per step over the median step time of
+    the calls after ``warmup_steps`` (time inside train-batch calls only: ``summary["rate"]`` says so).
     MFU divides by one peak for the whole fit (``peak_flops``, or the device's from :meth:`_device_peak` at
     train begin: a datasheet value or the CPU formula of :mod:`hf_tpu_ext.flops`, never a load-dependent
     probe); it is never above 1: a rate above the peak leaves MFU out from then on, said once
@@ -255,9 +255,10 @@ class ThroughputMeter:
     def on_epoch_end(self, epoch, logs=None):
         if logs is None:
             return
-        if self._epoch_steps:
-            logs.update(self._rates(self._epoch_steps, self._epoch_seconds))
-            logs["step_time_ms_median"] = _weighted_median(self._epoch_calls) * 1e3
+        if self._epoch_steps:  # the epoch's median step: a save or push inside a batch hook does not drag it down
+            median = _weighted_median(self._epoch_calls)
+            logs.update(self._rates(1, median) if median is not None else self._rates(self._epoch_steps, self._epoch_seconds))
+            logs["step_time_ms_median"] = (median if median is not None else self._epoch_seconds / self._epoch_steps) * 1e3
         elif self._epoch_all_steps:  # only warm-up steps in this epoch: report them rather than nothing
             logs.update(self._rates(self._epoch_all_steps, self._epoch_all_seconds))
             logs["step_time_ms_median"] = self._epoch_all_seconds / self._epoch_all_steps * 1e3
