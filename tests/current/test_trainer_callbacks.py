@@ -167,35 +167,19 @@ def test_recompile_guard_counts_torch_compile_graphs(tiny_mlm, tmp_path):
     assert guard.compilations_after_warmup >= 1
 
 
-def _readme_trainer_snippet() -> str:
-    """The README's Trainer drop-in block, as written."""
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Callbacks in a transformers Trainer script", 1)[1]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
-
-
 def test_readme_trainer_snippet_runs_as_written(tiny_mlm, loopback_hub, tmp_path):
     # the block a user copies: run in a fresh process in a folder with train.txt; the one change is a local
     # tokenizer in place of the Hub's roberta-base (no download here)
-    import subprocess
-    import sys
-
     from huggingface_hub import ModelCard
 
-    from hf_tpu_ext.data.corpus import default_corpus_texts
+    from readme_snippets import card_rows, run_readme_block
 
     tokenizer = tiny_mlm[0]
     tokenizer.save_pretrained(str(tmp_path / "tok"))
-    code = _readme_trainer_snippet()
     hub_name = 'AutoTokenizer.from_pretrained("FacebookAI/roberta-base")'
-    assert code.count(hub_name) == 1
-    (tmp_path / "snippet.py").write_text(code.replace(hub_name, f'AutoTokenizer.from_pretrained({str(tmp_path / "tok")!r})'))
-    (tmp_path / "train.txt").write_text("\n".join(default_corpus_texts()[:160]) + "\n", encoding="utf-8")
-    env = dict(os.environ, HF_TOKEN=loopback_hub.token, PYTHONPATH=os.pathsep.join(sys.path))
-    proc = subprocess.run([sys.executable, "snippet.py"], cwd=str(tmp_path), env=env, capture_output=True, text=True,
-                          timeout=900)
+    proc = run_readme_block("### Callbacks in a transformers Trainer script", tmp_path,
+                            {hub_name: f'AutoTokenizer.from_pretrained({str(tmp_path / "tok")!r})'},
+                            {"HF_TOKEN": loopback_hub.token})
     assert proc.returncode == 0, proc.stderr[-4000:]
     printed = [line for line in proc.stdout.splitlines() if line.startswith("{'loss'")]
     assert len(printed) == 1 and "'tokens_per_second'" in printed[0]  # 8 steps, logging_steps 5: one log line
@@ -203,8 +187,7 @@ def test_readme_trainer_snippet_runs_as_written(tiny_mlm, loopback_hub, tmp_path
     files = loopback_hub.server.files("alice/my-fill-mask-model")
     card = ModelCard(files["README.md"].decode())
     assert {r.metric_type for r in card.data.eval_results} == {"perplexity", "accuracy", "loss"}
-    rows = {c[0]: c[1] for c in ([p.strip() for p in line.strip().strip("|").split("|")]
-                                 for line in card.text.splitlines()) if len(c) == 2}
+    rows = card_rows(card.text)
     for label in ("Tokens seen", "Masked-token accuracy", "Perplexity"):
         assert rows[label] != "n/a", label
     assert "loss_curve.png" in files and f"\n- transformers {transformers.__version__}\n" in card.text
