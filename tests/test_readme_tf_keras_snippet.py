@@ -58,3 +58,5 @@ def test_readme_tf_keras_snippet_runs_as_written(loopback_hub, tmp_path):
     assert "\n## Framework versions\n\n" + "".join(f"- {n} {version(n)}\n" for n in (
         "transformers", "tensorflow", "tf-keras", "tokenizers", "huggingface_hub", "hf-tpu-ext")) in card.text
     assert loopback_hub.token not in proc.stdout + proc.stderr
+    written = [path for path in (tmp_path / "out").rglob("*") if path.is_file()]
+    assert written and not [path for path in written if loopback_hub.token.encode() in path.read_bytes()]

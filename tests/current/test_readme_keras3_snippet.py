@@ -83,3 +83,5 @@ def test_readme_keras3_snippet_runs_as_written(loopback_hub, tmp_path):
     evaluations = [e for e in state["log_history"] if "eval_loss" in e]
     assert [(e["step"], e["eval_loss"]) for e in evaluations] == [(8, results["loss"])]
     assert loopback_hub.token not in proc.stdout + proc.stderr
+    written = [path for path in (tmp_path / "out").rglob("*") if path.is_file()]
+    assert written and not [path for path in written if loopback_hub.token.encode() in path.read_bytes()]
