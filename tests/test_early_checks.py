@@ -63,7 +63,7 @@ def test_invalid_token_is_refused_before_the_frameworks_load(loopback_hub, tmp_p
     assert proc.stdout.strip() == "1 []", proc.stderr[-2000:]
     assert proc.stderr == (
         "hf-tpu train: error: Hub token invalid: it comes from the HF_TOKEN environment variable, which takes "
-        "precedence over a `huggingface-cli login` (huggingface_hub's token order). Set HF_TOKEN to a valid token, or "
+        "precedence over a `hf auth login` (huggingface_hub's token order). Set HF_TOKEN to a valid token, or "
         "unset it (`unset HF_TOKEN`) to use your login, or pass --hub_token.\n")
     assert _whoami_requests(loopback_hub) == [401]
     assert _STALE not in proc.stdout + proc.stderr
@@ -80,7 +80,7 @@ def test_no_token_and_offline_keep_the_preflight_line(loopback_hub, tmp_path, ca
     env = {"HF_TOKEN": loopback_hub.token, "HF_HUB_OFFLINE": "1"} if case == "offline" else {}
     proc = _train(tmp_path, "--train_file", "train.txt", "--push_to_hub", "true", **env)
     assert proc.stdout.strip() == "1 []", proc.stderr[-2000:]
-    line = ("No Hub token found: run `huggingface-cli login`, set HF_TOKEN, or pass --hub_token." if case == "no token"
+    line = ("No Hub token found: run `hf auth login`, set HF_TOKEN, or pass --hub_token." if case == "no token"
             else f"Could not reach the Hub at {endpoint()}/api/whoami-v2 (OfflineModeIsEnabled). Check the network "
                  "connection or HF_ENDPOINT, then retry.")
     assert proc.stderr == f"hf-tpu train: error: {line}\n"

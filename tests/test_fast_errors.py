@@ -204,7 +204,7 @@ def test_push_callbacks_refuse_a_malformed_repo_id_at_construction(tmp_path):
 
 # ----------------------------------------------------------------------------- messages that name the user's input
 def test_invalid_token_names_its_source(loopback_hub, monkeypatch):
-    """HF_TOKEN overrides a fresh `huggingface-cli login` (huggingface_hub's get_token order): say where it came from."""
+    """HF_TOKEN overrides a fresh `hf auth login` (huggingface_hub's get_token order): say where it came from."""
     from huggingface_hub import constants
 
     from hf_tpu_ext.errors import HubAuthError
@@ -217,19 +217,20 @@ def test_invalid_token_names_its_source(loopback_hub, monkeypatch):
         preflight("alice/x", resolve_token(None))
     assert str(err.value) == (
         "Hub token invalid: it comes from the HF_TOKEN environment variable, which takes precedence over a "
-        "`huggingface-cli login` (huggingface_hub's token order). Set HF_TOKEN to a valid token, or unset it "
+        "`hf auth login` (huggingface_hub's token order). Set HF_TOKEN to a valid token, or unset it "
         "(`unset HF_TOKEN`) to use your login, or pass --hub_token.")
     monkeypatch.delenv("HF_TOKEN")
     with open(constants.HF_TOKEN_PATH, "w") as f:
         f.write("hf_expiredLoginToken\n")
     with pytest.raises(HubAuthError) as err:
         preflight("alice/x", resolve_token(None))
-    assert str(err.value) == (f"Hub token invalid: it is the one saved by `huggingface-cli login` "
+    assert str(err.value) == (f"Hub token invalid: it is the one saved by `hf auth login` "
                               f"({constants.HF_TOKEN_PATH}). Log in again with a valid token, set HF_TOKEN, or pass "
                               "--hub_token.")
     with pytest.raises(HubAuthError) as err:
         preflight("alice/x", "hf_typedOnTheCommandLine")
-    assert str(err.value) == "Hub token invalid: run `huggingface-cli login` or pass --hub_token."
+    assert str(err.value) == ("Hub token invalid: the Hub rejected the token passed as --hub_token (hub_token= in "
+                              "Python). Pass a valid one, or drop it to use HF_TOKEN or your `hf auth login`.")
     assert not loopback_hub.server.repos  # nothing created
 
 

@@ -63,7 +63,7 @@ def test_preflight_refuses_foreign_namespaces(loopback_hub, repo_id, token_attr,
 
 
 def test_preflight_bad_token_bad_id_unreachable(loopback_hub, monkeypatch):
-    with pytest.raises(HubAuthError, match="token invalid: run `huggingface-cli login` or pass --hub_token") as info:
+    with pytest.raises(HubAuthError, match="token invalid: the Hub rejected the token passed as --hub_token") as info:
         preflight("alice/x", "hf_definitelyWrongToken")
     assert "hf_definitelyWrongToken" not in str(info.value)
     with pytest.raises(HubAuthError, match="No Hub token"):

@@ -54,7 +54,7 @@ def transport_errors() -> tuple:
 
 def resolve_token(token: Optional[str] = None) -> Optional[str]:
     """The Hub token to use: ``token`` if given, else huggingface_hub's :func:`~huggingface_hub.get_token`
-    (``HF_TOKEN``, then ``HUGGING_FACE_HUB_TOKEN``, then the token saved by ``huggingface-cli login``).
+    (``HF_TOKEN``, then ``HUGGING_FACE_HUB_TOKEN``, then the token saved by ``hf auth login``).
 
     Args:
         token: an explicit token (``--hub_token``); empty strings count as unset.
@@ -71,7 +71,7 @@ def resolve_token(token: Optional[str] = None) -> Optional[str]:
 
 def token_source(token: Optional[str]) -> str:
     """Where ``token`` came from, in words for a message: ``"HF_TOKEN"``, ``"HUGGING_FACE_HUB_TOKEN"``,
-    ``"login"`` (the file ``huggingface-cli login`` saved) or ``"given"`` (``--hub_token`` or a Python argument).
+    ``"login"`` (the file ``hf auth login`` saved) or ``"given"`` (``--hub_token`` or a Python argument).
 
     Compared by value, in :func:`huggingface_hub.get_token`'s order, so a token that is both in ``HF_TOKEN``
     and passed explicitly counts as ``HF_TOKEN`` (the variable then holds the bad value too).
@@ -96,19 +96,20 @@ def invalid_token_message(token: Optional[str]) -> str:
     """The message for a token the Hub rejects (401), naming where it came from (never the token itself).
 
     ``HF_TOKEN`` overrides a saved login (huggingface_hub's :func:`~huggingface_hub.get_token` order), so a
-    stale ``HF_TOKEN`` keeps failing after a fresh ``huggingface-cli login``: the message says so.
+    stale ``HF_TOKEN`` keeps failing after a fresh ``hf auth login``: the message says so.
     """
     source = token_source(token)
     if source in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
         return (f"Hub token invalid: it comes from the {source} environment variable, which takes precedence over "
-                f"a `huggingface-cli login` (huggingface_hub's token order). Set {source} to a valid token, or unset "
+                f"a `hf auth login` (huggingface_hub's token order). Set {source} to a valid token, or unset "
                 f"it (`unset {source}`) to use your login, or pass --hub_token.")
     if source == "login":
         from huggingface_hub import constants
 
-        return (f"Hub token invalid: it is the one saved by `huggingface-cli login` ({constants.HF_TOKEN_PATH}). Log "
+        return (f"Hub token invalid: it is the one saved by `hf auth login` ({constants.HF_TOKEN_PATH}). Log "
                 "in again with a valid token, set HF_TOKEN, or pass --hub_token.")
-    return "Hub token invalid: run `huggingface-cli login` or pass --hub_token."
+    return ("Hub token invalid: the Hub rejected the token passed as --hub_token (hub_token= in Python). Pass a "
+            "valid one, or drop it to use HF_TOKEN or your `hf auth login`.")
 
 
 def scrub(text: str, token: Optional[str]) -> str:
@@ -276,7 +277,7 @@ def whoami(token: Optional[str], *, remember: bool = False) -> dict:
         HubError: the endpoint could not be reached (``HF_HUB_OFFLINE`` included) or answered another error.
     """
     if not token:
-        raise HubAuthError("No Hub token found: run `huggingface-cli login`, set HF_TOKEN, or pass --hub_token.")
+        raise HubAuthError("No Hub token found: run `hf auth login`, set HF_TOKEN, or pass --hub_token.")
     key = (endpoint(), hashlib.sha256(token.encode("utf-8")).hexdigest())
     if key in _REMEMBERED:
         return copy.deepcopy(_REMEMBERED[key])
