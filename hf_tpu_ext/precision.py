@@ -41,7 +41,7 @@ uninterrupted one (the XLA step's counter-based masks do not).
 from __future__ import annotations
 
 import dataclasses
-from typing import FrozenSet, Optional, Union
+from typing import Callable, FrozenSet, Optional, Union
 
 #: /proc/cpuinfo flags of CPUs with bfloat16 dot-product instructions (x86 AVX512-BF16 and AMX, Arm BF16)
 NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
@@ -103,6 +103,17 @@ def gpu_has_native_bf16() -> bool:
         return False
     capability = tf.config.experimental.get_device_details(gpus[0]).get("compute_capability") or (0, 0)
     return tuple(capability) >= (8, 0)
+
+
+def has_native_bf16(accelerator: str, gpu_check: Callable[[], bool] = gpu_has_native_bf16) -> bool:
+    """Whether ``accelerator`` (``"TPU"``, ``"GPU"`` or ``"CPU"``) multiplies bf16 natively: a TPU always, a GPU
+    as ``gpu_check`` says (default: TensorFlow's view of the first GPU; a backend passes its framework's), a CPU
+    with one of :data:`NATIVE_BF16_CPU_FLAGS` in :func:`cpu_flags`."""
+    if accelerator == "GPU":
+        return bool(gpu_check())
+    if accelerator == "CPU":
+        return bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS)
+    return True
 
 
 @dataclasses.dataclass(frozen=True)

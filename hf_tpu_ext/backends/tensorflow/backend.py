@@ -31,15 +31,9 @@ def checkpoint_state_file(path: str) -> str:
 
 def _precision_plan(args, accelerator: str):
     """:func:`hf_tpu_ext.precision.resolve_precision` for this machine (GPU details read only on a GPU)."""
-    from hf_tpu_ext.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags, gpu_has_native_bf16, resolve_precision
+    from hf_tpu_ext.precision import has_native_bf16, resolve_precision
 
-    if accelerator == "GPU":
-        native = gpu_has_native_bf16()
-    elif accelerator == "CPU":
-        native = bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS)
-    else:
-        native = True
-    return resolve_precision(args.bf16, args.jit_compile, accelerator, native)
+    return resolve_precision(args.bf16, args.jit_compile, accelerator, has_native_bf16(accelerator))
 
 
 class TensorFlowBackend(BackendDefaults):

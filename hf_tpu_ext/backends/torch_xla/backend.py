@@ -42,15 +42,9 @@ def _precision_plan(bf16, accelerator: str):
     Returns:
         :class:`hf_tpu_ext.precision.PrecisionPlan` (``jit_compile`` True).
     """
-    from hf_tpu_ext.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags, resolve_precision
+    from hf_tpu_ext.precision import has_native_bf16, resolve_precision
 
-    if accelerator == "GPU":
-        native = _cuda_has_native_bf16()
-    elif accelerator == "CPU":
-        native = bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS)
-    else:
-        native = True
-    return resolve_precision(bf16, True, accelerator, native)
+    return resolve_precision(bf16, True, accelerator, has_native_bf16(accelerator, _cuda_has_native_bf16))
 
 
 def _cuda_has_native_bf16() -> bool:
