@@ -91,3 +91,20 @@ def loopback_hub(loopback_hub_server, monkeypatch, tmp_path_factory):
     reset_budgets()  # a fresh Hub: no commits spent against any repo's budget
     yield LoopbackHub(endpoint=endpoint, token=ALICE_TOKEN, other_token=BOB_TOKEN, server=server)
     server.reset()
+
+
+class NoBuildBackend:
+    """The TensorFlow backend's attributes without starting TensorFlow: a ``TrainingRun`` on it goes through the
+    checks, the data and the push preflight, then ``build`` raises ``error`` (what the test expects to stop at)."""
+
+    name, callback_kind, supports_tfrecord, needs_remote_data = "tensorflow", "tf_keras", True, False
+    num_replicas, is_chief, processes_to_spawn = 1, True, 0
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def setup(self, args):
+        pass
+
+    def build(self, *args):
+        raise self.error

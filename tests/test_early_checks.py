@@ -100,16 +100,7 @@ def test_the_run_reuses_the_early_whoami(loopback_hub, tmp_path):
     from hf_tpu_ext.commands.early_checks import check_before_imports
     from hf_tpu_ext.hub.preflight import forget_whoami
     from hf_tpu_ext.run import TrainingRun
-
-    class NoBuildBackend:  # the TensorFlow backend's attributes, without starting TensorFlow
-        name, callback_kind, supports_tfrecord, needs_remote_data = "tensorflow", "tf_keras", True, False
-        num_replicas, is_chief, processes_to_spawn = 1, True, 0
-
-        def setup(self, args):
-            pass
-
-        def build(self, *args):
-            raise RuntimeError("stop after the push preflight")
+    from hub_fixtures import NoBuildBackend
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"line {i} of a corpus long enough for a few batches of blocks.\n" for i in range(400)))
@@ -121,7 +112,7 @@ def test_the_run_reuses_the_early_whoami(loopback_hub, tmp_path):
         check_before_imports(*args)
         assert _whoami_requests(loopback_hub) == [200]
         with pytest.raises(RuntimeError, match="stop after the push preflight"):
-            TrainingRun(*args, backend=NoBuildBackend()).run()
+            TrainingRun(*args, backend=NoBuildBackend(RuntimeError("stop after the push preflight"))).run()
     finally:
         forget_whoami()
     routes = [r["route"] for r in loopback_hub.server.requests]

@@ -370,16 +370,7 @@ def test_hub_repo_is_created_only_after_the_data_checks(loopback_hub, tmp_path):
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.errors import CorpusTooSmallError
     from hf_tpu_ext.run import TrainingRun
-
-    class NoBuildBackend:  # the TensorFlow backend's attributes, without starting TensorFlow
-        name, callback_kind, supports_tfrecord, needs_remote_data = "tensorflow", "tf_keras", True, False
-        num_replicas, is_chief, processes_to_spawn = 1, True, 0
-
-        def setup(self, args):
-            pass
-
-        def build(self, *args):
-            raise AssertionError("built a model although the data checks failed")
+    from hub_fixtures import NoBuildBackend
 
     corpus = tmp_path / "tiny.txt"
     corpus.write_text("A short corpus: far fewer blocks than one batch of 64.\n" * 20)
@@ -389,7 +380,7 @@ def test_hub_repo_is_created_only_after_the_data_checks(loopback_hub, tmp_path):
                        "--hub_model_id", "alice/never-created", "--hub_token", loopback_hub.token,
                        "--callbacks", ""])  # no tf_keras callback classes: TensorFlow is not imported
     with pytest.raises(CorpusTooSmallError):
-        TrainingRun(*args, backend=NoBuildBackend()).run()
+        TrainingRun(*args, backend=NoBuildBackend(AssertionError("built a model although the data checks failed"))).run()
     routes = [r["route"] for r in loopback_hub.server.requests]
     assert "whoami" in routes and "create_repo" not in routes  # the token was checked before the data work
     assert not loopback_hub.server.repos and not out.exists()
