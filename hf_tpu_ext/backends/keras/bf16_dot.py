@@ -16,6 +16,13 @@ bf16 x bf16 -> float32 dot, e.g. attention's, can land on XLA:CPU's Eigen ``DotT
 float32 runs are untouched. Each has its own backward pass (a
 ``jax.custom_vjp``) whose dots are again bf16 x bf16 -> float32, rounded to bf16 (autodiff of a float32-result
 dot would multiply a float32 cotangent by a bf16 operand, which XLA:CPU computes in float32).
+
+:func:`flat_dots` (float32 and other non-bf16 operands) computes the same non-batched matmuls/einsums as one 2-D
+dot of bitcast reshapes (``[B, L, K] @ [K, N]`` as ``[B*L, K] @ [K, N]``). Why: for a dot that contracts two
+dims of a 3-D/4-D operand (the gradient of a ``Dense`` kernel contracts batch and sequence), XLA's dot
+canonicalization moves the contracting dims last with a physical transpose; the 2-D dot's gradient
+(``x^T @ g``) has one contracting dim, which XLA:CPU reads in place -- what TensorFlow's ``MatMul`` on 2-D
+reshapes gives (benchmarks/NOTES.md "Round seven": 114 copy/transpose fusions per small-preset step -> fewer).
 """
 
 from __future__ import annotations
@@ -123,6 +130,48 @@ def bf16_matmul(a, b):
     return bf16_einsum(spec, a, b)
 
 
+def _flat_plan(spec: str, a, b):
+    """``(lhs rows, contraction, rhs cols, output shape)`` when ``"lhs,rhs->out"`` is ``[F.., C..] x [C.., G..] -> [F.., G..]``
+    (free dims of ``a`` first, contracted dims last in ``a`` and first in ``b``, output ``F + G``); else None."""
+    if "->" not in spec or "." in spec:
+        return None
+    inputs, out = spec.replace(" ", "").split("->")
+    terms = inputs.split(",")
+    if len(terms) != 2 or any(len(set(t)) != len(t) for t in terms + [out]):
+        return None
+    lhs, rhs = terms
+    contracted = "".join(i for i in lhs if i in rhs)
+    free_l, free_r = lhs[: len(lhs) - len(contracted)], rhs[len(contracted):]
+    if not contracted or lhs != free_l + contracted or rhs != contracted + free_r or out != free_l + free_r:
+        return None
+    rows = contraction = cols = 1
+    for d in a.shape[: len(free_l)]:
+        rows *= int(d)
+    for d in a.shape[len(free_l):]:
+        contraction *= int(d)
+    for d in b.shape[len(contracted):]:
+        cols *= int(d)
+    return rows, contraction, cols, tuple(a.shape[: len(free_l)]) + tuple(b.shape[len(contracted):])
+
+
+def flat_einsum(spec: str, a, b):
+    """``einsum(spec, a, b)`` as one 2-D dot of reshapes, or None when ``spec`` has another form (see
+    :func:`_flat_plan`; batched dots such as attention's are left to the caller).
+
+    Args:
+        spec: two-operand einsum, e.g. ``"abc,cde->abde"`` (Keras' query projection).
+        a, b: arrays of one float dtype; shapes as ``spec`` says.
+
+    Returns:
+        array of the einsum's shape and dtype, or None.
+    """
+    plan = _flat_plan(spec, a, b)
+    if plan is None:
+        return None
+    rows, contraction, cols, shape = plan
+    return (a.reshape(rows, contraction) @ b.reshape(contraction, cols)).reshape(shape)
+
+
 def _both_bf16(*operands) -> bool:
     import jax.numpy as jnp
 
@@ -139,17 +188,28 @@ def _install() -> None:
     original_matmul, original_einsum = knp.matmul, knp.einsum
 
     def matmul(x1, x2):
-        if getattr(_active, "on", False):
+        if getattr(_active, "on", False) or getattr(_active, "flat", False):
             a, b = convert_to_tensor(x1), convert_to_tensor(x2)
-            if _both_bf16(a, b) and b.ndim == 2:
-                return bf16_matmul(a, b)
+            if b.ndim == 2 and a.ndim >= 2:
+                if _both_bf16(a, b):
+                    if getattr(_active, "on", False):
+                        return bf16_matmul(a, b)
+                elif getattr(_active, "flat", False) and a.dtype == b.dtype:
+                    spec = _LETTERS[: a.ndim - 1] + "z,zw->" + _LETTERS[: a.ndim - 1] + "w"
+                    return flat_einsum(spec, a, b)
         return original_matmul(x1, x2)
 
     def einsum(subscripts, *operands, **kwargs):
-        if getattr(_active, "on", False) and not kwargs and isinstance(subscripts, str):
+        on, flat = getattr(_active, "on", False), getattr(_active, "flat", False)
+        if (on or flat) and not kwargs and isinstance(subscripts, str) and not _has_batch_dims(subscripts):
             arrays = [convert_to_tensor(x) for x in operands]
-            if _both_bf16(*arrays) and not _has_batch_dims(subscripts):
-                return bf16_einsum(subscripts, *arrays)
+            if _both_bf16(*arrays):
+                if on:
+                    return bf16_einsum(subscripts, *arrays)
+            elif flat and len(arrays) == 2 and arrays[0].dtype == arrays[1].dtype:
+                out = flat_einsum(subscripts, *arrays)
+                if out is not None:
+                    return out
         return original_einsum(subscripts, *operands, **kwargs)
 
     matmul._hf_tpu_bf16_dot = einsum._hf_tpu_bf16_dot = True
@@ -170,3 +230,20 @@ def native_bf16_dots(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         _active.on = previous
+
+
+@contextlib.contextmanager
+def flat_dots(enabled: bool = True) -> Iterator[None]:
+    """While tracing inside this block (this thread), Keras' non-bf16, non-batched matmuls/einsums of the
+    ``[F.., C..] x [C.., G..]`` form are one 2-D dot (module doc, :func:`flat_einsum`); ``enabled=False``
+    changes nothing."""
+    if not enabled:
+        yield
+        return
+    _install()
+    previous = getattr(_active, "flat", False)
+    _active.flat = True
+    try:
+        yield
+    finally:
+        _active.flat = previous

@@ -71,15 +71,16 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, dropout: boo
         seed: the run's seed (dropout keys).
         accumulation: ``A``, micro-batches per step (the batch has a leading axis of that size).
         dropout: counter-based dropout (:mod:`hf_tpu_ext.backends.keras.dropout`); False keeps Keras' own.
-        bf16_dots: a bf16 model's matmuls with float32 results, natively bf16 on XLA:CPU
-            (:mod:`hf_tpu_ext.backends.keras.bf16_dot`; float32 models are untouched); None: on a CPU backend.
+        bf16_dots: XLA:CPU's dot routing (:mod:`hf_tpu_ext.backends.keras.bf16_dot`): a bf16 model's matmuls
+            with float32 results (natively bf16), a float32 model's projections as 2-D dots (``flat_dots``);
+            None: on a CPU backend.
 
     ``state`` is ``(trainable, non_trainable, optimizer_variables)`` (lists of arrays).
     """
     import jax
     import jax.numpy as jnp
 
-    from hf_tpu_ext.backends.keras.bf16_dot import native_bf16_dots
+    from hf_tpu_ext.backends.keras.bf16_dot import flat_dots, native_bf16_dots
     from hf_tpu_ext.backends.keras.dropout import counter_based_dropout, dropout_key
     from hf_tpu_ext.backends.keras.gelu import erf_gelu
 
@@ -90,7 +91,7 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, dropout: boo
         # A micro-batches draw the masks one B-sequence batch draws
         key = dropout_key(seed, step) if dropout else None
         with counter_based_dropout(key, micro_batch=index if accumulation > 1 else None), erf_gelu(), \
-                native_bf16_dots(dots):
+                native_bf16_dots(dots), flat_dots(dots):
             logits, _ = model.stateless_call(trainable, non_trainable, _model_inputs(micro), training=True)
         loss_sum, _, count = masked_lm_sums(logits, micro["masked_lm_ids"], micro["masked_lm_weights"])
         return loss_sum / total, (loss_sum, count)
@@ -154,12 +155,12 @@ def make_multi_step(train_step: Callable, steps: int) -> Callable:
 def make_eval_step(model, bf16_dots: Optional[bool] = None) -> Callable:
     """``eval_step(trainable, non_trainable, batch) -> (loss_sum, correct, count)`` (no dropout), not jitted;
     ``bf16_dots`` as in :func:`make_train_step`."""
-    from hf_tpu_ext.backends.keras.bf16_dot import native_bf16_dots
+    from hf_tpu_ext.backends.keras.bf16_dot import flat_dots, native_bf16_dots
 
     dots = _use_bf16_dots(bf16_dots)
 
     def eval_step(trainable, non_trainable, batch):
-        with native_bf16_dots(dots):
+        with native_bf16_dots(dots), flat_dots(dots):
             logits, _ = model.stateless_call(trainable, non_trainable, _model_inputs(batch), training=False)
         return masked_lm_sums(logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
 
