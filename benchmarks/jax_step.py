@@ -14,7 +14,8 @@ Usage (from the repository root, the current-releases venv):
 
 A variant is ``name=VAR=value;VAR=value`` (environment of that child; empty: the parent's). ``--bf16`` (or a
 variant's ``BENCH_BF16=1``) runs the step with bfloat16 compute (``mixed_bfloat16``); ``BENCH_NATIVE_BF16_DOTS=1`` / ``0``
-passes ``bf16_dots`` True / False to ``make_train_step`` (unset: its default). Prints one JSON line per child and a summary with the per-round
+passes ``bf16_dots`` True / False to ``make_train_step`` (unset: its default); ``BENCH_TREE=<checkout>`` runs that
+variant's child from another checkout of the repository (a before/after of a code change in one run). Prints one JSON line per child and a summary with the per-round
 ratios against the first variant, the load and the CPU's bf16 flags.
 """
 
@@ -109,8 +110,9 @@ def main(argv=None) -> None:
             cmd = [sys.executable, "-m", "benchmarks.jax_step", "--child", "--steps", str(args.steps),
                    "--batch", str(args.batch), "--seq", str(args.seq)] + (["--bf16"] if args.bf16 else [])
             load = os.getloadavg()[0]
+            # BENCH_TREE: run this variant from another checkout (cwd comes first on sys.path under -m)
             out = subprocess.run(cmd, env={**os.environ, "JAX_PLATFORMS": "cpu", **env}, capture_output=True,
-                                 text=True)
+                                 text=True, cwd=env.get("BENCH_TREE"))
             line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
             if not line:
                 sys.stderr.write(out.stderr[-3000:])
