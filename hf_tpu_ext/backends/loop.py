@@ -23,17 +23,18 @@ import logging
 import math
 import statistics
 import time
-from collections import deque
 from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple
 
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.backends.trackio_log import log_entry
 from hf_tpu_ext.cadence import crossed, executions, is_epoch_end
 from hf_tpu_ext.outputs import format_log_entry
+from hf_tpu_ext.step_window import StepWindow
 
 logger = logging.getLogger("hf_tpu_ext")
 
-#: per-step times kept for the steady rate (the last ones only: memory stays flat however long the run is)
+#: per-step times kept for the steady rate (the last ones only, in a window allocated once: memory stays flat
+#: from the first step however long the run is)
 STEADY_WINDOW = 10_000
 
 Call = Tuple[int, int]  # (first global step, steps) of one device call
@@ -119,7 +120,7 @@ class LoopMeter:
         self.rate_of_first_call = rate_of_first_call
         self.train_loss_sum, self.train_loss_n = 0.0, 0
         self.window_times: List[float] = []  # seconds per step since the last log entry
-        self.steady: "deque[float]" = deque(maxlen=STEADY_WINDOW)
+        self.steady = StepWindow(STEADY_WINDOW)  # (seconds, 1) per step: a window of steps, not of calls
         self.first_step: Optional[float] = None  # seconds of the first call (tracing + compilation), whatever N
         self.first_steps = 0  # optimizer steps of that call
         self.steps_run = 0
@@ -135,7 +136,7 @@ class LoopMeter:
             self.first_steps = n
         else:
             self.window_times += [per_step] * n
-            self.steady.extend([per_step] * n)
+            self.steady.add_steps(per_step, n)
         total = float(sum(losses))
         self.steps_run += n
         self.train_loss_sum += total
@@ -168,7 +169,7 @@ class LoopMeter:
             return 0.0
         if not self.steady:  # only the first call: its steps' mean (compilation included)
             return self.tokens_per_step * self.steps_run / max(self.first_step, 1e-9)
-        return self.tokens_per_step / max(statistics.median(self.steady), 1e-9)
+        return self.tokens_per_step / max(self.steady.median(), 1e-9)
 
     def results(self, step: int, steps_per_epoch: int, global_batch_size: int, mfu_of: Callable) -> Dict[str, Any]:
         """The segment's figures: ``train_loss``, ``train_runtime`` (s), wall-time rates, the steady rate, MFU

@@ -10,15 +10,16 @@ import logging
 import math
 import time
 import weakref
-from collections import deque
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional
 
 from hf_tpu_ext.callbacks import read_global_step
+from hf_tpu_ext.step_window import StepWindow, weighted_median
 
 logger = logging.getLogger("hf_tpu_ext")
 
 
-#: device calls the step-time medians look back over: memory stays flat however long the run is
+#: device calls the step-time medians look back over, in windows allocated once (:class:`StepWindow`, 160 KB
+#: each): memory stays flat from the first step however long the run is
 MEDIAN_WINDOW = 10_000
 
 #: the meter measuring each model's fit (weak keys: a model's meter goes with it), for the push callbacks' cards
@@ -46,20 +47,9 @@ def card_facts_of(model, step: Optional[int] = None) -> Dict[str, Any]:
         return {}
     return meter.card_facts(step) if meter is not None else {}
 
-def _weighted_median(values: List[Tuple[float, int]]) -> Optional[float]:
-    """Median of per-step times given as ``(seconds_per_step, steps)`` pairs (each call counts ``steps`` times)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    total = sum(n for _, n in ordered)
-    half, seen = total / 2.0, 0
-    for i, (v, n) in enumerate(ordered):
-        seen += n
-        if seen > half:
-            return v
-        if seen == half:  # even count split between two values
-            return (v + ordered[i + 1][0]) / 2.0
-    return ordered[-1][0]
+
+#: the median over ``(seconds per step, steps)`` pairs (kept under this name for the callbacks that import it)
+_weighted_median = weighted_median
 
 
 class ThroughputMeter:
@@ -103,7 +93,10 @@ class ThroughputMeter:
     # ------------------------------------------------------------------ state
     def _reset_run(self):
         # (seconds per step, steps) of the last MEDIAN_WINDOW calls after warm-up; the totals cover the whole run
-        self._calls: "deque[Tuple[float, int]]" = deque(maxlen=MEDIAN_WINDOW)
+        if getattr(self, "_calls", None) is None:
+            self._calls = StepWindow(MEDIAN_WINDOW)
+        else:  # emptied, not allocated again
+            self._calls.clear()
         self._measured_steps = 0
         self._measured_seconds = 0.0
         self._all_steps = 0
@@ -118,7 +111,11 @@ class ThroughputMeter:
     def _reset_epoch(self):
         self._epoch_steps = self._epoch_seconds = 0
         self._epoch_all_steps = self._epoch_all_seconds = 0
-        self._epoch_calls: "deque[Tuple[float, int]]" = deque(maxlen=MEDIAN_WINDOW)
+        # the epoch's window is emptied, not allocated again, at each epoch
+        if getattr(self, "_epoch_calls", None) is None:
+            self._epoch_calls = StepWindow(MEDIAN_WINDOW)
+        else:
+            self._epoch_calls.clear()
 
     def _iterations(self) -> Optional[int]:
         return read_global_step(self.model)  # one scalar read; waits for the call's steps to finish
