@@ -64,3 +64,35 @@ def test_inprocess_soak_reads_rss_after_each_checkpoint_write(tmp_path):
     ckpt.save(60)
     assert seen == [20, 40]
     assert soak_push.slope_per_1000([(11000, 100.0), (12000, 100.5), (13000, 101.0)]) == pytest.approx(0.5)
+
+
+@pytest.mark.skipif(not hasattr(__import__("ctypes").CDLL(None), "mallinfo2"), reason="glibc's mallinfo2")
+def test_tensorflow_learning_rate_of_each_step_keeps_no_tensor_per_step():
+    """TensorFlow keeps the eager tensor of every distinct Python number it converts (its scalar cache): the
+    learning rate evaluated at a Python int step kept one per step (~1 KB each, the TensorFlow backend's
+    growth per step); the trainer evaluates it at a NumPy int64 step: the same values, nothing kept."""
+    pytest.importorskip("tensorflow")
+    from types import SimpleNamespace
+
+    from hf_tpu_ext.backends.tensorflow.optimization import TransformersSchedule
+    from hf_tpu_ext.backends.tensorflow.trainer import TFTrainer
+    from hf_tpu_ext.host_memory import heap_usage
+
+    schedule = TransformersSchedule("linear", 5e-4, 100, 1_000_000)
+    trainer = SimpleNamespace(lr_schedule=schedule)
+    for step in (0, 50, 100, 12_345):  # unchanged values: the schedule's float32 figure at that step
+        assert TFTrainer.learning_rate(trainer, step) == float(schedule(step))
+    assert TFTrainer.learning_rate(trainer, 50) == pytest.approx(2.5e-4, rel=1e-6)
+
+    def grown(call, first):
+        for step in range(first, first + 200):  # warm up: one-off allocations of the ops
+            call(step)
+        before = heap_usage()["in_use_bytes"]
+        for step in range(first + 200, first + 3_200):
+            call(step)
+        return (heap_usage()["in_use_bytes"] - before) / 3_000
+
+    python_int = grown(lambda step: float(schedule(step)), 200_000)
+    trainer_step = grown(lambda step: TFTrainer.learning_rate(trainer, step), 400_000)
+    assert python_int > 200  # bytes per step kept by the scalar cache (the cause)
+    assert trainer_step < 20  # the trainer's: nothing per step

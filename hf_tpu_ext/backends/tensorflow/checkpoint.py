@@ -37,6 +37,7 @@ import os
 import re
 from typing import Dict, List, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from hf_tpu_ext.errors import CheckpointError
@@ -320,7 +321,8 @@ class TrainingCheckpointer:
         from hf_tpu_ext.fileio import atomic_write_text
 
         step = int(global_step)
-        self.global_step.assign(step)
+        # a NumPy int: TensorFlow caches the tensor of every distinct Python int it converts (trainer.uncached_scalar)
+        self.global_step.assign(np.int64(step))
         if epoch is not None:
             self.epoch.assign(int(epoch))
         tf.io.gfile.makedirs(self.directory)

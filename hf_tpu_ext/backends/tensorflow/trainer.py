@@ -27,6 +27,7 @@ import re
 from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
 
+import numpy as np
 import tensorflow as tf
 import tf_keras
 
@@ -296,7 +297,8 @@ class TFTrainer:
         return [loss] * k
 
     def learning_rate(self, step: int) -> float:
-        return float(self.lr_schedule(step))
+        # a NumPy step, not a Python int: see uncached_scalar (one cached tensor per step was ~1 KB per step)
+        return float(self.lr_schedule(uncached_scalar(step)))
 
     def save(self, step: int) -> None:
         self._save(step)
@@ -314,7 +316,7 @@ class TFTrainer:
             for k, v in entry.items():
                 if k not in ("step", "epoch") and isinstance(v, (int, float)):
                     tf.summary.scalar(("train/" if not k.startswith("eval") and k != "perplexity" else "eval/") + k,
-                                      v, step=entry["step"])
+                                      np.asarray(float(v)), step=uncached_scalar(entry["step"]))
         self.summary_writer.flush()
 
     # ------------------------------------------------------------------ loop
@@ -432,6 +434,18 @@ class TFTrainer:
         self.checkpointer.commit(path)
         if self.info.is_chief:
             logger.info("saved checkpoint %s", path)
+
+
+def uncached_scalar(value: int) -> np.int64:
+    """``value`` as a NumPy ``int64`` scalar, for an eager TensorFlow op called with a new number each time.
+
+    Why: TensorFlow keeps the eager tensor of every distinct Python number it converts (its scalar cache, a
+    process-wide map never emptied while the eager context lives), so a Python int step per call adds one
+    tensor handle, its buffer and a map entry, ~1 KB, at every step for the whole run (issue 31 item 9). Only
+    Python numbers (and ``numpy.float64``, a ``float``) are cached; a NumPy integer converts to the same
+    tensor value, uncached.
+    """
+    return np.int64(value)
 
 
 def _gpu_kind() -> str:
