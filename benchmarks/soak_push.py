@@ -11,7 +11,8 @@ and the CPU's flags. ``--no_push``: the same saves without pushes, to tell the p
 ``--mode inprocess`` runs the same tiny ``hf-tpu train`` (no push) for ``--steps`` steps inside this process and
 reads RSS after every save (the TensorFlow checkpointer's write, the Keras backend's save): the figure is KB per
 save and MB per 1,000 steps after ``--skip_steps`` (default 11,000: the step windows of 10,000 entries are full),
-load-independent (it counts saves and steps, not minutes). ``--trace_from S``: ``tracemalloc`` starts at save S and
+load-independent (it counts saves and steps, not minutes), and the same slope of glibc's heap bytes in use
+(``mallinfo2``: a leak grows it, memory freed and kept for reuse does not). ``--trace_from S``: ``tracemalloc`` starts at save S and
 the Python allocations grown between saves ``--snapshots A B`` are listed (file:line, KB, blocks).
 
 ``--mode pusher`` measures the push path alone: no model compute, every "step" sleeps ``--step_ms``, every
@@ -224,8 +225,9 @@ def soak_inprocess(args, tmp: str) -> dict:
     import tracemalloc
 
     from hf_tpu_ext.cli import main as hf_tpu
+    from hf_tpu_ext.host_memory import heap_usage
 
-    process, samples, snapshots = psutil.Process(), [], {}
+    process, samples, snapshots, heap = psutil.Process(), [], {}, []
 
     def after_save(step):
         n = len(samples) + 1
@@ -235,6 +237,7 @@ def soak_inprocess(args, tmp: str) -> dict:
             gc.collect()
             snapshots[n] = tracemalloc.take_snapshot()
         samples.append((step, process.memory_info().rss / 2 ** 20))
+        heap.append((step, (heap_usage() or {"in_use_bytes": float("nan")})["in_use_bytes"] / 2 ** 20))
 
     hook_saves(args.backend, after_save)
     before = machine_facts()
@@ -243,6 +246,7 @@ def soak_inprocess(args, tmp: str) -> dict:
                  "--save_total_limit", "2", "--report_to", "none"])
     kept = [(st, mb) for st, mb in samples if st >= args.skip_steps]
     per_1000 = slope_per_1000(kept)
+    heap_per_1000 = slope_per_1000([(st, mb) for st, mb in heap if st >= args.skip_steps])
     grown = []
     if len(snapshots) == 2:
         a, b = (snapshots[n] for n in sorted(snapshots))
@@ -256,6 +260,8 @@ def soak_inprocess(args, tmp: str) -> dict:
             "rss_mb_last_save": round(samples[-1][1], 1) if samples else None,
             "rss_growth_mb_per_1000_steps": round(per_1000, 3),
             "rss_growth_kb_per_save": round(per_1000 * args.push_every / 1000 * 1024, 2),
+            # glibc's bytes in use (mallinfo2): grows with a leak; memory freed and kept for reuse grows RSS only
+            "heap_in_use_growth_mb_per_1000_steps": round(heap_per_1000, 3),
             "python_heap_grown_between_saves": {"saves": sorted(snapshots), "top": grown},
             "machine_at_start": before, "load_average_at_end": machine_facts()["load_average_1_5_15"]}
 

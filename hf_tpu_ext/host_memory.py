@@ -58,3 +58,28 @@ def keep_step_memory(single_arena: bool = False) -> bool:
         return all(bool(libc.mallopt(param, value)) for param, value in settings)
     except (OSError, AttributeError):  # not glibc: no mallopt
         return False
+
+
+def heap_usage() -> Optional[dict]:
+    """glibc's heap totals over every arena (``mallinfo2``), to tell a leak from memory kept for reuse.
+
+    Returns:
+        ``{"in_use_bytes", "free_bytes", "mmapped_bytes"}``: bytes handed out by ``malloc`` and not freed
+        (``uordblks``; grows with a leak), bytes freed but kept in the heap (``fordblks``; resident once touched,
+        reused by later allocations), bytes in ``mmap``-ed blocks (``hblkhd``); None off glibc or before 2.33
+        (no ``mallinfo2``).
+    """
+    import ctypes
+
+    class _Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+            "keepcost")]
+
+    try:
+        fn = _glibc().mallinfo2
+    except (OSError, AttributeError):  # not glibc, or glibc < 2.33
+        return None
+    fn.restype = _Mallinfo2
+    info = fn()
+    return {"in_use_bytes": int(info.uordblks), "free_bytes": int(info.fordblks), "mmapped_bytes": int(info.hblkhd)}
