@@ -450,3 +450,15 @@ def test_best_model_survives_a_kill_and_is_exported(tmp_path):
     if best_step != 8:  # the export is the best, not the last step's weights
         last = load_file(str(out / "checkpoint-8" / "model_state.safetensors"))[token_embedding]
         assert not np.allclose(exported, last, atol=1e-6)
+
+
+def test_the_jax_gpu_bf16_check_reads_the_devices_compute_capability():
+    """`--bf16 auto` on a JAX GPU: bf16 tensor cores from compute capability 8.0 (A100 8.0, H100 9.0, V100 7.0 not);
+    a device without the attribute (ROCm) counts as native."""
+    from types import SimpleNamespace
+
+    from hf_tpu_ext.backends.keras.backend import _jax_gpu_has_bf16
+
+    assert [_jax_gpu_has_bf16(SimpleNamespace(compute_capability=c)) for c in ("7.0", "7.5", "8.0", "9.0", "10.0")] \
+        == [False, False, True, True, True]
+    assert _jax_gpu_has_bf16(SimpleNamespace()) is True

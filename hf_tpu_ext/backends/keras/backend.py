@@ -119,7 +119,7 @@ class KerasBackend(BackendDefaults):
         import jax
 
         from hf_tpu_ext.backends.keras.placement import Placement
-        from hf_tpu_ext.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags, resolve_precision
+        from hf_tpu_ext.precision import has_native_bf16, resolve_precision
 
         args = training_args
         self.placement = Placement()
@@ -130,7 +130,7 @@ class KerasBackend(BackendDefaults):
         platform = jax.devices()[0].platform.upper()
         self.accelerator = {"CPU": "CPU", "GPU": "GPU", "CUDA": "GPU", "ROCM": "GPU"}.get(platform, "TPU")
         self.device_kind = jax.devices()[0].device_kind
-        native = self.accelerator != "CPU" or bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS)
+        native = has_native_bf16(self.accelerator, gpu_check=lambda: _jax_gpu_has_bf16(jax.devices()[0]))
         # the JAX step's bf16 matmuls have float32 results on a CPU (bf16_dot.py): native there
         self.precision = resolve_precision(args.bf16, True, self.accelerator, native, bf16_dots=True)
         args.bf16, args.jit_compile = self.precision.bf16, True
@@ -142,7 +142,7 @@ class KerasBackend(BackendDefaults):
     def _setup_tensorflow(self, args) -> None:
         """``KERAS_BACKEND=tensorflow``: one device (a GPU when TensorFlow sees one), this process the chief."""
         from hf_tpu_ext.extras import require_extra
-        from hf_tpu_ext.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags, resolve_precision
+        from hf_tpu_ext.precision import has_native_bf16, resolve_precision
 
         require_extra("tensorflow", "--backend keras with KERAS_BACKEND=tensorflow", modules=("tensorflow",))
         import tensorflow as tf
@@ -150,7 +150,7 @@ class KerasBackend(BackendDefaults):
         self.placement, self.num_replicas, self.is_chief = None, 1, True
         self.accelerator = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
         self.device_kind = self.accelerator
-        native = self.accelerator != "CPU" or bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS)
+        native = has_native_bf16(self.accelerator)  # a GPU: TensorFlow's own compute-capability check
         self.precision = resolve_precision(args.bf16, True, self.accelerator, native)
         args.bf16, args.jit_compile = self.precision.bf16, True
         logger.info("keras %s on TensorFlow %s: one %s device", _version("keras"), tf.__version__, self.accelerator)
@@ -529,3 +529,14 @@ def _version(dist: str) -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return "?"
+
+
+def _jax_gpu_has_bf16(device) -> bool:
+    """Whether a JAX GPU ``device`` has bf16 tensor cores: CUDA compute capability >= 8.0 (Ampere on, as
+    :func:`hf_tpu_ext.precision.gpu_has_native_bf16` asks TensorFlow); a device without the attribute (ROCm) counts
+    as native (every ROCm GPU JAX supports multiplies bf16)."""
+    capability = getattr(device, "compute_capability", None)
+    if not capability:
+        return True
+    major, _, minor = str(capability).partition(".")
+    return (int(major), int(minor or 0)) >= (8, 0)
