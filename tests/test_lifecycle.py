@@ -138,7 +138,7 @@ def test_kill_at_every_phase_then_resume_ends_like_an_uninterrupted_run(loopback
     assert sorted(results) == sorted(ref_results)
     # the same card but for its figures (and the comment holding the card's hash); a duration is one figure
     # whatever its unit (card_render: "12.3 s", "1m 05s", "1h 02m 05s": a loaded machine crosses a minute)
-    figures = lambda f: re.sub(r"(#h )?(#m )?#s|# s", "#s", re.sub(r"\d[\d,.]*(e[-+]?\d+)?", "#", re.sub(  # noqa: E731
+    figures = lambda f: re.sub(r"(#h )?(#m )?#s\b|# s\b", "#s", re.sub(r"\d[\d,.]*(e[-+]?\d+)?", "#", re.sub(  # noqa: E731
         r"<!--.*?-->", "", (f / "README.md").read_text()))).replace("alice/straight", REPO).replace(
         "straight", REPO.split("/")[1])
     assert figures(out) == figures(ref)
