@@ -12,11 +12,14 @@ HLO of such a dot on an AMX-BF16/AVX512-BF16 Xeon is ``convert`` bf16 -> f32, an
 back, so Keras' own bf16 layers ran ``--bf16 true`` at 0.83x their float32 speed on the Keras backend (issue 29:
 579 vs 479 ms/step, small preset, idle AVX512-BF16 machine). A bf16 x bf16 dot with a *float32 result* is kept
 and runs on the CPU's bf16 instructions; the Keras backend's step computes its projections that way
-(:mod:`hf_tpu_ext.backends.keras.bf16_dot`, ``bf16_dots=True`` here), which makes its bf16 step faster than its
-float32 one on a native-bf16 CPU (benchmarks/NOTES.md "Round six"), so ``--bf16 auto`` picks bf16 there. A step
+(:mod:`hf_tpu_ext.backends.keras.bf16_dot`, ``bf16_dots=True`` here). Whether that step beats its float32 one
+depends on the CPU's bf16 unit: with AMX-BF16 (Sapphire Rapids) it did, 1.24-1.52x in CPU time (benchmarks/NOTES.md
+"Round six"); with AVX512-BF16 alone (AMD Zen 4, 2026-12-02, benchmarks/RESULTS.md) it ran at 0.92x its float32
+(854 vs 788 ms/step, small preset), so ``--bf16 auto`` picks bf16 on XLA:CPU only where
+:data:`FAST_BF16_DOT_CPU_FLAGS` are present (:func:`xla_bf16_dots_faster`). A step
 on XLA:CPU without those dots (the TensorFlow backend with ``--jit_compile true``) keeps float32 under auto; the
 TensorFlow backend (``--jit_compile`` unset or false) keeps bf16 on TensorFlow's oneDNN kernels (AMX
-``brg_matmul``), 1.14x its float32 there (issue 29).
+``brg_matmul``), 1.14x its float32 there (issue 29), 1.21x on AVX512-BF16 (Zen 4).
 
 Resolution (:func:`resolve_precision`):
 
@@ -26,7 +29,8 @@ Resolution (:func:`resolve_precision`):
 unset       ``auto`` on a TPU, float32 elsewhere
 ``auto``    bf16 where the hardware has it natively and the step's compiler uses it: TPU, GPU
             with compute capability >= 8.0, CPU with one of :data:`NATIVE_BF16_CPU_FLAGS`
-            when the step runs on TensorFlow's kernels or on XLA:CPU with ``bf16_dots`` (see above)
+            when the step runs on TensorFlow's kernels, or on XLA:CPU with ``bf16_dots`` where
+            :data:`FAST_BF16_DOT_CPU_FLAGS` are present (see above)
 ``true``    bf16 mixed precision (float32 weights, loss and softmax of the loss in float32)
 ``false``   float32
 ==========  ===========================================================================
@@ -45,6 +49,9 @@ from typing import Callable, FrozenSet, Optional, Union
 
 #: /proc/cpuinfo flags of CPUs with bfloat16 dot-product instructions (x86 AVX512-BF16 and AMX, Arm BF16)
 NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+#: CPU flags under which XLA:CPU's bf16 x bf16 -> float32 dots beat its float32 step (measured: AMX-BF16 yes;
+#: AVX512-BF16 alone no, 0.92x on Zen 4; Arm BF16 not measured, so not assumed)
+FAST_BF16_DOT_CPU_FLAGS = frozenset({"amx_bf16"})
 BF16_CHOICES = ("auto", "true", "false")
 #: why ``--bf16 auto`` keeps float32 on a native-bf16 CPU whose step is XLA (the Keras backend; --jit_compile true)
 AUTO_XLA_CPU_REASON = ("--bf16 auto: float32, this CPU has native bf16 but the step runs on XLA:CPU, which "
@@ -52,7 +59,13 @@ AUTO_XLA_CPU_REASON = ("--bf16 auto: float32, this CPU has native bf16 but the s
 #: why ``--bf16 auto`` picks bf16 on a native-bf16 CPU whose XLA step has bf16 x bf16 -> float32 dots (Keras/JAX)
 AUTO_BF16_DOTS_REASON = ("--bf16 auto: this CPU has native bf16 and the step's matmuls multiply bf16 natively "
                          "on XLA:CPU (bf16 x bf16 -> float32 dots)")
+#: why ``--bf16 auto`` keeps float32 on a CPU whose bf16 unit runs those dots slower than float32 (no AMX)
+AUTO_SLOW_BF16_DOTS_REASON = ("--bf16 auto: float32, this CPU has native bf16 but no AMX: the XLA step's bf16 "
+                              "dots ran slower than float32 on AVX512-BF16 alone (0.92x, benchmarks/RESULTS.md)")
 #: added to the reason of ``--bf16 true`` in that case
+TRUE_SLOW_BF16_DOTS_NOTE = ("; the XLA step's bf16 dots ran slower than float32 on AVX512-BF16 without AMX, and "
+                            "--bf16 auto would keep float32")
+#: added to the reason of ``--bf16 true`` on an XLA:CPU step without bf16 x bf16 -> float32 dots
 TRUE_XLA_CPU_NOTE = ("; XLA:CPU multiplies bf16 -> bf16 dots in float32 even on this native-bf16 CPU: slower "
                      "than float32, and --bf16 auto would keep float32")
 
@@ -116,6 +129,14 @@ def has_native_bf16(accelerator: str, gpu_check: Callable[[], bool] = gpu_has_na
     return True
 
 
+def xla_bf16_dots_faster(accelerator: str, flags: Optional[FrozenSet[str]] = None) -> bool:
+    """Whether the Keras backend's bf16 x bf16 -> float32 dots beat its float32 step on ``accelerator``: off a CPU
+    always; on a CPU where one of :data:`FAST_BF16_DOT_CPU_FLAGS` is in ``flags`` (default :func:`cpu_flags`)."""
+    if accelerator.upper() != "CPU":
+        return True
+    return bool((cpu_flags() if flags is None else flags) & FAST_BF16_DOT_CPU_FLAGS)
+
+
 @dataclasses.dataclass(frozen=True)
 class PrecisionPlan:
     """What a run computes in and how it is compiled.
@@ -138,7 +159,7 @@ class PrecisionPlan:
 
 
 def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool], accelerator: str,
-                      native_bf16: bool, bf16_dots: bool = False) -> PrecisionPlan:
+                      native_bf16: bool, bf16_dots: bool = False, bf16_dots_faster: bool = True) -> PrecisionPlan:
     """Decide bf16 and the compiler path (see the module docstring's table).
 
     Args:
@@ -150,6 +171,8 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
             CPU: :data:`NATIVE_BF16_CPU_FLAGS` in :func:`cpu_flags`).
         bf16_dots: the XLA step multiplies bf16 x bf16 -> float32 (the Keras backend on JAX:
             :mod:`hf_tpu_ext.backends.keras.bf16_dot`), which XLA:CPU runs natively.
+        bf16_dots_faster: with ``bf16_dots`` on a CPU, whether those dots beat float32 there
+            (:func:`xla_bf16_dots_faster`: AMX-BF16); ``--bf16 auto`` keeps float32 where not.
 
     Returns:
         PrecisionPlan.
@@ -158,19 +181,20 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
     native = bool(native_bf16 or accelerator == "TPU")
     xla_cpu = accelerator == "CPU" and jit_compile is True
     slow_xla_cpu = xla_cpu and not bf16_dots  # its bf16 dots run in float32
+    slow_dots = xla_cpu and bf16_dots and not bf16_dots_faster  # native bf16 dots, slower than float32 here
     if bf16 is None:
         use_bf16 = accelerator == "TPU"
         why = ("bf16 by default on a TPU" if use_bf16
                else "float32 is the default off a TPU; --bf16 auto uses bf16 where the hardware has it")
     elif bf16 == "auto":
         # XLA:CPU converts bf16 -> bf16 dot operands to float32 whatever the CPU has: no gain, only casts
-        use_bf16 = native and not slow_xla_cpu
+        use_bf16 = native and not slow_xla_cpu and not slow_dots
         if use_bf16 and xla_cpu:
             why = AUTO_BF16_DOTS_REASON
         elif use_bf16:
             why = f"--bf16 auto: this {accelerator} has native bf16"
         elif native:
-            why = AUTO_XLA_CPU_REASON
+            why = AUTO_SLOW_BF16_DOTS_REASON if slow_dots else AUTO_XLA_CPU_REASON
         else:
             why = f"--bf16 auto: this {accelerator} has no native bf16, float32 is faster"
     else:
@@ -192,6 +216,8 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
         xla = bool(jit_compile)
         if use_bf16 and native and slow_xla_cpu:
             why += TRUE_XLA_CPU_NOTE
+        elif use_bf16 and native and slow_dots:
+            why += TRUE_SLOW_BF16_DOTS_NOTE
     if xla:
         compiler = "XLA"
     else:

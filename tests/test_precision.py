@@ -1,11 +1,13 @@
 """``--bf16`` / ``--jit_compile`` resolution (hf_tpu_ext.precision) and a tiny bf16 run on TensorFlow's kernels."""
 
+import itertools
 import json
 
 import numpy as np
 import pytest
 
-from hf_tpu_ext.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags, parse_bf16, resolve_precision
+from hf_tpu_ext.precision import (NATIVE_BF16_CPU_FLAGS, cpu_flags, parse_bf16, resolve_precision,
+                                  xla_bf16_dots_faster)
 
 ZEN3_FLAGS = "flags\t\t: fpu sse sse2 avx avx2 fma f16c bmi2 sha_ni vaes"  # AMD EPYC Milan: no bf16
 GENOA_FLAGS = "flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni avx512_bf16 vaes"
@@ -62,11 +64,14 @@ def test_resolve_precision_says_why():
                                                ("keras", ZEN3_FLAGS, True), ("tensorflow_xla", SAPPHIRE_FLAGS, True)])
 def test_bf16_auto_never_picks_the_slower_path_on_a_cpu(backend, flags, jit):
     """``--bf16 auto`` on a CPU as each backend calls it (native bf16 from the CPU flags; the Keras backend passes
-    jit_compile=True and bf16_dots=True): bf16 on TensorFlow's oneDNN kernels (1.14x its float32) and on the Keras
-    backend's XLA step, whose bf16 x bf16 -> float32 dots run natively (benchmarks/NOTES.md "Round six"); float32
-    on an XLA:CPU step without them (TensorFlow with --jit_compile true), with the exact reason."""
+    jit_compile=True, bf16_dots=True and whether the CPU has AMX): bf16 on TensorFlow's oneDNN kernels (1.14x its
+    float32 with AMX, 1.21x on Zen 4's AVX512-BF16) and on the Keras backend's XLA step with AMX, whose bf16 x bf16
+    -> float32 dots run natively (benchmarks/NOTES.md "Round six"); float32 on the Keras backend with AVX512-BF16
+    alone (0.92x its float32 on Zen 4) and on an XLA:CPU step without those dots (TensorFlow with --jit_compile
+    true), with the exact reason."""
     native = bool(cpu_flags(flags) & NATIVE_BF16_CPU_FLAGS)
-    plan = resolve_precision("auto", jit, "CPU", native, bf16_dots=backend == "keras")
+    plan = resolve_precision("auto", jit, "CPU", native, bf16_dots=backend == "keras",
+                             bf16_dots_faster=xla_bf16_dots_faster("CPU", cpu_flags(flags)))
     if not native:
         assert (plan.precision, plan.reason) == ("float32", "--bf16 auto: this CPU has no native bf16, float32 is faster")
     elif backend == "tensorflow":
@@ -74,6 +79,11 @@ def test_bf16_auto_never_picks_the_slower_path_on_a_cpu(backend, flags, jit):
             "bf16 mixed", "TensorFlow kernels (oneDNN)",
             "--bf16 auto: this CPU has native bf16; TensorFlow's oneDNN bf16 kernels, not XLA: about 2x XLA:CPU's "
             "bf16 matmul rate")
+    elif backend == "keras" and flags == GENOA_FLAGS:
+        assert (plan.bf16, plan.precision, plan.compiler, plan.reason) == (
+            False, "float32", "XLA",
+            "--bf16 auto: float32, this CPU has native bf16 but no AMX: the XLA step's bf16 dots ran slower than "
+            "float32 on AVX512-BF16 alone (0.92x, benchmarks/RESULTS.md)")
     elif backend == "keras":
         assert (plan.bf16, plan.precision, plan.compiler, plan.reason) == (
             True, "bf16 mixed", "XLA",
@@ -94,6 +104,9 @@ def test_bf16_true_on_xla_cpu_says_it_is_slower():
     assert plan.reason == ("--bf16 true; XLA:CPU multiplies bf16 -> bf16 dots in float32 even on this native-bf16 "
                            "CPU: slower than float32, and --bf16 auto would keep float32")
     assert resolve_precision(True, True, "CPU", True, bf16_dots=True).reason == "--bf16 true"
+    assert resolve_precision(True, True, "CPU", True, bf16_dots=True, bf16_dots_faster=False).reason == (
+        "--bf16 true; the XLA step's bf16 dots ran slower than float32 on AVX512-BF16 without AMX, and --bf16 auto "
+        "would keep float32")
     assert resolve_precision(True, True, "GPU", True).reason == "--bf16 true"
 
 
@@ -102,18 +115,17 @@ def test_precision_log_line_nests_no_parentheses():
     parentheses at most (it used to nest three: "... (oneDNN) (--bf16 true ... (emulated: ...))")."""
     compiler_paths = ("XLA, whole step in one program", "XLA per-replica forward/backward, update outside XLA",
                       "TensorFlow kernels (oneDNN)", "TensorFlow kernels")
-    for bf16 in (None, "auto", True, False):
-        for jit in (None, True, False):
-            for accel in ("CPU", "GPU", "TPU"):
-                for native in (True, False):
-                    plan = resolve_precision(bf16, jit, accel, native)
-                    for path in compiler_paths:
-                        line = f"precision {plan.precision}, compiler path: {path}. Why: {plan.reason}."
-                        depth = deepest = 0
-                        for ch in line:
-                            depth += {"(": 1, ")": -1}.get(ch, 0)
-                            deepest = max(deepest, depth)
-                        assert deepest <= 1 and depth == 0, line
+    dot_cases = ((False, True), (True, True), (True, False))  # (bf16_dots, bf16_dots_faster)
+    for bf16, jit, accel, native, (dots, faster) in itertools.product(
+            (None, "auto", True, False), (None, True, False), ("CPU", "GPU", "TPU"), (True, False), dot_cases):
+        plan = resolve_precision(bf16, jit, accel, native, bf16_dots=dots, bf16_dots_faster=faster)
+        for path in compiler_paths:
+            line = f"precision {plan.precision}, compiler path: {path}. Why: {plan.reason}."
+            depth = deepest = 0
+            for ch in line:
+                depth += {"(": 1, ")": -1}.get(ch, 0)
+                deepest = max(deepest, depth)
+            assert deepest <= 1 and depth == 0, line
 
 
 def test_bad_bf16_flag_is_an_argument_error():

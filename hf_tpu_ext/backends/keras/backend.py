@@ -119,7 +119,7 @@ class KerasBackend(BackendDefaults):
         import jax
 
         from hf_tpu_ext.backends.keras.placement import Placement
-        from hf_tpu_ext.precision import has_native_bf16, resolve_precision
+        from hf_tpu_ext.precision import has_native_bf16, resolve_precision, xla_bf16_dots_faster
 
         args = training_args
         self.placement = Placement()
@@ -131,8 +131,9 @@ class KerasBackend(BackendDefaults):
         self.accelerator = {"CPU": "CPU", "GPU": "GPU", "CUDA": "GPU", "ROCM": "GPU"}.get(platform, "TPU")
         self.device_kind = jax.devices()[0].device_kind
         native = has_native_bf16(self.accelerator, gpu_check=lambda: _jax_gpu_has_bf16(jax.devices()[0]))
-        # the JAX step's bf16 matmuls have float32 results on a CPU (bf16_dot.py): native there
-        self.precision = resolve_precision(args.bf16, True, self.accelerator, native, bf16_dots=True)
+        # the JAX step's bf16 matmuls have float32 results on a CPU (bf16_dot.py): native there, faster with AMX
+        self.precision = resolve_precision(args.bf16, True, self.accelerator, native, bf16_dots=True,
+                                           bf16_dots_faster=xla_bf16_dots_faster(self.accelerator))
         args.bf16, args.jit_compile = self.precision.bf16, True
         logger.info("keras %s on JAX %s: %d %s device(s) in %d process(es), data parallel over all of them; "
                     "host memory: %s", _version("keras"), jax.__version__, self.num_replicas, self.device_kind,
