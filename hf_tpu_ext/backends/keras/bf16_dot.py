@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from typing import Iterator, Optional, Tuple
+from typing import ContextManager, Iterator, Optional, Tuple
 
 _active = threading.local()
 
@@ -217,33 +217,28 @@ def _install() -> None:
 
 
 @contextlib.contextmanager
-def native_bf16_dots(enabled: bool = True) -> Iterator[None]:
-    """While tracing inside this block (this thread), Keras' bf16 x bf16 matmuls/einsums have float32 results
-    (module doc); ``enabled=False`` changes nothing."""
+def _switch(name: str, enabled: bool) -> Iterator[None]:
+    """Set the thread-local switch ``name`` ("on": bf16 dots, "flat": 2-D dots) for the block; restore it after."""
     if not enabled:
         yield
         return
     _install()
-    previous = getattr(_active, "on", False)
-    _active.on = True
+    previous = getattr(_active, name, False)
+    setattr(_active, name, True)
     try:
         yield
     finally:
-        _active.on = previous
+        setattr(_active, name, previous)
 
 
-@contextlib.contextmanager
-def flat_dots(enabled: bool = True) -> Iterator[None]:
+def native_bf16_dots(enabled: bool = True) -> ContextManager[None]:
+    """While tracing inside this block (this thread), Keras' bf16 x bf16 matmuls/einsums have float32 results
+    (module doc); ``enabled=False`` changes nothing."""
+    return _switch("on", enabled)
+
+
+def flat_dots(enabled: bool = True) -> ContextManager[None]:
     """While tracing inside this block (this thread), Keras' non-bf16, non-batched matmuls/einsums of the
     ``[F.., C..] x [C.., G..]`` form are one 2-D dot (module doc, :func:`flat_einsum`); ``enabled=False``
     changes nothing."""
-    if not enabled:
-        yield
-        return
-    _install()
-    previous = getattr(_active, "flat", False)
-    _active.flat = True
-    try:
-        yield
-    finally:
-        _active.flat = previous
+    return _switch("flat", enabled)
