@@ -24,4 +24,4 @@ print("current releases:", ", ".join(f"{d} {version(d)}" for d in (
 PY
 export KERAS_BACKEND="${KERAS_BACKEND:-jax}"
 export JAX_PLATFORMS=cpu
-python -m pytest -q -p no:cacheprovider tests/current "$@"
+python -m pytest -q -p no:cacheprovider --durations=25 tests/current "$@"
