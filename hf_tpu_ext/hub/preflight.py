@@ -34,7 +34,8 @@ _REMEMBERED: Dict[Tuple[str, str], dict] = {}
 def transport_errors() -> tuple:
     """The exception classes of a connection failure or timeout for the installed HTTP stack.
 
-    huggingface_hub < 1.0 talks through ``requests``, 1.x through ``httpx``; both are covered when present.
+    huggingface_hub < 1.0 talks through ``requests``, 1.x through ``httpx``, 2.x through ``httpx2``; each is
+    covered when present (an unreachable Hub under 2.x was an 88-line ``httpx2.ConnectError`` traceback).
     """
     errors = [ConnectionError, TimeoutError]
     try:
@@ -48,6 +49,12 @@ def transport_errors() -> tuple:
 
         errors += [httpx.TransportError]
     except ImportError:
+        pass
+    try:
+        import httpx2
+
+        errors += [httpx2.TransportError]
+    except (ImportError, AttributeError):
         pass
     return tuple(errors)
 

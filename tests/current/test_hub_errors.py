@@ -34,3 +34,26 @@ def test_restore_from_hub_names_a_403_and_its_file(loopback_hub, tmp_path):
                             "request access or use a token of an account that has it."), message
     assert message.split(" for ")[1].split(" (")[0] in ("last-checkpoint/model.weights.h5",
                                                          "last-checkpoint/trainer_state.json")
+
+
+def test_an_unreachable_hub_is_one_line_under_the_installed_http_stack(monkeypatch):
+    """huggingface_hub 2.x talks through httpx2: a closed port at HF_ENDPOINT is the preflight's one HubError line
+    naming the endpoint (a fresh user got an 88-line httpx2.ConnectError traceback), without the token."""
+    import socket
+
+    from hf_tpu_ext.errors import HubError
+    from hf_tpu_ext.hub import preflight
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setattr(preflight, "endpoint", lambda: endpoint)
+    monkeypatch.setattr(preflight, "_api", lambda token: __import__("huggingface_hub").HfApi(endpoint=endpoint))
+    token = "hf_unreachable_secret_0123456789"
+    with pytest.raises(HubError) as err:
+        preflight._ask_whoami(token)
+    assert str(err.value).startswith(f"Could not reach the Hub at {endpoint}/api/whoami-v2 (")
+    assert str(err.value).endswith("Check the network connection or HF_ENDPOINT, then retry.")
+    assert token not in str(err.value)
