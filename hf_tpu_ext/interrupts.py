@@ -14,7 +14,9 @@ its own):
     :func:`seconds_left` and exits 128 + signum (130: SIGINT, 143: SIGTERM) with the resume line;
   - elsewhere (data loading, export) it raises ``KeyboardInterrupt`` at once.
 
-  A **second** signal raises ``KeyboardInterrupt`` at once, anywhere: the run stops waiting and exits.
+  A **second** signal raises ``KeyboardInterrupt`` at once, anywhere: the run stops waiting and exits --
+  except inside :func:`shielded` (a checkpoint being written): there it is raised when the save is complete,
+  so the checkpoint the resume line and ``training_summary.json`` name is whole; a third signal raises at once.
 
   Raising from a handler lands anywhere -- inside TensorFlow's checkpoint saver ("Exiting device scope
   without proper scope nesting") or an eager op that swallows it -- which is why the first signal is only
@@ -64,6 +66,8 @@ _received: Optional[int] = None  # the first signal number received since reset(
 _received_at: Optional[float] = None  # time.monotonic() of the first signal
 _count = 0
 _deferring = False
+_shielding = False  # inside shielded(): a checkpoint is being written
+_shield_deferred: Optional[int] = None  # a signal shielded() held back, raised when the save is done
 _grace = DEFAULT_GRACE_SECONDS
 _callbacks: List["_Callback"] = []
 _lock = threading.Lock()
@@ -75,8 +79,9 @@ _test_signal_sent = False  # the SIGTERM of the test hook was sent (once per run
 
 def reset() -> None:
     """Forget received signals (at the start of a run); the grace budget and callbacks stay."""
-    global _received, _received_at, _count, _deferring, _test_signal_sent
+    global _received, _received_at, _count, _deferring, _test_signal_sent, _shielding, _shield_deferred
     _received, _received_at, _count, _deferring, _test_signal_sent = None, None, 0, False, False
+    _shielding, _shield_deferred = False, None
 
 
 def set_grace(seconds: Optional[float]) -> None:
@@ -151,6 +156,30 @@ def deferring(enabled: bool = True) -> Iterator[None]:
         _deferring = before
 
 
+@contextlib.contextmanager
+def shielded() -> Iterator[None]:
+    """Around a checkpoint write: a second signal inside does not cut it short; it is raised as
+    ``KeyboardInterrupt`` once the block finishes (a third one raises at once: the user insists).
+
+    Why: a double Ctrl+C lands 0-30 ms apart, inside the signal's own save; raised there it left a checkpoint
+    without its trainer state while the run still printed the resume line for it (issue 31).
+
+    Raises:
+        KeyboardInterrupt: a second signal came while inside (after the block), or a third one (at once).
+    """
+    global _shielding, _shield_deferred
+    before, _shielding = _shielding, True
+    try:
+        yield
+    finally:
+        _shielding = before
+        held = _shield_deferred
+        if not before:
+            _shield_deferred = None
+    if held is not None and not before:
+        raise KeyboardInterrupt(f"{signal.Signals(held).name} (second signal)")
+
+
 def check() -> None:
     """Raise ``KeyboardInterrupt`` (named after the signal) when a signal was received; call at safe points.
 
@@ -200,7 +229,12 @@ class handling:
 
     @staticmethod
     def _handler(signum, frame):
-        if record(signum) == 1 and _deferring:
+        global _shield_deferred
+        n = record(signum)
+        if n == 1 and _deferring:
+            return
+        if _shielding and n <= 2:  # the save in progress finishes first (shielded())
+            _shield_deferred = signum
             return
         name = signal.Signals(signum).name
         raise KeyboardInterrupt(name if _count == 1 else f"{name} (second signal)")
@@ -221,6 +255,31 @@ class handling:
         for sig, old in self.previous.items():
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
         _run_handler_active = False
+        return False
+
+
+class finished:
+    """After a completed run (its files written, its pushes settled): a SIGINT/SIGTERM while the results are
+    shown is noted, not raised -- nothing is left to save, and dying by the signal would end a finished run
+    with 143 and no word (issue 31). ``late`` is the signal number noted (or None); the old handlers come back
+    on exit, so the interpreter's teardown stays interruptible. Outside the main thread it installs nothing."""
+
+    def __init__(self):
+        self.late: Optional[int] = None
+        self.previous = {}
+
+    def _note(self, signum, frame):
+        self.late = self.late or int(signum)
+
+    def __enter__(self) -> "finished":
+        if threading.current_thread() is threading.main_thread():
+            for sig in SIGNALS:
+                self.previous[sig] = signal.signal(sig, self._note)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self.previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
         return False
 
 

@@ -147,3 +147,13 @@ def test_the_trainer_callback_saves_the_step_reached_and_stops(tmp_path):
         assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-7"]
         with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
             interrupts.check()
+
+
+def test_a_finished_run_notes_a_late_signal_and_gives_the_handlers_back():
+    before = signal.getsignal(signal.SIGTERM)
+    with interrupts.finished() as after:
+        os.kill(os.getpid(), signal.SIGTERM)  # would end the process with 143 under the default handler
+        os.kill(os.getpid(), signal.SIGINT)
+    assert after.late == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

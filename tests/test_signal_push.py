@@ -166,6 +166,27 @@ def test_a_signal_during_the_export_or_the_card_still_ends_with_the_final_model_
     assert json.loads((out / "run_state.json").read_text())["phases"]["push"] == "pushed"
 
 
+@pytest.mark.parametrize("phase", ["checkpoint_weights@4", "export"])
+def test_a_signal_after_the_last_step_without_a_push_still_exports_and_writes_the_card(
+        tmp_path, monkeypatch, hf_log, phase):
+    """No --push_to_hub: SIGTERM while the final checkpoint or the export is written is no stop (issue 31 item 6):
+    the model folder and card are finished and the summary says the run completed within the budget."""
+    monkeypatch.setenv(interrupts.SIGNAL_ENV, phase)
+    out = tmp_path / "o"
+    results = _train(tiny_train_args(out, "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "no",
+                                     "--jit_compile", "false", "--callbacks", "", "--save_on_signal_timeout", "15"))
+    assert results["global_step"] == 4
+    assert "SIGTERM received after the last step: export and card finished within the 15 s grace" in hf_log.text
+    assert "signal received: saving step" not in hf_log.text
+    assert (out / "model.safetensors").stat().st_size > 0 and "fill-mask" in (out / "README.md").read_text()
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["interrupted"] == {"signal": "SIGTERM", "global_step": 4,
+                                      "checkpoint": os.path.join("checkpoints", "ckpt-4"),
+                                      "save_on_signal_timeout": 15.0, "not_pushed": [], "completed": True}
+    phases = json.loads((out / "run_state.json").read_text())["phases"]
+    assert phases == {"train": "done", "export": "done", "card": "done", "push": "skipped"}
+
+
 # ---- a signal during a slow final push -----------------------------------------------------------------------------
 def test_sigterm_during_a_slow_final_push_keeps_the_budget_and_the_resume_does_not_push_it_twice(
         loopback_hub, tmp_path, monkeypatch, hf_log):

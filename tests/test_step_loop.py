@@ -153,3 +153,49 @@ def test_a_restored_step_is_not_saved_again_and_a_nan_names_its_step():
     loop = _loop(FakeSteps(nan_at=6), _args())
     with pytest.raises(FloatingPointError, match="Training loss became nan at global step 6; lower --learning_rate"):
         loop.run()
+
+
+def test_a_signal_during_the_last_call_saves_the_last_step_and_does_not_raise():
+    """A signal seen after the run's last step is no stop: finish() writes the final checkpoint and returns, so
+    the run goes on to its export and card within the grace budget (issue 31 item 6)."""
+    steps = FakeSteps(signal_at=22)
+    loop = _loop(steps, _args(save_steps=100, eval_strategy="no"))
+    step = loop.run()
+    loop.finish(step)  # no KeyboardInterrupt
+    assert step == 22 and steps.saves == [22] and interrupts.received() == signal.SIGTERM
+
+
+class SignalledSave(FakeSteps):
+    """A save during which SIGINT arrives ``signals`` times (a double or triple Ctrl+C lands inside it)."""
+
+    def __init__(self, signals, **kw):
+        super().__init__(**kw)
+        self.signals, self.finished = signals, []
+
+    def save(self, step):
+        import os
+
+        for _ in range(self.signals):
+            os.kill(os.getpid(), signal.SIGINT)  # handled before kill() returns (main thread)
+        self.finished.append(step)  # reached only if the signals did not cut the save short
+        super().save(step)
+
+
+def test_a_second_signal_inside_a_save_waits_for_the_save_and_a_third_cuts_it():
+    """Double Ctrl+C: the first signal stops the loop at step 8, the second lands inside that step's save: the
+    checkpoint is finished, then KeyboardInterrupt (second signal). A third signal there raises at once."""
+    steps = SignalledSave(1, signal_at=8)
+    loop = _loop(steps, _args(save_steps=100, eval_strategy="no"))
+    with interrupts.handling(), interrupts.deferring(True):
+        step = loop.run()
+        with pytest.raises(KeyboardInterrupt, match=r"SIGINT \(second signal\)"):
+            loop.finish(step)
+    assert (step, steps.finished, steps.saves, loop.saved_step) == (8, [8], [8], 8)
+    assert interrupts.count() == 2
+    steps = SignalledSave(2, signal_at=8)
+    loop = _loop(steps, _args(save_steps=100, eval_strategy="no"))
+    with interrupts.handling(), interrupts.deferring(True):
+        step = loop.run()
+        with pytest.raises(KeyboardInterrupt, match=r"SIGINT \(second signal\)"):
+            loop.finish(step)
+    assert steps.finished == [] and steps.saves == [] and interrupts.count() == 3

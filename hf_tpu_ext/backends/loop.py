@@ -12,7 +12,8 @@ the learning rate at a step; whether a signal was seen). Everything else is deci
 * best-model tracking (:class:`hf_tpu_ext.best_metric.BestTracker`);
 * a signal is a save: at the next call boundary (after that call's logs, evaluation and scheduled checkpoint)
   the step reached is checkpointed unless it was, then ``KeyboardInterrupt``
-  (:func:`hf_tpu_ext.interrupts.check`); the final checkpoint of a finished run; the segment's results.
+  (:func:`hf_tpu_ext.interrupts.check`); the final checkpoint of a finished run (a signal during the last call
+  or its save does not raise: the run goes on to its export within the grace budget); the segment's results.
 
 No framework is imported here: tests drive the loop with a pure-Python backend (tests/test_step_loop.py).
 """
@@ -357,22 +358,26 @@ class StepLoop:
             log_entry(self.trackio, entry)
 
     def save(self, step: int) -> None:
-        self.steps.save(step)
-        self.saved_step = step
+        with interrupts.shielded():  # a second signal waits for the checkpoint to be whole
+            self.steps.save(step)
+            self.saved_step = step
 
     def finish(self, step: int) -> None:
         """After :meth:`run`: checkpoint ``step`` unless it is (the final checkpoint: a finished run can be
-        extended and pushed; after a signal, the step reached), then raise after a signal.
+        extended and pushed; after a signal, the step reached), then raise after a signal that stopped the run
+        before its last step (one after it lets the run finish its export and card within the grace budget).
 
         Raises:
-            KeyboardInterrupt: after SIGINT/SIGTERM (:func:`hf_tpu_ext.interrupts.check`), once ``step`` is saved.
+            KeyboardInterrupt: after SIGINT/SIGTERM (:func:`hf_tpu_ext.interrupts.check`), once ``step`` is saved,
+                when ``step`` is short of the plan's last step.
         """
         signalled = self.steps.signalled()
         if step != self.saved_step:
-            if signalled:
+            if signalled and step < self.plan.total_steps:
                 logger.info("signal received: saving step %d before stopping", step)
             self.save(step)
-        interrupts.check()
+        if step < self.plan.total_steps:
+            interrupts.check()
 
     def results(self, step: int) -> Dict[str, Any]:
         """The segment's figures so far (:meth:`LoopMeter.results`)."""

@@ -87,12 +87,20 @@ def main(argv=None) -> int:
     finally:
         if lock is not None:
             lock.release()
-    line = saved_line(training_args.output_dir)
-    if line:
-        import logging
+    from hf_tpu_ext import interrupts
 
-        logging.getLogger("hf_tpu_ext").info(line)
-    print(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}, indent=2))
+    with interrupts.finished() as after:  # the run is complete: a signal now has nothing to save
+        line = saved_line(training_args.output_dir)
+        if line:
+            import logging
+
+            logging.getLogger("hf_tpu_ext").info(line)
+        print(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}, indent=2), flush=True)
+    if after.late is not None:
+        import signal
+
+        print(f"{signal.Signals(after.late).name} received after the run finished: nothing left to save; the "
+              f"run is complete in {training_args.output_dir}.", file=sys.stderr, flush=True)
     return 0
 
 

@@ -188,8 +188,9 @@ class TrainingRun:
         # never inside a TensorFlow op or checkpoint write
         with interrupts.deferring(getattr(backend, "checks_interrupts", False)):
             fit_metrics = backend.fit(callbacks, self.checkpoint, start, self.log_history)
-            interrupts.check()
             self.step = int(fit_metrics["global_step"])
+            if self.step < plan.total_steps:  # stopped early; a signal after the last step: export, card follow
+                interrupts.check()
             self.final_evaluation(self.prior_runtime + fit_metrics["train_runtime"])
             # what only the training process measured, for a resume that finishes the export (all_results, card)
             self.run_state["fit_metrics"] = {k: v for k, v in fit_metrics.items()
@@ -483,6 +484,11 @@ class TrainingRun:
         if self._pending("space"):
             interrupts.check()  # a signal came during the final push: the Space waits for the resume
             self.space()
+        elif interrupts.received() is not None:  # a signal after the last step: every phase finished in the budget
+            phases = "export, card and final push" if self.pusher is not None else "export and card"
+            logger.warning("%s received after the last step: %s finished within the %g s grace budget.",
+                           signal.Signals(interrupts.received()).name, phases, interrupts.grace())
+            self._write_interrupted_summary(interrupts.received(), [], results)
         _log_done(results, t_total)
         return results
 
@@ -511,10 +517,6 @@ class TrainingRun:
         self._write_summary(results)  # the push outcome, locally (the pushed copy predates it)
         if report.final_pushed:
             self._mark("push", "pushed")
-            if interrupts.received() is not None:  # a signal after the last step: finished within the grace budget
-                logger.warning("%s received after the last step: export, card and final push finished within the "
-                               "%g s grace budget.", signal.Signals(interrupts.received()).name, interrupts.grace())
-                self._write_interrupted_summary(interrupts.received(), [], results)
             return
         interrupts.check()  # stopped by a signal: the resume line (a resume pushes again), not a push error
         message = pushes.final_push_failure(self.args, self.step, self.pusher.repo_id)

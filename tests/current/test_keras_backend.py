@@ -429,6 +429,9 @@ def test_best_model_survives_a_kill_and_is_exported(tmp_path):
                       "--save_total_limit", "10", steps=8)  # every checkpoint kept: the test compares with them
     proc = _train_process(args, kill_at="checkpoint_weights@6")
     assert proc.returncode == -9, proc.stderr[-3000:]
+    # "saved" is said of a complete checkpoint only (its trainer state written): 4 was, 6 was cut short
+    assert f"saved checkpoint {out / 'checkpoint-4'}" in proc.stderr
+    assert "checkpoint-6" not in proc.stderr
     assert (out / "checkpoints" / "best" / "model_state.safetensors").is_file()
     proc = _train_process(args + ["--resume_from_checkpoint", "true"])
     assert proc.returncode == 0, proc.stderr[-3000:]

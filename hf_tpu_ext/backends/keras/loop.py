@@ -98,9 +98,9 @@ class KerasSteps:
         """``checkpoint-<step>/`` (process 0 writes), then the run's ``on_save`` (its trainer state completes it)."""
         path = self.b.save(step)
         if path is not None:
-            logger.info("saved checkpoint %s", path)
             interrupts.kill_for_test("checkpoint_weights", step)  # weights written, trainer state not yet
             self.on_save(step, path)
+            logger.info("saved checkpoint %s", path)  # complete only now: its trainer state is written
 
     def keep_best(self, step: int, key: str, value: float) -> None:
         from hf_tpu_ext.backends.keras.best import keep_best
