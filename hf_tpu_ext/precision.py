@@ -14,9 +14,10 @@ back, so Keras' own bf16 layers ran ``--bf16 true`` at 0.83x their float32 speed
 and runs on the CPU's bf16 instructions; the Keras backend's step computes its projections that way
 (:mod:`hf_tpu_ext.backends.keras.bf16_dot`, ``bf16_dots=True`` here). Whether that step beats its float32 one
 depends on the CPU's bf16 unit: with AMX-BF16 (Sapphire Rapids) it did, 1.24-1.52x in CPU time (benchmarks/NOTES.md
-"Round six"); with AVX512-BF16 alone (AMD Zen 4, 2026-12-02, benchmarks/RESULTS.md) it ran at 0.92x its float32
-(854 vs 788 ms/step, small preset), so ``--bf16 auto`` picks bf16 on XLA:CPU only where
-:data:`FAST_BF16_DOT_CPU_FLAGS` are present (:func:`xla_bf16_dots_faster`). A step
+"Round six"); with AVX512-BF16 alone (AMD Zen 4, 2026-12-03, benchmarks/RESULTS.md) it runs 1.18x its float32
+(718 vs 846 ms/step, small preset; 1.32x in the step benchmark's alternating rounds; the 0.92x of 2026-12-02 was
+measured before the dot routing's one switch), so ``--bf16 auto`` picks bf16 on XLA:CPU where
+:data:`FAST_BF16_DOT_CPU_FLAGS` are present (:func:`xla_bf16_dots_faster`); Arm BF16 is not measured. A step
 on XLA:CPU without those dots (the TensorFlow backend with ``--jit_compile true``) keeps float32 under auto; the
 TensorFlow backend (``--jit_compile`` unset or false) keeps bf16 on TensorFlow's oneDNN kernels (AMX
 ``brg_matmul``), 1.14x its float32 there (issue 29), 1.21x on AVX512-BF16 (Zen 4).
@@ -50,8 +51,8 @@ from typing import Callable, FrozenSet, Optional, Union
 #: /proc/cpuinfo flags of CPUs with bfloat16 dot-product instructions (x86 AVX512-BF16 and AMX, Arm BF16)
 NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 #: CPU flags under which XLA:CPU's bf16 x bf16 -> float32 dots beat its float32 step (measured: AMX-BF16 yes;
-#: AVX512-BF16 alone no, 0.92x on Zen 4; Arm BF16 not measured, so not assumed)
-FAST_BF16_DOT_CPU_FLAGS = frozenset({"amx_bf16"})
+#: AVX512-BF16 yes, 1.18x on Zen 4; Arm BF16 not measured, so not assumed)
+FAST_BF16_DOT_CPU_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
 BF16_CHOICES = ("auto", "true", "false")
 #: why ``--bf16 auto`` keeps float32 on a native-bf16 CPU whose step is XLA (the Keras backend; --jit_compile true)
 AUTO_XLA_CPU_REASON = ("--bf16 auto: float32, this CPU has native bf16 but the step runs on XLA:CPU, which "
@@ -59,12 +60,12 @@ AUTO_XLA_CPU_REASON = ("--bf16 auto: float32, this CPU has native bf16 but the s
 #: why ``--bf16 auto`` picks bf16 on a native-bf16 CPU whose XLA step has bf16 x bf16 -> float32 dots (Keras/JAX)
 AUTO_BF16_DOTS_REASON = ("--bf16 auto: this CPU has native bf16 and the step's matmuls multiply bf16 natively "
                          "on XLA:CPU (bf16 x bf16 -> float32 dots)")
-#: why ``--bf16 auto`` keeps float32 on a CPU whose bf16 unit runs those dots slower than float32 (no AMX)
-AUTO_SLOW_BF16_DOTS_REASON = ("--bf16 auto: float32, this CPU has native bf16 but no AMX: the XLA step's bf16 "
-                              "dots ran slower than float32 on AVX512-BF16 alone (0.92x, benchmarks/RESULTS.md)")
+#: why ``--bf16 auto`` keeps float32 on a native-bf16 CPU where those dots were not measured faster (Arm BF16)
+AUTO_SLOW_BF16_DOTS_REASON = ("--bf16 auto: float32, this CPU has native bf16 but neither AMX nor AVX512-BF16: "
+                              "the XLA step's bf16 dots are not known to beat float32 here")
 #: added to the reason of ``--bf16 true`` in that case
-TRUE_SLOW_BF16_DOTS_NOTE = ("; the XLA step's bf16 dots ran slower than float32 on AVX512-BF16 without AMX, and "
-                            "--bf16 auto would keep float32")
+TRUE_SLOW_BF16_DOTS_NOTE = ("; the XLA step's bf16 dots are not known to beat float32 without AMX or AVX512-BF16, "
+                            "and --bf16 auto would keep float32")
 #: added to the reason of ``--bf16 true`` on an XLA:CPU step without bf16 x bf16 -> float32 dots
 TRUE_XLA_CPU_NOTE = ("; XLA:CPU multiplies bf16 -> bf16 dots in float32 even on this native-bf16 CPU: slower "
                      "than float32, and --bf16 auto would keep float32")
@@ -172,7 +173,7 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
         bf16_dots: the XLA step multiplies bf16 x bf16 -> float32 (the Keras backend on JAX:
             :mod:`hf_tpu_ext.backends.keras.bf16_dot`), which XLA:CPU runs natively.
         bf16_dots_faster: with ``bf16_dots`` on a CPU, whether those dots beat float32 there
-            (:func:`xla_bf16_dots_faster`: AMX-BF16); ``--bf16 auto`` keeps float32 where not.
+            (:func:`xla_bf16_dots_faster`: AMX-BF16, AVX512-BF16); ``--bf16 auto`` keeps float32 where not.
 
     Returns:
         PrecisionPlan.

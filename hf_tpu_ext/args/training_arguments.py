@@ -95,7 +95,8 @@ class TrainingArguments:
         default=None,
         metadata={"help": "Mixed bfloat16 compute, float32 weights and loss: true, false or auto (bf16 where the hardware "
                           "has it natively: TPU, GPU with compute capability >= 8.0, CPU with AVX512-BF16/AMX when the step runs on "
-                          "TensorFlow's kernels; an XLA:CPU step, e.g. the Keras backend's, keeps float32). "
+                          "TensorFlow's kernels or the Keras backend's bf16 x bf16 -> float32 dots; another XLA:CPU step keeps "
+                          "float32). "
                           "Unset: auto on a TPU, float32 elsewhere. See hf_tpu_ext/precision.py.",
                   "nargs": "?", "const": "true"},
     )
