@@ -99,3 +99,15 @@ def launched_demo(model_dir: str, **build_kwargs):
         yield demo, demo.local_url
     finally:
         demo.close()
+
+
+# gradio_client posts with httpx's 5 s default read timeout; in CI two test lanes share 2 cores and the app
+# server's thread can wait longer than that for its first answer (stop 37: three ReadTimeouts, none locally).
+CLIENT_TIMEOUT_S = 120
+
+
+def gradio_client(url: str):
+    """A ``gradio_client.Client`` on ``url`` with :data:`CLIENT_TIMEOUT_S` for every request."""
+    from gradio_client import Client
+
+    return Client(url, verbose=False, httpx_kwargs={"timeout": CLIENT_TIMEOUT_S})

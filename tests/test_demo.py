@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from demo_support import launched_demo
+from demo_support import gradio_client, launched_demo
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -33,9 +33,7 @@ def demo_url(predictor):
 
 @pytest.fixture(scope="module")
 def client(demo_url):
-    from gradio_client import Client
-
-    return Client(demo_url, verbose=False)
+    return gradio_client(demo_url)
 
 
 def _call(client, text, top_k=5, targets=""):

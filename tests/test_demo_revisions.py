@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from conftest import tiny_train_args
-from demo_support import free_port
+from demo_support import free_port, gradio_client
 
 REPO = "alice/bench-mlm"
 SPACE = "alice/bench-mlm-demo"
@@ -110,10 +110,8 @@ def bench(loopback_hub_server, trained_model_dir, tmp_path_factory):
         demo = app.build_demo(app.default_model_id(), backend="torch", cache_size=3)
         demo.launch(server_name="127.0.0.1", server_port=free_port(), prevent_thread_lock=True, quiet=True)
         try:
-            from gradio_client import Client
-
             yield {"server": server, "out": out, "results": results, "probe_path": probe_path, "app": app,
-                   "demo": demo, "client": Client(demo.local_url, verbose=False), "url": demo.local_url}
+                   "demo": demo, "client": gradio_client(demo.local_url), "url": demo.local_url}
         finally:
             demo.close()
             server.reset()
