@@ -52,6 +52,14 @@ REPORT_LIMIT = 100
 PUSH_ID_MARKER = "hf-tpu-ext push id"
 
 
+def note_step(steps: list, step: int, limit: int = REPORT_LIMIT) -> None:
+    """Append ``step`` to a list of pushed (or coalesced) steps, keeping the last ``limit`` (memory stays flat
+    however long a run pushes)."""
+    steps.append(int(step))
+    if len(steps) > limit:
+        del steps[: len(steps) - limit]
+
+
 @dataclass
 class PushOutcome:
     """What happened to one submitted push.

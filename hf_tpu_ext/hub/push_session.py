@@ -59,6 +59,7 @@ from hf_tpu_ext.hub.commit_budget import (API_CALLS_PER_COMMIT, DEFAULT_BUDGET_P
 from hf_tpu_ext.hub.push_config import (DEFAULT_HUB_STRATEGY, DEFAULT_SAVE_STRATEGY, SAVE_STRATEGIES,  # noqa: F401
                                         PushConfig)
 from hf_tpu_ext.hub.push_policy import PushPlan, crossed_save_step, improves, monitor_value, plan_save, strategy_rule
+from hf_tpu_ext.hub.push_queue import note_step
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
 logger = logging.getLogger("hf_tpu_ext.hub")
@@ -245,7 +246,7 @@ class PushSession:
         plan = self.last_plan = plan_save(self.config.hub_strategy, step, final=final, max_steps=max_steps,
                                           signalled=signum is not None, budget_wait=wait)
         if plan.coalesced:
-            _note(self.coalesced_steps, step)
+            note_step(self.coalesced_steps, step)
         if plan.reason == "signal":  # the save of a SIGINT/SIGTERM is what a resume starts from: as a final push
             logger.info("Save at step %d after %s: pushed now, past the commit budget's pacing (within the %g s "
                         "grace budget).", step, _signal_name(signum), interrupts.grace())
@@ -280,7 +281,7 @@ class PushSession:
         plan = plan_save(self.config.hub_strategy, step, final=final)  # the commits; admit() said "now"
         self.pusher.push_save(model_folder, step=step, checkpoint_folder=checkpoint_folder if plan.checkpoint else None,
                               final=final, commit_message=plan.commit_message)
-        _note(self.pushed_steps, step)
+        note_step(self.pushed_steps, step)
         self._last_save_step = step
 
     # ---- measurements and files -------------------------------------------------------------
@@ -505,10 +506,3 @@ def _signal_name(signum: int) -> str:
     import signal
 
     return signal.Signals(signum).name
-
-
-def _note(steps: List[int], step: int, limit: int = 100) -> None:
-    """Append ``step``, keeping the last ``limit`` (memory stays flat however long a run pushes)."""
-    steps.append(int(step))
-    if len(steps) > limit:
-        del steps[: len(steps) - limit]

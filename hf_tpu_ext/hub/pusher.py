@@ -39,7 +39,7 @@ from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id  # the flag's choices:
 from hf_tpu_ext.errors import ArgumentError, HubError
 from hf_tpu_ext.hub.push_policy import (CHECKPOINT_PREFIX, DEFAULT_HUB_STRATEGY, OWN_COMMIT, WITH_MODEL,  # noqa: F401
                                         check_hub_strategy, checkpoint_folder_name, plan_save)
-from hf_tpu_ext.hub.push_queue import REPORT_LIMIT, STAGING_PREFIX, PushQueue, PushReport
+from hf_tpu_ext.hub.push_queue import REPORT_LIMIT, STAGING_PREFIX, PushQueue, PushReport, note_step  # noqa: F401
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
 logger = logging.getLogger("hf_tpu_ext.hub")
@@ -56,13 +56,6 @@ MODEL_IGNORE_PATTERNS = ("checkpoints/*", f"{LAST_CHECKPOINT}/*", "checkpoint-*"
 # (older ckpt-N shards, rng states of other ranks): what lands there is exactly one checkpoint
 LAST_CHECKPOINT_DELETE_PATTERNS = (f"{LAST_CHECKPOINT}/*",)
 DEFAULT_PUSH_TIMEOUT = 600.0
-
-
-def note_step(steps: list, step: int, limit: int = REPORT_LIMIT) -> None:
-    """Append ``step`` to a list of pushed steps, keeping the last ``limit`` (memory stays flat)."""
-    steps.append(int(step))
-    if len(steps) > limit:
-        del steps[: len(steps) - limit]
 
 
 def log_push_report(report: PushReport, repo_id: str, output_dir: Optional[str], final_step: Optional[int]) -> None:
