@@ -570,3 +570,18 @@ def test_eval_pipeline_is_fixed(tf, mask_fn):
         make_eval_dataset(blocks, global_batch_size=12, seed=2, mask_fn=mask_fn)
     speed = input_pipeline_tokens_per_second(make_train_dataset(blocks, global_batch_size=4, seed=0, mask_fn=mask_fn), 3)
     assert speed > 0
+
+
+def test_a_vocab_size_the_text_cannot_fill_is_named_with_the_size_trained(small_texts, caplog):
+    from hf_tpu_ext.data.tokenizer import train_bpe_tokenizer
+
+    with caplog.at_level("INFO", logger="hf_tpu_ext"):
+        tok = train_bpe_tokenizer(small_texts[:20], vocab_size=50_000, model_max_length=L)
+    assert len(tok) < 50_000
+    assert caplog.messages == [
+        f"vocab_size 50000 asks for more tokens than the training text gives: the tokenizer (and the model built on "
+        f"it) has {len(tok)}; more text or a smaller --vocab_size makes them equal."]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="hf_tpu_ext"):
+        assert len(train_bpe_tokenizer(small_texts, vocab_size=400, model_max_length=L)) == 400
+    assert caplog.messages == []

@@ -7,11 +7,14 @@ space before it (``lstrip=True``), so ``"Hello <mask>!"`` works in the fill-mask
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from typing import Iterable, Optional
 
 from hf_tpu_ext.errors import TokenizerError
+
+logger = logging.getLogger("hf_tpu_ext")
 
 SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")  # ids 0..4, as in RoBERTa
 TOKENIZER_FILES = (
@@ -30,7 +33,7 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length:
     Args:
         texts: the training texts (any iterable of str; a ``datasets`` column works).
         vocab_size: the wanted vocabulary size including the 5 special tokens and the 256 byte symbols
-            (>= 300); a small corpus may give fewer tokens.
+            (>= 300); a small corpus may give fewer tokens (a log line names both sizes).
         model_max_length: tokens a model input may hold (the ``max_seq_length`` of the run).
 
     Returns:
@@ -53,6 +56,10 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length:
         special_tokens=list(SPECIAL_TOKENS),
         show_progress=False,
     )
+    if bpe.get_vocab_size() < vocab_size:  # BPE merges only pairs seen twice: a small corpus runs out of them
+        logger.info("vocab_size %d asks for more tokens than the training text gives: the tokenizer (and the model "
+                    "built on it) has %d; more text or a smaller --vocab_size makes them equal.", vocab_size,
+                    bpe.get_vocab_size())
     backend = bpe._tokenizer  # the underlying tokenizers.Tokenizer
     backend.post_processor = processors.RobertaProcessing(  # sep, cls by position: tokenizers 0.23 renamed cls
         ("</s>", backend.token_to_id("</s>")),
