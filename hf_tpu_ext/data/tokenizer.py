@@ -56,10 +56,10 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length:
         special_tokens=list(SPECIAL_TOKENS),
         show_progress=False,
     )
-    if bpe.get_vocab_size() < vocab_size:  # BPE merges only pairs seen twice: a small corpus runs out of them
+    trained = bpe.get_vocab_size()
+    if trained < vocab_size:  # BPE merges only pairs seen twice: a small corpus runs out of them
         logger.info("vocab_size %d asks for more tokens than the training text gives: the tokenizer (and the model "
-                    "built on it) has %d; more text or a smaller --vocab_size makes them equal.", vocab_size,
-                    bpe.get_vocab_size())
+                    "built on it) has %d; more text or a smaller --vocab_size makes them equal.", vocab_size, trained)
     backend = bpe._tokenizer  # the underlying tokenizers.Tokenizer
     backend.post_processor = processors.RobertaProcessing(  # sep, cls by position: tokenizers 0.23 renamed cls
         ("</s>", backend.token_to_id("</s>")),

@@ -39,7 +39,7 @@ from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id  # the flag's choices:
 from hf_tpu_ext.errors import ArgumentError, HubError
 from hf_tpu_ext.hub.push_policy import (CHECKPOINT_PREFIX, DEFAULT_HUB_STRATEGY, OWN_COMMIT, WITH_MODEL,  # noqa: F401
                                         check_hub_strategy, checkpoint_folder_name, plan_save)
-from hf_tpu_ext.hub.push_queue import REPORT_LIMIT, STAGING_PREFIX, PushQueue, PushReport, note_step  # noqa: F401
+from hf_tpu_ext.hub.push_queue import REPORT_LIMIT, STAGING_PREFIX, PushQueue, PushReport, note_step
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
 logger = logging.getLogger("hf_tpu_ext.hub")
