@@ -157,3 +157,19 @@ def test_a_finished_run_notes_a_late_signal_and_gives_the_handlers_back():
     assert after.late == signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is before
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_finished_run_with_then_hands_later_signals_to_it():
+    """The console script's teardown: ``then`` takes the signals after the block (the old handlers do not come
+    back: SIGTERM's default would end the complete run with 143)."""
+    before = {sig: signal.getsignal(sig) for sig in interrupts.SIGNALS}
+    heard = []
+    try:
+        with interrupts.finished(then=heard.append) as after:
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert after.late is None and heard == [signal.SIGTERM, signal.SIGINT]
+    finally:
+        for sig, old in before.items():
+            signal.signal(sig, old)

@@ -142,6 +142,81 @@ def test_sigterm_with_the_budget_spent_puts_the_step_reached_on_the_hub(loopback
     assert summary["hub_pushes"]["signal_saves"] == 1 and summary["hub_pushes"]["pushed"] == 2
 
 
+# ---- a second signal while the run reports the first ----------------------------------------------------------------
+def _then_signal_at(step, delay, first=signal.SIGTERM, second=signal.SIGTERM):
+    """A registered tf_keras callback: ``first`` after global step ``step``, ``second`` ``delay`` s later (a
+    preemption's SIGTERM, then the user's or the orchestrator's second one while the run waits for its push)."""
+    import threading
+
+    import tf_keras
+
+    from hf_tpu_ext.callbacks import register_callback
+
+    name = f"test_signal_push_then_{int(second)}_at_{step}"
+
+    @register_callback(name, "Test only: two signals to this process after a global step.")
+    class TwoSignals(tf_keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) == step:
+                os.kill(os.getpid(), first)
+                threading.Timer(delay, os.kill, (os.getpid(), second)).start()
+
+    return name
+
+
+def test_a_second_sigterm_during_the_push_wait_stops_it_and_the_summary_is_written(loopback_hub, tmp_path, hf_log):
+    """SIGTERM after step 6, commits take 4 s, a second SIGTERM 1 s later: the wait stops there (not after the
+    4 s commit, not by SIGTERM's default killing the process; the upload in flight gets 0.5 s to end, not the 2 s
+    of a single signal), the summary names the push not landed."""
+    from hf_tpu_ext.errors import TrainingInterrupted
+
+    loopback_hub.server.latency(4.0, route="commit")
+    heard = []
+    handle = interrupts.on_signal(lambda signum: heard.append(time.monotonic()))
+    out = tmp_path / "o"
+    args = tiny_train_args(out, "--max_steps", "20", "--save_strategy", "steps", "--save_steps", "3",
+                           "--eval_strategy", "no", "--jit_compile", "false", "--callbacks", _then_signal_at(6, 1.0),
+                           *_hub_args(loopback_hub, "--save_on_signal_timeout", "20"))
+    try:
+        with pytest.raises(TrainingInterrupted) as stop:
+            _train(args)
+        stopped = time.monotonic() - heard[0]
+    finally:
+        handle.remove()
+        loopback_hub.server.latency(0.0, route="commit")
+    assert stop.value.step == 6 and stop.value.signum == signal.SIGTERM and interrupts.count() == 2
+    assert 1.0 <= stopped < 2.5, stopped
+    interrupted = json.loads((out / "training_summary.json").read_text())["interrupted"]
+    assert interrupted["global_step"] == 6 and interrupted["signal"] == "SIGTERM"
+    assert "Training in progress, step 6" in interrupted["not_pushed"], interrupted["not_pushed"]
+
+
+def test_a_double_ctrl_c_landing_in_the_summary_write_still_writes_it(tmp_path, monkeypatch, hf_log):
+    """Ctrl+C after step 6 (saved), the second Ctrl+C while training_summary.json is written: the file is written
+    whole first (issue 31: a double SIGINT left no summary), then the run stops with 130's error."""
+    import hf_tpu_ext.run.files as run_files
+    from hf_tpu_ext.errors import TrainingInterrupted
+
+    write = run_files.write_training_summary
+
+    def write_during_a_second_ctrl_c(output_dir, summary):
+        if "interrupted" in summary:
+            os.kill(os.getpid(), signal.SIGINT)  # handled before kill() returns (main thread)
+        write(output_dir, summary)
+
+    monkeypatch.setattr(run_files, "write_training_summary", write_during_a_second_ctrl_c)
+    out = tmp_path / "o"
+    args = tiny_train_args(out, "--max_steps", "20", "--save_strategy", "steps", "--save_steps", "100",
+                           "--eval_strategy", "no", "--jit_compile", "false",
+                           "--callbacks", _signal_at(6, signal.SIGINT))
+    with pytest.raises(TrainingInterrupted) as stop:
+        _train(args)
+    assert stop.value.step == 6 and stop.value.signum == signal.SIGINT and interrupts.count() == 2
+    interrupted = json.loads((out / "training_summary.json").read_text())["interrupted"]
+    assert interrupted == {"signal": "SIGINT", "global_step": 6, "checkpoint": os.path.join("checkpoints", "ckpt-6"),
+                           "save_on_signal_timeout": 25.0, "not_pushed": []}
+
+
 # ---- a signal after the last step ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("phase", ["export", "card"])
 def test_a_signal_during_the_export_or_the_card_still_ends_with_the_final_model_on_the_hub(

@@ -87,9 +87,15 @@ def main(argv=None) -> int:
     finally:
         if lock is not None:
             lock.release()
+    import hf_tpu_ext.console as console
     from hf_tpu_ext import interrupts
 
-    with interrupts.finished() as after:  # the run is complete: a signal now has nothing to save
+    def late(signum: int) -> None:  # the console process's teardown: say it, end with the run's status
+        print(late_signal_line(signum, training_args.output_dir), file=sys.stderr, flush=True)
+        console.exit_now(0)
+
+    # the run is complete: a signal now has nothing to save
+    with interrupts.finished(then=late if console.whole_process else None) as after:
         line = saved_line(training_args.output_dir)
         if line:
             import logging
@@ -97,11 +103,17 @@ def main(argv=None) -> int:
             logging.getLogger("hf_tpu_ext").info(line)
         print(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}, indent=2), flush=True)
     if after.late is not None:
-        import signal
-
-        print(f"{signal.Signals(after.late).name} received after the run finished: nothing left to save; the "
-              f"run is complete in {training_args.output_dir}.", file=sys.stderr, flush=True)
+        print(late_signal_line(after.late, training_args.output_dir), file=sys.stderr, flush=True)
+    interrupts.kill_for_test("after_results")
     return 0
+
+
+def late_signal_line(signum: int, output_dir: str) -> str:
+    """What a SIGINT/SIGTERM after a completed run prints (the run's exit status stays 0)."""
+    import signal
+
+    return (f"{signal.Signals(signum).name} received after the run finished: nothing left to save; the run is "
+            f"complete in {output_dir}.")
 
 
 if __name__ == "__main__":

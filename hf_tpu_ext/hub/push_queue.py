@@ -354,9 +354,11 @@ class PushQueue:
             self._cond.notify_all()
         if self._thread is not threading.current_thread():
             # an upload in flight ends at its next retry wait or request; after a signal, never past the grace
-            # budget (the process must be gone by then: the upload is reported unfinished, with its push id)
+            # budget (the process must be gone by then: the upload is reported unfinished, with its push id);
+            # after a second signal, half a second: the user asked to stop waiting
             left = interrupts.seconds_left()
-            self._thread.join(timeout=2.0 if left is None else min(2.0, left / 2))
+            limit = 2.0 if left is None else min(2.0 if interrupts.count() < 2 else 0.5, left / 2)
+            self._thread.join(timeout=limit)
         shutil.rmtree(self._staging_root, ignore_errors=True)
         report = self.report
         report.timed_out = timed_out

@@ -336,26 +336,35 @@ class TrainingRun:
 
             return read_all_results(args.output_dir) or {}
         self._open_pusher()
-        try:
-            with interrupts.handling(getattr(args, "save_on_signal_timeout", None)):
+        # the report of a signal (push, wait, summary) runs under the run's handler: a second signal there stops
+        # the wait, one more does not kill the process by SIGTERM's default before the summary is written
+        with interrupts.handling(getattr(args, "save_on_signal_timeout", None)):
+            try:
                 return self._run_phases(t_total)
-        except KeyboardInterrupt:
-            raise self._interrupted() from None
-        except BaseException as err:
-            if interrupts.received() is not None:  # a library failed half-way through the signal: still one line
-                raise self._interrupted() from None
-            if self.pusher is not None:
-                report = self.pusher.report()
-                if report.pending:
-                    logger.error("training failed; %d push(es) not uploaded: %s", len(report.pending),
-                                 ", ".join(report.pending))
-                self.pusher.close()
-            from hf_tpu_ext.hub.checkpoint_layouts import save_failure_message
+            except KeyboardInterrupt:
+                stopped = self._interrupted()
+            except BaseException as err:
+                if interrupts.received() is None:
+                    self._failed(err)
+                    raise
+                stopped = self._interrupted()  # a library failed half-way through the signal: still one line
+        raise stopped from None
 
-            message = save_failure_message(err, args.output_dir, resume_hint(self.argv, self._secrets()))
-            if message:  # disk full, quota, read-only: one line naming the intact checkpoint, not a traceback
-                raise OutputDirError(message) from None
-            raise
+    def _failed(self, err: BaseException) -> None:
+        """A run that failed (no signal): report the pushes not uploaded, close the pusher; a failed write (disk
+        full, quota, read-only) becomes :class:`OutputDirError`'s one line naming the intact checkpoint."""
+        args = self.args
+        if self.pusher is not None:
+            report = self.pusher.report()
+            if report.pending:
+                logger.error("training failed; %d push(es) not uploaded: %s", len(report.pending),
+                             ", ".join(report.pending))
+            self.pusher.close()
+        from hf_tpu_ext.hub.checkpoint_layouts import save_failure_message
+
+        message = save_failure_message(err, args.output_dir, resume_hint(self.argv, self._secrets()))
+        if message:  # disk full, quota, read-only: one line naming the intact checkpoint, not a traceback
+            raise OutputDirError(message) from None
 
     def _secrets(self) -> tuple:
         """The token values a line shown to the user must not hold."""
@@ -384,8 +393,9 @@ class TrainingRun:
                     logger.warning("%s: not on the Hub within the %gs grace budget (--save_on_signal_timeout): %s; "
                                    "the local folder has it.", signal.Signals(signum).name, interrupts.grace(),
                                    "; ".join(not_pushed))
-            self._write_interrupted_summary(signum, not_pushed)
-        except KeyboardInterrupt:  # a second signal while reporting: exit now
+            with interrupts.shielded():  # a double Ctrl+C's second signal lands here: the summary is written first
+                self._write_interrupted_summary(signum, not_pushed)
+        except KeyboardInterrupt:  # a signal more while reporting: exit now
             pass
         except Exception as err:  # noqa: BLE001 (stopped before the model existed: the resume line still comes)
             logger.debug("no training_summary.json for the interrupted run: %s", err)

@@ -178,6 +178,18 @@ def test_sigterm_after_an_epoch_save_with_accumulation_resumes_to_the_same_losse
     assert ours["train_loss"] == pytest.approx(ref_results["train_loss"], abs=1e-6)
 
 
+def test_a_sigterm_after_the_results_ends_the_console_process_with_0_and_one_line(tmp_path):
+    """The console script after a complete run (results printed, interpreter teardown ahead): a SIGTERM there is
+    no failure (issue 31: it ended a complete run with 143 and no word); the process says so and exits 0."""
+    out = tmp_path / "late"
+    proc = _train_process(keras_args(out, steps=4), signal_at="after_results")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.rstrip().splitlines()[-1] == (
+        f"SIGTERM received after the run finished: nothing left to save; the run is complete in {out}.")
+    assert json.loads(proc.stdout[proc.stdout.index("{"):])["global_step"] == 4
+    assert json.loads((out / "run_state.json").read_text())["phases"]["card"] == "done"
+
+
 DEVICES_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np, jax
