@@ -193,6 +193,9 @@ def soak_train(args, tmp: str) -> dict:
         "rss_mb_after_first_minute": round(kept[0][1], 1) if kept else None,
         "rss_mb_last_sample": round(samples[-1][1], 1) if samples else None,
         "rss_slope_mb_per_min": round(slope_per_minute(samples, args.warmup_seconds), 3),
+        # one slope hides a step (a release, a late allocation): the last sample of each minute shows it
+        "rss_mb_per_minute": [round(mb, 1) for i, (t, mb) in enumerate(samples)
+                              if i + 1 == len(samples) or int(samples[i + 1][0] // 60) > int(t // 60)],
         "rss_growth_mb_per_1000_steps": round(slope_per_1000(
             [(st, mb) for st, (t, mb) in zip(steps, samples) if t >= args.warmup_seconds]), 3),
         "target_mb_per_min": 0.5, "exit_status_after_sigint": proc.returncode,

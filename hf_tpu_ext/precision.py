@@ -13,14 +13,16 @@ back, so Keras' own bf16 layers ran ``--bf16 true`` at 0.83x their float32 speed
 579 vs 479 ms/step, small preset, idle AVX512-BF16 machine). A bf16 x bf16 dot with a *float32 result* is kept
 and runs on the CPU's bf16 instructions; the Keras backend's step computes its projections that way
 (:mod:`hf_tpu_ext.backends.keras.bf16_dot`, ``bf16_dots=True`` here). Whether that step beats its float32 one
-depends on the CPU's bf16 unit: with AMX-BF16 (Sapphire Rapids) it did, 1.24-1.52x in CPU time (benchmarks/NOTES.md
-"Round six"); with AVX512-BF16 alone (AMD Zen 4, 2026-12-03, benchmarks/RESULTS.md) it runs 1.18x its float32
-(718 vs 846 ms/step, small preset; 1.32x in the step benchmark's alternating rounds; the 0.92x of 2026-12-02 was
+depends on the CPU's bf16 unit: with AMX-BF16 it did, 1.24-1.52x in CPU time (benchmarks/NOTES.md "Round six")
+and 1.09-1.12x in wall time on the small preset (2026-12-03, benchmarks/RESULTS.md, quiet headline round); with
+AVX512-BF16 alone (AMD Zen 4, 2026-12-03, benchmarks/RESULTS.md) it runs 1.18x its float32 (718 vs 846 ms/step,
+small preset; 1.32x in the step benchmark's alternating rounds; the 0.92x of 2026-12-02 was
 measured before the dot routing's one switch), so ``--bf16 auto`` picks bf16 on XLA:CPU where
 :data:`FAST_BF16_DOT_CPU_FLAGS` are present (:func:`xla_bf16_dots_faster`); Arm BF16 is not measured. A step
 on XLA:CPU without those dots (the TensorFlow backend with ``--jit_compile true``) keeps float32 under auto; the
 TensorFlow backend (``--jit_compile`` unset or false) keeps bf16 on TensorFlow's oneDNN kernels (AMX
-``brg_matmul``), 1.14x its float32 there (issue 29), 1.21x on AVX512-BF16 (Zen 4).
+``brg_matmul``), 1.10-1.14x its float32 there (issue 29; benchmarks/RESULTS.md 2026-12-03), 1.21x on
+AVX512-BF16 (Zen 4).
 
 Resolution (:func:`resolve_precision`):
 
