@@ -56,21 +56,40 @@ def _hub_args(hub, *extra):
             *extra]
 
 
-def _signal_at(step, sig=signal.SIGTERM):
-    """A registered tf_keras callback that sends ``sig`` to this process after global step ``step``."""
+def _signal_at(step, sig=signal.SIGTERM, second=None, delay=1.0):
+    """A registered tf_keras callback that sends ``sig`` to this process after global step ``step`` (and ``second``
+    ``delay`` s later when given: a preemption's SIGTERM, then another while the run waits for its push)."""
+    import threading
+
     import tf_keras
 
     from hf_tpu_ext.callbacks import register_callback
 
-    name = f"test_signal_push_{int(sig)}_at_{step}"
+    name = f"test_signal_push_{int(sig)}_{int(second or 0)}_at_{step}"
 
     @register_callback(name, "Test only: send a signal to this process after a global step.")
     class SignalAt(tf_keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             if int(self.model.optimizer.iterations.numpy()) == step:
                 os.kill(os.getpid(), sig)
+                if second is not None:
+                    threading.Timer(delay, os.kill, (os.getpid(), second)).start()
 
     return name
+
+
+def _interrupted_run(args):
+    """Train ``args`` until it stops by a signal: (its TrainingInterrupted, seconds from the first signal to it)."""
+    from hf_tpu_ext.errors import TrainingInterrupted
+
+    heard = []
+    handle = interrupts.on_signal(lambda signum: heard.append(time.monotonic()))
+    try:
+        with pytest.raises(TrainingInterrupted) as stop:
+            _train(args)
+        return stop.value, time.monotonic() - heard[0]
+    finally:
+        handle.remove()
 
 
 # ---- the budget: paced, and a signal's save is not refused -------------------------------------------------------
@@ -143,48 +162,21 @@ def test_sigterm_with_the_budget_spent_puts_the_step_reached_on_the_hub(loopback
 
 
 # ---- a second signal while the run reports the first ----------------------------------------------------------------
-def _then_signal_at(step, delay, first=signal.SIGTERM, second=signal.SIGTERM):
-    """A registered tf_keras callback: ``first`` after global step ``step``, ``second`` ``delay`` s later (a
-    preemption's SIGTERM, then the user's or the orchestrator's second one while the run waits for its push)."""
-    import threading
-
-    import tf_keras
-
-    from hf_tpu_ext.callbacks import register_callback
-
-    name = f"test_signal_push_then_{int(second)}_at_{step}"
-
-    @register_callback(name, "Test only: two signals to this process after a global step.")
-    class TwoSignals(tf_keras.callbacks.Callback):
-        def on_train_batch_end(self, batch, logs=None):
-            if int(self.model.optimizer.iterations.numpy()) == step:
-                os.kill(os.getpid(), first)
-                threading.Timer(delay, os.kill, (os.getpid(), second)).start()
-
-    return name
-
-
 def test_a_second_sigterm_during_the_push_wait_stops_it_and_the_summary_is_written(loopback_hub, tmp_path, hf_log):
     """SIGTERM after step 6, commits take 4 s, a second SIGTERM 1 s later: the wait stops there (not after the
     4 s commit, not by SIGTERM's default killing the process; the upload in flight gets 0.5 s to end, not the 2 s
     of a single signal), the summary names the push not landed."""
-    from hf_tpu_ext.errors import TrainingInterrupted
-
     loopback_hub.server.latency(4.0, route="commit")
-    heard = []
-    handle = interrupts.on_signal(lambda signum: heard.append(time.monotonic()))
     out = tmp_path / "o"
     args = tiny_train_args(out, "--max_steps", "20", "--save_strategy", "steps", "--save_steps", "3",
-                           "--eval_strategy", "no", "--jit_compile", "false", "--callbacks", _then_signal_at(6, 1.0),
+                           "--eval_strategy", "no", "--jit_compile", "false",
+                           "--callbacks", _signal_at(6, second=signal.SIGTERM),
                            *_hub_args(loopback_hub, "--save_on_signal_timeout", "20"))
     try:
-        with pytest.raises(TrainingInterrupted) as stop:
-            _train(args)
-        stopped = time.monotonic() - heard[0]
+        error, stopped = _interrupted_run(args)
     finally:
-        handle.remove()
         loopback_hub.server.latency(0.0, route="commit")
-    assert stop.value.step == 6 and stop.value.signum == signal.SIGTERM and interrupts.count() == 2
+    assert error.step == 6 and error.signum == signal.SIGTERM and interrupts.count() == 2
     assert 1.0 <= stopped < 2.5, stopped
     interrupted = json.loads((out / "training_summary.json").read_text())["interrupted"]
     assert interrupted["global_step"] == 6 and interrupted["signal"] == "SIGTERM"
@@ -268,25 +260,16 @@ def test_sigterm_during_a_slow_final_push_keeps_the_budget_and_the_resume_does_n
     """6 s per commit, 3 s of grace, SIGTERM as the final push starts: the run stops within the budget (not the
     6 s the commit takes), reports "End of training" not pushed; the commit lands after; the resume finds it by
     its push id and does not commit again."""
-    from hf_tpu_ext.errors import TrainingInterrupted
-
-    heard = []
-    handle = interrupts.on_signal(lambda signum: heard.append(time.monotonic()))
     monkeypatch.setenv(interrupts.SIGNAL_ENV, "push")
     loopback_hub.server.latency(6.0, route="commit")
     out = tmp_path / "o"
     args = tiny_train_args(out, "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "no",
                            "--jit_compile", "false", "--callbacks", "",
                            *_hub_args(loopback_hub, "--save_on_signal_timeout", "3"))
-    try:
-        with pytest.raises(TrainingInterrupted) as stop:
-            _train(args)
-        stopped = time.monotonic() - heard[0]
-    finally:
-        handle.remove()
+    error, stopped = _interrupted_run(args)
     # the wait ends 0.3 s (a tenth) before the budget; closing and the summary fit in it (0.5 s of slack for a
     # loaded machine), and it is not the 6 s the commit takes
-    assert stop.value.step == 4 and 2.5 <= stopped < 3.5, stopped
+    assert error.step == 4 and 2.5 <= stopped < 3.5, stopped
     summary = json.loads((out / "training_summary.json").read_text())
     assert summary["interrupted"]["not_pushed"] == [FINAL_COMMIT_TITLE]
     state = json.loads((out / "run_state.json").read_text())
