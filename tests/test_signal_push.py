@@ -80,7 +80,11 @@ def _signal_at(step, sig=signal.SIGTERM, second=None, delay=1.0):
 
 def _interrupted_run(args):
     """Train ``args`` until it stops by a signal: (its TrainingInterrupted, seconds from the first signal to it)."""
+    import gc
+
     from hf_tpu_ext.errors import TrainingInterrupted
+
+    gc.collect()  # earlier runs' TensorFlow garbage: a full collection of it inside the timed wait took seconds
 
     heard = []
     handle = interrupts.on_signal(lambda signum: heard.append(time.monotonic()))
