@@ -16,13 +16,16 @@ RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 RESULTS_MD = REPO_ROOT / "benchmarks" / "RESULTS.md"
 RECIPES = ("hf_tpu", "plain", "plain_xla")
 # hf-tpu train with --jit_compile false: what the XLA step (and its counter-based dropout) buys; bf16 mixed
-# precision on both compiler paths (--bf16 true alone picks the path per device: hf_tpu_ext/precision.py)
-EXTRA_RECIPES = ("hf_tpu_no_xla", "hf_tpu_bf16", "hf_tpu_bf16_no_xla")
+# precision on both compiler paths, and `--bf16 true` alone, which picks the path per device
+# (hf_tpu_ext/precision.py): on a native-bf16 CPU TensorFlow's kernels with XLA-fused element-wise ops
+# (hf_tpu_ext/backends/tensorflow/fusion.py), elsewhere the XLA step of hf_tpu_bf16
+EXTRA_RECIPES = ("hf_tpu_no_xla", "hf_tpu_bf16", "hf_tpu_bf16_no_xla", "hf_tpu_bf16_fused")
 RECIPE_FLAGS = {
     "hf_tpu": [],
     "hf_tpu_no_xla": ["--jit_compile", "false"],
     "hf_tpu_bf16": ["--bf16", "true", "--jit_compile", "true"],
     "hf_tpu_bf16_no_xla": ["--bf16", "true", "--jit_compile", "false"],
+    "hf_tpu_bf16_fused": ["--bf16", "true"],
 }
 #: prepare-data tokenizing processes compared (1 and N)
 PREPARE_PROCS = (1, 2)

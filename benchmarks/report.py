@@ -99,8 +99,8 @@ def _bf16_default(machine: Dict[str, Any]):
     from hf_tpu_ext.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags, resolve_precision
 
     native = bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS) if machine.get("accelerator", "CPU") == "CPU" else True
-    bf16_plan = resolve_precision(True, None, machine.get("accelerator", "CPU"), native)
-    return ("hf_tpu_bf16" if bf16_plan.jit_compile else "hf_tpu_bf16_no_xla"), bf16_plan
+    bf16_plan = resolve_precision(True, None, machine.get("accelerator", "CPU"), native, elementwise_fusion=True)
+    return ("hf_tpu_bf16" if bf16_plan.jit_compile else "hf_tpu_bf16_fused"), bf16_plan
 
 
 def _ratios(recipes: Dict[str, Dict[str, Any]], parts: Dict[str, Dict[str, Any]], overhead: Dict[str, Any],
@@ -322,11 +322,13 @@ def draw_chart(result: Dict[str, Any], path: Path) -> None:
     values = [result["recipes"][n]["tokens_per_second"] for n in names]
     labels = {"hf_tpu": "hf-tpu train", "plain": "plain recipe", "plain_xla": "plain + jit_compile",
               "hf_tpu_no_xla": "hf-tpu train\n--jit_compile false", "hf_tpu_bf16": "hf-tpu train\n--bf16 (XLA)",
-              "hf_tpu_bf16_no_xla": "hf-tpu train\n--bf16 (TF kernels)", "keras_jax": "--backend keras\n(JAX)",
+              "hf_tpu_bf16_no_xla": "hf-tpu train\n--bf16 (TF kernels)",
+              "hf_tpu_bf16_fused": "hf-tpu train\n--bf16 (TF kernels,\nfused)", "keras_jax": "--backend keras\n(JAX)",
               "keras_jax_bf16": "--backend keras\n(JAX) --bf16", "keras_hub_fit": "keras-hub\nRobertaMaskedLM.fit"}
     fig, ax = plt.subplots(figsize=(9.6, 4.4), dpi=120)
     colors = {"hf_tpu": "#ff9d00", "plain": "#7f7f7f", "plain_xla": "#4c72b0", "hf_tpu_no_xla": "#ffc266",
-              "hf_tpu_bf16": "#d62728", "hf_tpu_bf16_no_xla": "#ff9896", "keras_jax": "#2ca02c",
+              "hf_tpu_bf16": "#d62728", "hf_tpu_bf16_no_xla": "#ff9896", "hf_tpu_bf16_fused": "#e377c2",
+              "keras_jax": "#2ca02c",
               "keras_jax_bf16": "#98df8a", "keras_hub_fit": "#9467bd"}
     bars = ax.bar([labels[n] for n in names], values, color=[colors[n] for n in names])
     for bar, value, name in zip(bars, values, names):

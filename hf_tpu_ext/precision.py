@@ -68,6 +68,8 @@ AUTO_SLOW_BF16_DOTS_REASON = ("--bf16 auto: float32, this CPU has native bf16 bu
 #: added to the reason of ``--bf16 true`` in that case
 TRUE_SLOW_BF16_DOTS_NOTE = ("; the XLA step's bf16 dots are not known to beat float32 without AMX or AVX512-BF16, "
                             "and --bf16 auto would keep float32")
+#: after the compiler path of TensorFlow's kernels when XLA fuses the element-wise ops between them
+FUSED_COMPILER_SUFFIX = ", element-wise ops fused by XLA"
 #: added to the reason of ``--bf16 true`` on an XLA:CPU step without bf16 x bf16 -> float32 dots
 TRUE_XLA_CPU_NOTE = ("; XLA:CPU multiplies bf16 -> bf16 dots in float32 even on this native-bf16 CPU: slower "
                      "than float32, and --bf16 auto would keep float32")
@@ -151,6 +153,8 @@ class PrecisionPlan:
         precision: ``"bf16 mixed"`` or ``"float32"`` (the card's "Precision" row).
         compiler: the compiler path in words, e.g. ``"TensorFlow kernels (oneDNN)"`` or ``"XLA"``.
         reason: why, in one sentence (logged).
+        fuse_elementwise: on TensorFlow's kernels, the element-wise ops between them are fused by XLA
+            auto-clustering (:mod:`hf_tpu_ext.backends.tensorflow.fusion`).
     """
 
     bf16: bool
@@ -159,10 +163,12 @@ class PrecisionPlan:
     precision: str
     compiler: str
     reason: str
+    fuse_elementwise: bool = False
 
 
 def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool], accelerator: str,
-                      native_bf16: bool, bf16_dots: bool = False, bf16_dots_faster: bool = True) -> PrecisionPlan:
+                      native_bf16: bool, bf16_dots: bool = False, bf16_dots_faster: bool = True,
+                      elementwise_fusion: bool = False) -> PrecisionPlan:
     """Decide bf16 and the compiler path (see the module docstring's table).
 
     Args:
@@ -176,6 +182,9 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
             :mod:`hf_tpu_ext.backends.keras.bf16_dot`), which XLA:CPU runs natively.
         bf16_dots_faster: with ``bf16_dots`` on a CPU, whether those dots beat float32 there
             (:func:`xla_bf16_dots_faster`: AMX-BF16, AVX512-BF16); ``--bf16 auto`` keeps float32 where not.
+        elementwise_fusion: the backend can fuse the element-wise ops around TensorFlow's kernels with XLA
+            (TensorFlow with :data:`hf_tpu_ext.backends.tensorflow.fusion.FUSION_FLAGS` in effect); used on the
+            path ``--jit_compile`` unset picks for bf16 on a native-bf16 CPU, not on an explicit ``false``.
 
     Returns:
         PrecisionPlan.
@@ -209,10 +218,14 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
     # bf16 on a CPU with native bf16: TensorFlow's oneDNN kernels run its matmuls at ~2x XLA:CPU's rate.
     # Without native bf16 XLA is faster (idle machine, small preset: 526 vs 853 ms/step; benchmarks/NOTES.md)
     cpu_kernels_faster = use_bf16 and accelerator == "CPU" and native
+    fuse = False
     if jit_compile is None:
         xla = not cpu_kernels_faster
         if cpu_kernels_faster:
             why += "; TensorFlow's oneDNN bf16 kernels, not XLA: about 2x XLA:CPU's bf16 matmul rate"
+            fuse = elementwise_fusion
+            if fuse:
+                why += ", with the element-wise ops between them fused by XLA"
         elif use_bf16 and accelerator == "CPU":
             why += "; XLA, faster than TensorFlow's kernels on emulated bf16"
     else:
@@ -225,5 +238,7 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
         compiler = "XLA"
     else:
         compiler = "TensorFlow kernels (oneDNN)" if accelerator == "CPU" else "TensorFlow kernels"
+        compiler += FUSED_COMPILER_SUFFIX if fuse else ""
     return PrecisionPlan(bf16=use_bf16, jit_compile=xla, native_bf16=native,
-                         precision="bf16 mixed" if use_bf16 else "float32", compiler=compiler, reason=why)
+                         precision="bf16 mixed" if use_bf16 else "float32", compiler=compiler, reason=why,
+                         fuse_elementwise=fuse)

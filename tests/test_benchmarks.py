@@ -20,7 +20,7 @@ def result():
              "hf_tpu": tt.median_run([_part(500.0, ppl=1000.0), _part(520.0, ppl=1000.0), _part(490.0, ppl=1000.0)]),
              "plain": _part(1000.0, 2, latency=25.0), "plain_xla": {"error": "XLA failed"},
              "hf_tpu_no_xla": _part(600.0), "hf_tpu_bf16": _part(480.0, ppl=1010.0),
-             "hf_tpu_bf16_no_xla": _part(400.0, ppl=1015.0),
+             "hf_tpu_bf16_no_xla": _part(400.0, ppl=1015.0), "hf_tpu_bf16_fused": _part(320.0, ppl=1012.0),
              "prepare_data_np1": {"tokens_per_second": 1e5}, "prepare_data_np2": {"tokens_per_second": 1.9e5},
              "callbacks_none": _part(400.0), "callbacks_push": _part(410.0)}
     machine = {"cpu": "Test CPU", "cpu_cores": 2, "memory_gb": 8.0, "load_average_start": [0.5, 0.5, 0.5]}
@@ -55,11 +55,16 @@ def test_assemble_recipes_ratios_and_mfu(result):
     assert result["ratios"]["first_step_latency_hf_tpu_vs_plain"] == pytest.approx(20.0 / 25.0)
     assert result["ratios"]["hf_tpu_bf16_vs_plain"] == pytest.approx(1000.0 / 480.0, abs=1e-4)
     assert result["ratios"]["hf_tpu_bf16_no_xla_vs_plain"] == pytest.approx(2.5)
-    # the recipe `--bf16 true` maps to on this machine's CPU (TF kernels with native bf16, else XLA)
+    # the recipe `--bf16 true` maps to on this machine's CPU (TF kernels + fused element-wise ops with native
+    # bf16, else XLA)
+    from hf_tpu_ext.precision import NATIVE_BF16_CPU_FLAGS, cpu_flags
+
     default = result["bf16_default_recipe"]
-    assert default in ("hf_tpu_bf16", "hf_tpu_bf16_no_xla")
+    assert default == ("hf_tpu_bf16_fused" if cpu_flags() & NATIVE_BF16_CPU_FLAGS else "hf_tpu_bf16")
     assert result["ratios"]["bf16_default_perplexity_change"] == pytest.approx(
-        {"hf_tpu_bf16": 0.01, "hf_tpu_bf16_no_xla": 0.015}[default])
+        {"hf_tpu_bf16": 0.01, "hf_tpu_bf16_fused": 0.012}[default])
+    assert result["ratios"]["hf_tpu_bf16_default_vs_hf_tpu"] == pytest.approx(
+        {"hf_tpu_bf16": 500.0 / 480.0, "hf_tpu_bf16_fused": 500.0 / 320.0}[default], abs=1e-4)
     assert result["ratios"]["input_pipeline_vs_training"] == pytest.approx(1000.0)
     assert result["callback_overhead"]["overhead_median"] == pytest.approx(0.025)
     json.dumps(result)  # JSON-able

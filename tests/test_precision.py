@@ -175,3 +175,26 @@ def test_bf16_on_tensorflow_kernels_trains_and_exports_float32(tmp_path):
     assert "| Precision | bf16 mixed |" in card and "| Compiler path | TensorFlow kernels (oneDNN) |" in card
     assert "trained with hf-tpu-ext using TensorFlow." in card
     assert any("precision bf16 mixed, compiler path: TensorFlow kernels (oneDNN). Why: --bf16 true" in m for m in messages)
+
+
+def test_bf16_on_a_native_bf16_cpu_fuses_the_element_wise_ops_with_xla(tmp_path):
+    """``--bf16 true`` with ``--jit_compile`` unset on an AMX-BF16 CPU (its flags given to the precision plan):
+    oneDNN's kernels with XLA-clustered element-wise ops and counter-based dropout; it trains, the summary, card
+    and log say so."""
+    from conftest import run_train_script, tiny_train_args
+
+    out = tmp_path / "fused"
+    proc = run_train_script(tiny_train_args(out, "--max_steps", "8", "--bf16", "true", "--hidden_dropout_prob", "0.1",
+                                            "--attention_probs_dropout_prob", "0.1", "--eval_strategy", "no",
+                                            "--save_strategy", "no", "--callbacks", "")
+                            + ["--cpu_flags", "fma,avx2,avx512f,avx512_bf16,amx_bf16"],
+                            env={"TF_CPP_MIN_LOG_LEVEL": "0"})
+    summary = json.loads((out / "training_summary.json").read_text())
+    path = "TensorFlow kernels (oneDNN), element-wise ops fused by XLA"
+    assert (summary["precision"], summary["jit_compile"], summary["compiler"]) == ("bf16 mixed", False, path)
+    results = json.loads((out / "all_results.json").read_text())
+    assert summary["global_step"] == 8 and 0 < results["train_loss"] < 7.0  # ln(500) = 6.2 at the start
+    assert f"| Compiler path | {path} |" in (out / "README.md").read_text()
+    assert f"compiler path: {path}. Why: --bf16 true; TensorFlow's oneDNN bf16 kernels" in proc.stderr
+    # TensorFlow's own line: auto-clustering compiled at least one cluster of the step
+    assert "Compiled cluster using XLA" in proc.stderr

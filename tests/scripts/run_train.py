@@ -3,6 +3,7 @@
 Extra options (consumed here, before TensorFlow starts):
   --split_cpu N      split the CPU into N logical devices (MirroredStrategy with N replicas)
   --kill_at_step S   SIGKILL this process right after global step S (its checkpoint, if any, is written)
+  --cpu_flags F,G    the CPU flags hf_tpu_ext.precision sees (a native-bf16 CPU's precision plan on any host)
 """
 
 import os
@@ -23,6 +24,11 @@ def main():
     argv = sys.argv[1:]
     split = _pop(argv, "--split_cpu")
     kill_at = _pop(argv, "--kill_at_step")
+    flags = _pop(argv, "--cpu_flags")
+    if flags:
+        from hf_tpu_ext import precision
+
+        precision.cpu_flags = lambda cpuinfo_text=None: frozenset(flags.split(","))
     if split:
         from hf_tpu_ext.backends.tensorflow.strategy import split_cpu
 

@@ -29,11 +29,12 @@ def checkpoint_state_file(path: str) -> str:
     return path + STATE_SUFFIX
 
 
-def _precision_plan(args, accelerator: str):
+def _precision_plan(args, accelerator: str, elementwise_fusion: bool):
     """:func:`hf_tpu_ext.precision.resolve_precision` for this machine (GPU details read only on a GPU)."""
     from hf_tpu_ext.precision import has_native_bf16, resolve_precision
 
-    return resolve_precision(args.bf16, args.jit_compile, accelerator, has_native_bf16(accelerator))
+    return resolve_precision(args.bf16, args.jit_compile, accelerator, has_native_bf16(accelerator),
+                             elementwise_fusion=elementwise_fusion)
 
 
 class TensorFlowBackend(BackendDefaults):
@@ -55,15 +56,17 @@ class TensorFlowBackend(BackendDefaults):
 
     # ------------------------------------------------------------------ devices
     def setup(self, training_args) -> None:
+        from hf_tpu_ext.backends.tensorflow import fusion
         from hf_tpu_ext.backends.tensorflow.strategy import configure_host_memory, resolve_strategy
 
         args = training_args
         host_memory = configure_host_memory()  # before TensorFlow's first allocation
+        fusion_ready = fusion.prepare()  # before TensorFlow initializes its devices (it reads TF_XLA_FLAGS then)
         self.info = resolve_strategy(args.tpu_name, args.tpu_zone, args.gcp_project)
         self.num_replicas = self.info.strategy.num_replicas_in_sync
         self.is_chief = self.info.is_chief
         self.needs_remote_data = bool(self.info.is_tpu_node)
-        self.precision = _precision_plan(args, self.info.accelerator)
+        self.precision = _precision_plan(args, self.info.accelerator, fusion_ready and self.info.accelerator == "CPU")
         args.bf16, args.jit_compile = self.precision.bf16, self.precision.jit_compile
         logger.info("strategy %s: %d replica(s) on %d %s device(s); host memory: %s", self.info.strategy_name,
                     self.num_replicas, self.info.num_devices, self.info.accelerator,
@@ -238,6 +241,7 @@ class TensorFlowBackend(BackendDefaults):
     checks_interrupts = True
 
     def fit(self, callbacks: list, on_save: SaveHook, start_step: int, log_history: List[Dict[str, Any]]) -> Dict[str, Any]:
+        from hf_tpu_ext.backends.tensorflow import fusion
         from hf_tpu_ext.backends.tensorflow.trainer import TFTrainer
 
         plan, args = self.plan, self.args
@@ -245,7 +249,8 @@ class TensorFlowBackend(BackendDefaults):
                                  self.eval_ds, self.eval_steps, plan.steps_per_epoch, plan.total_steps,
                                  plan.seq_length, checkpointer=self.checkpointer, callbacks=callbacks,
                                  start_step=start_step, log_history=log_history, summary_writer=self.summary_writer,
-                                 trackio=self.trackio, on_save=on_save)
+                                 trackio=self.trackio, on_save=on_save,
+                                 fuse_elementwise=self.precision.fuse_elementwise)
         if self.is_chief:
             # one level of parentheses at most: the compiler path may hold "(oneDNN)", the reason none
             logger.info("precision %s, compiler path: %s. Why: %s.", self.precision.precision, self.trainer.compiler_path,
@@ -256,7 +261,9 @@ class TensorFlowBackend(BackendDefaults):
             self.trainer.probe_scorer = make_probe_scorer(self.model, self.tokenizer, args.probe_file, plan.seq_length,
                                                           batch_size=max(8, args.per_device_eval_batch_size))
         try:
-            metrics = self.trainer.train()
+            # auto-clustering is read when the step's function is instantiated: during train()
+            with fusion.elementwise_fusion(self.precision.fuse_elementwise):
+                metrics = self.trainer.train()
         finally:
             if self.trackio is not None:
                 self.trackio.finish()

@@ -118,7 +118,10 @@ def dropout(inputs: tf.Tensor, rate: float, key: tf.Tensor, noise_shape=None) ->
     threshold = min(int(round(rate * 2**32)), 0xFFFFFFFF)  # P(bits >= threshold) = 1 - rate
     keep = uniform_bits(shape, key) >= _u32(threshold)
     scaled = inputs * tf.cast(1.0 / (1.0 - rate), inputs.dtype)
-    return tf.where(keep, scaled, tf.zeros_like(scaled))
+    # a product with the 0/1 mask, not tf.where(keep, scaled, zeros): the zeros are a constant of the input's
+    # shape, and under XLA auto-clustering (precision.py's fused element-wise path) such constants inside the
+    # step's while loop made TensorFlow's clustering build a graph with a cycle ("N nodes in a cycle")
+    return scaled * tf.cast(keep, scaled.dtype)
 
 
 def _install() -> None:

@@ -38,6 +38,7 @@ from hf_tpu_ext.backends.tensorflow.model import count_parameters, masked_lm_sum
 from hf_tpu_ext.best_metric import BestMetric, BestTracker
 from hf_tpu_ext.distributed import DistributedType
 from hf_tpu_ext.mfu import MFUMeter, make_mfu_meter
+from hf_tpu_ext.precision import FUSED_COMPILER_SUFFIX
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -73,13 +74,17 @@ class TFTrainer:
         trackio: the ``trackio`` module, initialised, for ``--report_to trackio`` (None: not used).
         log_history: list the log entries are appended to (kept, not copied).
         on_save: ``on_save(global_step, checkpoint_prefix)`` after every checkpoint (all processes).
+        fuse_elementwise: on TensorFlow's kernels (``jit_compile`` false), the run fuses the element-wise ops
+            between them with XLA (:mod:`hf_tpu_ext.backends.tensorflow.fusion`; the caller switches it on around
+            :meth:`train`): dropout then takes the XLA step's counter-based masks, which fuse too.
     """
 
     def __init__(self, model, optimizer, lr_schedule, training_args, strategy_info, make_train_dataset,
                  eval_dataset, eval_steps, steps_per_epoch, total_steps, seq_length, checkpointer=None,
                  callbacks=(), start_step: int = 0, log_history=None, summary_writer=None, trackio=None,
-                 on_save=None):
+                 on_save=None, fuse_elementwise: bool = False):
         self.model = model
+        self.fuse_elementwise = bool(fuse_elementwise) and not training_args.jit_compile
         self.optimizer = optimizer
         self.lr_schedule = lr_schedule
         self.args = training_args
@@ -140,6 +145,7 @@ class TFTrainer:
         self.fused_update = use_xla and self.info.distributed_type == DistributedType.NO
         if not use_xla:
             self.compiler_path = "TensorFlow kernels" + (" (oneDNN)" if self.info.accelerator == "CPU" else "")
+            self.compiler_path += FUSED_COMPILER_SUFFIX if self.fuse_elementwise else ""
         else:
             self.compiler_path = ("XLA, whole step in one program" if self.fused_update
                                   else "XLA per-replica forward/backward, update outside XLA")
@@ -154,9 +160,12 @@ class TFTrainer:
         seed = int(args.seed)
         accum = int(getattr(args, "gradient_accumulation_steps", 1) or 1)
 
+        # counter-based dropout under XLA, whole step or fused element-wise ops (XLA's own RNG is slow on CPU, and
+        # TensorFlow's RandomUniform was the largest unfused kernel of the fused step); TF's kernels otherwise
+        counter_masks = use_xla or self.fuse_elementwise
+
         def micro_gradients(batch, global_count, key_step, replica_id):
-            # counter-based dropout under XLA (XLA's own RNG is slow on CPU); TF's kernels otherwise
-            key = dropout_key(seed, key_step, replica_id) if use_xla else None
+            key = dropout_key(seed, key_step, replica_id) if counter_masks else None
             with counter_based_dropout(key), tf.GradientTape() as tape:
                 loss_sum, _, count = masked_lm_sums(model, batch, training=True)
                 loss = loss_sum / global_count

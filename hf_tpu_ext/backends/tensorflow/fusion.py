@@ -1,0 +1,82 @@
+"""XLA fusion of the element-wise ops between TensorFlow's oneDNN kernels (the bf16 path on a native-bf16 CPU).
+
+Why: on a CPU with AMX-BF16 the bf16 step on TensorFlow's kernels spends little time in its matmuls (oneDNN,
+~0.11 s of a 0.39 s step on the small preset) and most in ~700 element-wise kernels a step (``Mul``, ``Cast``,
+``Erfc``, ``Select``, ...) that TensorFlow runs one by one over bf16 tensors, and in ``RandomUniform`` for
+dropout (``python -m benchmarks.tf_step_profile``; benchmarks/RESULTS.md, 2026-12-04). TensorFlow's XLA
+auto-clustering restricted to fusible ops (``--tf_xla_ops_to_cluster=FUSIBLE``) compiles the runs of
+element-wise ops between two matmuls into XLA clusters and leaves the matmuls to oneDNN; with the XLA step's
+counter-based dropout masks (:mod:`hf_tpu_ext.backends.tensorflow.dropout`), fusible too, the step took 0.31 s.
+
+TensorFlow reads ``TF_XLA_FLAGS`` once, when it first initializes its devices, so :func:`prepare` adds the two
+flags before that (``hf-tpu train`` does, before it picks the strategy). They change nothing until
+auto-clustering is switched on (:func:`elementwise_fusion`, around the training of a run that uses it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator, MutableMapping, Optional
+
+#: what ``prepare`` adds to ``TF_XLA_FLAGS``: auto-clustering may run on CPU devices, only over fusible ops
+#: (element-wise ops, reductions, reshapes and transposes; no matmul, convolution or random op)
+FUSION_FLAGS = ("--tf_xla_cpu_global_jit", "--tf_xla_ops_to_cluster=FUSIBLE")
+
+
+def _devices_initialized() -> bool:
+    """Whether this process's TensorFlow has initialized its devices (and so read ``TF_XLA_FLAGS``)."""
+    import sys
+
+    if "tensorflow" not in sys.modules:
+        return False
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    return getattr(ctx, "_context_handle", None) is not None or getattr(ctx, "_physical_devices", None) is not None
+
+
+def prepare(environ: Optional[MutableMapping[str, str]] = None) -> bool:
+    """Add :data:`FUSION_FLAGS` to ``TF_XLA_FLAGS`` unless TensorFlow has read them already.
+
+    A ``TF_XLA_FLAGS`` that already names ``--tf_xla_ops_to_cluster`` or ``--tf_xla_auto_jit`` is the user's choice
+    and is left as it is.
+
+    Args:
+        environ: the environment to change (default ``os.environ``; tests pass a dict).
+
+    Returns:
+        True when both flags are in ``TF_XLA_FLAGS`` and TensorFlow reads them (or read them with them):
+        :func:`elementwise_fusion` then fuses; False otherwise (TensorFlow started before, or the user's flags).
+    """
+    environ = os.environ if environ is None else environ
+    flags = environ.get("TF_XLA_FLAGS", "").split()
+    names = {flag.split("=", 1)[0] for flag in flags}
+    if all(flag in flags for flag in FUSION_FLAGS):
+        return True
+    if "--tf_xla_ops_to_cluster" in names or "--tf_xla_auto_jit" in names or _devices_initialized():
+        return False
+    environ["TF_XLA_FLAGS"] = " ".join(flags + [f for f in FUSION_FLAGS if f not in flags])
+    return True
+
+
+@contextlib.contextmanager
+def elementwise_fusion(enabled: bool = True) -> Iterator[None]:
+    """Within the block, ``tf.function`` graphs traced on the CPU get their fusible ops clustered by XLA.
+
+    ``tf.config.optimizer.set_jit("autoclustering")`` applies to functions instantiated while it is set; it is
+    turned back to what it was at the end, so later code in the process is unaffected. ``enabled=False``
+    changes nothing. Without :data:`FUSION_FLAGS` in effect (:func:`prepare` returned False) auto-clustering
+    does nothing on a CPU.
+    """
+    if not enabled:
+        yield
+        return
+    import tensorflow as tf
+
+    previous = tf.config.optimizer.get_jit()
+    tf.config.optimizer.set_jit("autoclustering")
+    try:
+        yield
+    finally:
+        tf.config.optimizer.set_jit(previous or False)
