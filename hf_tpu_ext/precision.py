@@ -22,7 +22,10 @@ measured before the dot routing's one switch), so ``--bf16 auto`` picks bf16 on 
 on XLA:CPU without those dots (the TensorFlow backend with ``--jit_compile true``) keeps float32 under auto; the
 TensorFlow backend (``--jit_compile`` unset or false) keeps bf16 on TensorFlow's oneDNN kernels (AMX
 ``brg_matmul``), 1.10-1.14x its float32 there (issue 29; benchmarks/RESULTS.md 2026-12-03), 1.21x on
-AVX512-BF16 (Zen 4).
+AVX512-BF16 (Zen 4). With ``--jit_compile`` unset the element-wise ops between those kernels are fused by XLA
+auto-clustering (``elementwise_fusion``, :mod:`hf_tpu_ext.backends.tensorflow.fusion`): the op profile of the
+unfused bf16 step (``benchmarks.tf_step_profile``, 2026-12-04) had its matmuls at 0.11 s of 0.39 s and the rest in
+~700 element-wise kernels and ``RandomUniform``; fused, 1.4-1.5x the float32 XLA step (benchmarks/RESULTS.md).
 
 Resolution (:func:`resolve_precision`):
 
@@ -41,8 +44,9 @@ unset       ``auto`` on a TPU, float32 elsewhere
 ``--jit_compile`` unset: XLA, except bf16 on a CPU with native bf16 (TensorFlow's kernels: see above). On a
 CPU without it XLA is the faster bf16 path too (small preset, idle 2-core AMD EPYC: 526 ms/step with XLA,
 853 on TensorFlow's kernels). An explicit ``--jit_compile true/false`` is always kept. On
-TensorFlow's kernels dropout uses TensorFlow's own RNG, so a resumed run draws other dropout masks than an
-uninterrupted one (the XLA step's counter-based masks do not).
+TensorFlow's kernels without the fusion (``--jit_compile false``) dropout uses TensorFlow's own RNG, so a resumed
+run draws other dropout masks than an uninterrupted one (the XLA step's and the fused path's counter-based masks
+do not).
 """
 
 from __future__ import annotations

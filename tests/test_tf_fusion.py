@@ -5,7 +5,7 @@ import pytest
 from hf_tpu_ext.backends.tensorflow import fusion
 from hf_tpu_ext.precision import resolve_precision
 
-FLAGS = "--tf_xla_cpu_global_jit --tf_xla_ops_to_cluster=FUSIBLE"
+FLAGS = "--tf_xla_cpu_global_jit --tf_xla_ops_to_cluster=" + fusion.OPS_TO_CLUSTER
 
 
 @pytest.fixture

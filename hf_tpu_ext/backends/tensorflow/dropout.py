@@ -1,4 +1,7 @@
-"""Counter-based dropout for the XLA training step: masks from a hash of (key, element index).
+"""Counter-based dropout for XLA-compiled steps: masks from a hash of (key, element index).
+
+Used by the XLA training step and by the bf16 step on TensorFlow's kernels whose element-wise ops XLA fuses
+(:mod:`hf_tpu_ext.backends.tensorflow.fusion`: the hash fuses there too, ``RandomUniform`` does not).
 
 Why: XLA lowers TensorFlow's random ops (``tf.nn.dropout``'s uniform sampler, and Philox/ThreeFry
 ``RngBitGenerator``) into element-wise code that is slow on XLA:CPU: measured on the small preset (2 CPU

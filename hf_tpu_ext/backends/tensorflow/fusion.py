@@ -4,9 +4,10 @@ Why: on a CPU with AMX-BF16 the bf16 step on TensorFlow's kernels spends little 
 ~0.11 s of a 0.39 s step on the small preset) and most in ~700 element-wise kernels a step (``Mul``, ``Cast``,
 ``Erfc``, ``Select``, ...) that TensorFlow runs one by one over bf16 tensors, and in ``RandomUniform`` for
 dropout (``python -m benchmarks.tf_step_profile``; benchmarks/RESULTS.md, 2026-12-04). TensorFlow's XLA
-auto-clustering restricted to fusible ops (``--tf_xla_ops_to_cluster=FUSIBLE``) compiles the runs of
-element-wise ops between two matmuls into XLA clusters and leaves the matmuls to oneDNN; with the XLA step's
-counter-based dropout masks (:mod:`hf_tpu_ext.backends.tensorflow.dropout`), fusible too, the step took 0.31 s.
+auto-clustering restricted to fusible ops (``--tf_xla_ops_to_cluster``, :data:`OPS_TO_CLUSTER`) compiles the
+runs of element-wise ops between two matmuls into XLA clusters and leaves the matmuls (and the attention softmax)
+to oneDNN; with the XLA step's counter-based dropout masks (:mod:`hf_tpu_ext.backends.tensorflow.dropout`),
+fusible too, the step took 0.30 s.
 
 TensorFlow reads ``TF_XLA_FLAGS`` once, when it first initializes its devices, so :func:`prepare` adds the two
 flags before that (``hf-tpu train`` does, before it picks the strategy). They change nothing until
@@ -19,9 +20,13 @@ import contextlib
 import os
 from typing import Iterator, MutableMapping, Optional
 
-#: what ``prepare`` adds to ``TF_XLA_FLAGS``: auto-clustering may run on CPU devices, only over fusible ops
-#: (element-wise ops, reductions, reshapes and transposes; no matmul, convolution or random op)
-FUSION_FLAGS = ("--tf_xla_cpu_global_jit", "--tf_xla_ops_to_cluster=FUSIBLE")
+#: the op groups of TensorFlow's auto-clustering allowlist (``mark_for_compilation_pass``) that are clustered:
+#: its FUSIBLE set (point-wise ops, reductions, reshapes, transposes, bias gradients: no matmul, convolution or
+#: random op) without ``Softmax``, which oneDNN runs faster than XLA:CPU's split reductions (small preset, bf16:
+#: 295-301 vs 322-333 ms/step, alternating runs of ``benchmarks.tf_step_profile``), the loss's cross-entropy kept
+OPS_TO_CLUSTER = "PW,RED,MISC,BN,SORT,REDUCEWINDOWPW,SparseSoftmaxCrossEntropyWithLogits"
+#: what ``prepare`` adds to ``TF_XLA_FLAGS``: auto-clustering may run on CPU devices, only over those ops
+FUSION_FLAGS = ("--tf_xla_cpu_global_jit", f"--tf_xla_ops_to_cluster={OPS_TO_CLUSTER}")
 
 
 def _devices_initialized() -> bool:
