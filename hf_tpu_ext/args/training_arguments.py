@@ -104,7 +104,8 @@ class TrainingArguments:
     jit_compile: Optional[bool] = field(
         default=None,
         metadata={"help": "XLA-compile the training step (unset: yes, except bf16 on a CPU with native bf16, "
-                          "where TensorFlow's oneDNN kernels are faster). On one device the whole step (forward, "
+                          "where TensorFlow's oneDNN kernels are faster and XLA fuses only the element-wise ops "
+                          "between them; false: no XLA at all). On one device the whole step (forward, "
                           "backward, AdamW) is one XLA program; with a distribution strategy, the per-replica forward/backward. "
                           "Dropout then uses counter-based masks (XLA's own RNG is slow on CPU, see benchmarks/NOTES.md)."},
     )
