@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import os
 
 import numpy as np
 import pytest
@@ -138,18 +139,16 @@ def test_bad_bf16_flag_is_an_argument_error():
     assert parse_args(["--output_dir", "x", "--bf16"])[2].bf16 is True  # bare flag, as with a bool field
 
 
-def test_bf16_on_tensorflow_kernels_trains_and_exports_float32(tmp_path):
-    """``--bf16 true --jit_compile false``: bf16 compute on TF's kernels, float32 weights, card and log say so."""
+def _train_bf16_logging(out, *args):
+    """An in-process tiny ``--bf16 true`` run of 8 steps: (results, the hf_tpu_ext log messages)."""
     import logging
 
     import tf_keras
     from conftest import tiny_train_args
-    from safetensors.numpy import load_file
 
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.run import train
 
-    out = tmp_path / "bf16"
     messages = []
     handler = logging.Handler(logging.INFO)
     handler.emit = lambda record: messages.append(record.getMessage())
@@ -158,12 +157,21 @@ def test_bf16_on_tensorflow_kernels_trains_and_exports_float32(tmp_path):
     level = logger.level
     logger.setLevel(logging.INFO)
     try:
-        results = train(*parse_args(tiny_train_args(out, "--max_steps", "8", "--bf16", "true", "--jit_compile", "false",
+        results = train(*parse_args(tiny_train_args(out, "--max_steps", "8", "--bf16", "true", *args,
                                                     "--eval_strategy", "no", "--save_strategy", "no", "--callbacks", "")))
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
         tf_keras.mixed_precision.set_global_policy("float32")
+    return results, messages
+
+
+def test_bf16_on_tensorflow_kernels_trains_and_exports_float32(tmp_path):
+    """``--bf16 true --jit_compile false``: bf16 compute on TF's kernels, float32 weights, card and log say so."""
+    from safetensors.numpy import load_file
+
+    out = tmp_path / "bf16"
+    results, messages = _train_bf16_logging(out, "--jit_compile", "false")
     assert results["global_step"] == 8 and np.isfinite(results["train_loss"])
     assert results["train_loss"] < 7.0  # ln(500) = 6.2 at the start: it trains, no bf16 overflow
     summary = json.loads((out / "training_summary.json").read_text())
@@ -228,3 +236,24 @@ def test_fused_bf16_run_killed_and_resumed_draws_the_uninterrupted_runs_dropout_
     # path (--jit_compile false) gave losses 1.3e-4 to 2.5e-3 apart after the same kill and resume
     for step in range(5, 9):
         assert got[step] == pytest.approx(expected[step], rel=1e-6, abs=0), step
+
+
+def test_bf16_kernels_path_says_when_tensorflow_started_too_early_to_fuse(tmp_path, monkeypatch):
+    """On a native-bf16 CPU with ``--jit_compile`` unset but TensorFlow already started (here: this test process),
+    TF_XLA_FLAGS can no longer take effect: the kernels run alone and the log says why."""
+    import tensorflow as tf
+
+    from hf_tpu_ext import precision
+
+    tf.config.list_physical_devices("CPU")  # TensorFlow has read TF_XLA_FLAGS now
+    monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
+    monkeypatch.setattr(precision, "cpu_flags", lambda cpuinfo_text=None: frozenset({"avx512_bf16", "amx_bf16"}))
+    out = tmp_path / "late"
+    results, messages = _train_bf16_logging(out)
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert (summary["precision"], summary["jit_compile"], summary["compiler"]) == (
+        "bf16 mixed", False, "TensorFlow kernels (oneDNN)")
+    assert results["global_step"] == 8 and "TF_XLA_FLAGS" not in os.environ
+    assert ("element-wise ops not fused by XLA: TensorFlow had started before hf-tpu could set TF_XLA_FLAGS, or "
+            "TF_XLA_FLAGS holds your own auto-clustering flags; TensorFlow's kernels run alone (see "
+            "hf_tpu_ext/backends/tensorflow/fusion.py).") in messages

@@ -66,7 +66,11 @@ class TensorFlowBackend(BackendDefaults):
         self.num_replicas = self.info.strategy.num_replicas_in_sync
         self.is_chief = self.info.is_chief
         self.needs_remote_data = bool(self.info.is_tpu_node)
-        self.precision = _precision_plan(args, self.info.accelerator, fusion_ready and self.info.accelerator == "CPU")
+        self.precision = _precision_plan(args, self.info.accelerator, fusion_ready)
+        if not fusion_ready and _precision_plan(args, self.info.accelerator, True).fuse_elementwise:
+            logger.info("element-wise ops not fused by XLA: TensorFlow had started before hf-tpu could set "
+                        "TF_XLA_FLAGS, or TF_XLA_FLAGS holds your own auto-clustering flags; TensorFlow's "
+                        "kernels run alone (see hf_tpu_ext/backends/tensorflow/fusion.py).")
         args.bf16, args.jit_compile = self.precision.bf16, self.precision.jit_compile
         logger.info("strategy %s: %d replica(s) on %d %s device(s); host memory: %s", self.info.strategy_name,
                     self.num_replicas, self.info.num_devices, self.info.accelerator,
