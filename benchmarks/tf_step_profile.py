@@ -15,8 +15,9 @@ Figures, per profiled step (milliseconds):
   :mod:`benchmarks.step_timer` (medians of the profiled steps; the CPU time over the wall time says how many
   cores the step keeps busy).
 
-An XLA step (``--jit_compile true``) is one ``_XlaRun`` op here: its inside is XLA's, not TensorFlow's; this
-profile is for the TensorFlow kernels' path (the bf16 one on a CPU with native bf16, ``precision.py``).
+The whole-step XLA program (``--jit_compile true``) leaves no op events here (only its ``step_ms``); on the fused
+bf16 path (``--jit_compile`` unset, native-bf16 CPU) each XLA cluster between two oneDNN kernels is one ``_XlaRun``.
+This profile is for TensorFlow's kernels (``hf_tpu_ext/precision.py``, ``backends/tensorflow/fusion.py``).
 
 A benchmark, not a test: it prints a table and JSON and asserts nothing. Usage (repository root, the TensorFlow
 venv; ``--bf16`` / ``--jit_compile`` are passed to ``hf-tpu train``)::
@@ -76,7 +77,7 @@ def summarize_xplane(path: str, steps: int) -> Dict[str, Any]:
     per_step = {k: v / steps for k, v in by_type.items()}
     return {
         "op_ms": dict(sorted(per_step.items(), key=lambda kv: -kv[1])),
-        "op_calls": {k: count[k] // steps for k in per_step},
+        "op_calls": {k: count[k] / steps for k in per_step},
         "pass_ms": {k: v / steps for k, v in by_pass.items()},
         "kernel_ms_total": sum(per_step.values()),
     }
@@ -147,7 +148,7 @@ def main(argv=None) -> None:
           f"{summary['kernel_ms_total']:.1f} ms/step; " +
           ", ".join(f"{k} {v:.1f}" for k, v in sorted(summary["pass_ms"].items())))
     for name, ms in list(summary["op_ms"].items())[:args.top]:
-        print(f"{name:<40} {ms:9.2f} ms/step  {summary['op_calls'][name]:5d} calls/step")
+        print(f"{name:<40} {ms:9.2f} ms/step  {summary['op_calls'][name]:7.1f} calls/step")
     print(json.dumps(summary))
 
 

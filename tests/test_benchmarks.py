@@ -132,3 +132,34 @@ def test_rounds_record_their_load_and_only_quiet_results_are_headlines(result, t
     fields = tt.RoundLoad().finish()
     assert fields["foreign_cpu_cores"] is None or fields["foreign_cpu_cores"] >= 0
     assert len(fields["loadavg_start"]) == 2 and len(fields["loadavg_end"]) == 2
+
+
+def test_tf_step_profile_sums_kernel_time_per_op_type_and_pass(tmp_path):
+    """benchmarks.tf_step_profile reads a tf.profiler XSpace: executor-thread op events per op type and pass, per
+    step; bookkeeping events and other threads are left out."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from benchmarks.tf_step_profile import op_pass, summarize_xplane
+
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/host:CPU")
+    ops = {1: ("model/dense/MatMul:_MklMatMul", "_MklMatMul"),
+           2: ("gradient_tape/model/dense/MatMul:_MklMatMul", "_MklMatMul"),
+           3: ("AdamWeightDecay/update/ResourceApplyAdam:ResourceApplyAdam", "ResourceApplyAdam"),
+           4: ("ThreadpoolListener::Record", ""), 5: ("ExecutorState::Process", "")}
+    for mid, (name, display) in ops.items():
+        plane.event_metadata[mid].id, plane.event_metadata[mid].name = mid, name
+        plane.event_metadata[mid].display_name = display
+    compute = plane.lines.add(name="tf_Compute/123")
+    for mid, ms in [(1, 2.0), (1, 4.0), (2, 6.0), (3, 1.0), (4, 50.0), (5, 70.0)]:
+        compute.events.add(metadata_id=mid, duration_ps=int(ms * 1e9))
+    plane.lines.add(name="python").events.add(metadata_id=1, duration_ps=int(100e9))  # not an executor thread
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    summary = summarize_xplane(str(path), steps=2)
+    assert summary["op_ms"] == pytest.approx({"_MklMatMul": 6.0, "ResourceApplyAdam": 0.5})
+    assert list(summary["op_ms"]) == ["_MklMatMul", "ResourceApplyAdam"]  # largest first
+    assert summary["op_calls"] == {"_MklMatMul": 1.5, "ResourceApplyAdam": 0.5}
+    assert summary["pass_ms"] == pytest.approx({"forward": 3.0, "backward": 3.0, "optimizer": 0.5})
+    assert summary["kernel_ms_total"] == pytest.approx(6.5)
+    assert [op_pass(n) for n in ("a/gradients/b", "x/Adam/y", "roberta/encoder")] == ["backward", "optimizer", "forward"]
