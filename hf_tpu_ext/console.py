@@ -389,3 +389,16 @@ def resume_hint(argv: Optional[List[str]] = None, secrets: tuple = ()) -> str:
         argv = argv[1:]
     kept = redact_argv(_without_flags(argv, _is_resume_flag), secrets)
     return "hf-tpu train " + " ".join(shlex.quote(a) for a in kept + ["--resume_from_checkpoint", "true"])
+
+
+def rerun_hint(argv: Optional[List[str]] = None, secrets: tuple = (), output_dir_has_files: bool = False) -> str:
+    """``hf-tpu train <same flags>`` for a run stopped before its first checkpoint (nothing to resume from),
+    redacted as :func:`resume_hint`; with ``--overwrite_output_dir true`` added when the run left files in its
+    output folder and the flags neither overwrite nor resume (the rerun would be refused as "not empty")."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "train":
+        argv = argv[1:]
+    kept = redact_argv(argv, secrets)
+    if output_dir_has_files and not any(_is_resume_flag(a) for a in argv):
+        kept += ["--overwrite_output_dir", "true"]
+    return "hf-tpu train " + " ".join(shlex.quote(a) for a in kept)

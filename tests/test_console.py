@@ -217,3 +217,17 @@ def test_redact_argv_and_resume_hint_drop_flags_with_their_values():
         "--overwrite_output_dir", "--max_steps", "5", "--resume-from-checkpoint"]
     assert resume_hint(["train", *argv], secrets=("hf_SECRET",)) == (
         "hf-tpu train --output_dir o --push_to_hub --note '<redacted>-x' --max_steps 5 --resume_from_checkpoint true")
+
+
+def test_rerun_hint_keeps_the_flags_and_overwrites_only_a_folder_the_run_left_files_in():
+    """Before the first checkpoint there is nothing to resume: the same command, redacted; with the run's own files
+    in the folder, --overwrite_output_dir true (unless the flags already overwrite or resume)."""
+    from hf_tpu_ext.console import rerun_hint
+
+    argv = ["train", "--output_dir", "o", "--hub_token", "hf_SECRET", "--max_steps", "5"]
+    assert rerun_hint(argv, secrets=("hf_SECRET",)) == "hf-tpu train --output_dir o --max_steps 5"
+    assert rerun_hint(argv, output_dir_has_files=True) == (
+        "hf-tpu train --output_dir o --max_steps 5 --overwrite_output_dir true")
+    resumed = ["--output_dir", "o", "--resume_from_checkpoint", "user/other-run"]
+    assert rerun_hint(resumed, output_dir_has_files=True) == (
+        "hf-tpu train --output_dir o --resume_from_checkpoint user/other-run")

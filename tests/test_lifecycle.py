@@ -521,3 +521,21 @@ def test_one_sigint_during_the_final_push_lets_it_land(loopback_hub, tmp_path, h
     assert "Interrupted again" not in hf_log.text and "not uploaded" not in hf_log.text
     assert loopback_hub.server.commits(REPO)[-1]["message"] == "End of training"
     assert json.loads((out / "run_state.json").read_text())["phases"]["push"] == "pushed"
+
+
+def test_a_sigterm_before_the_first_checkpoint_says_to_rerun_the_same_command(tmp_path):
+    """SIGTERM once the data are ready, before the model exists: exit 143, no checkpoint, and the last line is
+    the same command (no --resume_from_checkpoint, which would find nothing); that command then trains."""
+    out = tmp_path / "early"
+    args = tiny_train_args(out, "--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "no",
+                           "--callbacks", "")
+    stopped = run_train_script(args, env={"HF_TPU_EXT_TEST_SIGNAL_AT": "data"}, check=False)
+    assert stopped.returncode == 143, stopped.stderr[-2000:]
+    assert not (out / "checkpoints").exists()
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert last.startswith("interrupted at step 0; no checkpoint was saved yet; rerun: hf-tpu train ")
+    hinted = shlex.split(last.split("; rerun: ", 1)[1])[2:]
+    assert "--resume_from_checkpoint" not in hinted
+    assert hinted[:len(args)] == [str(a) for a in args]
+    run_train_script(hinted)
+    assert json.loads((out / "training_summary.json").read_text())["global_step"] == 4

@@ -254,6 +254,21 @@ def test_bf16_kernels_path_says_when_tensorflow_started_too_early_to_fuse(tmp_pa
     assert (summary["precision"], summary["jit_compile"], summary["compiler"]) == (
         "bf16 mixed", False, "TensorFlow kernels (oneDNN)")
     assert results["global_step"] == 8 and "TF_XLA_FLAGS" not in os.environ
-    assert ("element-wise ops not fused by XLA: TensorFlow had started before hf-tpu could set TF_XLA_FLAGS, or "
-            "TF_XLA_FLAGS holds your own auto-clustering flags; TensorFlow's kernels run alone (see "
-            "hf_tpu_ext/backends/tensorflow/fusion.py).") in messages
+    assert ("element-wise ops not fused by XLA: TensorFlow had started before hf-tpu could set TF_XLA_FLAGS; "
+            "TensorFlow's kernels run alone (see hf_tpu_ext/backends/tensorflow/fusion.py).") in messages
+
+
+def test_a_users_own_auto_clustering_flags_are_kept_and_named_in_the_compiler_path(tmp_path):
+    """TF_XLA_FLAGS that switch auto-clustering on themselves (here over every op, matmuls too) are left as they are;
+    the compiler path says so instead of claiming the kernels run alone or hf-tpu's fusion."""
+    from conftest import run_train_script, tiny_train_args
+
+    out = tmp_path / "user"
+    proc = run_train_script(tiny_train_args(out, "--max_steps", "4", "--bf16", "true", "--eval_strategy", "no",
+                                            "--save_strategy", "no", "--callbacks", "")
+                            + ["--cpu_flags", "avx512_bf16,amx_bf16"],
+                            env={"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit --tf_xla_auto_jit=2"})
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["compiler"] == "TensorFlow kernels (oneDNN), XLA auto-clustering as TF_XLA_FLAGS sets it"
+    assert ("element-wise ops not fused by hf-tpu: your TF_XLA_FLAGS set XLA auto-clustering (--tf_xla_auto_jit=2), "
+            "so TensorFlow clusters as they say") in proc.stderr

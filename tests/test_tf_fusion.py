@@ -16,17 +16,28 @@ def fresh_tensorflow(monkeypatch):
 
 def test_prepare_adds_the_flags_and_keeps_the_users_others(fresh_tensorflow):
     env = {}
-    assert fusion.prepare(env) is True and env["TF_XLA_FLAGS"] == FLAGS
+    assert fusion.prepare(env) == fusion.READY and env["TF_XLA_FLAGS"] == FLAGS
     env = {"TF_XLA_FLAGS": "--tf_xla_min_cluster_size=2"}
-    assert fusion.prepare(env) is True and env["TF_XLA_FLAGS"] == "--tf_xla_min_cluster_size=2 " + FLAGS
+    assert fusion.prepare(env) == fusion.READY and env["TF_XLA_FLAGS"] == "--tf_xla_min_cluster_size=2 " + FLAGS
+    env = {"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit"}  # one of ours already: the other is added
+    assert fusion.prepare(env) == fusion.READY and env["TF_XLA_FLAGS"] == FLAGS
     env = {"TF_XLA_FLAGS": FLAGS}
-    assert fusion.prepare(env) is True and env["TF_XLA_FLAGS"] == FLAGS  # nothing added twice
+    assert fusion.prepare(env) == fusion.READY and env["TF_XLA_FLAGS"] == FLAGS  # nothing added twice
 
 
-@pytest.mark.parametrize("user_flags", ["--tf_xla_auto_jit=1", "--tf_xla_ops_to_cluster=PW"])
-def test_prepare_leaves_a_users_clustering_flags_alone(fresh_tensorflow, user_flags):
+@pytest.mark.parametrize("user_flags, note", [
+    ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit", ", XLA auto-clustering as TF_XLA_FLAGS sets it"),
+    ("--tf_xla_ops_to_cluster=PW", ""),           # no auto-clustering switched on: TensorFlow clusters nothing
+    ("--tf_xla_cpu_global_jit=false", ""),        # an opt-out, not overridden
+])
+def test_prepare_leaves_a_users_clustering_flags_alone_and_says_so(fresh_tensorflow, user_flags, note):
     env = {"TF_XLA_FLAGS": user_flags}
-    assert fusion.prepare(env) is False and env == {"TF_XLA_FLAGS": user_flags}
+    assert fusion.prepare(env) == fusion.USER and env == {"TF_XLA_FLAGS": user_flags}
+    assert fusion.compiler_note(fusion.USER, env) == note
+    mine = " ".join(f for f in user_flags.split() if f != "--tf_xla_cpu_global_jit")
+    assert fusion.not_fused_message(fusion.USER, env) == (
+        f"element-wise ops not fused by hf-tpu: your TF_XLA_FLAGS set XLA auto-clustering ({mine}), so TensorFlow "
+        "clusters as they say (see hf_tpu_ext/backends/tensorflow/fusion.py).")
 
 
 def test_prepare_after_tensorflow_started_changes_nothing():
@@ -34,7 +45,8 @@ def test_prepare_after_tensorflow_started_changes_nothing():
 
     tf.config.list_physical_devices("CPU")  # TensorFlow has read TF_XLA_FLAGS now
     env = {}
-    assert fusion.prepare(env) is False and env == {}
+    assert fusion.prepare(env) == fusion.STARTED and env == {}
+    assert fusion.compiler_note(fusion.STARTED, env) == ""
 
 
 def test_elementwise_fusion_switches_auto_clustering_on_and_back():

@@ -29,12 +29,13 @@ loop stops at the next step boundary and checkpoints that step (with its trainer
 ``last-checkpoint/`` with ``--hub_strategy checkpoint``), the pushes are waited for within the grace budget
 ``--save_on_signal_timeout`` (counted from the signal; what did not land is logged and written into
 ``training_summary.json`` ``interrupted``), and :class:`~hf_tpu_ext.errors.TrainingInterrupted` carries the one
-line telling how to resume (:func:`hf_tpu_ext.console.resume_hint`) and the signal (exit status 128 + signum: 130,
+line telling how to resume (:func:`hf_tpu_ext.console.resume_hint`; before the first checkpoint, how to rerun:
+:func:`~hf_tpu_ext.console.rerun_hint`) and the signal (exit status 128 + signum: 130,
 143). A signal during the final push lets it finish within the same budget. A second signal stops every wait at
 once. Any error raised after a signal is reported as the interruption.
 
 Test hook: the environment variable ``HF_TPU_EXT_TEST_KILL_AT`` (:data:`KILL_ENV`) set to a phase name
-(``train``: after the first checkpoint; ``checkpoint_weights``: a checkpoint's weight files are written, its
+(``data``: the data are ready, the model is not built; ``train``: after the first checkpoint; ``checkpoint_weights``: a checkpoint's weight files are written, its
 trainer state is not; ``checkpoint``: after the last checkpoint, before the export;
 ``export``: half-way through the export; ``card``: after the card is written; ``push``: while the final
 push is in flight) makes the process SIGKILL itself there. Only the tests set it.
@@ -50,9 +51,10 @@ import time
 from typing import Any, Dict, List, Optional
 
 from hf_tpu_ext import interrupts
-from hf_tpu_ext.console import resume_hint
+from hf_tpu_ext.console import rerun_hint, resume_hint
 from hf_tpu_ext.errors import CheckpointError, HubPushError, OutputDirError, TrainingInterrupted
 from hf_tpu_ext.run import checks, data, files, history, pushes, resume, state
+from hf_tpu_ext.run_lock import LOCK_NAME
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -399,9 +401,20 @@ class TrainingRun:
             pass
         except Exception as err:  # noqa: BLE001 (stopped before the model existed: the resume line still comes)
             logger.debug("no training_summary.json for the interrupted run: %s", err)
-        hint = resume_hint(self.argv, self._secrets())
-        return TrainingInterrupted(f"interrupted at step {self.step}; resume with: {hint}", step=self.step,
+        return TrainingInterrupted(f"interrupted at step {self.step}; {self._restart_hint()}", step=self.step,
                                    signum=signum)
+
+    def _restart_hint(self) -> str:
+        """How the same command finishes the run: resume from its checkpoint, or rerun when none was saved yet."""
+        try:
+            saved = self.plan is not None and bool(self.backend.find_checkpoints(self.args.output_dir))
+        except Exception:  # noqa: BLE001 (stopped before the backend could look)
+            saved = False
+        if saved:
+            return "resume with: " + resume_hint(self.argv, self._secrets())
+        out = self.args.output_dir
+        has_files = os.path.isdir(out) and any(n != LOCK_NAME for n in os.listdir(out))
+        return "no checkpoint was saved yet; rerun: " + rerun_hint(self.argv, self._secrets(), has_files)
 
     def _write_interrupted_summary(self, signum: int, not_pushed: List[str],
                                    results: Optional[Dict[str, Any]] = None) -> None:
@@ -432,6 +445,7 @@ class TrainingRun:
         if info is not None:
             self._apply_checkpoint_shape(info)
         blocks = self.data(tokenizer_source)
+        _test_kill("data")
         plan = self.plan
         start = self._resume(info)
         if start >= plan.total_steps:

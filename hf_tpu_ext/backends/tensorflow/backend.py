@@ -61,16 +61,15 @@ class TensorFlowBackend(BackendDefaults):
 
         args = training_args
         host_memory = configure_host_memory()  # before TensorFlow's first allocation
-        fusion_ready = fusion.prepare()  # before TensorFlow initializes its devices (it reads TF_XLA_FLAGS then)
+        fusion_state = fusion.prepare()  # before TensorFlow initializes its devices (it reads TF_XLA_FLAGS then)
         self.info = resolve_strategy(args.tpu_name, args.tpu_zone, args.gcp_project)
         self.num_replicas = self.info.strategy.num_replicas_in_sync
         self.is_chief = self.info.is_chief
         self.needs_remote_data = bool(self.info.is_tpu_node)
-        self.precision = _precision_plan(args, self.info.accelerator, fusion_ready)
-        if not fusion_ready and _precision_plan(args, self.info.accelerator, True).fuse_elementwise:
-            logger.info("element-wise ops not fused by XLA: TensorFlow had started before hf-tpu could set "
-                        "TF_XLA_FLAGS, or TF_XLA_FLAGS holds your own auto-clustering flags; TensorFlow's "
-                        "kernels run alone (see hf_tpu_ext/backends/tensorflow/fusion.py).")
+        self.precision = _precision_plan(args, self.info.accelerator, fusion_state == fusion.READY)
+        self.compiler_note = fusion.compiler_note(fusion_state)
+        if fusion_state != fusion.READY and _precision_plan(args, self.info.accelerator, True).fuse_elementwise:
+            logger.info(fusion.not_fused_message(fusion_state))
         args.bf16, args.jit_compile = self.precision.bf16, self.precision.jit_compile
         logger.info("strategy %s: %d replica(s) on %d %s device(s); host memory: %s", self.info.strategy_name,
                     self.num_replicas, self.info.num_devices, self.info.accelerator,
@@ -254,7 +253,7 @@ class TensorFlowBackend(BackendDefaults):
                                  plan.seq_length, checkpointer=self.checkpointer, callbacks=callbacks,
                                  start_step=start_step, log_history=log_history, summary_writer=self.summary_writer,
                                  trackio=self.trackio, on_save=on_save,
-                                 fuse_elementwise=self.precision.fuse_elementwise)
+                                 fuse_elementwise=self.precision.fuse_elementwise, compiler_note=self.compiler_note)
         if self.is_chief:
             # one level of parentheses at most: the compiler path may hold "(oneDNN)", the reason none
             logger.info("precision %s, compiler path: %s. Why: %s.", self.precision.precision, self.trainer.compiler_path,

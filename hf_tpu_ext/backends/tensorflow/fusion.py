@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator, MutableMapping, Optional
+from typing import Iterator, List, MutableMapping, Optional
 
 #: the op groups of TensorFlow's auto-clustering allowlist (``mark_for_compilation_pass``) that are clustered:
 #: its FUSIBLE set (point-wise ops, reductions, reshapes, transposes, bias gradients: no matmul, convolution or
@@ -41,28 +41,59 @@ def _devices_initialized() -> bool:
     return getattr(ctx, "_context_handle", None) is not None or getattr(ctx, "_physical_devices", None) is not None
 
 
-def prepare(environ: Optional[MutableMapping[str, str]] = None) -> bool:
-    """Add :data:`FUSION_FLAGS` to ``TF_XLA_FLAGS`` unless TensorFlow has read them already.
+#: :func:`prepare`'s answers: the fusion can run; TensorFlow had started (too late for ``TF_XLA_FLAGS``); the user's
+#: own ``TF_XLA_FLAGS`` decide auto-clustering
+READY, STARTED, USER = "ready", "started", "user"
+#: the flags by which a user's ``TF_XLA_FLAGS`` decides auto-clustering itself
+_CLUSTERING_FLAG_NAMES = ("--tf_xla_auto_jit", "--tf_xla_ops_to_cluster", "--tf_xla_cpu_global_jit")
 
-    A ``TF_XLA_FLAGS`` that already names ``--tf_xla_ops_to_cluster`` or ``--tf_xla_auto_jit`` is the user's choice
-    and is left as it is.
+
+def user_clustering_flags(tf_xla_flags: str) -> List[str]:
+    """The flags of ``tf_xla_flags`` (a ``TF_XLA_FLAGS`` value) that set auto-clustering and are not
+    :data:`FUSION_FLAGS` (e.g. ``--tf_xla_auto_jit=2``, ``--tf_xla_cpu_global_jit=false``), in their order."""
+    return [f for f in tf_xla_flags.split() if f.split("=", 1)[0] in _CLUSTERING_FLAG_NAMES and f not in FUSION_FLAGS]
+
+
+def prepare(environ: Optional[MutableMapping[str, str]] = None) -> str:
+    """Add :data:`FUSION_FLAGS` to ``TF_XLA_FLAGS`` unless TensorFlow has read them already or the user's own
+    ``TF_XLA_FLAGS`` set auto-clustering (:func:`user_clustering_flags`: those are left as they are).
 
     Args:
         environ: the environment to change (default ``os.environ``; tests pass a dict).
 
     Returns:
-        True when both flags are in ``TF_XLA_FLAGS`` and TensorFlow reads them (or read them with them):
-        :func:`elementwise_fusion` then fuses; False otherwise (TensorFlow started before, or the user's flags).
+        :data:`READY` (both flags are in ``TF_XLA_FLAGS`` before TensorFlow reads them: :func:`elementwise_fusion`
+        fuses), :data:`STARTED` (TensorFlow had read ``TF_XLA_FLAGS`` without them) or :data:`USER`.
     """
     environ = os.environ if environ is None else environ
     flags = environ.get("TF_XLA_FLAGS", "").split()
-    names = {flag.split("=", 1)[0] for flag in flags}
+    if user_clustering_flags(" ".join(flags)):
+        return USER
     if all(flag in flags for flag in FUSION_FLAGS):
-        return True
-    if "--tf_xla_ops_to_cluster" in names or "--tf_xla_auto_jit" in names or _devices_initialized():
-        return False
+        return READY
+    if _devices_initialized():
+        return STARTED
     environ["TF_XLA_FLAGS"] = " ".join(flags + [f for f in FUSION_FLAGS if f not in flags])
-    return True
+    return READY
+
+
+def not_fused_message(state: str, environ: Optional[MutableMapping[str, str]] = None) -> str:
+    """The log line of a run whose precision plan would fuse but :func:`prepare` answered ``state`` (not READY)."""
+    if state == USER:
+        flags = " ".join(user_clustering_flags((os.environ if environ is None else environ).get("TF_XLA_FLAGS", "")))
+        return (f"element-wise ops not fused by hf-tpu: your TF_XLA_FLAGS set XLA auto-clustering ({flags}), so "
+                "TensorFlow clusters as they say (see hf_tpu_ext/backends/tensorflow/fusion.py).")
+    return ("element-wise ops not fused by XLA: TensorFlow had started before hf-tpu could set TF_XLA_FLAGS; "
+            "TensorFlow's kernels run alone (see hf_tpu_ext/backends/tensorflow/fusion.py).")
+
+
+def compiler_note(state: str, environ: Optional[MutableMapping[str, str]] = None) -> str:
+    """What to add to the compiler path of a step on TensorFlow's kernels: ``", XLA auto-clustering as TF_XLA_FLAGS
+    sets it"`` when the user's ``TF_XLA_FLAGS`` switch auto-clustering on themselves (``--tf_xla_auto_jit``), else
+    nothing (without it TensorFlow clusters nothing, whatever the other flags say)."""
+    flags = user_clustering_flags((os.environ if environ is None else environ).get("TF_XLA_FLAGS", ""))
+    on = any(f.split("=", 1)[0] == "--tf_xla_auto_jit" for f in flags)
+    return ", XLA auto-clustering as TF_XLA_FLAGS sets it" if state == USER and on else ""
 
 
 @contextlib.contextmanager
@@ -71,8 +102,8 @@ def elementwise_fusion(enabled: bool = True) -> Iterator[None]:
 
     ``tf.config.optimizer.set_jit("autoclustering")`` applies to functions instantiated while it is set; it is
     turned back to what it was at the end, so later code in the process is unaffected. ``enabled=False``
-    changes nothing. Without :data:`FUSION_FLAGS` in effect (:func:`prepare` returned False) auto-clustering
-    does nothing on a CPU.
+    changes nothing. Without :data:`FUSION_FLAGS` in effect (:func:`prepare` did not answer READY)
+    auto-clustering does nothing on a CPU.
     """
     if not enabled:
         yield

@@ -77,14 +77,17 @@ class TFTrainer:
         fuse_elementwise: on TensorFlow's kernels (``jit_compile`` false), the run fuses the element-wise ops
             between them with XLA (:mod:`hf_tpu_ext.backends.tensorflow.fusion`; the caller switches it on around
             :meth:`train`): dropout then takes the XLA step's counter-based masks, which fuse too.
+        compiler_note: added to the compiler path of a step on TensorFlow's kernels that is not fused
+            (:func:`hf_tpu_ext.backends.tensorflow.fusion.compiler_note`: the user's own auto-clustering).
     """
 
     def __init__(self, model, optimizer, lr_schedule, training_args, strategy_info, make_train_dataset,
                  eval_dataset, eval_steps, steps_per_epoch, total_steps, seq_length, checkpointer=None,
                  callbacks=(), start_step: int = 0, log_history=None, summary_writer=None, trackio=None,
-                 on_save=None, fuse_elementwise: bool = False):
+                 on_save=None, fuse_elementwise: bool = False, compiler_note: str = ""):
         self.model = model
         self.fuse_elementwise = bool(fuse_elementwise) and not training_args.jit_compile
+        self.compiler_note = compiler_note
         self.optimizer = optimizer
         self.lr_schedule = lr_schedule
         self.args = training_args
@@ -145,7 +148,7 @@ class TFTrainer:
         self.fused_update = use_xla and self.info.distributed_type == DistributedType.NO
         if not use_xla:
             self.compiler_path = "TensorFlow kernels" + (" (oneDNN)" if self.info.accelerator == "CPU" else "")
-            self.compiler_path += FUSED_COMPILER_SUFFIX if self.fuse_elementwise else ""
+            self.compiler_path += FUSED_COMPILER_SUFFIX if self.fuse_elementwise else self.compiler_note
         else:
             self.compiler_path = ("XLA, whole step in one program" if self.fused_update
                                   else "XLA per-replica forward/backward, update outside XLA")
