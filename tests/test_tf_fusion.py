@@ -16,13 +16,13 @@ def fresh_tensorflow(monkeypatch):
 
 def test_prepare_adds_the_flags_and_keeps_the_users_others(fresh_tensorflow):
     env = {}
-    assert fusion.prepare(env) == fusion.READY and env["TF_XLA_FLAGS"] == FLAGS
+    assert fusion.prepare(env).state == fusion.READY and env["TF_XLA_FLAGS"] == FLAGS
     env = {"TF_XLA_FLAGS": "--tf_xla_min_cluster_size=2"}
-    assert fusion.prepare(env) == fusion.READY and env["TF_XLA_FLAGS"] == "--tf_xla_min_cluster_size=2 " + FLAGS
+    assert fusion.prepare(env).state == fusion.READY and env["TF_XLA_FLAGS"] == "--tf_xla_min_cluster_size=2 " + FLAGS
     env = {"TF_XLA_FLAGS": "--tf_xla_cpu_global_jit"}  # one of ours already: the other is added
-    assert fusion.prepare(env) == fusion.READY and env["TF_XLA_FLAGS"] == FLAGS
+    assert fusion.prepare(env).state == fusion.READY and env["TF_XLA_FLAGS"] == FLAGS
     env = {"TF_XLA_FLAGS": FLAGS}
-    assert fusion.prepare(env) == fusion.READY and env["TF_XLA_FLAGS"] == FLAGS  # nothing added twice
+    assert fusion.prepare(env).state == fusion.READY and env["TF_XLA_FLAGS"] == FLAGS  # nothing added twice
 
 
 @pytest.mark.parametrize("user_flags, note", [
@@ -32,10 +32,11 @@ def test_prepare_adds_the_flags_and_keeps_the_users_others(fresh_tensorflow):
 ])
 def test_prepare_leaves_a_users_clustering_flags_alone_and_says_so(fresh_tensorflow, user_flags, note):
     env = {"TF_XLA_FLAGS": user_flags}
-    assert fusion.prepare(env) == fusion.USER and env == {"TF_XLA_FLAGS": user_flags}
-    assert fusion.compiler_note(fusion.USER, env) == note
+    setup = fusion.prepare(env)
+    assert setup.state == fusion.USER and env == {"TF_XLA_FLAGS": user_flags}
+    assert setup.compiler_note == note
     mine = " ".join(f for f in user_flags.split() if f != "--tf_xla_cpu_global_jit")
-    assert fusion.not_fused_message(fusion.USER, env) == (
+    assert setup.not_fused_message() == (
         f"element-wise ops not fused by hf-tpu: your TF_XLA_FLAGS set XLA auto-clustering ({mine}), so TensorFlow "
         "clusters as they say (see hf_tpu_ext/backends/tensorflow/fusion.py).")
 
@@ -45,8 +46,9 @@ def test_prepare_after_tensorflow_started_changes_nothing():
 
     tf.config.list_physical_devices("CPU")  # TensorFlow has read TF_XLA_FLAGS now
     env = {}
-    assert fusion.prepare(env) == fusion.STARTED and env == {}
-    assert fusion.compiler_note(fusion.STARTED, env) == ""
+    setup = fusion.prepare(env)
+    assert setup.state == fusion.STARTED and env == {}
+    assert setup.compiler_note == ""
 
 
 def test_elementwise_fusion_switches_auto_clustering_on_and_back():

@@ -30,18 +30,23 @@ def check_finite_arguments(*arg_objects) -> None:
                 raise ArgumentError(f"--{f.name} must be a finite number, got {value}.")
 
 
+def output_dir_entries(out: str) -> List[str]:
+    """The names in the folder ``out`` other than a run's lock file (``[]`` when it does not exist)."""
+    from hf_tpu_ext.run_lock import LOCK_NAME
+
+    return [n for n in os.listdir(out) if n != LOCK_NAME] if os.path.isdir(out) else []
+
+
 def check_output_dir(training_args) -> None:
     """Refuse a non-empty ``output_dir`` unless overwriting or resuming was asked for, and an unwritable one.
 
     Raises:
         OutputDirError: the folder holds files (nothing in it is touched), is a file, or cannot be written.
     """
-    from hf_tpu_ext.run_lock import LOCK_NAME
-
     out = training_args.output_dir
     if os.path.exists(out) and not os.path.isdir(out):
         raise OutputDirError(f"--output_dir {out!r} exists and is a file; choose a folder path.")
-    entries = [n for n in os.listdir(out) if n != LOCK_NAME] if os.path.isdir(out) else []  # this run's lock
+    entries = output_dir_entries(out)  # this run's lock does not count
     if entries and not (training_args.overwrite_output_dir or training_args.resume_from_checkpoint):
         raise OutputDirError(
             f"Output directory {out!r} already exists and is not empty ({len(entries)} entries). "

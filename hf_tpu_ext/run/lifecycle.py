@@ -54,7 +54,6 @@ from hf_tpu_ext import interrupts
 from hf_tpu_ext.console import rerun_hint, resume_hint
 from hf_tpu_ext.errors import CheckpointError, HubPushError, OutputDirError, TrainingInterrupted
 from hf_tpu_ext.run import checks, data, files, history, pushes, resume, state
-from hf_tpu_ext.run_lock import LOCK_NAME
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -412,8 +411,7 @@ class TrainingRun:
             saved = False
         if saved:
             return "resume with: " + resume_hint(self.argv, self._secrets())
-        out = self.args.output_dir
-        has_files = os.path.isdir(out) and any(n != LOCK_NAME for n in os.listdir(out))
+        has_files = bool(checks.output_dir_entries(self.args.output_dir))
         return "no checkpoint was saved yet; rerun: " + rerun_hint(self.argv, self._secrets(), has_files)
 
     def _write_interrupted_summary(self, signum: int, not_pushed: List[str],

@@ -61,15 +61,15 @@ class TensorFlowBackend(BackendDefaults):
 
         args = training_args
         host_memory = configure_host_memory()  # before TensorFlow's first allocation
-        fusion_state = fusion.prepare()  # before TensorFlow initializes its devices (it reads TF_XLA_FLAGS then)
+        fusion_setup = fusion.prepare()  # before TensorFlow initializes its devices (it reads TF_XLA_FLAGS then)
         self.info = resolve_strategy(args.tpu_name, args.tpu_zone, args.gcp_project)
         self.num_replicas = self.info.strategy.num_replicas_in_sync
         self.is_chief = self.info.is_chief
         self.needs_remote_data = bool(self.info.is_tpu_node)
-        self.precision = _precision_plan(args, self.info.accelerator, fusion_state == fusion.READY)
-        self.compiler_note = fusion.compiler_note(fusion_state)
-        if fusion_state != fusion.READY and _precision_plan(args, self.info.accelerator, True).fuse_elementwise:
-            logger.info(fusion.not_fused_message(fusion_state))
+        self.precision = _precision_plan(args, self.info.accelerator, fusion_setup.ready)
+        self.compiler_note = fusion_setup.compiler_note
+        if not fusion_setup.ready and _precision_plan(args, self.info.accelerator, True).fuse_elementwise:
+            logger.info(fusion_setup.not_fused_message())
         args.bf16, args.jit_compile = self.precision.bf16, self.precision.jit_compile
         logger.info("strategy %s: %d replica(s) on %d %s device(s); host memory: %s", self.info.strategy_name,
                     self.num_replicas, self.info.num_devices, self.info.accelerator,

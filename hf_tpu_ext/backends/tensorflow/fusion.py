@@ -17,8 +17,9 @@ auto-clustering is switched on (:func:`elementwise_fusion`, around the training 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-from typing import Iterator, List, MutableMapping, Optional
+from typing import Iterator, List, MutableMapping, Optional, Tuple
 
 #: the op groups of TensorFlow's auto-clustering allowlist (``mark_for_compilation_pass``) that are clustered:
 #: its FUSIBLE set (point-wise ops, reductions, reshapes, transposes, bias gradients: no matmul, convolution or
@@ -41,7 +42,7 @@ def _devices_initialized() -> bool:
     return getattr(ctx, "_context_handle", None) is not None or getattr(ctx, "_physical_devices", None) is not None
 
 
-#: :func:`prepare`'s answers: the fusion can run; TensorFlow had started (too late for ``TF_XLA_FLAGS``); the user's
+#: :func:`prepare`'s states: the fusion can run; TensorFlow had started (too late for ``TF_XLA_FLAGS``); the user's
 #: own ``TF_XLA_FLAGS`` decide auto-clustering
 READY, STARTED, USER = "ready", "started", "user"
 #: the flags by which a user's ``TF_XLA_FLAGS`` decides auto-clustering itself
@@ -54,7 +55,38 @@ def user_clustering_flags(tf_xla_flags: str) -> List[str]:
     return [f for f in tf_xla_flags.split() if f.split("=", 1)[0] in _CLUSTERING_FLAG_NAMES and f not in FUSION_FLAGS]
 
 
-def prepare(environ: Optional[MutableMapping[str, str]] = None) -> str:
+@dataclasses.dataclass(frozen=True)
+class FusionSetup:
+    """What :func:`prepare` found: ``state`` (:data:`READY`, :data:`STARTED` or :data:`USER`) and, for USER, the
+    user's clustering flags."""
+
+    state: str
+    user_flags: Tuple[str, ...] = ()
+
+    @property
+    def ready(self) -> bool:
+        """The flags are in effect: :func:`elementwise_fusion` fuses."""
+        return self.state == READY
+
+    @property
+    def compiler_note(self) -> str:
+        """What to add to the compiler path of a step on TensorFlow's kernels: ``", XLA auto-clustering as
+        TF_XLA_FLAGS sets it"`` when the user's flags switch auto-clustering on themselves (``--tf_xla_auto_jit``),
+        else nothing (without it TensorFlow clusters nothing, whatever the other flags say)."""
+        on = any(f.split("=", 1)[0] == "--tf_xla_auto_jit" for f in self.user_flags)
+        return ", XLA auto-clustering as TF_XLA_FLAGS sets it" if on else ""
+
+    def not_fused_message(self) -> str:
+        """The log line of a run whose precision plan would fuse while the state is not READY."""
+        if self.state == USER:
+            return (f"element-wise ops not fused by hf-tpu: your TF_XLA_FLAGS set XLA auto-clustering "
+                    f"({' '.join(self.user_flags)}), so TensorFlow clusters as they say (see "
+                    "hf_tpu_ext/backends/tensorflow/fusion.py).")
+        return ("element-wise ops not fused by XLA: TensorFlow had started before hf-tpu could set TF_XLA_FLAGS; "
+                "TensorFlow's kernels run alone (see hf_tpu_ext/backends/tensorflow/fusion.py).")
+
+
+def prepare(environ: Optional[MutableMapping[str, str]] = None) -> FusionSetup:
     """Add :data:`FUSION_FLAGS` to ``TF_XLA_FLAGS`` unless TensorFlow has read them already or the user's own
     ``TF_XLA_FLAGS`` set auto-clustering (:func:`user_clustering_flags`: those are left as they are).
 
@@ -62,38 +94,20 @@ def prepare(environ: Optional[MutableMapping[str, str]] = None) -> str:
         environ: the environment to change (default ``os.environ``; tests pass a dict).
 
     Returns:
-        :data:`READY` (both flags are in ``TF_XLA_FLAGS`` before TensorFlow reads them: :func:`elementwise_fusion`
-        fuses), :data:`STARTED` (TensorFlow had read ``TF_XLA_FLAGS`` without them) or :data:`USER`.
+        :class:`FusionSetup`: READY (both flags are in ``TF_XLA_FLAGS`` before TensorFlow reads them), STARTED
+        (TensorFlow had read ``TF_XLA_FLAGS`` without them) or USER (with the user's flags).
     """
     environ = os.environ if environ is None else environ
     flags = environ.get("TF_XLA_FLAGS", "").split()
-    if user_clustering_flags(" ".join(flags)):
-        return USER
+    mine = user_clustering_flags(" ".join(flags))
+    if mine:
+        return FusionSetup(USER, tuple(mine))
     if all(flag in flags for flag in FUSION_FLAGS):
-        return READY
+        return FusionSetup(READY)
     if _devices_initialized():
-        return STARTED
+        return FusionSetup(STARTED)
     environ["TF_XLA_FLAGS"] = " ".join(flags + [f for f in FUSION_FLAGS if f not in flags])
-    return READY
-
-
-def not_fused_message(state: str, environ: Optional[MutableMapping[str, str]] = None) -> str:
-    """The log line of a run whose precision plan would fuse but :func:`prepare` answered ``state`` (not READY)."""
-    if state == USER:
-        flags = " ".join(user_clustering_flags((os.environ if environ is None else environ).get("TF_XLA_FLAGS", "")))
-        return (f"element-wise ops not fused by hf-tpu: your TF_XLA_FLAGS set XLA auto-clustering ({flags}), so "
-                "TensorFlow clusters as they say (see hf_tpu_ext/backends/tensorflow/fusion.py).")
-    return ("element-wise ops not fused by XLA: TensorFlow had started before hf-tpu could set TF_XLA_FLAGS; "
-            "TensorFlow's kernels run alone (see hf_tpu_ext/backends/tensorflow/fusion.py).")
-
-
-def compiler_note(state: str, environ: Optional[MutableMapping[str, str]] = None) -> str:
-    """What to add to the compiler path of a step on TensorFlow's kernels: ``", XLA auto-clustering as TF_XLA_FLAGS
-    sets it"`` when the user's ``TF_XLA_FLAGS`` switch auto-clustering on themselves (``--tf_xla_auto_jit``), else
-    nothing (without it TensorFlow clusters nothing, whatever the other flags say)."""
-    flags = user_clustering_flags((os.environ if environ is None else environ).get("TF_XLA_FLAGS", ""))
-    on = any(f.split("=", 1)[0] == "--tf_xla_auto_jit" for f in flags)
-    return ", XLA auto-clustering as TF_XLA_FLAGS sets it" if state == USER and on else ""
+    return FusionSetup(READY)
 
 
 @contextlib.contextmanager
@@ -102,7 +116,7 @@ def elementwise_fusion(enabled: bool = True) -> Iterator[None]:
 
     ``tf.config.optimizer.set_jit("autoclustering")`` applies to functions instantiated while it is set; it is
     turned back to what it was at the end, so later code in the process is unaffected. ``enabled=False``
-    changes nothing. Without :data:`FUSION_FLAGS` in effect (:func:`prepare` did not answer READY)
+    changes nothing. Without :data:`FUSION_FLAGS` in effect (:func:`prepare` not ``ready``)
     auto-clustering does nothing on a CPU.
     """
     if not enabled:
