@@ -201,6 +201,18 @@ def test_process_id_not_below_the_count_is_one_line(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("env", [{"JAX_NUM_PROCESSES": 2, "JAX_PROCESS_ID": 1},
+                                 {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:1"}])
+def test_half_a_multi_process_environment_is_refused_before_jax_starts(tmp_path, env):
+    """A host that misses a variable trained a model of its own (issue 43): now one line, in well under the
+    seconds JAX and Keras take to import, and nothing written."""
+    proc, seconds, out = _bad_run(tmp_path, **env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()
+    assert len(last) == 1 and last[0].startswith("hf-tpu train: error: JAX_") and " without " in last[0], last
+    assert seconds < 10 and not out.exists()
+
+
 def test_unreachable_coordinator_names_the_time_out(tmp_path):
     port = free_port()  # nothing listens there
     proc, seconds, out = _bad_run(tmp_path, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=2,
@@ -219,9 +231,15 @@ def test_unreachable_coordinator_names_the_time_out(tmp_path):
      "JAX_NUM_PROCESSES='two' is not an integer >= 1: set it to one, or unset it."),
     ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "-1"},
      "JAX_PROCESS_ID='-1' is not an integer >= 0: set it to one, or unset it."),
+    ({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"},
+     "JAX_NUM_PROCESSES and JAX_PROCESS_ID are set without JAX_COORDINATOR_ADDRESS: set it to process 0's host:port "
+     "on every process, or unset both to train in one process."),
+    ({"JAX_COORDINATOR_ADDRESS": "127.0.0.1:8476"},
+     "JAX_COORDINATOR_ADDRESS is set without JAX_NUM_PROCESSES and JAX_PROCESS_ID: set both on every process "
+     "(0 <= id < count), or unset it to train in one process."),
 ])
 def test_bad_process_variables_are_named(env, message):
-    from hf_tpu_ext.distributed import jax_distributed_arguments
+    from hf_tpu_ext.backends.keras.processes import jax_distributed_arguments
 
     with pytest.raises(ValueError) as err:
         jax_distributed_arguments(env)
@@ -229,11 +247,15 @@ def test_bad_process_variables_are_named(env, message):
 
 
 def test_process_variables_become_initialize_arguments():
-    from hf_tpu_ext.distributed import jax_distributed_arguments
+    from hf_tpu_ext.backends.keras.processes import jax_distributed_arguments
 
-    # a TPU slice: JAX finds the rest
+    # a TPU slice: JAX finds the rest; so do Slurm and Open MPI with the coordinator given
     assert jax_distributed_arguments({}) == {"heartbeat_timeout_seconds": 30, "shutdown_timeout_seconds": 3600}
-    assert jax_distributed_arguments({"JAX_NUM_PROCESSES": "4", "JAX_PROCESS_ID": "3",
+    assert jax_distributed_arguments({"JAX_COORDINATOR_ADDRESS": "h:1", "SLURM_JOB_ID": "7"}) == {
+        "heartbeat_timeout_seconds": 30, "shutdown_timeout_seconds": 3600}
+    assert jax_distributed_arguments({"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1",
+                                      "HF_TPU_JAX_DISTRIBUTED": "1"})["process_id"] == 1
+    assert jax_distributed_arguments({"JAX_NUM_PROCESSES": "4", "JAX_PROCESS_ID": "3", "JAX_COORDINATOR_ADDRESS": "h:1",
                                       "HF_TPU_JAX_INITIALIZATION_TIMEOUT": "20", "HF_TPU_JAX_HEARTBEAT_TIMEOUT": "10",
                                       "HF_TPU_JAX_SHUTDOWN_TIMEOUT": "600"}) == {
         "num_processes": 4, "process_id": 3, "initialization_timeout": 20, "heartbeat_timeout_seconds": 10,

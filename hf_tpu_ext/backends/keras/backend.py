@@ -30,6 +30,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
+from hf_tpu_ext.backends.keras.processes import maybe_initialize_distributed
 from hf_tpu_ext.backends.keras.probes import preparing_probes, scoring_probes, wants_probes
 from hf_tpu_ext.backends.keras.events import EventWriter
 from hf_tpu_ext.backends.trackio_log import init_trackio
@@ -41,37 +42,6 @@ logger = logging.getLogger("hf_tpu_ext")
 
 #: checkpoint keys of the model's non-trainable variables (by position)
 NON_TRAINABLE_PREFIX = "non_trainable/"
-#: ``HF_TPU_JAX_DISTRIBUTED=1``: this process is one of several (one per host of a TPU slice)
-DISTRIBUTED_SWITCH = "HF_TPU_JAX_DISTRIBUTED"
-
-
-def maybe_initialize_distributed() -> bool:
-    """``jax.distributed.initialize()`` when the environment asks for several processes; True when it did.
-
-    Asked for by ``HF_TPU_JAX_DISTRIBUTED=1`` (JAX then finds the cluster itself: Cloud TPU slices through their
-    metadata, Slurm, Open MPI), by ``JAX_COORDINATOR_ADDRESS`` (with ``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID``,
-    JAX's own variables), or by ``TPU_WORKER_HOSTNAMES``/``TPU_PROCESS_ADDRESSES`` naming more than one host.
-    Must run before anything touches the devices (``jax.devices()``).
-
-    Raises:
-        BackendError: bad ``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID``
-            (:func:`hf_tpu_ext.distributed.jax_distributed_arguments`), or the processes did not all join within
-            the time-out (the coordinator named): one line, before any compute.
-    """
-    from hf_tpu_ext.distributed import JAX_COORDINATOR_ADDRESS, initialize_jax_distributed
-
-    hosts = [h for v in ("TPU_PROCESS_ADDRESSES", "TPU_WORKER_HOSTNAMES")
-             for h in os.environ.get(v, "").split(",") if h.strip()]
-    asked = os.environ.get(DISTRIBUTED_SWITCH, "").lower() in ("1", "true", "yes")
-    if not (asked or os.environ.get(JAX_COORDINATOR_ADDRESS) or len(hosts) > 1):
-        return False
-    try:
-        initialize_jax_distributed()
-    except ValueError as err:
-        raise BackendError(str(err)) from None
-    return True
-
-
 class KerasBackend(BackendDefaults):
     """``--backend keras``: keras-hub RoBERTa on Keras 3 + JAX, one XLA program per step (see the module doc)."""
 
