@@ -68,7 +68,8 @@ def one_try(index, victim, outside, root):
     last = lines[-1] if lines else ""
     aborted = any(s in err for s in ("Check failure", "Fatal Python error", "*** SIGABRT", "Traceback"))
     passed = survivor.returncode == 1 and last.startswith(LINE.format(victim=victim)) and not aborted
-    return passed, survivor.returncode, seconds, "\n".join(lines[-6:])
+    why = [l for l in lines if any(s in l for s in ("Terminating", "heartbeat", "Check failure", "F0", "F1"))][:3]
+    return passed, survivor.returncode, seconds, "\n".join(why + lines[-3:])
 
 
 def main():

@@ -42,6 +42,13 @@ logger = logging.getLogger("hf_tpu_ext")
 
 #: checkpoint keys of the model's non-trainable variables (by position)
 NON_TRAINABLE_PREFIX = "non_trainable/"
+def _local_device_count() -> int:
+    """This process's devices (on a CPU, the simulated devices that share its cores: MFU's peak per device)."""
+    import jax
+
+    return jax.local_device_count()
+
+
 class KerasBackend(BackendDefaults):
     """``--backend keras``: keras-hub RoBERTa on Keras 3 + JAX, one XLA program per step (see the module doc)."""
 
@@ -427,7 +434,8 @@ class KerasBackend(BackendDefaults):
         cb = keras.callbacks.CallbackList(list(callbacks), add_history=False, add_progbar=False, model=self.model,
                                           epochs=max(1, math.ceil(total / spe)), steps=spe, verbose=0)
         self.mfu_of = make_mfu_meter(self.flops_per_token, "CPU" if self.accelerator == "CPU" else self.device_kind,
-                                     args.bf16, self.num_replicas, self.is_chief, per="device")
+                                     args.bf16, self.num_replicas, self.is_chief, per="device",
+                                     cpu_devices=_local_device_count())
         # the logging window of the checkpoint resumed from: the next entry averages the same steps as without a
         # stop; the restored checkpoint (start_step) is never written again
         loop = self._loop = StepLoop(KerasSteps(self, on_save), args, plan, cb, log_history, step,
