@@ -13,6 +13,7 @@ host's id, the output folder the lost-process line names) is here.
 from __future__ import annotations
 
 import enum
+import logging
 import json
 import os
 import sys
@@ -150,3 +151,58 @@ def note_output_dir(output_dir: Optional[str]) -> None:
 def noted_output_dir() -> Optional[str]:
     """The ``--output_dir`` :func:`note_output_dir` remembered (``None`` before the run lock)."""
     return (_OUTPUT_DIR or [None])[0]
+
+
+# ---------------------------------------------------------------------------------------------- one run's processes
+#: how the processes of a run agree (:func:`from_main_process`, :func:`agreed_exit_status`): set by the backend that
+#: joined them (the Keras backend's key-value store, once JAX started); empty in a one-process run
+_AGREEMENT: List[object] = []
+
+
+def set_process_agreement(agreement: Optional[object]) -> None:
+    """Install (``None``: remove) the object that carries values between the processes of this run: it has
+    ``share(key, produce) -> str`` and ``exit_status(code) -> int`` (:class:`hf_tpu_ext.backends.keras.processes.
+    KeyValueAgreement`)."""
+    _AGREEMENT[:] = [agreement] if agreement is not None else []
+
+
+def from_main_process(key: str, produce: Callable[[], str]) -> str:
+    """``produce()`` run on the main process only, its result read by the others (e.g. the tokenizer the run
+    trains: trained once, the same in every process). Every process calls it with the same ``key``.
+
+    Returns:
+        the main process's ``produce()`` (a str); ``produce()`` itself in a one-process run.
+
+    Raises:
+        whatever ``produce()`` raised on the main process (on the others: a RuntimeError naming it, one line).
+    """
+    if not _AGREEMENT:
+        return produce()
+    return _AGREEMENT[0].share(key, produce)
+
+
+def agreed_exit_status(code: int) -> int:
+    """This process's exit status, agreed with the run's: the main process publishes ``code``; another process
+    waits for it and, having nothing wrong of its own (``code`` 0), ends with the main process's (a refused final
+    push is exit 1 in every process, not 0 on the others before process 0 knows). ``code`` as is in a one-process
+    run."""
+    if not _AGREEMENT:
+        return int(code)
+    return int(_AGREEMENT[0].exit_status(int(code)))
+
+
+class ProcessLines(logging.Filter):
+    """A log handler's filter that makes a slice's terminal one run's: on process 0 every line passes; on the others
+    INFO lines are dropped (process 0 says the same) and warnings and errors, which only that process may know,
+    are tagged ``[process i]``. The process index is asked per line (:func:`process_index`: known once JAX
+    started)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        index = process_index()
+        if index == 0:
+            return True
+        if record.levelno < logging.WARNING:
+            return False
+        if not getattr(record, "hf_tpu_tagged", False):
+            record.msg, record.hf_tpu_tagged = f"[process {index}] {record.msg}", True
+        return True

@@ -28,7 +28,8 @@ def load_or_train_tokenizer(model_args, data_args, raw_datasets, tokenizer_sourc
         TokenizerError: it cannot be loaded or has no mask token.
     """
     from hf_tpu_ext.data.blocks import column_texts
-    from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer, train_bpe_tokenizer
+    from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer, tokenizer_from_json, train_bpe_tokenizer
+    from hf_tpu_ext.distributed import from_main_process
 
     if tokenizer_source:
         tok = load_tokenizer(tokenizer_source)
@@ -37,8 +38,13 @@ def load_or_train_tokenizer(model_args, data_args, raw_datasets, tokenizer_sourc
                              cache_dir=model_args.cache_dir)
     else:
         t0 = time.perf_counter()
-        tok = train_bpe_tokenizer(column_texts(raw_datasets["train"]), vocab_size=model_args.vocab_size,
-                                  model_max_length=data_args.max_seq_length)
+
+        def train() -> str:
+            return train_bpe_tokenizer(column_texts(raw_datasets["train"]), vocab_size=model_args.vocab_size,
+                                       model_max_length=data_args.max_seq_length).backend_tokenizer.to_str()
+
+        # several processes: process 0 trains it, the others read its JSON (one tokenizer, trained once)
+        tok = tokenizer_from_json(from_main_process("tokenizer", train), data_args.max_seq_length)
         logger.info("trained a byte-level BPE tokenizer of %d tokens in %.1fs", len(tok), time.perf_counter() - t0)
     check_mlm_tokenizer(tok)
     return tok

@@ -43,8 +43,7 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length:
     Raises:
         TokenizerError: ``vocab_size`` is too small for the byte alphabet and special tokens.
     """
-    from tokenizers import AddedToken, ByteLevelBPETokenizer, processors
-    from transformers import RobertaTokenizerFast
+    from tokenizers import ByteLevelBPETokenizer, processors
 
     if vocab_size < 256 + len(SPECIAL_TOKENS):
         raise TokenizerError(f"vocab_size {vocab_size} cannot hold the 256 byte symbols and 5 special tokens; use >= 300.")
@@ -67,6 +66,22 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length:
         trim_offsets=True,
         add_prefix_space=False,
     )
+    return _roberta_fast(backend, model_max_length)
+
+
+def tokenizer_from_json(text: str, model_max_length: int):
+    """The :func:`train_bpe_tokenizer` tokenizer back from its ``backend_tokenizer.to_str()`` (the JSON process 0
+    of a multi-process run shares with the others: one tokenizer trained once)."""
+    from tokenizers import Tokenizer
+
+    return _roberta_fast(Tokenizer.from_str(text), model_max_length)
+
+
+def _roberta_fast(backend, model_max_length: int):
+    """``RobertaTokenizerFast`` around a trained byte-level BPE ``tokenizers.Tokenizer`` (RoBERTa's special tokens)."""
+    from tokenizers import AddedToken
+    from transformers import RobertaTokenizerFast
+
     return RobertaTokenizerFast(
         tokenizer_object=backend,
         model_max_length=int(model_max_length),

@@ -21,8 +21,9 @@ import threading
 import time
 from typing import Callable, List, Optional
 
+from hf_tpu_ext.backends.keras.process_agreement import KeyValueAgreement
 from hf_tpu_ext.distributed import (JAX_COORDINATOR_ADDRESS, JAX_DISTRIBUTED_SWITCH, JAX_NUM_PROCESSES,
-                                    JAX_PROCESS_ID, noted_output_dir, run_after_jax_initialize)
+                                    JAX_PROCESS_ID, noted_output_dir, run_after_jax_initialize, set_process_agreement)
 
 #: seconds to wait for every process to join (jax's ``initialization_timeout``; its default is 300)
 JAX_INITIALIZATION_TIMEOUT = "HF_TPU_JAX_INITIALIZATION_TIMEOUT"
@@ -180,7 +181,10 @@ def initialize_jax_distributed() -> None:
     kwargs["heartbeat_timeout_seconds"] = jax_heartbeat_timeout(watch_timeout)  # the watch's line comes first
     try:
         jax.distributed.initialize(**kwargs)
-        start_lost_process_watch(watch_timeout)
+        if start_lost_process_watch(watch_timeout) is not None:  # several processes: they agree through JAX's store
+            set_process_agreement(KeyValueAgreement(
+                lost_process_watch.client, lost_process_watch.process_id, lost_process_watch.num_processes,
+                kwargs["shutdown_timeout_seconds"], ended_key=f"{HEARTBEAT_KEY_PREFIX}0"))
     except (ValueError, RuntimeError) as err:  # e.g. "Number of processes must be defined."
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
         raise ValueError(f"jax.distributed.initialize refused (coordinator {address or 'found by JAX'}): {reason} "
