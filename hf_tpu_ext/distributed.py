@@ -122,7 +122,8 @@ def jax_process_id_pending(environ=None) -> bool:
 
 
 def after_jax_initialize(fn: Callable[[], None]) -> None:
-    """Call ``fn()`` once JAX's start (:func:`run_after_jax_initialize`) has joined the processes (this host's id known)."""
+    """Call ``fn()`` once JAX's start (:func:`run_after_jax_initialize`) has joined the processes (this host's id
+    known)."""
     _AFTER_INITIALIZE.append(fn)
 
 

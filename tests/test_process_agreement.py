@@ -99,6 +99,7 @@ def test_the_resume_line_of_a_process_names_the_environment_of_every_process():
         "on each process i = 0 .. 1: JAX_COORDINATOR_ADDRESS=10.0.0.2:8476 JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=$i "
         "JAX_NUM_CPU_DEVICES=2 hf-tpu train --output_dir 'out dir' --resume_from_checkpoint true")
     # a TPU slice (JAX finds the rest): the same command on every host
-    assert process_prefix({"HF_TPU_JAX_DISTRIBUTED": "1"}) == "the same commands on every host: HF_TPU_JAX_DISTRIBUTED=1 "
+    assert process_prefix({"HF_TPU_JAX_DISTRIBUTED": "1"}) == (
+        "the same commands on every host: HF_TPU_JAX_DISTRIBUTED=1 ")
     # one process: nothing, or the devices it simulates (they make its global batch)
     assert process_prefix({}) == "" and process_prefix({"JAX_NUM_CPU_DEVICES": "4"}) == "JAX_NUM_CPU_DEVICES=4 "
