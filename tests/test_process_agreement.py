@@ -103,3 +103,21 @@ def test_the_resume_line_of_a_process_names_the_environment_of_every_process():
         "the same commands on every host: HF_TPU_JAX_DISTRIBUTED=1 ")
     # one process: nothing, or the devices it simulates (they make its global batch)
     assert process_prefix({}) == "" and process_prefix({"JAX_NUM_CPU_DEVICES": "4"}) == "JAX_NUM_CPU_DEVICES=4 "
+
+
+def test_gloo_lines_are_left_out_of_stdout_only():
+    """What gloo prints to fd 1 per collective group and process; the run's own output (a "[Gloo]" word inside a
+    line included) passes."""
+    import os
+
+    from hf_tpu_ext.console import NATIVE_STDOUT_LINE, _pump, multi_process_environment
+
+    read_fd, write_fd = os.pipe()
+    out_r, out_w = os.pipe()
+    os.write(write_fd, b"[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer ranks is : 1\n"
+                       b'{\n  "global_step": 4,\n  "note": "no [Gloo] lines"\n}\n[Gloo] Rank 1 is connected')
+    os.close(write_fd)
+    _pump(read_fd, out_w, NATIVE_STDOUT_LINE)
+    os.close(out_w)
+    assert os.read(out_r, 65536) == b'{\n  "global_step": 4,\n  "note": "no [Gloo] lines"\n}\n'
+    assert multi_process_environment({"JAX_COORDINATOR_ADDRESS": "h:1"}) and not multi_process_environment({})
