@@ -192,17 +192,21 @@ def agreed_exit_status(code: int) -> int:
     return int(_AGREEMENT[0].exit_status(int(code)))
 
 
+#: ``logger.info(..., extra=OWN_LINE)``: a line only this process knows (shown on every process, tagged)
+OWN_LINE = {"hf_tpu_own_line": True}
+
+
 class ProcessLines(logging.Filter):
     """A log handler's filter that makes a slice's terminal one run's: on process 0 every line passes; on the others
-    INFO lines are dropped (process 0 says the same) and warnings and errors, which only that process may know,
-    are tagged ``[process i]``. The process index is asked per line (:func:`process_index`: known once JAX
+    INFO lines are dropped (process 0 says the same) and warnings, errors and lines logged with
+    ``extra=OWN_LINE`` (only that process knows them) are tagged ``[process i]``. The process index is asked per line (:func:`process_index`: known once JAX
     started)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         index = process_index()
         if index == 0:
             return True
-        if record.levelno < logging.WARNING:
+        if record.levelno < logging.WARNING and not getattr(record, "hf_tpu_own_line", False):
             return False
         if not getattr(record, "hf_tpu_tagged", False):
             record.msg, record.hf_tpu_tagged = f"[process {index}] {record.msg}", True

@@ -90,6 +90,10 @@ def test_a_slice_terminal_shows_process_0s_lines_and_the_others_warnings_tagged(
     assert lines.filter(info) == (index == 0)
     assert lines.filter(warning) and lines.filter(warning)  # tagged once, however many handlers filter it
     assert warning.getMessage() == ("slow disk" if index == 0 else "[process 1] slow disk")
+    own = record(logging.INFO, "another process received a signal: stopping at step 3 with it")
+    own.hf_tpu_own_line = True  # logger.info(..., extra=distributed.OWN_LINE)
+    assert lines.filter(own)
+    assert own.getMessage().startswith("[process 1] another" if index else "another")
 
 
 def test_the_resume_line_of_a_process_names_the_environment_of_every_process():

@@ -16,6 +16,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import numpy as np
 
 from hf_tpu_ext import interrupts
+from hf_tpu_ext.distributed import OWN_LINE
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -120,7 +121,8 @@ class KerasSteps:
         if placement is not None:
             seen = placement.any_process(seen)
         if seen and interrupts.received() is None:
-            logger.info("another process received a signal: stopping at step %d with it", self.b._step)
+            logger.info("another process received a signal: stopping at step %d with it", self.b._step,
+                        extra=OWN_LINE)  # only this process knows: tagged [process i] on the others
             interrupts.record(signal.SIGTERM)
         return seen
 
