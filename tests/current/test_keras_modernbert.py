@@ -217,3 +217,34 @@ def test_headless_checkpoint_keeps_head_initialization(pair, caplog):
     after = ARCH.state_dict(model, config)
     np.testing.assert_array_equal(after["head.dense.weight"], head_before)
     np.testing.assert_array_equal(after["model.final_norm.weight"], state["model.final_norm.weight"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_the_backends_train_step_trains_it(dtype):
+    """hf_tpu_ext's own step (counter-based dropout incl. the attention-probability path, erf GELU, XLA:CPU dot
+    routing, 2 accumulated micro-batches): 8 AdamW steps on one batch lower its masked-LM loss."""
+    from hf_tpu_ext.backends.keras.step import make_train_step, split_micro_batches
+
+    config = tiny_config(attention_dropout=0.1, mlp_dropout=0.1, embedding_dropout=0.1)
+    model = ARCH.build(config, dtype)
+    ARCH.assign(model, torch_state(random_torch_model(config)), config)
+    ids, mask, positions = padded_batch()
+    batch = split_micro_batches({
+        "input_ids": np.concatenate([ids, ids[:1]]).astype(np.int32),
+        "attention_mask": np.concatenate([mask, mask[:1]]).astype(np.int32),
+        "masked_lm_positions": np.concatenate([positions, positions[:1]]).astype(np.int32),
+        "masked_lm_ids": np.take_along_axis(np.concatenate([ids, ids[:1]]), np.concatenate([positions, positions[:1]]),
+                                            axis=1).astype(np.int32),
+        "masked_lm_weights": np.ones((4, 4), np.float32)}, 2)
+    optimizer = keras.optimizers.AdamW(3e-3)
+    optimizer.build(model.trainable_variables)
+    state = tuple([v.value for v in vs] for vs in
+                  (model.trainable_variables, model.non_trainable_variables, optimizer.variables))
+    step = jax.jit(make_train_step(model, optimizer, seed=5, accumulation=2))
+    losses = []
+    for s in range(8):
+        state, loss_sum, count = step(state, batch, np.int32(s))
+        assert float(count) == 16.0
+        losses.append(float(loss_sum) / float(count))
+    assert all(np.isfinite(losses)) and all(np.isfinite(np.asarray(v)).all() for v in state[0])
+    assert losses[-1] < 0.8 * losses[0], losses
