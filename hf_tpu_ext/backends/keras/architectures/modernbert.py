@@ -21,6 +21,13 @@ window on local layers) whenever no attention-probability dropout applies (``att
 default, or inference). With ``attention_dropout > 0`` while training, the same attention is computed by
 ``einsum`` + float32 softmax + ``keras.layers.Dropout`` on the probabilities (``dot_product_attention`` has no
 dropout argument), as transformers' eager path does; the output dropout after ``Wo`` runs in both cases.
+What ``dot_product_attention`` then runs on JAX (Keras 3.x ``backend/jax/nn.py``, JAX 0.10 ``jax.nn``): on CPU,
+XLA's reference attention (einsums, masked softmax); on an Ampere+ GPU with cuDNN and bfloat16/float16 inputs
+(``--bf16``) and head_dim a multiple of 8 (<= 128, <= 256 from Hopper), cuDNN's fused flash attention with the mask
+turned into an additive bias (the window saves no work: cuDNN's window is left-only, for causal masks), and XLA's
+in float32 or when cuDNN refuses; on TPU, XLA's: Keras' Splash-kernel path reads one batch row's mask (row 0), so
+with per-row padding it would be wrong, and inside ``jit`` (every training/eval step) it falls back to XLA anyway
+because the mask is traced; :func:`_flash_attention` therefore passes ``flash_attention=False`` on TPU.
 
 Model contract: :mod:`hf_tpu_ext.backends.keras.architectures.base` (inputs ``token_ids`` / ``padding_mask`` /
 ``mask_positions``, logits ``[B, P, V]`` in the compute dtype, the decoder tied to the token embedding).
@@ -62,6 +69,17 @@ def _activation(name: str):
     return lambda x: keras.activations.gelu(x, approximate=approximate)
 
 
+def _flash_attention():
+    """``flash_attention`` for ``keras.ops.dot_product_attention``: ``False`` on a JAX TPU (module doc: Keras'
+    Splash path would apply batch row 0's mask to every row), else ``None`` (Keras decides: cuDNN or XLA)."""
+    if keras.config.backend() == "jax":
+        import jax
+
+        if jax.default_backend() == "tpu":
+            return False
+    return None
+
+
 def _rotate_half(x):
     half = x.shape[-1] // 2
     return ops.concatenate([-x[..., half:], x[..., :half]], axis=-1)
@@ -77,6 +95,7 @@ class ModernBertAttention(layers.Layer):
         self.hidden, self.heads = int(config.hidden_size), int(config.num_attention_heads)
         self.head_dim = self.hidden // self.heads
         self.probability_dropout = float(config.attention_dropout)
+        self.flash_attention = _flash_attention()
         bias = bool(config.attention_bias)
         self.Wqkv = layers.Dense(3 * self.hidden, use_bias=bias, kernel_initializer=_init(config), dtype=policy,
                                  name="Wqkv")
@@ -103,7 +122,8 @@ class ModernBertAttention(layers.Layer):
         if training and self.probability_dropout > 0.0:
             attended = self._attention_with_dropout(query, key, value, mask, scale)
         else:
-            attended = ops.dot_product_attention(query, key, value, mask=mask, scale=scale)
+            attended = ops.dot_product_attention(query, key, value, mask=mask, scale=scale,
+                                                     flash_attention=self.flash_attention)
         attended = ops.reshape(attended, (-1, length, self.hidden))
         return self.out_drop(self.Wo(attended), training=training)
 
