@@ -249,3 +249,25 @@ def test_the_backends_train_step_trains_it():
         losses.append(float(loss_sum) / float(count))
     assert all(np.isfinite(losses)) and all(np.isfinite(np.asarray(v)).all() for v in state[0])
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_config_fields_of_both_transformers_versions_are_read():
+    """4.57's fields (a ``None`` local theta is the global one there) and 5's ``layer_types``/``rope_parameters``."""
+    from types import SimpleNamespace
+
+    from hf_tpu_ext.backends.keras.architectures import modernbert_config as mc
+
+    old = SimpleNamespace(num_hidden_layers=5, global_attn_every_n_layers=2, global_rope_theta=80000.0,
+                          local_rope_theta=None)
+    assert mc.layer_types(old) == ["full_attention", "sliding_attention", "full_attention", "sliding_attention",
+                                   "full_attention"]
+    assert mc.rope_thetas(old) == {"full_attention": 80000.0, "sliding_attention": 80000.0}
+    new = tiny_config(global_rope_theta=1234.0, local_rope_theta=56.0)
+    assert mc.rope_thetas(new) == {"full_attention": 1234.0, "sliding_attention": 56.0}
+    assert mc.layer_types(new) == list(new.layer_types)
+    scaled = tiny_config()
+    scaled.rope_parameters["full_attention"]["rope_type"] = "linear"
+    with pytest.raises(CheckpointError) as error:
+        ARCH.check_config(scaled)
+    assert str(error.value) == ("rope_parameters['full_attention'].rope_type='linear' is not supported by "
+                                "--backend keras's ModernBERT (only 'default' RoPE).")
