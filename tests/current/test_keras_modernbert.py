@@ -75,6 +75,8 @@ def test_names_are_transformers_state_dict_minus_tied_decoder(pair):
         np.testing.assert_array_equal(array, state[name], err_msg=name)
     assert ("model.layers.0.attn.Wqkv.bias" in exported) is bool(config.attention_bias)
     assert "model.layers.0.attn_norm.weight" not in exported and "model.layers.1.attn_norm.weight" in exported
+    paths = [variable.path for variable in model.variables]  # checkpoints key variables by path
+    assert len(set(paths)) == len(paths) == len(exported) and "model/layers_1/attn/Wqkv/kernel" in paths
 
 
 def test_keras_logits_equal_transformers(pair):
