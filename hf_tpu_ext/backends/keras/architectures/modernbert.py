@@ -16,8 +16,8 @@ The computation (Warner et al. 2024, "Smarter, Better, Faster, Longer"; transfor
 LayerNorms have a bias only with ``norm_bias``; ``Wqkv``/``Wo`` with ``attention_bias``, ``Wi``/``Wo`` with
 ``mlp_bias``, ``head.dense`` with ``classifier_bias``, the decoder with ``decoder_bias``.
 
-Which attention runs: ``keras.ops.dot_product_attention`` with a boolean mask ``[B, 1, L, L]`` (padding, and the
-window on local layers) whenever no attention-probability dropout applies (``attention_dropout == 0``, the config
+Which attention runs: ``keras.ops.dot_product_attention`` with a boolean mask (padding ``[B, 1, 1, L]``; ``[B, 1, L,
+L]`` with the window on local layers) whenever no attention-probability dropout applies (``attention_dropout == 0``, the config
 default, or inference). With ``attention_dropout > 0`` while training, the same attention is computed by
 ``einsum`` + float32 softmax + ``keras.layers.Dropout`` on the probabilities (``dot_product_attention`` has no
 dropout argument), as transformers' eager path does; the output dropout after ``Wo`` runs in both cases.
@@ -28,6 +28,9 @@ turned into an additive bias (the window saves no work: cuDNN's window is left-o
 in float32 or when cuDNN refuses; on TPU, XLA's: Keras' Splash-kernel path reads one batch row's mask (row 0), so
 with per-row padding it would be wrong, and inside ``jit`` (every training/eval step) it falls back to XLA anyway
 because the mask is traced; :func:`_flash_attention` therefore passes ``flash_attention=False`` on TPU.
+Every one of these computes all ``L x L`` scores and masks them: a local layer costs what a global one costs
+(measured: small preset, seq 512, 2-core CPU, equal step times within noise), while ``flops_per_token`` counts
+the window's keys (the useful work), so MFU at ``seq > local_attention`` understates the hardware's load.
 
 Model contract: :mod:`hf_tpu_ext.backends.keras.architectures.base` (inputs ``token_ids`` / ``padding_mask`` /
 ``mask_positions``, logits ``[B, P, V]`` in the compute dtype, the decoder tied to the token embedding).
