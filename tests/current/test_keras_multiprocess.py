@@ -179,7 +179,7 @@ def test_sigterm_to_both_a_step_apart_stops_both_at_the_first(tmp_path):
                                                  {"HF_TPU_EXT_TEST_SIGNAL_AT": "train_step@4"}))
     (rc0, err0), (rc1, err1) = finish(procs)
     assert (rc0, rc1) == (143, 143), err0[-3000:] + err1[-3000:]
-    assert "another process received a signal: stopping at step 3 with it" in err1
+    assert "INFO hf_tpu_ext: [process 1] another process received a signal: stopping at step 3 with it" in err1
     assert "another process received a signal" not in err0
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3"]
 
