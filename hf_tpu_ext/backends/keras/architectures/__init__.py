@@ -12,7 +12,10 @@ from typing import Dict, Tuple
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
 
 #: model_type -> "module:attribute" (no framework is imported until :func:`get_architecture`)
-ARCHITECTURES: Dict[str, str] = {}
+ARCHITECTURES: Dict[str, str] = {
+    "bert": "hf_tpu_ext.backends.keras.architectures.bert:ARCHITECTURE",
+    "distilbert": "hf_tpu_ext.backends.keras.architectures.distilbert:ARCHITECTURE",
+}
 
 
 def supported_model_types() -> Tuple[str, ...]:
