@@ -14,16 +14,9 @@ Refused (:func:`check_config`): ``hidden_act`` other than ``"gelu"``, ``position
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
-from hf_tpu_ext.backends.keras.architectures.base import Architecture
-from hf_tpu_ext.backends.keras.architectures.post_ln import (
-    EncoderNames,
-    check_encoder,
-    encoder_assign,
-    encoder_flops_per_token,
-    encoder_state_dict,
-)
+from hf_tpu_ext.backends.keras.architectures.post_ln import EncoderNames, check_encoder, encoder_architecture
 from hf_tpu_ext.errors import CheckpointError
 
 _LAYER = "bert.encoder.layer.{i}."
@@ -60,62 +53,18 @@ def check_config(config) -> None:
                   bool(getattr(config, "is_decoder", False)))
 
 
-def build(config, dtype: str = "float32"):
-    """A new BERT masked LM of ``config``'s sizes (truncated-normal 0.02 weights; Keras' global seed).
-
-    Args:
-        config: a transformers ``BertConfig``.
-        dtype: a Keras dtype policy name (``"float32"``, ``"mixed_bfloat16"``).
-
-    Returns:
-        :class:`.encoder.EncoderMaskedLM` named ``bert_masked_lm``; ``model.config`` is ``config``.
-
-    Raises:
-        CheckpointError: see :func:`check_config`.
-    """
-    check_config(config)
-    from hf_tpu_ext.backends.keras.architectures.encoder import EncoderMaskedLM
-
+def encoder_kwargs(config) -> Dict[str, Any]:
+    """:class:`.encoder.EncoderMaskedLM`'s arguments from a ``BertConfig``: dropout ``hidden_dropout_prob`` after
+    the embeddings, the attention output and the feed-forward output, ``attention_probs_dropout_prob`` on the
+    attention probabilities; ``layer_norm_eps`` everywhere; every ``type_vocab_size`` row kept."""
     hidden_dropout = float(config.hidden_dropout_prob)
-    model = EncoderMaskedLM(
-        vocabulary_size=int(config.vocab_size), num_layers=int(config.num_hidden_layers),
-        num_heads=int(config.num_attention_heads), hidden_dim=int(config.hidden_size),
-        intermediate_dim=int(config.intermediate_size), max_position_embeddings=int(config.max_position_embeddings),
-        type_vocab_size=int(config.type_vocab_size), layer_norm_epsilon=float(config.layer_norm_eps),
-        dropout=hidden_dropout, attention_dropout=float(config.attention_probs_dropout_prob),
-        attention_output_dropout=hidden_dropout, dtype=dtype, name="bert_masked_lm")
-    model.config = config
-    return model
-
-
-def state_dict(model, config=None) -> Dict[str, Any]:
-    """``BertForMaskedLM.state_dict()`` names and shapes (float32 numpy), without the tied
-    ``cls.predictions.decoder.weight``/``.bias`` (as ``save_pretrained`` writes them)."""
-    config = model.config if config is None else config
-    return encoder_state_dict(NAMES, model, config.num_hidden_layers)
-
-
-def assign(model, state: Dict[str, Any], config=None) -> None:
-    """Copy a ``BertForMaskedLM`` (or ``BertModel``: head kept, one warning) state dict into ``model``.
-
-    Raises:
-        CheckpointError: unsupported config, a missing weight or a shape that differs (named).
-    """
-    config = model.config if config is None else config
-    check_config(config)
-    encoder_assign(NAMES, model, state, config.num_hidden_layers)
-
-
-def flops_per_token(config, seq_length: int, masked_fraction: Optional[float] = None) -> float:
-    """Training FLOPs per input token (:func:`hf_tpu_ext.flops.flops_per_token`: PaLM's accounting, attention
-    over the whole sequence, the head at ``masked_fraction`` of the positions or all when None)."""
-    return encoder_flops_per_token(config.hidden_size, config.num_hidden_layers, config.intermediate_size,
-                                   config.vocab_size, seq_length, masked_fraction)
-
-
-def max_sequence_length(config) -> int:
-    """``max_position_embeddings`` (BERT numbers positions from 0: 512 for bert-base)."""
-    return int(config.max_position_embeddings)
+    return dict(vocabulary_size=int(config.vocab_size), num_layers=int(config.num_hidden_layers),
+                num_heads=int(config.num_attention_heads), hidden_dim=int(config.hidden_size),
+                intermediate_dim=int(config.intermediate_size),
+                max_position_embeddings=int(config.max_position_embeddings),
+                type_vocab_size=int(config.type_vocab_size), layer_norm_epsilon=float(config.layer_norm_eps),
+                dropout=hidden_dropout, attention_dropout=float(config.attention_probs_dropout_prob),
+                attention_output_dropout=hidden_dropout)
 
 
 def default_config() -> Dict[str, Any]:
@@ -125,7 +74,4 @@ def default_config() -> Dict[str, Any]:
                 max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu")
 
 
-ARCHITECTURE = Architecture(
-    name="bert", model_types=("bert",), transformers_classes={"bert": "BertForMaskedLM"},
-    tokenizer_kind="wordpiece", build=build, check_config=check_config, state_dict=state_dict, assign=assign,
-    flops_per_token=flops_per_token, max_sequence_length=max_sequence_length, default_config=default_config)
+ARCHITECTURE = encoder_architecture("bert", "BertForMaskedLM", NAMES, check_config, encoder_kwargs, default_config)

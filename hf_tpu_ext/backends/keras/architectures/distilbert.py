@@ -16,16 +16,9 @@ Config names differ from BERT's: ``dim``, ``n_layers``, ``n_heads``, ``hidden_di
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
-from hf_tpu_ext.backends.keras.architectures.base import Architecture
-from hf_tpu_ext.backends.keras.architectures.post_ln import (
-    EncoderNames,
-    check_encoder,
-    encoder_assign,
-    encoder_flops_per_token,
-    encoder_state_dict,
-)
+from hf_tpu_ext.backends.keras.architectures.post_ln import EncoderNames, check_encoder, encoder_architecture
 from hf_tpu_ext.errors import CheckpointError
 
 #: transformers' DistilBERT LayerNorms (embeddings, layers, head) are built with eps=1e-12; the config has no field
@@ -60,61 +53,14 @@ def check_config(config) -> None:
                   bool(getattr(config, "is_decoder", False)))
 
 
-def build(config, dtype: str = "float32"):
-    """A new DistilBERT masked LM of ``config``'s sizes (truncated-normal 0.02 weights; Keras' global seed).
-
-    Args:
-        config: a transformers ``DistilBertConfig``.
-        dtype: a Keras dtype policy name (``"float32"``, ``"mixed_bfloat16"``).
-
-    Returns:
-        :class:`.encoder.EncoderMaskedLM` named ``distilbert_masked_lm``; ``model.config`` is ``config``.
-
-    Raises:
-        CheckpointError: see :func:`check_config`.
-    """
-    check_config(config)
-    from hf_tpu_ext.backends.keras.architectures.encoder import EncoderMaskedLM
-
-    model = EncoderMaskedLM(
-        vocabulary_size=int(config.vocab_size), num_layers=int(config.n_layers), num_heads=int(config.n_heads),
-        hidden_dim=int(config.dim), intermediate_dim=int(config.hidden_dim),
-        max_position_embeddings=int(config.max_position_embeddings), type_vocab_size=0,
-        layer_norm_epsilon=LAYER_NORM_EPS, dropout=float(config.dropout),
-        attention_dropout=float(config.attention_dropout), attention_output_dropout=0.0, dtype=dtype,
-        name="distilbert_masked_lm")
-    model.config = config
-    return model
-
-
-def state_dict(model, config=None) -> Dict[str, Any]:
-    """``DistilBertForMaskedLM.state_dict()`` names and shapes (float32 numpy), without the tied
-    ``vocab_projector.weight``."""
-    config = model.config if config is None else config
-    return encoder_state_dict(NAMES, model, config.n_layers)
-
-
-def assign(model, state: Dict[str, Any], config=None) -> None:
-    """Copy a ``DistilBertForMaskedLM`` (or ``DistilBertModel``: head kept, one warning) state dict into ``model``.
-
-    Raises:
-        CheckpointError: unsupported config, a missing weight or a shape that differs (named).
-    """
-    config = model.config if config is None else config
-    check_config(config)
-    encoder_assign(NAMES, model, state, config.n_layers)
-
-
-def flops_per_token(config, seq_length: int, masked_fraction: Optional[float] = None) -> float:
-    """Training FLOPs per input token (:func:`hf_tpu_ext.flops.flops_per_token`'s PaLM accounting with
-    ``dim``, ``n_layers``, ``hidden_dim``, ``vocab_size``)."""
-    return encoder_flops_per_token(config.dim, config.n_layers, config.hidden_dim, config.vocab_size, seq_length,
-                                   masked_fraction)
-
-
-def max_sequence_length(config) -> int:
-    """``max_position_embeddings`` (positions from 0: 512 for distilbert-base)."""
-    return int(config.max_position_embeddings)
+def encoder_kwargs(config) -> Dict[str, Any]:
+    """:class:`.encoder.EncoderMaskedLM`'s arguments from a ``DistilBertConfig`` (no token types; no dropout after
+    ``out_lin``, as in transformers)."""
+    return dict(vocabulary_size=int(config.vocab_size), num_layers=int(config.n_layers), num_heads=int(config.n_heads),
+                hidden_dim=int(config.dim), intermediate_dim=int(config.hidden_dim),
+                max_position_embeddings=int(config.max_position_embeddings), type_vocab_size=0,
+                layer_norm_epsilon=LAYER_NORM_EPS, dropout=float(config.dropout),
+                attention_dropout=float(config.attention_dropout), attention_output_dropout=0.0)
 
 
 def default_config() -> Dict[str, Any]:
@@ -124,7 +70,5 @@ def default_config() -> Dict[str, Any]:
                 sinusoidal_pos_embds=False)
 
 
-ARCHITECTURE = Architecture(
-    name="distilbert", model_types=("distilbert",), transformers_classes={"distilbert": "DistilBertForMaskedLM"},
-    tokenizer_kind="wordpiece", build=build, check_config=check_config, state_dict=state_dict, assign=assign,
-    flops_per_token=flops_per_token, max_sequence_length=max_sequence_length, default_config=default_config)
+ARCHITECTURE = encoder_architecture("distilbert", "DistilBertForMaskedLM", NAMES, check_config, encoder_kwargs,
+                                    default_config)

@@ -1,17 +1,21 @@
 """What the post-LN encoder architectures (``bert.py``, ``distilbert.py``) share beside their layers
-(:mod:`.encoder`): config checks, the state dict both ways through their name table, the FLOP count.
+(:mod:`.encoder`): config checks, and :func:`encoder_architecture`, which makes an :class:`.base.Architecture`
+(build, the state dict both ways through the name table, the FLOP count) from an architecture's names and config
+reading.
 
-Each module describes itself with one :class:`EncoderNames` and reads its own config fields; the functions here do
-the rest. No Keras/JAX import at module level: :func:`check_encoder` and :func:`encoder_flops_per_token` run before
-the framework starts (refusals before compute); the state-dict functions import :mod:`.encoder` when called.
+Each module gives one :class:`EncoderNames`, its ``check_config`` and ``encoder_kwargs`` (its config fields ->
+the model's arguments). No Keras/JAX import at module level: the config checks and the FLOP count run before the
+framework starts (refusals before compute); build and the state-dict functions import :mod:`.encoder` when
+called.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
+from hf_tpu_ext.backends.keras.architectures.base import Architecture
 from hf_tpu_ext.backends.keras.architectures.name_table import normalized_names, table_assign, table_state_dict
 from hf_tpu_ext.errors import CheckpointError
 
@@ -69,35 +73,72 @@ def check_encoder(what: str, hidden_size: int, num_heads: int, activations: Dict
         raise CheckpointError(f"hidden size {hidden_size} is not a multiple of the attention heads {num_heads}.")
 
 
-def encoder_flops_per_token(hidden_size: int, num_layers: int, intermediate_size: int, vocab_size: int,
-                            seq_length: int, masked_fraction: Optional[float]) -> float:
-    """Training FLOPs per input token of a post-LN encoder masked LM: :func:`hf_tpu_ext.flops.flops_per_token`'s
-    PaLM accounting (attention over the whole sequence), for sizes named by any config."""
-    from hf_tpu_ext.flops import flops_per_token
+def encoder_architecture(name: str, transformers_class: str, names: EncoderNames,
+                         check_config: Callable[[Any], None], encoder_kwargs: Callable[[Any], Dict[str, Any]],
+                         default_config: Callable[[], Dict[str, Any]],
+                         tokenizer_kind: str = "wordpiece") -> Architecture:
+    """The :class:`.base.Architecture` of a post-LN encoder whose model is :class:`.encoder.EncoderMaskedLM`.
 
-    sizes = SimpleNamespace(hidden_size=int(hidden_size), num_hidden_layers=int(num_layers),
-                            intermediate_size=int(intermediate_size), vocab_size=int(vocab_size))
-    return flops_per_token(sizes, seq_length, masked_fraction)
+    Args:
+        name: the registry's name and the transformers ``model_type`` (``"bert"``).
+        transformers_class: the masked-LM class ``config.json`` names (``"BertForMaskedLM"``).
+        names: its transformers names.
+        check_config: ``(config) -> None``, raises ``CheckpointError`` naming a field it cannot hold.
+        encoder_kwargs: ``(config) -> dict``: :class:`.encoder.EncoderMaskedLM`'s size and rate arguments read
+            from the architecture's own config fields (``vocabulary_size``, ``num_layers``, ``num_heads``,
+            ``hidden_dim``, ``intermediate_dim``, ``max_position_embeddings``, ``type_vocab_size``,
+            ``layer_norm_epsilon``, ``dropout``, ``attention_dropout``, ``attention_output_dropout``).
+        default_config: the small preset's config arguments.
+        tokenizer_kind: what ``--model_type`` trains from text (BERT's and DistilBERT's WordPiece).
 
+    The functions made (see :class:`.base.Architecture` for their signatures):
 
-def encoder_state_dict(names: EncoderNames, model, num_layers: int):
-    """``model``'s weights under transformers' names (float32 numpy, tied decoder left out), sorted.
-
-    Raises:
-        CheckpointError: the model has a variable the table does not name.
+    * ``build(config, dtype)``: checks ``config``, then a new model named ``<name>_masked_lm`` (truncated-normal
+      0.02 weights from Keras' global seed) in the dtype policy ``dtype``; ``model.config = config``;
+    * ``state_dict(model, config)``: transformers names and shapes (float32 numpy), the tied decoder left out as
+      ``save_pretrained`` leaves it out; ``assign(model, state, config)``: the inverse, a bare base-model
+      checkpoint keeps the head's initialization with one warning (``CheckpointError`` for a missing or
+      misshaped weight, named);
+    * ``flops_per_token(config, seq_length, masked_fraction)``: :func:`hf_tpu_ext.flops.flops_per_token`'s PaLM
+      accounting (attention over the whole sequence; the head at ``masked_fraction`` of the positions, all when
+      None); ``max_sequence_length(config)``: ``max_position_embeddings`` (positions numbered from 0).
     """
-    from hf_tpu_ext.backends.keras.architectures.encoder import name_table
 
-    return table_state_dict(model, name_table(names.names, num_layers))
+    def build(config, dtype: str = "float32"):
+        check_config(config)
+        from hf_tpu_ext.backends.keras.architectures.encoder import EncoderMaskedLM
 
+        model = EncoderMaskedLM(**encoder_kwargs(config), dtype=dtype, name=f"{name}_masked_lm")
+        model.config = config
+        return model
 
-def encoder_assign(names: EncoderNames, model, state: Dict[str, Any], num_layers: int) -> None:
-    """Copy a transformers state dict (masked LM or bare base model) into ``model`` in place.
+    def state_dict(model, config=None) -> Dict[str, Any]:
+        from hf_tpu_ext.backends.keras.architectures.encoder import name_table
 
-    Raises:
-        CheckpointError: a weight outside the head missing, or of another shape.
-    """
-    from hf_tpu_ext.backends.keras.architectures.encoder import name_table
+        layers = encoder_kwargs(model.config if config is None else config)["num_layers"]
+        return table_state_dict(model, name_table(names.names, layers))
 
-    state = normalized_names(state, names.prefix, names.bare_prefixes)
-    table_assign(model, state, name_table(names.names, num_layers), names.head_names(), names.aliases, names.what)
+    def assign(model, state: Dict[str, Any], config=None) -> None:
+        from hf_tpu_ext.backends.keras.architectures.encoder import name_table
+
+        config = model.config if config is None else config
+        check_config(config)
+        state = normalized_names(state, names.prefix, names.bare_prefixes)
+        table = name_table(names.names, encoder_kwargs(config)["num_layers"])
+        table_assign(model, state, table, names.head_names(), names.aliases, names.what)
+
+    def flops_per_token(config, seq_length: int, masked_fraction: Optional[float] = None) -> float:
+        from hf_tpu_ext.flops import flops_per_token as count
+
+        sizes = encoder_kwargs(config)
+        return count(SimpleNamespace(hidden_size=sizes["hidden_dim"], num_hidden_layers=sizes["num_layers"],
+                                     intermediate_size=sizes["intermediate_dim"], vocab_size=sizes["vocabulary_size"]),
+                     seq_length, masked_fraction)
+
+    def max_sequence_length(config) -> int:
+        return int(encoder_kwargs(config)["max_position_embeddings"])
+
+    return Architecture(name=name, model_types=(name,), transformers_classes={name: transformers_class},
+                        tokenizer_kind=tokenizer_kind, build=build, check_config=check_config, state_dict=state_dict,
+                        assign=assign, flops_per_token=flops_per_token, max_sequence_length=max_sequence_length,
+                        default_config=default_config)
