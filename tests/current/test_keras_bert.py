@@ -141,6 +141,7 @@ def test_round_trip_keeps_every_weight(pair):
     state = arch.state_dict(model, config)
     for name, array in state.items():
         np.testing.assert_array_equal(array, reference.state_dict()[name].numpy(), err_msg=name)
+    assert len({v.path for v in model.weights}) == len(model.weights) == len(state)  # checkpoints key by path
     if kind == "bert":  # both token-type rows kept, though the trainer's tokens are all of type 0
         assert state["bert.embeddings.token_type_embeddings.weight"].shape == (2, 32)
 
