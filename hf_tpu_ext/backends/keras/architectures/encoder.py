@@ -40,9 +40,10 @@ class SelfAttention(layers.Layer):
     Which implementation runs (``keras.ops.dot_product_attention`` has no dropout argument):
 
     * inference, or training with ``attention_dropout == 0``: ``keras.ops.dot_product_attention(q, k, v,
-      mask=padding mask)``; on the JAX backend this is ``jax.nn.dot_product_attention``, which picks a fused
-      kernel (cuDNN flash attention on a GPU for bf16/fp16 inputs, Keras' Splash/Pallas path on a TPU where its
-      conditions hold) and otherwise the XLA composition (softmax in float32, as on CPU);
+      mask=padding mask)``. What Keras 3.15's JAX backend runs then: on CPU ``jax.nn.dot_product_attention``'s
+      XLA composition; on a GPU its cuDNN fused kernel where Keras' flash-attention check passes (bf16/fp16
+      inputs, Ampere or newer, cuDNN present), else the XLA composition; on a TPU Keras' Splash kernel only for
+      a concrete mask, so inside the jitted step (the padding mask is traced) the XLA composition too;
     * training with ``attention_dropout > 0``: the same math written out (``Q K^T`` in float32, the mask, a
       float32 softmax cast to the compute dtype) with ``keras.layers.Dropout`` on the probabilities, then ``A V``
       (what transformers' eager attention does; no fused kernel can apply dropout here).
