@@ -280,6 +280,10 @@ def test_flops_per_token_hand_count():
      "position_embedding_type 'relative_key' is not supported: the Keras backend's BERT has absolute positions "
      "only. Use --backend torch_xla for this model."),
     ("bert", dict(num_attention_heads=5), "hidden size 32 is not a multiple of the attention heads 5."),
+    ("bert", dict(tie_word_embeddings=False), "tie_word_embeddings=False is not supported: the Keras backend's "
+                                              "BERT ties the output projection to the word embeddings. Use "
+                                              "--backend torch_xla for this model."),
+    ("distilbert", dict(is_decoder=True), "A decoder DistilBERT (is_decoder=True) cannot be trained as a masked LM."),
     ("distilbert", dict(sinusoidal_pos_embds=True),
      "sinusoidal_pos_embds=True is not supported: the Keras backend's DistilBERT trains a learned position table. "
      "Use --backend torch_xla for this model."),

@@ -9,7 +9,7 @@ not read). Dropout: ``hidden_dropout_prob`` after the embeddings, the attention 
 output; ``attention_probs_dropout_prob`` on the attention probabilities.
 
 Refused (:func:`check_config`): ``hidden_act`` other than ``"gelu"``, ``position_embedding_type`` other than
-``"absolute"``, decoder configs.
+``"absolute"``, decoder configs, ``tie_word_embeddings=False``.
 """
 
 from __future__ import annotations
@@ -49,8 +49,7 @@ def check_config(config) -> None:
     if position_type != "absolute":
         raise CheckpointError(f"position_embedding_type {position_type!r} is not supported: the Keras backend's BERT "
                               "has absolute positions only. Use --backend torch_xla for this model.")
-    check_encoder("BERT", config.hidden_size, config.num_attention_heads, {"hidden_act": config.hidden_act},
-                  bool(getattr(config, "is_decoder", False)))
+    check_encoder("BERT", config, config.hidden_size, config.num_attention_heads, {"hidden_act": config.hidden_act})
 
 
 def encoder_kwargs(config) -> Dict[str, Any]:

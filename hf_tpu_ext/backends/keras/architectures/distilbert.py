@@ -11,7 +11,7 @@ the embeddings and after ``ffn.lin2``, ``attention_dropout`` on the attention pr
 Config names differ from BERT's: ``dim``, ``n_layers``, ``n_heads``, ``hidden_dim`` (FFN width), ``dropout``,
 ``attention_dropout``, ``activation``, ``max_position_embeddings``. Refused (:func:`check_config`):
 ``sinusoidal_pos_embds=True`` (fixed sinusoidal positions, not a trained table), ``activation`` other than
-``"gelu"``.
+``"gelu"``, decoder configs, ``tie_word_embeddings=False``.
 """
 
 from __future__ import annotations
@@ -49,8 +49,7 @@ def check_config(config) -> None:
     if getattr(config, "sinusoidal_pos_embds", False):
         raise CheckpointError("sinusoidal_pos_embds=True is not supported: the Keras backend's DistilBERT trains a "
                               "learned position table. Use --backend torch_xla for this model.")
-    check_encoder("DistilBERT", config.dim, config.n_heads, {"activation": config.activation},
-                  bool(getattr(config, "is_decoder", False)))
+    check_encoder("DistilBERT", config, config.dim, config.n_heads, {"activation": config.activation})
 
 
 def encoder_kwargs(config) -> Dict[str, Any]:

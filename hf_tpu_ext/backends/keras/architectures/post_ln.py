@@ -50,15 +50,15 @@ class EncoderNames:
         return tuple(row[0] for row in name_table(self.names, num_layers))
 
 
-def check_encoder(what: str, hidden_size: int, num_heads: int, activations: Dict[str, Any],
-                  is_decoder: bool = False) -> None:
+def check_encoder(what: str, config, hidden_size: int, num_heads: int, activations: Dict[str, Any]) -> None:
     """Refuse a config the post-LN encoder cannot hold.
 
     Args:
         what: the architecture, for messages.
+        config: the transformers config: a decoder (``is_decoder``, causal attention) cannot be a masked LM, and
+            ``tie_word_embeddings=False`` (a decoder of its own) has no place in the tied head.
         hidden_size, num_heads: the widths (``hidden_size % num_heads == 0`` needed).
         activations: config field -> its value; each must be ``"gelu"`` (exact GELU, the layers' Keras ``gelu``).
-        is_decoder: a decoder config (causal attention) cannot be a masked LM.
 
     Raises:
         CheckpointError: naming the field and its value.
@@ -67,8 +67,11 @@ def check_encoder(what: str, hidden_size: int, num_heads: int, activations: Dict
         if value != "gelu":
             raise CheckpointError(f"{field} {value!r} is not supported: the Keras backend's {what} uses exact "
                                   "'gelu' only. Use --backend torch_xla for this model.")
-    if is_decoder:
+    if getattr(config, "is_decoder", False):
         raise CheckpointError(f"A decoder {what} (is_decoder=True) cannot be trained as a masked LM.")
+    if getattr(config, "tie_word_embeddings", True) is False:
+        raise CheckpointError(f"tie_word_embeddings=False is not supported: the Keras backend's {what} ties the "
+                              "output projection to the word embeddings. Use --backend torch_xla for this model.")
     if int(hidden_size) % int(num_heads):
         raise CheckpointError(f"hidden size {hidden_size} is not a multiple of the attention heads {num_heads}.")
 
