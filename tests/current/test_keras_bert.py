@@ -172,23 +172,30 @@ def test_missing_or_misshaped_weight_is_refused(pair):
         arch.assign(model, {**state, name: state[name][:20]}, config)
 
 
-def test_explicit_attention_path_equals_dot_product_attention(pair):
-    """The training path with attention-probability dropout (written out) is the same math as
-    ``keras.ops.dot_product_attention`` when its dropout is off."""
-    _, _, _, _, model = pair
-    attention = model.encoder_layers[0].attention
+def test_written_out_attention_equals_dot_product_attention():
+    """``attend``'s training path (written out, for the probability dropout) is the same math as
+    ``keras.ops.dot_product_attention``: with the dropout layer's rate at 0 while "training" it is the
+    written-out path that runs, compared with inference (``dot_product_attention``) on the same inputs."""
+    from hf_tpu_ext.backends.keras.architectures.attention import attend
+
     rng = np.random.default_rng(4)
     q, k, v = (rng.normal(size=(2, 7, 4, 8)).astype("float32") for _ in range(3))
     mask = np.ones((2, 1, 1, 7), dtype=bool)
     mask[1, ..., 4:] = False
-    rate = attention.probs_dropout.rate
-    attention.probs_dropout.rate = 0.0
-    try:
-        explicit = np.asarray(attention._attention_with_dropout(q, k, v, mask))
-    finally:
-        attention.probs_dropout.rate = rate
-    fused = np.asarray(keras.ops.dot_product_attention(q, k, v, mask=mask))
-    assert np.abs(explicit - fused).max() <= 1e-5
+    dropout = keras.layers.Dropout(0.5)
+    fused = np.asarray(attend(q, k, v, mask, dropout, training=False))
+    dropout.rate = 1e-9  # nonzero: the written-out path; keeps every probability up to 1e-9 scaling
+    written = np.asarray(attend(q, k, v, mask, dropout, training=True))
+    assert np.abs(written - fused).max() <= 1e-5
+    expected = np.einsum("bnts,bsnh->btnh", _softmax(np.where(mask, np.einsum("btnh,bsnh->bnts", q, k) / 8 ** 0.5,
+                                                             -np.inf)), v)
+    assert np.abs(fused - expected).max() <= 1e-5
+    assert not np.allclose(fused[1], np.asarray(attend(q, k, v, np.ones_like(mask), dropout, False))[1], atol=1e-3)
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def _loss_fn(model, batch, labels, training):

@@ -11,9 +11,8 @@ Model contract: :mod:`.base` (inputs ``token_ids``/``padding_mask``/``mask_posit
 the compute dtype, every layer named, ``Dropout``/``gelu``/``EinsumDense``/``Dense`` so the step's counter-based
 dropout, erf GELU and bf16 dots patch them).
 
-Attention runs through ``keras.ops.dot_product_attention`` (:class:`SelfAttention`), the padding mask as its
-``mask`` (``True`` = a real key), except when the attention-probability dropout must run (module doc of
-:class:`SelfAttention`).
+Attention runs through ``keras.ops.dot_product_attention`` (:func:`.attention.attend`), the padding mask as its
+``mask`` (``True`` = a real key), except when the attention-probability dropout must run (that module's doc).
 
 Imported only on the Keras backend, after the framework starts.
 """
@@ -25,6 +24,7 @@ from typing import Dict, List
 import keras
 from keras import layers, ops
 
+from hf_tpu_ext.backends.keras.architectures.attention import attend
 from hf_tpu_ext.backends.keras.architectures.name_table import LINEAR, OUT_KERNEL, QKV_BIAS, QKV_KERNEL, SAME, Row
 
 
@@ -37,16 +37,9 @@ class SelfAttention(layers.Layer):
     """Multi-head self-attention: ``EinsumDense`` query/key/value ``[H] -> [heads, head_dim]``, softmax attention
     scaled by ``1 / sqrt(head_dim)``, ``EinsumDense`` output ``[heads, head_dim] -> [H]``.
 
-    Which implementation runs (``keras.ops.dot_product_attention`` has no dropout argument):
-
-    * inference, or training with ``attention_dropout == 0``: ``keras.ops.dot_product_attention(q, k, v,
-      mask=padding mask)``. What Keras 3.15's JAX backend runs then: on CPU ``jax.nn.dot_product_attention``'s
-      XLA composition; on a GPU its cuDNN fused kernel where Keras' flash-attention check passes (bf16/fp16
-      inputs, Ampere or newer, cuDNN present), else the XLA composition; on a TPU Keras' Splash kernel only for
-      a concrete mask, so inside the jitted step (the padding mask is traced) the XLA composition too;
-    * training with ``attention_dropout > 0``: the same math written out (``Q K^T`` in float32, the mask, a
-      float32 softmax cast to the compute dtype) with ``keras.layers.Dropout`` on the probabilities, then ``A V``
-      (what transformers' eager attention does; no fused kernel can apply dropout here).
+    The attention itself is :func:`.attention.attend` (``keras.ops.dot_product_attention``, or the written-out
+    math with dropout on the probabilities while training with ``attention_dropout > 0``; its module doc says which
+    implementation runs on CPU, GPU and TPU).
 
     Args:
         num_heads: heads (``hidden_dim % num_heads == 0``).
@@ -77,20 +70,8 @@ class SelfAttention(layers.Layer):
         self.built = True
 
     def call(self, x, attention_mask, training=False):
-        query, key, value = self.query(x), self.key(x), self.value(x)
-        if training and self.probs_dropout.rate > 0:
-            attended = self._attention_with_dropout(query, key, value, attention_mask)
-        else:
-            attended = ops.dot_product_attention(query, key, value, mask=attention_mask)
+        attended = attend(self.query(x), self.key(x), self.value(x), attention_mask, self.probs_dropout, training)
         return self.output_dense(attended)
-
-    def _attention_with_dropout(self, query, key, value, attention_mask):
-        scores = ops.einsum("btnh,bsnh->bnts", ops.cast(query, "float32"), ops.cast(key, "float32"))
-        scores = scores * (1.0 / float(self.head_dim) ** 0.5)
-        scores = ops.where(attention_mask, scores, ops.full_like(scores, -1e30))
-        probs = ops.cast(ops.softmax(scores, axis=-1), value.dtype)
-        probs = self.probs_dropout(probs, training=True)
-        return ops.einsum("bnts,bsnh->btnh", probs, value)
 
 
 class PostLNEncoderLayer(layers.Layer):
