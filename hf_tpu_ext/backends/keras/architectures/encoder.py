@@ -25,7 +25,8 @@ import keras
 from keras import layers, ops
 
 from hf_tpu_ext.backends.keras.architectures.attention import attend
-from hf_tpu_ext.backends.keras.architectures.name_table import LINEAR, OUT_KERNEL, QKV_BIAS, QKV_KERNEL, SAME, Row
+from hf_tpu_ext.backends.keras.architectures.layouts import LINEAR, OUT_KERNEL, QKV_BIAS, QKV_KERNEL, SAME
+from hf_tpu_ext.backends.keras.architectures.name_table import Row
 
 
 def _initializer():

@@ -1,15 +1,8 @@
-"""An architecture's name table: Keras variables <-> transformers ``state_dict()`` names and layouts, both ways.
+"""An architecture's name table read and written: Keras variables <-> transformers ``state_dict()`` names, both ways.
 
-A table is a list of rows ``(transformers name, Keras attribute path from the masked LM, layout kind)``; one
-table serves export (:func:`table_state_dict`) and import (:func:`table_assign`), so the two cannot drift apart.
-Layout kinds (how a Keras array becomes the PyTorch one):
-
-- :data:`SAME`: identical (embeddings, LayerNorm gamma/beta, biases of ``Dense``).
-- :data:`LINEAR`: a ``Dense`` kernel ``[in, out]`` is a ``Linear.weight`` ``[out, in]`` (transposed).
-- :data:`QKV_KERNEL`: an ``EinsumDense`` query/key/value kernel ``[hidden, heads, head_dim]`` is a ``Linear.weight``
-  ``[heads * head_dim, hidden]`` whose output features are head-major (reshape, then transpose).
-- :data:`QKV_BIAS`: ``[heads, head_dim]`` is ``[heads * head_dim]``.
-- :data:`OUT_KERNEL`: the attention output kernel ``[heads, head_dim, hidden]`` is ``[hidden, heads * head_dim]``.
+A table is a list of rows ``(transformers name, Keras attribute path from the masked LM, layout kind)`` (the kinds
+and their array conversions are :mod:`.layouts`'); one table serves export (:func:`table_state_dict`) and import
+(:func:`table_assign`), so the two cannot drift apart. Paths may index lists (``encoder_layers.0.attention``).
 
 No Keras/JAX import at module level (the registry is read before the framework starts).
 """
@@ -21,43 +14,13 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 import numpy as np
 
+from hf_tpu_ext.backends.keras.architectures.layouts import from_hf, hf_shape, take, to_hf, variable_numpy
 from hf_tpu_ext.errors import CheckpointError
 
 logger = logging.getLogger("hf_tpu_ext")
 
-SAME, LINEAR, QKV_KERNEL, QKV_BIAS, OUT_KERNEL = "same", "linear", "qkv_kernel", "qkv_bias", "out_kernel"
-
-#: one row: (transformers name, attribute path from the masked LM, layout kind)
+#: one row: (transformers name, attribute path from the masked LM, layout kind of :mod:`.layouts`)
 Row = Tuple[str, str, str]
-
-
-def to_transformers(kind: str, array: np.ndarray) -> np.ndarray:
-    """A Keras array in the transformers layout of ``kind`` (module doc)."""
-    if kind == SAME:
-        return array
-    if kind == LINEAR:
-        return array.T
-    if kind == QKV_KERNEL:  # [hidden, heads, head_dim] -> [heads*head_dim, hidden]
-        return array.reshape(array.shape[0], -1).T
-    if kind == QKV_BIAS:
-        return array.reshape(-1)
-    if kind == OUT_KERNEL:  # [heads, head_dim, hidden] -> [hidden, heads*head_dim]
-        return array.reshape(-1, array.shape[-1]).T
-    raise ValueError(f"unknown layout kind {kind!r}")
-
-
-def from_transformers(kind: str, array: np.ndarray, keras_shape: Sequence[int]) -> np.ndarray:
-    """The inverse of :func:`to_transformers` for a Keras variable of ``keras_shape``."""
-    if kind in (SAME, QKV_BIAS):
-        return array.reshape(tuple(keras_shape))
-    if kind in (LINEAR, QKV_KERNEL, OUT_KERNEL):  # every one is "reshape, then transpose"
-        return array.T.reshape(tuple(keras_shape))
-    raise ValueError(f"unknown layout kind {kind!r}")
-
-
-def transformers_shape(kind: str, keras_shape: Sequence[int]) -> Tuple[int, ...]:
-    """The transformers shape of a Keras variable of ``keras_shape`` and layout ``kind``."""
-    return tuple(to_transformers(kind, np.zeros(tuple(keras_shape), dtype=np.float32)).shape)
 
 
 def attribute(obj, path: str):
@@ -82,31 +45,13 @@ def variables_of(model, table: Iterable[Row]) -> List[Tuple[str, Any, str]]:
     return rows
 
 
-def numpy_value(variable) -> np.ndarray:
-    """A variable's value as float32 numpy (bf16 upcast; a replicated multi-process ``jax.Array`` read locally).
-
-    Raises:
-        CheckpointError: the value is sharded across processes (gather it first).
-    """
-    from keras import ops
-
-    value = variable.value if hasattr(variable, "value") else variable
-    if getattr(value, "is_fully_addressable", True) is False:
-        if not getattr(value, "is_fully_replicated", False):
-            raise CheckpointError(f"{getattr(variable, 'path', 'A variable')} is sharded across processes; gather it "
-                                  "(jax.experimental.multihost_utils.process_allgather) before exporting.")
-        value = value.addressable_data(0)
-    array = np.asarray(ops.convert_to_numpy(value))
-    return array.astype(np.float32) if array.dtype != np.float32 else array
-
-
 def table_state_dict(model, table: Iterable[Row]) -> Dict[str, np.ndarray]:
     """The model's weights under transformers' names and shapes (float32, C-contiguous), sorted by name.
 
     Raises:
-        CheckpointError: see :func:`variables_of` and :func:`numpy_value`.
+        CheckpointError: see :func:`variables_of` and :func:`.layouts.variable_numpy`.
     """
-    state = {name: np.ascontiguousarray(to_transformers(kind, numpy_value(var)))
+    state = {name: np.ascontiguousarray(to_hf(kind, variable_numpy(var)))
              for name, var, kind in variables_of(model, table)}
     return dict(sorted(state.items()))
 
@@ -151,17 +96,10 @@ def table_assign(model, state: Dict[str, Any], table: Iterable[Row], head_names:
     for name, var, kind in variables_of(model, table):
         if name not in state and aliases.get(name) in state:
             name = aliases[name]
-        if name not in state:
-            if name in head_names:
-                missing_head.append(name)
-                continue
-            raise CheckpointError(f"The checkpoint has no {name!r}; it is not a {what} model of this config.")
-        array = np.asarray(state[name], dtype=np.float32)
-        needed = transformers_shape(kind, var.shape)
-        if tuple(array.shape) != needed:
-            raise CheckpointError(f"{name} has shape {tuple(array.shape)}, the model needs {needed} "
-                                  "(config.json and the weights do not match).")
-        var.assign(from_transformers(kind, array, var.shape))
+        if name not in state and name in head_names:
+            missing_head.append(name)
+            continue
+        var.assign(from_hf(kind, take(state, name, hf_shape(kind, tuple(var.shape)), what), tuple(var.shape)))
     if missing_head:
         logger.warning("The checkpoint has no prediction head (%s); the %s head starts from its initialization.",
                        ", ".join(missing_head), what)
