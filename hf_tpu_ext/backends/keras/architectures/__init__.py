@@ -19,6 +19,7 @@ ARCHITECTURES: Dict[str, str] = {
     "camembert": "hf_tpu_ext.backends.keras.architectures.roberta:ARCHITECTURE",
     "bert": "hf_tpu_ext.backends.keras.architectures.bert:ARCHITECTURE",
     "distilbert": "hf_tpu_ext.backends.keras.architectures.distilbert:ARCHITECTURE",
+    "modernbert": "hf_tpu_ext.backends.keras.architectures.modernbert:ARCHITECTURE",
 }
 
 
