@@ -64,7 +64,8 @@ def trained(tmp_path_factory):
     rng = np.random.default_rng(0)
     (root / "train.txt").write_text("\n".join(" ".join(rng.choice(WORDS, size=10)) for _ in range(600)))
     args = ["--backend", "keras", "--model_name_or_path", root / "start", "--train_file", root / "train.txt",
-            "--output_dir", root / "out", "--max_seq_length", "32", "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "4",
+            "--output_dir", root / "out", "--max_seq_length", "32", "--per_device_train_batch_size", "8",
+            "--per_device_eval_batch_size", "4",
             "--learning_rate", "1e-3", "--max_steps", "20", "--save_steps", "10", "--logging_steps", "5",
             "--seed", "7", "--disable_tqdm", "true"]
     train(*parse_args(list(map(str, args))))
