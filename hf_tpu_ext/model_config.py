@@ -238,12 +238,26 @@ def dropout_overrides(model_args) -> dict:
     return overrides
 
 
+#: model_type -> the transformers masked-LM class its export is (the card names it; ``config.architectures``)
+MASKED_LM_CLASSES = {
+    "roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM", "camembert": "CamembertForMaskedLM",
+    "bert": "BertForMaskedLM", "distilbert": "DistilBertForMaskedLM", "modernbert": "ModernBertForMaskedLM",
+}
+
+
 def model_summary_fields(config, num_parameters: int) -> dict:
-    """``num_parameters``, ``model_type`` and ``model_config`` sizes, for ``training_summary.json`` and the card."""
+    """``num_parameters``, ``model_type`` and ``model_config`` (sizes under transformers' common names, e.g.
+    DistilBERT's ``dim`` as ``hidden_size``; ``model_type`` and ``architectures``: the masked-LM class), for
+    ``training_summary.json`` and the card."""
+    fields = {k: getattr(config, k, None) for k in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings")}
+    for flag in ("intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob"):
+        fields[flag] = getattr(config, flag_fields(config.model_type, flag)[0], None)
+    architectures = [a[2:] if a.startswith("TF") else a for a in getattr(config, "architectures", None) or []]
+    if not architectures and config.model_type in MASKED_LM_CLASSES:
+        architectures = [MASKED_LM_CLASSES[config.model_type]]
     return {
         "num_parameters": int(num_parameters),
         "model_type": config.model_type,
-        "model_config": {k: getattr(config, k, None) for k in (
-            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-            "max_position_embeddings", "hidden_dropout_prob", "attention_probs_dropout_prob")},
+        "model_config": {**fields, "model_type": config.model_type, "architectures": architectures},
     }

@@ -178,3 +178,24 @@ def test_model_type_choices_in_the_parser():
     assert str(err.value) == ("--model_type 'electra' is not one this package trains from scratch; choose from: "
                               "roberta, bert, distilbert, modernbert (any other masked LM: --model_name_or_path with "
                               "--backend torch_xla).")
+
+
+@pytest.mark.parametrize("model_type,start", [("bert", "google-bert/bert-base-uncased"),
+                                              ("distilbert", "distilbert/distilbert-base-uncased"),
+                                              ("modernbert", None)])
+def test_card_names_the_architecture_and_base_model(tmp_path, model_type, start):
+    from transformers import AutoConfig
+
+    from hf_tpu_ext.hub.model_card import initialization_fields, render_model_card
+    from hf_tpu_ext.model_config import SMALL_PRESETS, model_summary_fields
+
+    config = AutoConfig.for_model(model_type, **{**SMALL_PRESETS[model_type], "vocab_size": 300})
+    summary = {**model_summary_fields(config, 1234), **initialization_fields(start), "mask_token": "[MASK]",
+               "eval_results": {"eval_loss": 2.5}}
+    assert summary["model_config"]["intermediate_size"] == {"modernbert": 384}.get(model_type, 1024)
+    card = render_model_card(str(tmp_path), repo_id="alice/x", summary=summary)
+    cls = {"bert": "BertForMaskedLM", "distilbert": "DistilBertForMaskedLM", "modernbert": "ModernBertForMaskedLM"}
+    assert (f"A {cls[model_type]} (4 layers, 256 hidden size, 4 heads, a 300-token vocabulary, 1,234 parameters) for "
+            "the fill-mask task.") in str(card)
+    assert model_type in card.data.tags
+    assert card.data.base_model == start  # the Hub's model tree; None from scratch
