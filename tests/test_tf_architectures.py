@@ -76,3 +76,30 @@ def test_tensorflow_backend_trains_and_exports(tmp_path, model_type):
                                         attention_mask=tf.constant(mask, tf.int32)).logits.numpy()
     assert pt_logits.shape == (2, 8, len(WORDPIECE_VOCAB))
     assert np.abs(pt_logits - tf_logits)[mask.astype(bool)].max() <= 1e-4
+
+
+def test_tensorflow_backend_trains_bert_from_scratch_with_a_wordpiece_tokenizer(tmp_path):
+    from transformers import AutoTokenizer, BertTokenizerFast
+
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run import train
+
+    out = tmp_path / "out"
+    train(*parse_args([
+        "--backend", "tensorflow", "--model_type", "bert", "--output_dir", str(out), "--vocab_size", "400",
+        "--config_overrides", "num_hidden_layers=2,hidden_size=32,num_attention_heads=2,intermediate_size=64",
+        "--max_seq_length", "32", "--max_steps", "5", "--per_device_train_batch_size", "4",
+        "--per_device_eval_batch_size", "4", "--max_train_samples", "64", "--max_eval_samples", "16",
+        "--disable_tqdm", "true"]))
+    config = json.loads((out / "config.json").read_text())
+    assert (config["model_type"], config["architectures"], config["num_hidden_layers"], config["hidden_size"]) == (
+        "bert", ["BertForMaskedLM"], 2, 32)
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    assert isinstance(tokenizer, BertTokenizerFast) and tokenizer.mask_token == "[MASK]"
+    assert config["vocab_size"] == len(tokenizer) and config["pad_token_id"] == tokenizer.pad_token_id == 0
+    assert tokenizer("Hello World")["input_ids"][0] == tokenizer.cls_token_id  # lower-cased WordPiece, [CLS] first
+    assert tokenizer.tokenize("Hello") == tokenizer.tokenize("hello")
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["model_config"]["architectures"] == ["BertForMaskedLM"]
+    card = (out / "README.md").read_text()
+    assert "A BertForMaskedLM (2 layers, 32 hidden size, 2 heads" in card and "- bert\n" in card
