@@ -35,11 +35,11 @@ class ModelArguments:
     )
     config_name: Optional[str] = field(
         default=None,
-        metadata={"help": "A config folder/repo id/config.json to train from scratch (default: a small RoBERTa config)."},
+        metadata={"help": "A config folder/repo id/config.json to train from scratch (default: --model_type's small preset)."},
     )
     tokenizer_name: Optional[str] = field(
         default=None,
-        metadata={"help": "A tokenizer folder or repo id. Unset: use the model's, or train a byte-level BPE tokenizer."},
+        metadata={"help": "A tokenizer folder or repo id. Unset: use the model's, or train one for --model_type (byte-level BPE for roberta/modernbert, WordPiece for bert/distilbert)."},
     )
     vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of the tokenizer trained when none is given."})
     hidden_size: Optional[int] = field(default=None, metadata={"help": "Override of the config's hidden size (from scratch)."})
