@@ -224,11 +224,12 @@ def _set_tokenizer_ids(config, tokenizer) -> None:
             setattr(config, field_name, token_id)
 
 
-def dropout_overrides(model_args) -> dict:
-    """Config kwargs for a model loaded from ``model_name_or_path``: the dropout flags and the dropout fields of
+def dropout_overrides(model_args, model_type=None) -> dict:
+    """Config kwargs for a model loaded from ``model_name_or_path``: the dropout flags (under ``model_type``'s
+    field names, :func:`flag_fields`: DistilBERT's ``dropout``, ...) and the dropout fields of
     ``--config_overrides`` (the only ones accepted there: :func:`check_overrides_of_pretrained`), as floats."""
-    overrides = {name: getattr(model_args, name) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")
-                 if getattr(model_args, name) is not None}
+    overrides = {field: getattr(model_args, name) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")
+                 if getattr(model_args, name) is not None for field in flag_fields(model_type, name)}
     for key, value in parse_config_overrides(getattr(model_args, "config_overrides", None)).items():
         if "dropout" in key:
             try:

@@ -199,3 +199,20 @@ def test_card_names_the_architecture_and_base_model(tmp_path, model_type, start)
             "the fill-mask task.") in str(card)
     assert model_type in card.data.tags
     assert card.data.base_model == start  # the Hub's model tree; None from scratch
+
+
+def test_numpy_masking_uses_the_wordpiece_ids():
+    import numpy as np
+
+    from hf_tpu_ext.data.numpy_batches import NumpyMasker
+    from hf_tpu_ext.data.tokenizer import train_tokenizer
+
+    tokenizer = train_tokenizer("bert", TEXTS, 300, 64)
+    masker = NumpyMasker.for_tokenizer(tokenizer, max_predictions=6)
+    rows = [tokenizer(t)["input_ids"][:14] for t in TEXTS[:4]]
+    ids = np.array([r + [tokenizer.pad_token_id] * (16 - len(r)) for r in rows])
+    batch = masker(ids, seed=(0, 1))
+    chosen = np.take_along_axis(ids, batch["masked_lm_positions"], axis=1)[batch["masked_lm_weights"] > 0]
+    assert not np.isin(chosen, [0, 1, 2, 3, 4]).any()  # never [PAD] [UNK] [CLS] [SEP] [MASK]
+    assert (batch["input_ids"] == 4).sum() > 0 and set(np.unique(batch["input_ids"][ids == 2])) == {2}
+    assert (batch["attention_mask"] == (ids != 0)).all()

@@ -53,7 +53,8 @@ def test_tensorflow_backend_trains_and_exports(tmp_path, model_type):
         "--backend", "tensorflow", "--model_name_or_path", str(start), "--output_dir", str(out),
         "--max_seq_length", "32", "--max_steps", "5", "--per_device_train_batch_size", "4",
         "--per_device_eval_batch_size", "4", "--max_train_samples", "64", "--max_eval_samples", "16",
-        "--learning_rate", "1e-3", "--disable_tqdm", "true"]))
+        "--learning_rate", "1e-3", "--hidden_dropout_prob", "0", "--attention_probs_dropout_prob", "0",
+        "--disable_tqdm", "true"]))
 
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 5
@@ -65,6 +66,9 @@ def test_tensorflow_backend_trains_and_exports(tmp_path, model_type):
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == model_type
     assert config["architectures"] == [{"bert": "BertForMaskedLM", "distilbert": "DistilBertForMaskedLM"}[model_type]]
+    dropout_fields = {"bert": ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+                      "distilbert": ("dropout", "attention_dropout")}[model_type]  # the flags reach each one's fields
+    assert [config[name] for name in dropout_fields] == [0.0, 0.0]
 
     pt, info = AutoModelForMaskedLM.from_pretrained(str(out), output_loading_info=True)
     assert not info["unexpected_keys"] and not info["mismatched_keys"]

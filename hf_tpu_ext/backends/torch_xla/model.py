@@ -41,8 +41,12 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
     from hf_tpu_ext.errors import CheckpointError
 
     if model_args.model_name_or_path:
-        overrides = dropout_overrides(model_args)
+        from transformers import AutoConfig
+
         try:
+            model_type = AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision,
+                                                    cache_dir=model_args.cache_dir).model_type
+            overrides = dropout_overrides(model_args, model_type)  # DistilBERT's dropout, ModernBERT's mlp_dropout
             model = AutoModelForMaskedLM.from_pretrained(
                 model_args.model_name_or_path, revision=model_args.model_revision, cache_dir=model_args.cache_dir,
                 attn_implementation="eager", **overrides)
