@@ -216,3 +216,28 @@ def test_numpy_masking_uses_the_wordpiece_ids():
     assert not np.isin(chosen, [0, 1, 2, 3, 4]).any()  # never [PAD] [UNK] [CLS] [SEP] [MASK]
     assert (batch["input_ids"] == 4).sum() > 0 and set(np.unique(batch["input_ids"][ids == 2])) == {2}
     assert (batch["attention_mask"] == (ids != 0)).all()
+
+
+def test_pytorch_model_bin_only_without_torch(tmp_path, monkeypatch):
+    import importlib.util
+
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run.checks import check_weight_files
+
+    folder = tmp_path / "bin-only"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (folder / "pytorch_model.bin").write_bytes(b"\0")
+    model_args, _, training_args = parse_args(["--output_dir", str(tmp_path / "o"), "--backend", "tensorflow",
+                                               "--model_name_or_path", str(folder)])
+    check_weight_files(model_args, training_args)  # torch installed: it reads them
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else find_spec(name, *a))
+    with pytest.raises(ArgumentError) as err:
+        check_weight_files(model_args, training_args)
+    assert str(err.value) == (
+        f"--model_name_or_path {folder} has its weights in pytorch_model.bin only, which needs torch to read (not "
+        "installed): pip install torch (the CPU build is enough), or convert it once to model.safetensors with "
+        "transformers (AutoModelForMaskedLM.from_pretrained(path).save_pretrained(folder)) and pass that folder.")
+    (folder / "model.safetensors").write_bytes(b"\0")
+    check_weight_files(model_args, training_args)  # safetensors beside it: read without torch

@@ -192,6 +192,36 @@ def check_model_type(model_args, training_args) -> None:
                         f"{', '.join(supported)}); " + (f"pass {hint}." if hint else "no backend here trains them."))
 
 
+def check_weight_files(model_args, training_args) -> None:
+    """Refuse a ``--model_name_or_path`` whose only weights are ``pytorch_model.bin`` where torch, which reads
+    them, is not installed (the Keras and TensorFlow backends; torch_xla has torch), before any data work.
+
+    Raises:
+        ArgumentError: one line with the two ways out (install torch, or convert once to ``model.safetensors``).
+    """
+    import importlib.util
+
+    name = model_args.model_name_or_path
+    if not name or training_args.backend == "torch_xla" or importlib.util.find_spec("torch") is not None:
+        return
+    try:
+        if os.path.isdir(name):
+            files = os.listdir(name)
+        else:
+            from huggingface_hub import list_repo_files
+
+            files = list_repo_files(name, revision=model_args.model_revision)
+    except Exception:  # noqa: BLE001 -- unreachable here: the model loader names it
+        return
+    from hf_tpu_ext.backends.model_files import PT_WEIGHTS_INDEX_NAME, PT_WEIGHTS_NAME, weight_patterns
+
+    if weight_patterns(files) == ["pytorch_model*.bin"] and {PT_WEIGHTS_NAME, PT_WEIGHTS_INDEX_NAME} & set(files):
+        raise ArgumentError(
+            f"--model_name_or_path {name} has its weights in pytorch_model.bin only, which needs torch to read (not "
+            "installed): pip install torch (the CPU build is enough), or convert it once to model.safetensors with "
+            "transformers (AutoModelForMaskedLM.from_pretrained(path).save_pretrained(folder)) and pass that folder.")
+
+
 def check_model_config(model_args, data_args) -> None:
     """Check the model's config before any data work: a pretrained model's position table against
     ``max_seq_length``, its embedding rows against ``--tokenizer_name``'s vocabulary, ``--config_overrides``
@@ -270,4 +300,5 @@ def check_run(model_args, data_args, training_args) -> None:
     require_run_packages(backend_entry(args.backend))  # the card's packages: now, not after training
     check_data_files(data_args)
     check_model_type(model_args, args)
+    check_weight_files(model_args, args)
     check_model_config(model_args, data_args)
