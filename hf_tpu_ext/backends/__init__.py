@@ -80,11 +80,10 @@ def tensorflow_model_types() -> Tuple[str, ...]:
 
 
 def keras_model_types() -> Tuple[str, ...]:
-    """The Keras backend's architecture registry (``backends/keras/architectures``, no Keras import); while it has
-    no entry, the RoBERTa masked LM of ``backends/keras/model.py`` (its model types)."""
+    """The Keras backend's architecture registry (``backends/keras/architectures``; no Keras import)."""
     from hf_tpu_ext.backends.keras.architectures import supported_model_types
 
-    return supported_model_types() or ("roberta", "xlm-roberta", "camembert")
+    return supported_model_types()
 
 
 def trained_model_types(name) -> Optional[Tuple[str, ...]]:
