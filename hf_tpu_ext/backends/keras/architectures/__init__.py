@@ -17,6 +17,7 @@ ARCHITECTURES: Dict[str, str] = {
     "roberta": "hf_tpu_ext.backends.keras.architectures.roberta:ARCHITECTURE",
     "xlm-roberta": "hf_tpu_ext.backends.keras.architectures.roberta:ARCHITECTURE",
     "camembert": "hf_tpu_ext.backends.keras.architectures.roberta:ARCHITECTURE",
+    "modernbert": "hf_tpu_ext.backends.keras.architectures.modernbert:ARCHITECTURE",
 }
 
 
