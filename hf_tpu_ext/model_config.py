@@ -19,17 +19,18 @@ DEFAULT_SMALL_CONFIG = dict(
 )
 
 #: ``--model_type`` -> the small preset trained from scratch: ``AutoConfig.for_model(model_type, **preset)``, every
-#: other field the config class's default. Each is 4 layers x 256 hidden x 4 heads, as RoBERTa's; the feed-forward
-#: width keeps the architecture's own ratio (4x for BERT/DistilBERT; ModernBERT-base's GeGLU 1152/768 = 1.5x, whose
-#: input projection is twice as wide). Positions: BERT's/DistilBERT's 512, ModernBERT's 8192 (rotary: no
-#: weights); RoBERTa's are set per run (``max_seq_length + 2``, see :func:`build_config`).
+#: other field the config class's default. Each is 4 layers x 256 hidden x 4 heads, as RoBERTa's; feed-forward 1024
+#: (4x) for BERT/DistilBERT, ModernBERT's GeGLU 512 (``Wi`` [256, 1024]: 393k MLP parameters against RoBERTa's 524k;
+#: the Keras module's ``modernbert_config.default_config`` has the same numbers), with ModernBERT's 128-token local
+#: window and every third layer global. Positions: BERT's/DistilBERT's 512, ModernBERT's class default 8192
+#: (rotary: no weights); RoBERTa's are set per run (``max_seq_length + 2``, see :func:`build_config`).
 SMALL_PRESETS = {
     "roberta": DEFAULT_SMALL_CONFIG,
     "bert": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
                  max_position_embeddings=512),
     "distilbert": dict(dim=256, n_layers=4, n_heads=4, hidden_dim=1024, max_position_embeddings=512),
-    "modernbert": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=384,
-                       max_position_embeddings=8192),
+    "modernbert": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512,
+                       local_attention=128, global_attn_every_n_layers=3),
 }
 
 SIZE_OVERRIDES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -37,7 +38,8 @@ SIZE_OVERRIDES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "in
 
 #: the config field each size/dropout flag sets where an architecture names it differently (others: the flag's name)
 FLAG_FIELDS = {
-    "distilbert": {"intermediate_size": "hidden_dim", "hidden_dropout_prob": "dropout",
+    "distilbert": {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
+                   "intermediate_size": "hidden_dim", "hidden_dropout_prob": "dropout",
                    "attention_probs_dropout_prob": "attention_dropout"},
     "modernbert": {"hidden_dropout_prob": ("embedding_dropout", "mlp_dropout"),
                    "attention_probs_dropout_prob": "attention_dropout"},
@@ -142,16 +144,26 @@ def scratch_config(model_args):
     from transformers import AutoConfig
 
     model_type = getattr(model_args, "model_type", None) or "roberta"
-    if model_args.config_name:
-        config = AutoConfig.from_pretrained(model_args.config_name, cache_dir=model_args.cache_dir)
-    else:
-        config = AutoConfig.for_model(model_type, **SMALL_PRESETS[model_type])
+    preset = {} if model_args.config_name else dict(SMALL_PRESETS[model_type])
+
+    def make(**fields):
+        if model_args.config_name:
+            return AutoConfig.from_pretrained(model_args.config_name, cache_dir=model_args.cache_dir, **fields)
+        return AutoConfig.for_model(model_type, **{**preset, **fields})
+
+    config = make()
+    fields = {}
     for name in SIZE_OVERRIDES:
         value = getattr(model_args, name)
         if value is not None:
-            for field_name in flag_fields(config.model_type, name):
-                setattr(config, field_name, value)
-    apply_config_overrides(config, getattr(model_args, "config_overrides", None))
+            fields.update({field_name: value for field_name in flag_fields(config.model_type, name)})
+    probe = make(**fields)
+    text = getattr(model_args, "config_overrides", None)
+    apply_config_overrides(probe, text)  # checks each key and types its value as the field
+    fields.update({key: getattr(probe, key) for key in parse_config_overrides(text)})
+    # built again with every field as a constructor argument: fields derived in __init__ (transformers 5's
+    # ModernBERT layer_types from num_hidden_layers) follow the overrides
+    config = make(**fields)
     if config.hidden_size % config.num_attention_heads:
         raise ArgumentError(
             f"hidden_size {config.hidden_size} is not a multiple of num_attention_heads {config.num_attention_heads}."
