@@ -1,5 +1,6 @@
 """``hf-tpu train --model_type {modernbert,bert}`` from scratch on the Keras backend: the tokenizer trained for the
-the text, ``--config_overrides`` (an odd layer count, a window shorter than the blocks), export loaded by transformers.
+architecture, ``--config_overrides`` (ModernBERT: an odd layer count, a window shorter than the blocks), the export
+loaded by transformers and answering ``pipeline("fill-mask")``.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu .venv-current/bin/python -m pytest -q
 tests/current/test_keras_model_type.py``.
