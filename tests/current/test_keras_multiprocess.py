@@ -134,7 +134,7 @@ def test_a_slices_terminal_is_one_runs(reference_and_pair):
     lines = [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in (p0 + p1).splitlines() if line.strip()]
     assert [line for line in set(lines) if lines.count(line) > 1] == []
     assert "[Gloo]" not in p0 + p1
-    assert (p0 + p1).count("trained a roberta tokenizer (RobertaTokenizerFast)") == 1
+    assert len(re.findall(r"trained a .*tokenizer", p0 + p1)) == 1
     assert "shared by the 2 devices on this CPU" in p0
     assert p1.strip() == "", p1[-2000:]
 
