@@ -227,13 +227,19 @@ class PushQueue:
     def closed(self) -> bool:
         return self._closed
 
+    def new_staging(self) -> str:
+        """An empty folder under :attr:`staging_root` for a producer to write a save's files into (a backend's
+        checkpoint export), then hand to :meth:`submit` as ``moved``: the files are written once, never copied."""
+        return tempfile.mkdtemp(prefix="export-", dir=self._staging_root)
+
     # ---- public API ------------------------------------------------------------------------------
     def submit(self, folder: Optional[Union[str, os.PathLike]], *, path_in_repo: Optional[str] = None,
                commit_message: str, allow_patterns: Patterns = None, ignore_patterns: Patterns = None,
                delete_patterns: Patterns = None, key: str = "model",
                before_upload: Optional[Callable[[str], None]] = None,
                also: Sequence[Tuple[Union[str, os.PathLike], str]] = (), step: Optional[int] = None,
-               final: bool = False, inherit: Sequence[str] = ()) -> None:
+               final: bool = False, inherit: Sequence[str] = (),
+               moved: Sequence[Tuple[str, str]] = ()) -> None:
         """Snapshot ``folder`` (and ``also``) now and upload it in the background, in one commit.
 
         Only the local copy is done in the caller's thread.
@@ -256,6 +262,8 @@ class PushQueue:
             inherit: snapshot folders (``also`` prefixes, e.g. ``"last-checkpoint"``) that this push takes over
                 from the pending push it replaces when it has none of its own, so replacing a push never
                 drops a checkpoint that only the replaced one carried.
+            moved: ``(folder, prefix)`` pairs of folders made by :meth:`new_staging`, moved (renamed, not
+                copied) under ``prefix/`` of the snapshot (``""``: the snapshot itself).
 
         Raises:
             RuntimeError: the queue is closed.
@@ -266,7 +274,7 @@ class PushQueue:
         sources = [(os.fspath(f), p) for f, p in also]
         if folder is not None:
             sources.insert(0, (os.fspath(folder), ""))
-        for src, _ in sources:
+        for src, _ in sources + list(moved):
             if not os.path.isdir(src):
                 raise FileNotFoundError(f"Cannot push {src}: it is not a folder.")
         allow, ignore = _as_list(allow_patterns), _as_list(ignore_patterns)
@@ -276,6 +284,11 @@ class PushQueue:
         staging = os.path.join(self._staging_root, f"{seq:06d}")
         try:
             n_files = 0
+            for src, prefix in moved:  # first: a move to the snapshot itself needs it not to exist yet
+                target = os.path.join(staging, prefix) if prefix else staging
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                os.replace(src, target)
+                n_files += sum(len(files) for _, _, files in os.walk(target))
             for src, prefix in sources:
                 main = prefix == ""
                 n_files += copy_tree(src, os.path.join(staging, prefix) if prefix else staging,

@@ -4,15 +4,16 @@ A :class:`PushSession` owns every decision about pushing a run to the Hub; the t
 tf_keras, Keras 3 and ``Trainer`` adapters only know how their framework writes a model folder and a
 checkpoint, and ask the session:
 
-- **configuration**: one :class:`PushConfig` (transformers' argument names), from ``TrainingArguments``
+- **configuration**: one :class:`~hf_tpu_ext.hub.push_policy.PushConfig` (transformers' argument names), from ``TrainingArguments``
   (:meth:`PushConfig.from_training_args`) or from a callback's keywords;
 - **preflight**: token, repo, write access and the card fields, before the first step (chief only);
 - **cadence**: ``save_strategy``/``save_steps`` (global steps, a multiple crossed inside one execution
   counts), ``save_best_only`` on ``monitor``/``mode`` (:meth:`PushSession.is_save_step`,
   :meth:`PushSession.improved`);
 - **strategy**: ``hub_strategy`` as in transformers, which folders a commit carries
-  (:meth:`PushSession.wants_checkpoint`) and the commit titles: :mod:`hf_tpu_ext.hub.push_policy` decides them
-  (one :class:`~hf_tpu_ext.hub.push_policy.PushPlan` per save, :meth:`PushSession.admit` carries it out);
+  and the commit titles: :mod:`hf_tpu_ext.hub.push_policy` decides them: :meth:`PushSession.admit` gives one
+  :class:`~hf_tpu_ext.hub.push_policy.PushPlan` per save (``None``: not pushed now), and that plan object is what
+  :meth:`PushSession.save` and the pusher (:meth:`~hf_tpu_ext.hub.pusher.HubPusher.push_plan`) carry out;
 - **the commit budget** (:class:`~hf_tpu_ext.hub.commit_budget.CommitBudget`): at most ``hub_commit_budget``
   commits per ``budget_period`` seconds (default 100 per hour, the Hub allows 128), paced over the window
   with one commit kept for the final push. A save that does not fit is not written or uploaded: it
@@ -36,9 +37,10 @@ Example:
     >>> config = PushConfig(output_dir="out", hub_model_id="alice/tiny", hub_strategy="checkpoint")
     >>> with PushSession(config) as session:
     ...     session.preflight()
-    ...     if session.admit(100):                     # the budget has room: write and push
-    ...         session.save("out", step=100, checkpoint_folder="out/last-checkpoint")
-    ...     session.save("out", step=200, final=True)
+    ...     plan = session.admit(100)                  # None: not pushed now (coalesced, strategy "end")
+    ...     if plan is not None:                       # the budget has room: write and push
+    ...         session.save(plan, "out", checkpoint_folder="out/last-checkpoint")
+    ...     session.save(session.admit(200, final=True), "out")
 """
 
 from __future__ import annotations
@@ -48,17 +50,20 @@ import json
 import logging
 import math
 import os
+import signal
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
+
+from hf_tpu_ext import interrupts
 
 from hf_tpu_ext.args import HUB_STRATEGIES  # noqa: F401 (the flag's choices, re-exported)
 from hf_tpu_ext.errors import ModelCardError
 from hf_tpu_ext.hub.commit_budget import (API_CALLS_PER_COMMIT, DEFAULT_BUDGET_PERIOD, DEFAULT_COMMIT_BUDGET,  # noqa: F401
                                           HUB_API_CALLS, HUB_API_PERIOD, HUB_COMMITS_PER_HOUR, CommitBudget,
                                           budget_for, reset_budgets, seed_from_hub)
-from hf_tpu_ext.hub.push_config import (DEFAULT_HUB_STRATEGY, DEFAULT_SAVE_STRATEGY, SAVE_STRATEGIES,  # noqa: F401
-                                        PushConfig)
-from hf_tpu_ext.hub.push_policy import PushPlan, crossed_save_step, improves, monitor_value, plan_save, strategy_rule
+from hf_tpu_ext.hub.push_policy import (DEFAULT_HUB_STRATEGY, DEFAULT_SAVE_STRATEGY, SAVE_STRATEGIES,  # noqa: F401
+                                        PushConfig, PushPlan, crossed_save_step, improves, monitor_value, plan_save,
+                                        strategy_rule)
 from hf_tpu_ext.hub.push_queue import note_step
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
@@ -77,7 +82,6 @@ class PushSession:
 
     Attributes:
         repo_id: the full ``"namespace/name"`` after :meth:`preflight`.
-        pushed_steps: the steps of the saves handed to the pusher (the final one included; the last 100).
         coalesced_steps: saves the budget folded into a later commit (not written, not uploaded).
         best, best_step: the best ``monitor`` value so far and its step (``save_best_only``).
     """
@@ -90,7 +94,6 @@ class PushSession:
         self.pusher = pusher
         self.repo_id: Optional[str] = getattr(pusher, "repo_id", None)
         self._api = api
-        self.pushed_steps: List[int] = []
         self.coalesced_steps: List[int] = []
         self._coalesced_total = 0
         self._signal_saves = 0
@@ -105,8 +108,6 @@ class PushSession:
         self._closed = False
         self._preflighted = False
         self._final_report = None
-        #: the plan of the latest save point (:meth:`admit`)
-        self.last_plan: Optional[PushPlan] = None
 
     def __repr__(self):  # the token stays out of logs and tracebacks
         c = self.config
@@ -118,6 +119,11 @@ class PushSession:
     def token(self) -> Optional[str]:
         """The resolved token (after :meth:`preflight`), for other Hub calls of the same run."""
         return self.pusher.token if self.pusher is not None else self.config.hub_token
+
+    @property
+    def pushed_steps(self) -> List[int]:
+        """The steps of the saves handed to the pusher (the final one included; the last 100): the pusher's note."""
+        return self.pusher.pushed_steps if self.pusher is not None else []
 
     @property
     def push_timeout(self) -> Optional[float]:
@@ -223,66 +229,73 @@ class PushSession:
     def wants_checkpoint(self, final: bool = False) -> bool:
         """Whether a save's commit carries a resumable checkpoint (``"checkpoint"``: ``last-checkpoint/``;
         ``"all_checkpoints"``: ``checkpoint-<step>/`` of each save, the final one included, as transformers'
-        Trainer pushes them). ``final`` is accepted for symmetry with :meth:`admit`; both push it."""
+        Trainer pushes them): the strategy's rule, for an adapter whose checkpoint write is collective (every
+        process writes it before the chief's :meth:`admit`). ``final`` is accepted for symmetry with :meth:`admit`."""
         return strategy_rule(self.config.hub_strategy).checkpoint is not None
 
-    def admit(self, step: int, final: bool = False, max_steps: Optional[int] = None) -> bool:
-        """Whether the save at ``step`` is pushed now: the adapter writes and hands over the folders only then.
+    def admit(self, step: int, final: bool = False, max_steps: Optional[int] = None) -> Optional[PushPlan]:
+        """The :class:`~hf_tpu_ext.hub.push_policy.PushPlan` of the save at ``step`` when it is pushed now (the
+        adapter writes the folders and hands them with this plan to :meth:`save`), else ``None``.
 
-        ``hub_strategy="end"`` pushes the final state only. A save the commit budget has no room for is
-        *coalesced*: recorded (``coalesced_steps``), not written, and its state reaches the Hub with the next
-        save that fits, or the final push. A save at the run's last step (``step == max_steps``, global
-        optimizer steps) coalesces into the final push that follows with the same state: one commit instead of
-        two against the Hub's 128 per hour, as ``hf-tpu train`` does. The final push is always admitted, and so
-        is a save after a SIGINT/SIGTERM (:func:`hf_tpu_ext.interrupts.received`): it is the state a resume
-        starts from, pushed within the grace budget whatever the pacing. Non-chief processes: False.
+        The one decision per save (:func:`~hf_tpu_ext.hub.push_policy.plan_save`). ``hub_strategy="end"`` pushes the final state only. A save the commit budget
+        has no room for is *coalesced*: recorded (``coalesced_steps``), not written, and its state reaches the Hub
+        with the next save that fits, or the final push. A save at the run's last step (``step == max_steps``,
+        global optimizer steps) coalesces into the final push that follows with the same state: one commit
+        instead of two against the Hub's 128 per hour. The final push is always admitted, and so is a save after
+        a SIGINT/SIGTERM (:func:`hf_tpu_ext.interrupts.received`): it is the state a resume starts from, pushed
+        within the grace budget whatever the pacing. Non-chief processes and a closed session: ``None``.
         """
         if not self.active:
-            return False
-        from hf_tpu_ext import interrupts
-
+            return None
         signum = None if final else interrupts.received()
         wait = self.budget.wait_seconds() if self.budget is not None and not final and signum is None else 0.0
-        plan = self.last_plan = plan_save(self.config.hub_strategy, step, final=final, max_steps=max_steps,
-                                          signalled=signum is not None, budget_wait=wait)
+        plan = plan_save(self.config.hub_strategy, step, final=final, max_steps=max_steps,
+                         signalled=signum is not None, budget_wait=wait)
         if plan.coalesced:
             note_step(self.coalesced_steps, step)
         if plan.reason == "signal":  # the save of a SIGINT/SIGTERM is what a resume starts from: as a final push
             logger.info("Save at step %d after %s: pushed now, past the commit budget's pacing (within the %g s "
-                        "grace budget).", step, _signal_name(signum), interrupts.grace())
+                        "grace budget).", step, signal.Signals(signum).name, interrupts.grace())
             self._signal_saves += 1
         elif plan.reason == "budget":
             self._coalesced_total += 1
             logger.info("Save at step %d coalesced into the next push (commit budget %d per %.0f s; room in %.0f s).",
                         step, self.budget.commits, self.budget.period, wait)
-        return plan.push
+        return plan if plan.push else None
 
     # ---- pushes ------------------------------------------------------------------------------
-    def save(self, model_folder: Optional[str], *, step: int, checkpoint_folder: Optional[str] = None,
-             final: bool = False) -> None:
-        """Hand a written save to the pusher (returns at once; the upload runs in the background).
+    def save(self, plan: Optional[PushPlan], model_folder: Optional[str], *, checkpoint_folder: Optional[str] = None,
+             checkpoint_path: Optional[str] = None,
+             export_checkpoint: Optional[Callable[[str, str], Any]] = None) -> None:
+        """Carry out ``plan`` (:meth:`admit`'s) with the written save: hand it to the pusher (returns at once; the
+        upload runs in the background).
 
         Args:
+            plan: the save's plan from :meth:`admit` (``None``: nothing to do).
             model_folder: the model folder (weights, config, tokenizer, card, run files); ``None``: none.
-            step: the global optimizer step of the save.
-            checkpoint_folder: a resumable checkpoint of ``step`` (with its ``trainer_state.json``), when
-                :meth:`wants_checkpoint` said so.
-            final: the final state (pushed whatever the strategy and budget).
+            checkpoint_folder: a resumable checkpoint of the step (with its ``trainer_state.json``), copied into the
+                snapshot; used when the plan puts a checkpoint somewhere (``hub_strategy`` checkpoint,
+                all_checkpoints).
+            checkpoint_path, export_checkpoint: instead of ``checkpoint_folder``: a backend's checkpoint and its
+                ``export_checkpoint(checkpoint_path, folder)``, which writes the Hub layout straight into the
+                pusher's staging folder (one copy on disk), only when the plan pushes a checkpoint.
 
         Raises:
-            HubAuthError, HubRepoError, HubError: from :meth:`preflight` when it has not run yet.
+            HubAuthError, HubRepoError, HubError: from :meth:`preflight` (the save's one call; idempotent) when it
+                has not run yet.
         """
-        if not self.active:
+        if plan is None or not self.active:
             return
         self.preflight()
-        step = int(step)
         if self.budget is not None:
-            self.budget.note_commit(final=final)
-        plan = plan_save(self.config.hub_strategy, step, final=final)  # the commits; admit() said "now"
-        self.pusher.push_save(model_folder, step=step, checkpoint_folder=checkpoint_folder if plan.checkpoint else None,
-                              final=final, commit_message=plan.commit_message)
-        note_step(self.pushed_steps, step)
-        self._last_save_step = step
+            self.budget.note_commit(final=plan.final)
+        staged = None
+        if plan.checkpoint is not None and checkpoint_folder is None and checkpoint_path is not None \
+                and export_checkpoint is not None:
+            staged = self.pusher.staging_folder()
+            export_checkpoint(checkpoint_path, staged)
+        self.pusher.push_plan(plan, model_folder, staged or checkpoint_folder, staged=staged is not None)
+        self._last_save_step = plan.step
 
     # ---- measurements and files -------------------------------------------------------------
     def note_logs(self, logs: Optional[dict], step: Optional[int] = None, epoch: Optional[float] = None) -> None:
@@ -484,25 +497,23 @@ class PushSession:
 
 class SessionBacked:
     """Mixin of the push adapters: ``repo_id``, ``pushed_steps``, ``best``, ``best_step``, ``pusher`` and the
-    configuration's fields (``hub_model_id``, ``hub_strategy``, ``save_steps``, ``output_dir``, ...; never the token)
-    are read from the adapter's ``session``, so the adapter's public attributes stay what they were."""
+    configuration's ``hub_model_id``, ``hub_strategy``, ``save_strategy``, ``save_steps``, ``output_dir`` (never the
+    token) are read from the adapter's ``session``, so the adapter's public attributes stay what they were."""
 
-    def __getattr__(self, name: str):
-        session = self.__dict__.get("session")
-        if session is not None:
-            if name in ("repo_id", "pushed_steps", "best", "best_step", "pusher"):
-                return getattr(session, name)
-            if name in PushConfig.__dataclass_fields__ and name != "hub_token":
-                return getattr(session.config, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    session: PushSession
+
+    repo_id = property(lambda self: self.session.repo_id, doc="The full repo id (after :meth:`preflight`).")
+    pushed_steps = property(lambda self: self.session.pushed_steps, doc=":attr:`PushSession.pushed_steps`.")
+    best = property(lambda self: self.session.best, doc="The best ``monitor`` value so far (``save_best_only``).")
+    best_step = property(lambda self: self.session.best_step, doc="The step of :attr:`best`.")
+    pusher = property(lambda self: self.session.pusher, doc="The session's :class:`~hf_tpu_ext.hub.pusher.HubPusher`.")
+    hub_model_id = property(lambda self: self.session.config.hub_model_id, doc=":attr:`PushConfig.hub_model_id`.")
+    hub_strategy = property(lambda self: self.session.config.hub_strategy, doc=":attr:`PushConfig.hub_strategy`.")
+    save_strategy = property(lambda self: self.session.config.save_strategy, doc=":attr:`PushConfig.save_strategy`.")
+    save_steps = property(lambda self: self.session.config.save_steps, doc=":attr:`PushConfig.save_steps`.")
+    output_dir = property(lambda self: self.session.config.output_dir, doc=":attr:`PushConfig.output_dir`.")
 
     def preflight(self) -> Optional[str]:
         """Token, write access, repo and card fields before training (chief only; idempotent); returns the repo id
         (:meth:`PushSession.preflight`)."""
         return self.session.preflight()
-
-
-def _signal_name(signum: int) -> str:
-    import signal
-
-    return signal.Signals(signum).name

@@ -37,8 +37,9 @@ from typing import Callable, Optional
 
 from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id  # the flag's choices: defined once, with the argument
 from hf_tpu_ext.errors import ArgumentError, HubError
+from hf_tpu_ext.hub.card_check import card_expectations, validate_card_file
 from hf_tpu_ext.hub.push_policy import (CHECKPOINT_PREFIX, DEFAULT_HUB_STRATEGY, OWN_COMMIT, WITH_MODEL,  # noqa: F401
-                                        check_hub_strategy, checkpoint_folder_name, plan_save)
+                                        PushPlan, check_hub_strategy, checkpoint_folder_name, plan_save)
 from hf_tpu_ext.hub.push_queue import REPORT_LIMIT, STAGING_PREFIX, PushQueue, PushReport, note_step
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
@@ -269,28 +270,51 @@ class HubPusher:
         if self._closed:
             raise RuntimeError("This HubPusher is closed; create a new one to push again.")
         plan = plan_save(self.hub_strategy, step, final=final, commit_message=commit_message)
-        if not plan.push:  # a strategy that pushes the final state only
-            return
-        self.preflight()
-        step = int(step)
-        from hf_tpu_ext.hub.card_check import validate_card_file
+        if plan.push:  # else a strategy that pushes the final state only
+            self.preflight()
+            self.push_plan(plan, model_folder, checkpoint_folder)
 
+    def staging_folder(self) -> str:
+        """An empty folder in this pusher's staging area for a save's checkpoint (a backend's export writes into
+        it; :meth:`push_plan` with ``staged=True`` then moves it into the commit's snapshot: one copy on disk).
+        Needs :meth:`preflight`; the folder is removed with the staging area if it is never pushed."""
+        if self._queue is None:
+            raise RuntimeError("HubPusher.staging_folder needs preflight() first.")
+        return self._queue.new_staging()
+
+    def push_plan(self, plan: PushPlan, model_folder: Optional[str], checkpoint_folder: Optional[str] = None, *,
+                  staged: bool = False) -> None:
+        """Carry out ``plan`` (:func:`~hf_tpu_ext.hub.push_policy.plan_save`'s, ``plan.push`` true): queue its
+        commits (the model folder, the checkpoint where ``plan.checkpoint`` puts it) and return without waiting.
+
+        Args:
+            plan: the save's :class:`~hf_tpu_ext.hub.push_policy.PushPlan`.
+            model_folder, checkpoint_folder: as in :meth:`push_save` (``checkpoint_folder`` ignored when the plan
+                puts no checkpoint anywhere).
+            staged: ``checkpoint_folder`` is a :meth:`staging_folder`: moved into the snapshot, not copied.
+
+        Raises:
+            RuntimeError: the pusher is closed, or :meth:`preflight` has not run.
+            FileNotFoundError: a folder does not exist.
+        """
+        if self._closed or self._queue is None:
+            raise RuntimeError("This HubPusher is closed or not preflighted; push_plan needs preflight() first.")
+        step, final = plan.step, plan.final
         if final and model_folder is not None:  # what the read-back in finish() expects the Hub to show
-            from hf_tpu_ext.hub.card_check import card_expectations
-
             self._final_card = card_expectations(model_folder)
-
         check_card = functools.partial(validate_card_file, token=self._token)
-        also, delete = [], None
-        if checkpoint_folder is not None and plan.checkpoint == WITH_MODEL:
-            also, delete = [(checkpoint_folder, plan.checkpoint_path)], list(LAST_CHECKPOINT_DELETE_PATTERNS)
-        if model_folder is not None or also:
+        ckpt = checkpoint_folder if plan.checkpoint is not None else None
+        with_model = [(ckpt, plan.checkpoint_path)] if ckpt is not None and plan.checkpoint == WITH_MODEL else []
+        if model_folder is not None or with_model:
+            delete = list(LAST_CHECKPOINT_DELETE_PATTERNS) if with_model else None
             self._queue.submit(model_folder, commit_message=plan.commit_message,
                                ignore_patterns=list(MODEL_IGNORE_PATTERNS), delete_patterns=delete, key="model",
-                               before_upload=check_card, also=also, step=step, final=final, inherit=plan.inherit)
-        if checkpoint_folder is not None and plan.checkpoint == OWN_COMMIT:
-            self._queue.submit(checkpoint_folder, path_in_repo=plan.checkpoint_path,
-                               commit_message=plan.checkpoint_message, key=plan.checkpoint_path, step=step)
+                               before_upload=check_card, step=step, final=final, inherit=plan.inherit,
+                               **{"moved" if staged else "also": with_model})
+        if ckpt is not None and plan.checkpoint == OWN_COMMIT:
+            self._queue.submit(None if staged else ckpt, moved=[(ckpt, "")] if staged else (),
+                               path_in_repo=plan.checkpoint_path, commit_message=plan.checkpoint_message,
+                               key=plan.checkpoint_path, step=step)
         note_step(self.pushed_steps, step)
         if final:
             self._final_step = step

@@ -239,18 +239,23 @@ class TrainingRun:
         interrupts.kill_for_test("saved", step)  # tests: kill -9 once checkpoint N and its trainer state are written
         if self._saves == 1:
             _test_kill("train")
-        if self.pusher is not None and step < self.plan.total_steps and self.pusher.admit(step):
-            self._push(step, path, final=False)  # a save the commit budget has no room for is not even exported
+        plan = self.pusher.admit(step) if self.pusher is not None and step < self.plan.total_steps else None
+        if plan is not None:  # a save the commit budget has no room for is not even exported
+            self._push(plan, path)
             self._record_pushes(self.pusher.report_dict())
 
-    def _push(self, step: int, checkpoint_path: Optional[str], final: bool) -> None:
-        """Write the model folder and card, then hand them (and the checkpoint) to the push session (it never waits)."""
+    def _push(self, plan, checkpoint_path: Optional[str]) -> None:
+        """Carry out the session's ``plan`` of a save: write the model folder and card (the final push's are
+        written by the export and card phases), then the session queues it with the checkpoint at
+        ``checkpoint_path``, which the backend exports straight into the pusher's staging (it never waits)."""
+        if plan is None:  # the session is closed (or not this process's)
+            return
         out = self.args.output_dir
-        if not final:
+        if not plan.final:
             self.backend.export(out, self.tokenizer)
-            self._write_summary(self._results(step, None))
+            self._write_summary(self._results(plan.step, None))
             self._write_card()
-        pushes.hand_over(self.pusher, self.backend, out, step, checkpoint_path, final)
+        self.pusher.save(plan, out, checkpoint_path=checkpoint_path, export_checkpoint=self.backend.export_checkpoint)
 
     # ------------------------------------------------------------------ results and files
     def _results(self, step: int, fit_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -388,7 +393,7 @@ class TrainingRun:
                     self.pusher,
                     lambda: self.backend.find_checkpoints(self.args.output_dir) if self.plan is not None else [],
                     self.step, getattr(self, "_start_step", self.step),
-                    lambda step, checkpoint: self._push(step, checkpoint, final=False))
+                    self._push)
                 self._record_pushes(self.pusher.report_dict())
                 if not_pushed:
                     logger.warning("%s: not on the Hub within the %gs grace budget (--save_on_signal_timeout): %s; "
@@ -529,7 +534,7 @@ class TrainingRun:
             self._mark("push", "pushed")
             return
         ckpts = self.backend.find_checkpoints(self.args.output_dir)
-        self._push(self.step, ckpts[0] if ckpts else None, final=True)
+        self._push(self.pusher.admit(self.step, final=True), ckpts[0] if ckpts else None)
         self._record_pushes(self.pusher.report_dict())  # in the report even if this process is killed now
         _test_kill("push")
         # a first signal does not stop the final push: it gets what is left of the grace budget
