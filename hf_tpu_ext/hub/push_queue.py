@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from hf_tpu_ext import interrupts
-from hf_tpu_ext.hub.preflight import scrub, transport_errors
+from hf_tpu_ext.hub.preflight import endpoint, scrub, transport_errors
 from hf_tpu_ext.hub.retry_policy import (MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS, _describe,  # noqa: F401
                                          _is_unreadable_reply, _status, is_retryable, retry_after_for,
                                          retry_after_seconds)
@@ -165,6 +165,26 @@ class _Replaced(Exception):
     """A push waiting for a retry was replaced by a newer final push of its key (which carries newer state)."""
 
 
+def _snapshot(staging: str, sources, moved, allow: Optional[List[str]], ignore: Optional[List[str]]) -> int:
+    """Fill the snapshot folder ``staging``: the ``moved`` folders renamed into it, the ``sources`` copied (the
+    patterns filter the main folder, prefix ``""``, only); returns the file count. A failure removes it."""
+    try:
+        n_files = 0
+        for src, prefix in moved:  # first: a move to the snapshot itself needs it not to exist yet
+            target = os.path.join(staging, prefix) if prefix else staging
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.replace(src, target)
+            n_files += sum(len(files) for _, _, files in os.walk(target))
+        for src, prefix in sources:
+            main = prefix == ""
+            n_files += copy_tree(src, os.path.join(staging, prefix) if prefix else staging,
+                                 allow if main else None, ignore if main else None)
+        return n_files
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 def _as_list(patterns: Patterns) -> Optional[List[str]]:
     if patterns is None:
         return None
@@ -282,20 +302,7 @@ class PushQueue:
             self._seq += 1
             seq = self._seq
         staging = os.path.join(self._staging_root, f"{seq:06d}")
-        try:
-            n_files = 0
-            for src, prefix in moved:  # first: a move to the snapshot itself needs it not to exist yet
-                target = os.path.join(staging, prefix) if prefix else staging
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                os.replace(src, target)
-                n_files += sum(len(files) for _, _, files in os.walk(target))
-            for src, prefix in sources:
-                main = prefix == ""
-                n_files += copy_tree(src, os.path.join(staging, prefix) if prefix else staging,
-                                     allow if main else None, ignore if main else None)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        n_files = _snapshot(staging, sources, moved, allow, ignore)
         job = _Job(key, staging, path_in_repo, commit_message, _as_list(delete_patterns), seq, before_upload,
                    None if step is None else int(step), bool(final), inherit=tuple(inherit))
         with self._cond:
@@ -465,9 +472,9 @@ class PushQueue:
     def _hf_api(self):
         if self._api is not None:
             return self._api
-        from huggingface_hub import HfApi, constants
+        from huggingface_hub import HfApi
 
-        return HfApi(endpoint=constants.ENDPOINT, token=self._token)
+        return HfApi(endpoint=endpoint(), token=self._token)
 
     def _push_with_retries(self, job: _Job) -> Tuple[str, Optional[str]]:
         api = self._hf_api()
@@ -530,10 +537,8 @@ class PushQueue:
         return None
 
     def _commit_url(self, oid: str) -> str:
-        from huggingface_hub import constants
-
         prefix = {"model": "", "dataset": "datasets/", "space": "spaces/"}.get(self.repo_type, "")
-        return f"{constants.ENDPOINT}/{prefix}{self.repo_id}/commit/{oid}"
+        return f"{endpoint()}/{prefix}{self.repo_id}/commit/{oid}"
 
 
 class _NoChangesFilter(logging.Filter):

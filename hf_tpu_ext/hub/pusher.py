@@ -38,6 +38,7 @@ from typing import Callable, Optional
 from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id  # the flag's choices: defined once, with the argument
 from hf_tpu_ext.errors import ArgumentError, HubError
 from hf_tpu_ext.hub.card_check import card_expectations, validate_card_file
+from hf_tpu_ext.hub.preflight import endpoint
 from hf_tpu_ext.hub.push_policy import (CHECKPOINT_PREFIX, DEFAULT_HUB_STRATEGY, OWN_COMMIT, WITH_MODEL,  # noqa: F401
                                         PushPlan, check_hub_strategy, checkpoint_folder_name, plan_save)
 from hf_tpu_ext.hub.push_queue import REPORT_LIMIT, STAGING_PREFIX, PushQueue, PushReport, note_step
@@ -365,9 +366,9 @@ class HubPusher:
     def _hf_api(self):
         if self._api is not None:
             return self._api
-        from huggingface_hub import HfApi, constants
+        from huggingface_hub import HfApi
 
-        return HfApi(endpoint=constants.ENDPOINT, token=self._token)
+        return HfApi(endpoint=endpoint(), token=self._token)
 
     def _keep_card_out_of_lfs(self) -> None:
         """At preflight: a repo whose .gitattributes routes README.md through LFS gets it back as a regular file."""

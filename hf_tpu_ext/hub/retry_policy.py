@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import email.utils
 import json
-import os
 import threading
 import time
 from typing import Callable, Dict, Optional
 
-from hf_tpu_ext.hub.preflight import transport_errors
+from hf_tpu_ext.hub.preflight import endpoint, transport_errors
 
 MAX_BACKOFF_SECONDS = 60.0
 # a Retry-After above this is cut to it: a run must not sleep for hours on one header
@@ -111,7 +110,7 @@ _CLOCKS_LOCK = threading.Lock()
 
 def retry_after_for(repo_id: str, repo_type: str = "model") -> RetryAfter:
     """The process-wide :class:`RetryAfter` of ``repo_id`` on the current endpoint (made on first use)."""
-    key = (os.environ.get("HF_ENDPOINT", ""), repo_type, repo_id)
+    key = (endpoint(), repo_type, repo_id)
     with _CLOCKS_LOCK:
         return _CLOCKS.setdefault(key, RetryAfter())
 

@@ -54,6 +54,7 @@ from hf_tpu_ext import interrupts
 from hf_tpu_ext.console import rerun_hint, resume_hint
 from hf_tpu_ext.errors import CheckpointError, HubPushError, OutputDirError, TrainingInterrupted
 from hf_tpu_ext.run import checks, data, files, history, pushes, resume, state
+from hf_tpu_ext.run_lock import SPAWNED_CHILD_ENV, lock_output_dir
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -107,8 +108,6 @@ class TrainingRun:
         after the arguments' own checks, before anything reads it."""
         check_args = (self.model_args, self.data_args, self.args)
         checks.check_arguments(*check_args)
-        from hf_tpu_ext.run_lock import lock_output_dir
-
         # first: a second run on a busy folder is refused before it reads or writes anything there
         self._lock = lock_output_dir(self.args.output_dir)
         checks.check_run(*check_args)
@@ -576,7 +575,7 @@ def _log_done(results: Dict[str, Any], t_total: float) -> None:
 
 def _spawned_run(index, model_args, data_args, training_args):
     """The run in a process started by :meth:`Backend.spawn` (``index``: its ordinal)."""
-    os.environ["HF_TPU_XLA_CHILD"] = "1"
+    os.environ[SPAWNED_CHILD_ENV] = "1"
     setup_logging()
     TrainingRun(model_args, data_args, training_args).run()
 
