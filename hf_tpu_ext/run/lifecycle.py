@@ -61,11 +61,6 @@ logger = logging.getLogger("hf_tpu_ext")
 KILL_ENV = interrupts.KILL_ENV
 
 
-def _test_kill(phase: str) -> None:
-    """The test hook of the module doc: SIGKILL this process at ``phase`` when ``HF_TPU_EXT_TEST_KILL_AT`` says so."""
-    interrupts.kill_for_test(phase)
-
-
 def setup_logging(level=logging.INFO):
     """A stream handler on the ``hf_tpu_ext`` logger (once)."""
     if not logging.getLogger("hf_tpu_ext").handlers:
@@ -237,7 +232,7 @@ class TrainingRun:
         self._saves += 1
         interrupts.kill_for_test("saved", step)  # tests: kill -9 once checkpoint N and its trainer state are written
         if self._saves == 1:
-            _test_kill("train")
+            interrupts.kill_for_test("train")
         plan = self.pusher.admit(step) if self.pusher is not None and step < self.plan.total_steps else None
         if plan is not None:  # a save the commit budget has no room for is not even exported
             self._push(plan, path)
@@ -281,7 +276,7 @@ class TrainingRun:
         """Phase export: the backend's model folder, then the run files (:func:`hf_tpu_ext.run.files.write_run_files`)."""
         out = self.args.output_dir
         self.backend.export(out, self.tokenizer)
-        _test_kill("export")
+        interrupts.kill_for_test("export")
         files.write_run_files(self.model_args, self.data_args, self.args,
                               self._trainer_state(self.step, results["train_runtime"]), results,
                               lambda: self._summary(results), self.log_history)
@@ -290,7 +285,7 @@ class TrainingRun:
     def card(self) -> None:
         """Phase card: ``output_dir/README.md``."""
         self._write_card()
-        _test_kill("card")
+        interrupts.kill_for_test("card")
         self._mark("card")
 
     def _mark(self, phase: str, value: str = "done") -> None:
@@ -447,7 +442,7 @@ class TrainingRun:
         if info is not None:
             self._apply_checkpoint_shape(info)
         blocks = self.data(tokenizer_source)
-        _test_kill("data")
+        interrupts.kill_for_test("data")
         plan = self.plan
         start = self._resume(info)
         if start >= plan.total_steps:
@@ -474,7 +469,7 @@ class TrainingRun:
         fit_metrics = None
         if "train" in todo:
             fit_metrics = self.fit(start)
-            _test_kill("checkpoint")
+            interrupts.kill_for_test("checkpoint")
         elif info is not None and "export" in todo:  # killed after the final checkpoint, maybe before its evaluation
             self.final_evaluation(self.prior_runtime)
         return self._after_training(todo, fit_metrics, t_total)
@@ -535,7 +530,7 @@ class TrainingRun:
         ckpts = self.backend.find_checkpoints(self.args.output_dir)
         self._push(self.pusher.admit(self.step, final=True), ckpts[0] if ckpts else None)
         self._record_pushes(self.pusher.report_dict())  # in the report even if this process is killed now
-        _test_kill("push")
+        interrupts.kill_for_test("push")
         # a first signal does not stop the final push: it gets what is left of the grace budget
         interrupts.wait_until(lambda: not self.pusher.report().pending, self.pusher.push_timeout)
         report = self.pusher.finish(timeout=0)
