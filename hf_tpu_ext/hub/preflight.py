@@ -129,7 +129,7 @@ def scrub(text: str, token: Optional[str]) -> str:
     return text
 
 
-def _api(token: Optional[str]):
+def hub_api(token: Optional[str]):
     from huggingface_hub import HfApi
 
     return HfApi(endpoint=endpoint(), token=token)
@@ -301,7 +301,7 @@ def forget_whoami() -> None:
 
 
 def _ask_whoami(token: str) -> dict:
-    api = _api(token)
+    api = hub_api(token)
     try:
         return api.whoami(token=token)
     except transport_errors() as err:
@@ -441,7 +441,7 @@ def preflight(
         HubError: the Hub could not be reached.
     """
     name, user_name = check_push_access(repo_id, token, repo_type=repo_type, default_name=default_name)
-    api = _api(token)
+    api = hub_api(token)
     kwargs = {"space_sdk": "gradio"} if repo_type == "space" else {}
     hub_call(f"create repo {name}", api.create_repo, token, name, private=private, repo_type=repo_type,
              exist_ok=True, **kwargs)

@@ -38,9 +38,9 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.hub.preflight import endpoint, scrub, transport_errors
-from hf_tpu_ext.hub.retry_policy import (MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS, _describe,  # noqa: F401
-                                         _is_unreadable_reply, _status, is_retryable, retry_after_for,
-                                         retry_after_seconds)
+from hf_tpu_ext.hub.retry_policy import (MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS, describe,  # noqa: F401
+                                         is_retryable, is_unreadable_reply, retry_after_for, retry_after_seconds,
+                                         status_of)
 from hf_tpu_ext.hub.staging import STAGING_PREFIX, copy_tree, remove_stale_staging  # noqa: F401 (re-exported)
 
 logger = logging.getLogger("hf_tpu_ext.hub")
@@ -442,7 +442,7 @@ class PushQueue:
                         self._superseded_in_flight(job)
                     logger.info("Push %r replaced by the final push while waiting to retry.", job.commit_message)
                 except Exception as err:  # the worker must survive any failure
-                    text = scrub(f"{type(err).__name__}: {_describe(err)}", self._token)
+                    text = scrub(f"{type(err).__name__}: {describe(err)}", self._token)
                     with self._cond:
                         self._record(job, "failed", error=text)
                     logger.error("Push %r to %s failed: %s", job.commit_message, self.repo_id, text)
@@ -492,7 +492,7 @@ class PushQueue:
                                 "lost landed, or nothing changed): no new commit.", job.commit_message)
                 return info.oid, getattr(info, "commit_url", None)
             except Exception as err:
-                unreadable = _is_unreadable_reply(err)
+                unreadable = is_unreadable_reply(err)
                 if unreadable or isinstance(err, transport_errors()):
                     # the commit may have landed with its reply lost: look before sending it again
                     landed = self._find_commit(api, job.push_id)
@@ -504,14 +504,14 @@ class PushQueue:
                 if job.attempts > self.max_retries or not retryable or self._stop.is_set():
                     raise
                 asked = retry_after_seconds(err)
-                if _status(err) == 429:
+                if status_of(err) == 429:
                     self.retry_after.note(asked)
                     if self.on_rate_limited is not None:
                         self.on_rate_limited(asked)
                 wait = asked if asked is not None else min(self.backoff_seconds * (2 ** (job.attempts - 1)),
                                                            MAX_BACKOFF_SECONDS)
                 logger.warning("Push %r failed (%s); retry %d/%d in %.1f s%s.", job.commit_message,
-                               scrub(_describe(err), self._token), job.attempts, self.max_retries, wait,
+                               scrub(describe(err), self._token), job.attempts, self.max_retries, wait,
                                " (Retry-After)" if asked is not None else "")
                 job.wake.wait(wait)
                 if self._stop.is_set():
@@ -529,7 +529,7 @@ class PushQueue:
         try:
             commits = api.list_repo_commits(self.repo_id, repo_type=self.repo_type, revision=self.revision)
         except Exception as err:  # cannot tell: treat as not landed
-            logger.debug("Could not list commits of %s: %s", self.repo_id, scrub(_describe(err), self._token))
+            logger.debug("Could not list commits of %s: %s", self.repo_id, scrub(describe(err), self._token))
             return None
         for commit in commits[:REPORT_LIMIT]:
             if push_id in (getattr(commit, "message", "") or "") or push_id in (getattr(commit, "title", "") or ""):

@@ -141,7 +141,7 @@ def deploy_space(model_id: str, space_id: str, token: Optional[str] = None, priv
     """
     from huggingface_hub import CommitOperationAdd
 
-    from hf_tpu_ext.hub.preflight import _api, endpoint, hub_call, preflight, resolve_token, whoami
+    from hf_tpu_ext.hub.preflight import endpoint, hub_api, hub_call, preflight, resolve_token, whoami
 
     model_id = _validate_id(model_id, "--model_id", need_namespace=True)
     space_id = _validate_id(space_id, "--space_id", need_namespace=False)
@@ -149,7 +149,7 @@ def deploy_space(model_id: str, space_id: str, token: Optional[str] = None, priv
 
     token = resolve_token(token)
     whoami(token)  # HubAuthError with what to do when missing or rejected
-    api = _api(token)
+    api = hub_api(token)
     hub_call(f"find model {model_id} (push it first, e.g. `hf-tpu push`)", api.repo_info, token, model_id,
              repo_type="model")
     space_id = preflight(space_id, token, private=private, repo_type="space")
