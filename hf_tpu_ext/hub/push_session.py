@@ -55,17 +55,24 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from hf_tpu_ext import interrupts
-
 from hf_tpu_ext.args import HUB_STRATEGIES  # noqa: F401 (the flag's choices, re-exported)
+from hf_tpu_ext.distributed import is_main_process
 from hf_tpu_ext.errors import ModelCardError
+from hf_tpu_ext.fileio import atomic_write_text
+from hf_tpu_ext.hub.card_check import validate_model_card
+from hf_tpu_ext.hub.card_facts import eval_results_from_logs
+from hf_tpu_ext.hub.card_guard import write_card
+from hf_tpu_ext.hub.card_render import initialization_fields, load_summary, render_model_card
 from hf_tpu_ext.hub.commit_budget import (API_CALLS_PER_COMMIT, DEFAULT_BUDGET_PERIOD, DEFAULT_COMMIT_BUDGET,  # noqa: F401
                                           HUB_API_CALLS, HUB_API_PERIOD, HUB_COMMITS_PER_HOUR, CommitBudget,
                                           budget_for, reset_budgets, seed_from_hub)
 from hf_tpu_ext.hub.push_policy import (DEFAULT_HUB_STRATEGY, DEFAULT_SAVE_STRATEGY, SAVE_STRATEGIES,  # noqa: F401
                                         PushConfig, PushPlan, crossed_save_step, improves, monitor_value, plan_save,
                                         strategy_rule)
-from hf_tpu_ext.hub.push_queue import note_step
+from hf_tpu_ext.hub.push_queue import PushReport, note_step
+from hf_tpu_ext.hub.pusher import HubPusher
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
+from hf_tpu_ext.outputs import TrainerState
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -87,8 +94,6 @@ class PushSession:
     """
 
     def __init__(self, config: PushConfig, *, pusher=None, api=None, is_chief: Optional[bool] = None):
-        from hf_tpu_ext.distributed import is_main_process
-
         self.config = config
         self.is_chief = is_main_process() if is_chief is None else bool(is_chief)
         self.pusher = pusher
@@ -150,8 +155,6 @@ class PushSession:
             return self.repo_id
         c = self.config
         if self.pusher is None:
-            from hf_tpu_ext.hub.pusher import HubPusher
-
             self.pusher = HubPusher(c.hub_model_id, token=c.hub_token, hub_strategy=c.hub_strategy,
                                     private=c.hub_private_repo, revision=c.hub_revision, output_dir=c.output_dir,
                                     api=self._api, max_retries=c.max_retries, backoff_seconds=c.backoff_seconds,
@@ -301,8 +304,6 @@ class PushSession:
     def note_logs(self, logs: Optional[dict], step: Optional[int] = None, epoch: Optional[float] = None) -> None:
         """Remember what the callbacks measured, for the card (``tokens_per_second`` of the throughput callback,
         evaluation results, the step and epoch)."""
-        from hf_tpu_ext.hub.card_facts import eval_results_from_logs
-
         logs = logs or {}
         m = self._measured
         for key, name in (("tokens_per_second", "train_tokens_per_second"), ("samples_per_second", "samples_per_second")):
@@ -344,9 +345,6 @@ class PushSession:
         Returns:
             The card path, or ``None`` when the card did not validate (logged; training goes on).
         """
-        from hf_tpu_ext.hub.card_check import validate_model_card
-        from hf_tpu_ext.hub.card_guard import write_card
-        from hf_tpu_ext.hub.card_render import initialization_fields, load_summary, render_model_card
 
         if callable(summary):
             try:
@@ -391,8 +389,6 @@ class PushSession:
         Returns:
             The path written.
         """
-        from hf_tpu_ext.fileio import atomic_write_text
-        from hf_tpu_ext.outputs import TrainerState
 
         fields = {f.name for f in dataclasses.fields(TrainerState)}
         data = {k: v for k, v in dict(state or {}).items() if k in fields}
@@ -415,7 +411,6 @@ class PushSession:
             return self._final_report
         if self.pusher is not None:
             return self.pusher.report()
-        from hf_tpu_ext.hub.push_queue import PushReport
 
         return PushReport(repo_id=self.repo_id, revision=self.config.hub_revision)
 

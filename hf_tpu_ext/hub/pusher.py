@@ -35,10 +35,14 @@ import threading
 import weakref
 from typing import Callable, Optional
 
+from hf_tpu_ext import interrupts
 from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id  # the flag's choices: defined once, with the argument
 from hf_tpu_ext.errors import ArgumentError, HubError
-from hf_tpu_ext.hub.card_check import card_expectations, validate_card_file
-from hf_tpu_ext.hub.preflight import endpoint
+from hf_tpu_ext.hub.card_check import card_expectations, check_card_on_hub, validate_card_file, validate_model_card
+from hf_tpu_ext.hub.card_guard import keep_card_out_of_lfs
+from hf_tpu_ext.hub.card_render import render_model_card
+from hf_tpu_ext.hub.checkpoint_layouts import push_later_command
+from hf_tpu_ext.hub.preflight import endpoint, preflight, resolve_token
 from hf_tpu_ext.hub.push_policy import (CHECKPOINT_PREFIX, DEFAULT_HUB_STRATEGY, OWN_COMMIT, WITH_MODEL,  # noqa: F401
                                         PushPlan, check_hub_strategy, checkpoint_folder_name, plan_save)
 from hf_tpu_ext.hub.push_queue import REPORT_LIMIT, STAGING_PREFIX, PushQueue, PushReport, note_step
@@ -73,8 +77,6 @@ def log_push_report(report: PushReport, repo_id: str, output_dir: Optional[str],
         logger.info("On the Hub: %r (commit %s).", message, oid[:8] if oid else "?")
     missing = [m for m, _ in report.failed] + list(report.pending)
     if missing:
-        from hf_tpu_ext.hub.checkpoint_layouts import push_later_command
-
         logger.error(
             "Not pushed to %s: %s. The local folder %s has everything; push it and its newest checkpoint (what "
             "resumes) later with `%s`.", repo_id, "; ".join(missing), output_dir or "the output folder",
@@ -99,7 +101,6 @@ def _install_hooks(pusher: "HubPusher") -> None:
     """atexit cleanup, and a callback at the first SIGINT/SIGTERM (:func:`hf_tpu_ext.interrupts.on_signal`, which
     outside a training run makes SIGTERM unwind so ``finally``/atexit clean up) that says what is pending."""
     global _atexit_done
-    from hf_tpu_ext import interrupts
 
     with _HOOKS:
         _LIVE.add(pusher)
@@ -214,15 +215,12 @@ class HubPusher:
             return self.repo_id
         if self._closed:
             raise HubError("This HubPusher is closed; create a new one to push again.")
-        from hf_tpu_ext.hub.preflight import preflight, resolve_token
 
         self._token = resolve_token(self._token)
         default_name = os.path.basename(os.path.abspath(self.output_dir)) if self.output_dir else None
         self.repo_id = preflight(self.repo_id, self._token, private=self.private, revision=self.revision,
                                  default_name=default_name)
         if self.card_fields is not None:
-            from hf_tpu_ext.hub.card_check import validate_model_card
-            from hf_tpu_ext.hub.card_render import render_model_card
 
             card = render_model_card(self.output_dir or ".", repo_id=self.repo_id,
                                      summary={"mask_token": "<mask>"}, **self.card_fields)
@@ -349,7 +347,6 @@ class HubPusher:
             raise
         self._close_queue(timed_out=report.timed_out)
         log_push_report(self._last_report, self.repo_id, self.output_dir, self._final_step)
-        from hf_tpu_ext import interrupts
 
         if interrupts.received() is None:  # after a signal the grace budget has no room for the read-back's requests
             self._check_card(self._last_report)
@@ -372,8 +369,6 @@ class HubPusher:
 
     def _keep_card_out_of_lfs(self) -> None:
         """At preflight: a repo whose .gitattributes routes README.md through LFS gets it back as a regular file."""
-        from hf_tpu_ext.hub.card_guard import keep_card_out_of_lfs
-
         try:
             keep_card_out_of_lfs(self._hf_api(), self.repo_id, self.revision)
         except Exception as err:  # the pushes must not depend on it; the read-back will say if the card is lost
@@ -382,8 +377,6 @@ class HubPusher:
     def _check_card(self, report: PushReport) -> None:
         """After the final push landed with a README.md: the metadata the Hub parsed must be the card's
         (:func:`hf_tpu_ext.hub.card_check.check_card_on_hub`); problems go to :attr:`card_problems` and the log."""
-        from hf_tpu_ext.hub.card_check import check_card_on_hub
-
         landed = [o for o in report.outcomes if o.status == "pushed" and o.final and o.commit_oid]
         if self._final_card is None or not landed:
             return
@@ -429,8 +422,6 @@ class HubPusher:
             return
         pending = queue.report.pending
         if pending:
-            from hf_tpu_ext.hub.checkpoint_layouts import push_later_command
-
             logger.warning("%s: %d push(es) to %s not finished (%s); push them and the newest checkpoint (what "
                            "resumes) later with `%s`.", why, len(pending), self.repo_id, "; ".join(pending),
                            push_later_command(self.output_dir, self.repo_id, self.revision))

@@ -21,6 +21,8 @@ import os
 from typing import Dict, Optional
 
 from hf_tpu_ext.errors import HubRepoError
+from hf_tpu_ext.hub.model_ref import hub_url
+from hf_tpu_ext.hub.preflight import endpoint, hub_api, hub_call, preflight, resolve_token, whoami
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -80,8 +82,6 @@ def render_space_readme(model_id: str, space_id: Optional[str] = None, template:
     if len(short) > SHORT_DESCRIPTION_MAX:
         raise HubRepoError(f"short_description is {len(short)} characters; the Hub allows {SHORT_DESCRIPTION_MAX}.")
     card.data.models = [model_id]
-    from hf_tpu_ext.hub.model_ref import hub_url
-
     # the model's link points at the Hub the Space is deployed to (HF_ENDPOINT), not always huggingface.co
     card.text = card.text.replace(f"https://huggingface.co/{TEMPLATE_MODEL_ID}", hub_url(model_id))
     card.text = card.text.replace(TEMPLATE_MODEL_ID, model_id)
@@ -140,8 +140,6 @@ def deploy_space(model_id: str, space_id: str, token: Optional[str] = None, priv
         HubError: the Hub cannot be reached or answers another error.
     """
     from huggingface_hub import CommitOperationAdd
-
-    from hf_tpu_ext.hub.preflight import endpoint, hub_api, hub_call, preflight, resolve_token, whoami
 
     model_id = _validate_id(model_id, "--model_id", need_namespace=True)
     space_id = _validate_id(space_id, "--space_id", need_namespace=False)

@@ -13,6 +13,10 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from hf_tpu_ext import interrupts
+from hf_tpu_ext.hub.checkpoint_layouts import push_later_command
+from hf_tpu_ext.hub.preflight import check_push_access, resolve_token
+from hf_tpu_ext.hub.push_session import PushConfig, PushSession
+from hf_tpu_ext.hub.resume import looks_like_repo_spec
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -33,24 +37,17 @@ def open_push_session(training_args, data_args, backend) -> Tuple[Optional[str],
     Raises:
         HubAuthError: no token, or one without write access to the repo. HubRepoError: an invalid repo id.
     """
-    from hf_tpu_ext.hub.resume import looks_like_repo_spec
-
     args, token, session = training_args, None, None
     hub_resume = bool(args.resume_from_checkpoint) and not args.resume_latest and looks_like_repo_spec(
         args.resume_from_checkpoint)
     if args.push_to_hub or hub_resume:
-        from hf_tpu_ext.hub.preflight import resolve_token
-
         token = resolve_token(args.hub_token)
     if args.push_to_hub and backend.is_chief:
-        from hf_tpu_ext.hub.push_session import PushConfig, PushSession
-
         repo = push_repo(args)
         # the backend decides when to save; the session what a save pushes, when, and the budget
         config = PushConfig.from_training_args(args, data_args, hub_model_id=repo, hub_token=token,
                                                save_strategy="no", save_steps=None)
         session = PushSession(config, is_chief=True)
-        from hf_tpu_ext.hub.preflight import check_push_access
 
         check_push_access(repo, token)  # on the command line, the answer of the early check (one whoami per run)
     return token, session
@@ -75,8 +72,6 @@ def landed_final_push(run_state: Dict[str, Any], process_id: str, step: int, ses
 
 def final_push_failure(training_args, step: int, repo_id: str) -> str:
     """The one line of a final push that did not land: the local folder is complete, the command that pushes it."""
-    from hf_tpu_ext.hub.checkpoint_layouts import push_later_command
-
     args = training_args
     return (f"The final model (step {step}) could not be pushed to {repo_id}; the local "
             f"folder {args.output_dir} is complete. Push it and its newest checkpoint with `"
