@@ -132,8 +132,8 @@ def trainer_state(step: int, runtime: float, plan, training_args, data_args, log
 def run_summary(model_args, data_args, training_args, backend, plan, results: Dict[str, Any],
                 log_history: List[Dict[str, Any]], description: str, mask_token: str, run_state: Dict[str, Any],
                 push_report: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """``training_summary.json`` of the run (:func:`hf_tpu_ext.outputs.build_training_summary`: what the model card
-    needs) from its ``results`` (:func:`hf_tpu_ext.run.history.run_results`), the backend's model and device
+    """``training_summary.json`` of the run (:class:`hf_tpu_ext.outputs.TrainingSummary`'s fields, built by
+    :func:`hf_tpu_ext.outputs.build_training_summary`: what the model card needs) from its ``results`` (:func:`hf_tpu_ext.run.history.run_results`), the backend's model and device
     summaries, and ``hub_pushes``: the merged push report of every process (when pushing)."""
 
     fields = backend.model_summary()
