@@ -315,3 +315,23 @@ def test_train_saving_every_2_steps_against_a_rate_limited_hub(loopback_hub, tmp
     assert pushes["commit_budget"] == {"commits": 5, "period_seconds": 60.0, "burst": 1, "seconds_per_commit": 20.0,
                                        "reserved_for_final": 1, "commits_started": len(pushed) + 1,
                                        "rate_limited": 0, "hub_commits_at_start": 0}  # a new repo
+
+
+def test_an_adapter_reads_its_session_through_explicit_properties_never_the_token():
+    from hf_tpu_ext.hub.push_session import SessionBacked
+
+    class Adapter(SessionBacked):
+        def __init__(self, session):
+            self.session = session
+
+    config = PushConfig(output_dir="out", hub_model_id="alice/tiny", hub_token="hf_secret_token_value",
+                        hub_strategy="checkpoint", save_strategy="steps", save_steps=5, monitor="eval_accuracy",
+                        mode="max")
+    adapter = Adapter(PushSession(config, is_chief=True))
+    assert (adapter.output_dir, adapter.hub_model_id, adapter.hub_strategy, adapter.save_steps) == (
+        "out", "alice/tiny", "checkpoint", 5)
+    assert (adapter.monitor, adapter.mode, adapter.pushed_steps, adapter.repo_id, adapter.pusher) == (
+        "eval_accuracy", "max", [], None, None)
+    assert not hasattr(adapter, "hub_token") and "hub_token" not in dir(SessionBacked)
+    with pytest.raises(AttributeError):
+        adapter.hub_strategy = "end"  # the session's configuration is the one place it is set

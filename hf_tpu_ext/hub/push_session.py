@@ -490,23 +490,42 @@ class PushSession:
         return False
 
 
+def _from_session(name: str, doc: str) -> property:
+    return property(lambda self: getattr(self.session, name), doc=doc)
+
+
+def _from_config(name: str) -> property:
+    return property(lambda self: getattr(self.session.config, name), doc=f":attr:`PushConfig.{name}` of the session.")
+
+
 class SessionBacked:
     """Mixin of the push adapters: ``repo_id``, ``pushed_steps``, ``best``, ``best_step``, ``pusher`` and the
-    configuration's ``hub_model_id``, ``hub_strategy``, ``save_strategy``, ``save_steps``, ``output_dir`` (never the
-    token) are read from the adapter's ``session``, so the adapter's public attributes stay what they were."""
+    configuration's fields (``hub_model_id``, ``hub_strategy``, ``save_steps``, ``output_dir``, ...; never the token)
+    are read-only properties over the adapter's ``session``, so the adapter's public attributes stay what they were."""
 
     session: PushSession
 
-    repo_id = property(lambda self: self.session.repo_id, doc="The full repo id (after :meth:`preflight`).")
-    pushed_steps = property(lambda self: self.session.pushed_steps, doc=":attr:`PushSession.pushed_steps`.")
-    best = property(lambda self: self.session.best, doc="The best ``monitor`` value so far (``save_best_only``).")
-    best_step = property(lambda self: self.session.best_step, doc="The step of :attr:`best`.")
-    pusher = property(lambda self: self.session.pusher, doc="The session's :class:`~hf_tpu_ext.hub.pusher.HubPusher`.")
-    hub_model_id = property(lambda self: self.session.config.hub_model_id, doc=":attr:`PushConfig.hub_model_id`.")
-    hub_strategy = property(lambda self: self.session.config.hub_strategy, doc=":attr:`PushConfig.hub_strategy`.")
-    save_strategy = property(lambda self: self.session.config.save_strategy, doc=":attr:`PushConfig.save_strategy`.")
-    save_steps = property(lambda self: self.session.config.save_steps, doc=":attr:`PushConfig.save_steps`.")
-    output_dir = property(lambda self: self.session.config.output_dir, doc=":attr:`PushConfig.output_dir`.")
+    repo_id = _from_session("repo_id", "The full repo id (after :meth:`preflight`).")
+    pushed_steps = _from_session("pushed_steps", ":attr:`PushSession.pushed_steps`.")
+    best = _from_session("best", "The best ``monitor`` value so far (``save_best_only``).")
+    best_step = _from_session("best_step", "The step of :attr:`best`.")
+    pusher = _from_session("pusher", "The session's :class:`~hf_tpu_ext.hub.pusher.HubPusher` (after preflight).")
+    output_dir = _from_config("output_dir")
+    hub_model_id = _from_config("hub_model_id")
+    hub_strategy = _from_config("hub_strategy")
+    hub_private_repo = _from_config("hub_private_repo")
+    hub_revision = _from_config("hub_revision")
+    save_strategy = _from_config("save_strategy")
+    save_steps = _from_config("save_steps")
+    save_best_only = _from_config("save_best_only")
+    monitor = _from_config("monitor")
+    mode = _from_config("mode")
+    push_timeout = _from_config("push_timeout")
+    max_retries = _from_config("max_retries")
+    backoff_seconds = _from_config("backoff_seconds")
+    hub_commit_budget = _from_config("hub_commit_budget")
+    budget_period = _from_config("budget_period")
+    card_fields = _from_config("card_fields")
 
     def preflight(self) -> Optional[str]:
         """Token, write access, repo and card fields before training (chief only; idempotent); returns the repo id
