@@ -4,9 +4,10 @@
 ``hub_strategy`` mapping of a save's folders to commits, the background queue with retries
 (:class:`~hf_tpu_ext.hub.push_queue.PushQueue`), the card check in the push job, the end-of-run report and
 the cleanup of its staging folders. What a save's commits carry and their titles are
-:func:`hf_tpu_ext.hub.push_policy.plan_save`'s plan, which :meth:`HubPusher.push_save` carries out; when to save
-and the budget are the push session's (:mod:`hf_tpu_ext.hub.push_session`), which the training run and the push
-callbacks use; ``hf-tpu push`` calls :meth:`HubPusher.push_save` directly. The pusher owns the hub layer's one
+:func:`hf_tpu_ext.hub.push_policy.plan_save`'s plan, which :meth:`HubPusher.push_plan` carries out (a backend's
+checkpoint export written into :meth:`HubPusher.staging_folder` is moved into the commit's snapshot, not copied); when
+to save, the plan and the budget are the push session's (:mod:`hf_tpu_ext.hub.push_session`), which the training run
+and the push callbacks use; ``hf-tpu push`` and scripts call :meth:`HubPusher.push_save` (plan and push in one). The pusher owns the hub layer's one
 ``atexit`` hook: every live pusher (a session's too) reports what is pending and cleans up at interpreter exit.
 
 It imports only the standard library, ``huggingface_hub`` and ``hf_tpu_ext.hub``/ground modules: never
