@@ -39,8 +39,8 @@ from typing import Callable, Optional
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id  # the flag's choices: defined once, with the argument
 from hf_tpu_ext.errors import ArgumentError, HubError
+from hf_tpu_ext.hub import card_guard  # its guard called through the module (tests stand in for it)
 from hf_tpu_ext.hub.card_check import card_expectations, check_card_on_hub, validate_card_file, validate_model_card
-from hf_tpu_ext.hub.card_guard import keep_card_out_of_lfs
 from hf_tpu_ext.hub.card_render import render_model_card
 from hf_tpu_ext.hub.checkpoint_layouts import push_later_command
 from hf_tpu_ext.hub.preflight import endpoint, preflight, resolve_token
@@ -371,7 +371,7 @@ class HubPusher:
     def _keep_card_out_of_lfs(self) -> None:
         """At preflight: a repo whose .gitattributes routes README.md through LFS gets it back as a regular file."""
         try:
-            keep_card_out_of_lfs(self._hf_api(), self.repo_id, self.revision)
+            card_guard.keep_card_out_of_lfs(self._hf_api(), self.repo_id, self.revision)
         except Exception as err:  # the pushes must not depend on it; the read-back will say if the card is lost
             logger.warning("Could not check %s's .gitattributes for README.md (%s).", self.repo_id, type(err).__name__)
 
