@@ -54,6 +54,8 @@ class StepBackend(Protocol):
 
     Attributes:
         model: the framework model (callbacks' model; ``model.stop_training`` ends the loop).
+        steps_per_execution: optional: optimizer steps per device call, when the backend owns that number (its
+            batches are stacked to it); without it the loop reads ``args.steps_per_execution``.
     """
 
     model: Any
@@ -70,8 +72,9 @@ class StepBackend(Protocol):
     def evaluate(self) -> Dict[str, float]:
         """``eval_loss``, ``perplexity``, ``eval_accuracy`` (and probe scores); {} without a validation split."""
 
-    def save(self, step: int) -> None:
-        """Checkpoint global ``step`` as one unit (the run's ``on_save`` included)."""
+    def save(self, step: int, fields: Dict[str, Any]) -> None:
+        """Checkpoint global ``step`` as one unit (the run's ``on_save`` included); ``fields``: the loop's own
+        metadata to keep with it (:meth:`StepLoop.checkpoint_fields`: ``loss_window``, ``fit_metrics``)."""
 
     def keep_best(self, step: int, key: str, value: float) -> None:
         """Keep the model weights of the new best evaluation (``--load_best_model_at_end``)."""
@@ -239,7 +242,8 @@ class StepLoop:
         self.steps, self.args, self.plan, self.callbacks = steps, args, plan, callbacks
         self.log_history = log_history
         self.start_step = self.step = int(start_step)
-        self.n = int(getattr(args, "steps_per_execution", 1) or 1)
+        # a StepBackend that owns its steps per call (the Keras trainer) says it; else --steps_per_execution
+        self.n = int(getattr(steps, "steps_per_execution", None) or getattr(args, "steps_per_execution", 1) or 1)
         self.meter = LoopMeter(plan.global_batch_size * plan.seq_length, window, rate_of_first_call)
         self.mfu_of = mfu_of if mfu_of is not None else _no_mfu
         self.best, self.saved_step, self.is_chief, self.trackio = best, saved_step, is_chief, trackio
@@ -358,9 +362,23 @@ class StepLoop:
             log_entry(self.trackio, entry)
 
     def save(self, step: int) -> None:
+        """The checkpoint unit of ``step``: the backend writes it with the loop's fields
+        (:meth:`checkpoint_fields`), then it counts as saved (never saved twice). A second signal waits for it."""
         with interrupts.shielded():  # a second signal waits for the checkpoint to be whole
-            self.steps.save(step)
+            self.steps.save(step, self.checkpoint_fields(step))
             self.saved_step = step
+
+    def checkpoint_fields(self, step: int) -> Dict[str, Any]:
+        """What a checkpoint of ``step`` keeps of this loop: ``loss_window`` (``{"loss_sum", "steps"}``, the
+        logging window so far: a resume off a logging boundary logs the same means) and, once a step was timed,
+        ``fit_metrics`` (:meth:`results` plus ``first_step_seconds``; JSON numbers and strings only: a resume
+        that only finishes the export still reports them)."""
+        fields: Dict[str, Any] = self.meter.window_fields()
+        if self.meter.first_step is not None:
+            figures = dict(self.results(step), first_step_seconds=self.meter.first_step)
+            fields["fit_metrics"] = {k: v for k, v in figures.items()
+                                     if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+        return fields
 
     def finish(self, step: int) -> None:
         """After :meth:`run`: checkpoint ``step`` unless it is (the final checkpoint: a finished run can be

@@ -16,6 +16,7 @@ import numpy as np
 
 from hf_tpu_ext.errors import ArgumentError, HubAuthError, HubRepoError
 from hf_tpu_ext.fileio import atomic_write
+from hf_tpu_ext.hub.preflight import endpoint as hub_endpoint
 
 CONFIG_NAME = "config.json"
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -114,7 +115,7 @@ def resolve_model_folder(path_or_repo_id: str, revision: Optional[str], cache_di
     if looks_local:
         raise ArgumentError(f"Model folder {path_or_repo_id!r} does not exist; give an existing folder or a Hub repo id 'user/name'.")
 
-    from huggingface_hub import HfApi, constants, snapshot_download
+    from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
         HFValidationError,
@@ -123,9 +124,7 @@ def resolve_model_folder(path_or_repo_id: str, revision: Optional[str], cache_di
         RevisionNotFoundError,
     )
 
-    # The endpoint is read at call time so HF_ENDPOINT set after import (a private or test Hub) is honoured.
-    endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
-    endpoint = endpoint.rstrip("/")
+    endpoint = hub_endpoint()  # read at call time: HF_ENDPOINT set after import (a private or test Hub) counts
     try:
         # List first so only one weight format is fetched (repos often hold .bin, .h5 and .safetensors copies).
         repo_files = HfApi(endpoint=endpoint).list_repo_files(path_or_repo_id, revision=revision, token=token)

@@ -89,11 +89,11 @@ def newest_checkpoint(output_dir: str) -> Optional[str]:
 
 
 def _global_step(output_dir: str, summary: dict) -> Optional[int]:
-    from hf_tpu_ext.hub.checkpoint_layouts import _read_json
+    from hf_tpu_ext.fileio import read_json_object
 
     if summary.get("global_step") is not None:
         return int(summary["global_step"])
-    step = _read_json(os.path.join(output_dir, "trainer_state.json")).get("global_step")
+    step = read_json_object(os.path.join(output_dir, "trainer_state.json")).get("global_step")
     return int(step) if step is not None else None
 
 

@@ -38,11 +38,11 @@ def saved_line(output_dir: str) -> str:
     except ValueError:
         pushes = {}
     if pushes.get("final_pushed") and pushes.get("repo_id"):
-        from huggingface_hub import constants
+        from hf_tpu_ext.hub.preflight import endpoint
 
         revision = pushes.get("revision")
         tree = f"/tree/{revision}" if revision and revision != "main" else ""
-        line += f"; pushed to {constants.ENDPOINT.rstrip('/')}/{pushes['repo_id']}{tree}"
+        line += f"; pushed to {endpoint()}/{pushes['repo_id']}{tree}"
     return line
 
 

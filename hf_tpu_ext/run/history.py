@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from hf_tpu_ext.best_metric import BestMetric
+from hf_tpu_ext.outputs import last_eval_results
+
 
 def whole_run_train_loss(log_history: List[Dict[str, Any]], start: int = 0) -> Optional[float]:
     """Mean training loss over all steps of the run, from the log history's window means.
@@ -32,16 +35,12 @@ def best_of(log_history: List[Dict[str, Any]], metric: str = "eval_loss", greate
 
     Step 0 (``eval_on_start``) is the untrained baseline and never the best (:mod:`hf_tpu_ext.best_metric`).
     """
-    from hf_tpu_ext.best_metric import BestMetric
-
     return BestMetric(metric, greater_is_better).best_of(log_history)
 
 
 def best_metric_of(training_args) -> Tuple[str, bool]:
     """``(log history key, greater_is_better)`` of ``--metric_for_best_model`` (transformers' names;
     ``eval_loss``, lower is better, when unset)."""
-    from hf_tpu_ext.best_metric import BestMetric
-
     best = BestMetric.from_args(training_args)
     return best.key, best.greater
 
@@ -80,7 +79,6 @@ def run_results(log_history: List[Dict[str, Any]], step: int, plan, runtime: flo
                 results[k] = v
         results["segment_train_runtime"] = fit_metrics.get("train_runtime")
         results["segment_train_tokens_per_second"] = fit_metrics.get("train_tokens_per_second")
-    from hf_tpu_ext.outputs import last_eval_results
 
     results.update(last_eval_results(log_history, training_args))  # the best one with load_best_model_at_end
     return {k: v for k, v in results.items() if v is not None}

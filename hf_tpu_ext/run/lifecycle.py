@@ -54,15 +54,11 @@ from hf_tpu_ext import interrupts
 from hf_tpu_ext.console import rerun_hint, resume_hint
 from hf_tpu_ext.errors import CheckpointError, HubPushError, OutputDirError, TrainingInterrupted
 from hf_tpu_ext.run import checks, data, files, history, pushes, resume, state
+from hf_tpu_ext.run_lock import SPAWNED_CHILD_ENV, lock_output_dir
 
 logger = logging.getLogger("hf_tpu_ext")
 
 KILL_ENV = interrupts.KILL_ENV
-
-
-def _test_kill(phase: str) -> None:
-    """The test hook of the module doc: SIGKILL this process at ``phase`` when ``HF_TPU_EXT_TEST_KILL_AT`` says so."""
-    interrupts.kill_for_test(phase)
 
 
 def setup_logging(level=logging.INFO):
@@ -107,8 +103,6 @@ class TrainingRun:
         after the arguments' own checks, before anything reads it."""
         check_args = (self.model_args, self.data_args, self.args)
         checks.check_arguments(*check_args)
-        from hf_tpu_ext.run_lock import lock_output_dir
-
         # first: a second run on a busy folder is refused before it reads or writes anything there
         self._lock = lock_output_dir(self.args.output_dir)
         checks.check_run(*check_args)
@@ -238,19 +232,24 @@ class TrainingRun:
         self._saves += 1
         interrupts.kill_for_test("saved", step)  # tests: kill -9 once checkpoint N and its trainer state are written
         if self._saves == 1:
-            _test_kill("train")
-        if self.pusher is not None and step < self.plan.total_steps and self.pusher.admit(step):
-            self._push(step, path, final=False)  # a save the commit budget has no room for is not even exported
+            interrupts.kill_for_test("train")
+        plan = self.pusher.admit(step) if self.pusher is not None and step < self.plan.total_steps else None
+        if plan is not None:  # a save the commit budget has no room for is not even exported
+            self._push(plan, path)
             self._record_pushes(self.pusher.report_dict())
 
-    def _push(self, step: int, checkpoint_path: Optional[str], final: bool) -> None:
-        """Write the model folder and card, then hand them (and the checkpoint) to the push session (it never waits)."""
+    def _push(self, plan, checkpoint_path: Optional[str]) -> None:
+        """Carry out the session's ``plan`` of a save: write the model folder and card (the final push's are
+        written by the export and card phases), then the session queues it with the checkpoint at
+        ``checkpoint_path``, which the backend exports straight into the pusher's staging (it never waits)."""
+        if plan is None:  # the session is closed (or not this process's)
+            return
         out = self.args.output_dir
-        if not final:
+        if not plan.final:
             self.backend.export(out, self.tokenizer)
-            self._write_summary(self._results(step, None))
+            self._write_summary(self._results(plan.step, None))
             self._write_card()
-        pushes.hand_over(self.pusher, self.backend, out, step, checkpoint_path, final)
+        self.pusher.save(plan, out, checkpoint_path=checkpoint_path, export_checkpoint=self.backend.export_checkpoint)
 
     # ------------------------------------------------------------------ results and files
     def _results(self, step: int, fit_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -277,7 +276,7 @@ class TrainingRun:
         """Phase export: the backend's model folder, then the run files (:func:`hf_tpu_ext.run.files.write_run_files`)."""
         out = self.args.output_dir
         self.backend.export(out, self.tokenizer)
-        _test_kill("export")
+        interrupts.kill_for_test("export")
         files.write_run_files(self.model_args, self.data_args, self.args,
                               self._trainer_state(self.step, results["train_runtime"]), results,
                               lambda: self._summary(results), self.log_history)
@@ -286,7 +285,7 @@ class TrainingRun:
     def card(self) -> None:
         """Phase card: ``output_dir/README.md``."""
         self._write_card()
-        _test_kill("card")
+        interrupts.kill_for_test("card")
         self._mark("card")
 
     def _mark(self, phase: str, value: str = "done") -> None:
@@ -388,7 +387,7 @@ class TrainingRun:
                     self.pusher,
                     lambda: self.backend.find_checkpoints(self.args.output_dir) if self.plan is not None else [],
                     self.step, getattr(self, "_start_step", self.step),
-                    lambda step, checkpoint: self._push(step, checkpoint, final=False))
+                    self._push)
                 self._record_pushes(self.pusher.report_dict())
                 if not_pushed:
                     logger.warning("%s: not on the Hub within the %gs grace budget (--save_on_signal_timeout): %s; "
@@ -443,7 +442,7 @@ class TrainingRun:
         if info is not None:
             self._apply_checkpoint_shape(info)
         blocks = self.data(tokenizer_source)
-        _test_kill("data")
+        interrupts.kill_for_test("data")
         plan = self.plan
         start = self._resume(info)
         if start >= plan.total_steps:
@@ -470,7 +469,7 @@ class TrainingRun:
         fit_metrics = None
         if "train" in todo:
             fit_metrics = self.fit(start)
-            _test_kill("checkpoint")
+            interrupts.kill_for_test("checkpoint")
         elif info is not None and "export" in todo:  # killed after the final checkpoint, maybe before its evaluation
             self.final_evaluation(self.prior_runtime)
         return self._after_training(todo, fit_metrics, t_total)
@@ -529,9 +528,9 @@ class TrainingRun:
             self._mark("push", "pushed")
             return
         ckpts = self.backend.find_checkpoints(self.args.output_dir)
-        self._push(self.step, ckpts[0] if ckpts else None, final=True)
+        self._push(self.pusher.admit(self.step, final=True), ckpts[0] if ckpts else None)
         self._record_pushes(self.pusher.report_dict())  # in the report even if this process is killed now
-        _test_kill("push")
+        interrupts.kill_for_test("push")
         # a first signal does not stop the final push: it gets what is left of the grace budget
         interrupts.wait_until(lambda: not self.pusher.report().pending, self.pusher.push_timeout)
         report = self.pusher.finish(timeout=0)
@@ -571,7 +570,7 @@ def _log_done(results: Dict[str, Any], t_total: float) -> None:
 
 def _spawned_run(index, model_args, data_args, training_args):
     """The run in a process started by :meth:`Backend.spawn` (``index``: its ordinal)."""
-    os.environ["HF_TPU_XLA_CHILD"] = "1"
+    os.environ[SPAWNED_CHILD_ENV] = "1"
     setup_logging()
     TrainingRun(model_args, data_args, training_args).run()
 

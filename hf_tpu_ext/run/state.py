@@ -13,6 +13,12 @@ import os
 import signal
 from typing import Any, Callable, Dict, List, Optional
 
+from hf_tpu_ext.fileio import atomic_write_text
+from hf_tpu_ext.flops import flops_per_token
+from hf_tpu_ext.hub.model_card import initialization_fields
+from hf_tpu_ext.outputs import TrainerState, build_training_summary
+from hf_tpu_ext.run.history import best_metric_of, best_of
+
 PHASES = ("train", "export", "card", "push", "space")
 RUN_STATE_NAME = "run_state.json"
 
@@ -29,8 +35,6 @@ def read_run_state(output_dir: str) -> Dict[str, Any]:
 
 def write_json(path: str, data) -> None:
     """``data`` as indented, key-sorted JSON at ``path``, atomically (:func:`hf_tpu_ext.fileio.atomic_write_text`)."""
-    from hf_tpu_ext.fileio import atomic_write_text
-
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
@@ -106,9 +110,6 @@ def trainer_state(step: int, runtime: float, plan, training_args, data_args, log
             FLOPs; a config without the fields FLOPs need gives ``total_flos`` 0). best_model_checkpoint: the
             backend's, or ``None``.
     """
-    from hf_tpu_ext.flops import flops_per_token
-    from hf_tpu_ext.outputs import TrainerState
-    from hf_tpu_ext.run.history import best_metric_of, best_of
 
     args = training_args
     metric, greater = best_metric_of(args)
@@ -131,11 +132,9 @@ def trainer_state(step: int, runtime: float, plan, training_args, data_args, log
 def run_summary(model_args, data_args, training_args, backend, plan, results: Dict[str, Any],
                 log_history: List[Dict[str, Any]], description: str, mask_token: str, run_state: Dict[str, Any],
                 push_report: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """``training_summary.json`` of the run (:func:`hf_tpu_ext.outputs.build_training_summary`: what the model card
-    needs) from its ``results`` (:func:`hf_tpu_ext.run.history.run_results`), the backend's model and device
+    """``training_summary.json`` of the run (:class:`hf_tpu_ext.outputs.TrainingSummary`'s fields, built by
+    :func:`hf_tpu_ext.outputs.build_training_summary`: what the model card needs) from its ``results`` (:func:`hf_tpu_ext.run.history.run_results`), the backend's model and device
     summaries, and ``hub_pushes``: the merged push report of every process (when pushing)."""
-    from hf_tpu_ext.hub.model_card import initialization_fields
-    from hf_tpu_ext.outputs import build_training_summary
 
     fields = backend.model_summary()
     summary = build_training_summary(
@@ -144,12 +143,12 @@ def run_summary(model_args, data_args, training_args, backend, plan, results: Di
         global_step=results["global_step"], steps_per_epoch=plan.steps_per_epoch,
         total_steps=plan.total_steps, train_metrics=results, log_history=log_history,
         model_fields={k: v for k, v in fields.items()
-                      if k not in ("optimizer", "jit_compile", "steps_per_execution", "compiler")},
+                      if k not in ("optimizer", "jit_compile", "steps_per_execution", "compiler", "precision")},
         optimizer=fields.get("optimizer", ""), dataset_description=description,
         mask_token=mask_token, jit_compile=fields.get("jit_compile"),
         steps_per_execution=fields.get("steps_per_execution", 1),
         compiler=fields.get("compiler") or run_state.get("compiler"),
-        initialization=initialization_fields(model_args.model_name_or_path))
+        initialization=initialization_fields(model_args.model_name_or_path), precision=fields.get("precision"))
     if push_report is not None:
         summary["hub_pushes"] = push_report
     return summary
