@@ -142,7 +142,10 @@ class TrainingRun:
         Raises:
             CheckpointError: a passed flag contradicts the checkpoint, before any data work.
         """
-        resume.apply_checkpoint_shape(info, self.model_args, self.data_args, self.args, self._shown)
+        shape = resume.run_shape(self.backend, info)
+        for line in resume.apply_checkpoint_shape(info, self.model_args, self.data_args, self.args, self._shown,
+                                                  shape):
+            logger.info("%s", line)
 
     def _resume(self, info) -> int:
         """The run's start: global step (0 for a fresh run), the run state it continues, and (resuming) the log
