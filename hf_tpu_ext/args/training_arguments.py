@@ -314,11 +314,12 @@ class TrainingArguments:
         if self.save_total_limit is not None and self.save_total_limit < 1:
             raise ArgumentError("--save_total_limit must be >= 1 (or unset to keep every checkpoint).")
 
-    def check_user_flags(self, given) -> None:
+    def check_user_flags(self, given, config_fields=None) -> None:
         """Refuse a passed flag that would have no effect, with the reason (after :meth:`implied_by`).
 
         ``given`` holds the field names passed on the command line or in the JSON config (not inferred from
-        values, so ``--save_steps 500`` counts although 500 is the default).
+        values, so ``--save_steps 500`` counts although 500 is the default); ``config_fields`` is ``(config file,
+        the names only it set)`` when a JSON config was read (a refusal it caused names the file).
 
         Raises:
             ArgumentError: ``--save_steps``/``--eval_steps`` with another strategy or ``--do_eval false``;
@@ -342,6 +343,10 @@ class TrainingArguments:
                                     "asks for it; drop one of them.")
         hub_only = sorted(n for n in ("hub_model_id", "hub_strategy", "hub_private_repo", "hub_revision",
                                       "hub_commit_budget") if n in given)
+        config, file_only = config_fields or (None, set())
+        if hub_only and not self.push_to_hub and set(hub_only) <= set(file_only):
+            raise ArgumentError(f"{config} sets {', '.join(hub_only)}, which only apply when pushing: add "
+                                "--push_to_hub true, or --push_to_hub false to leave them unused.")
         if hub_only and not self.push_to_hub:
             raise ArgumentError(f"{', '.join('--' + n for n in hub_only)} only appl{'ies' if len(hub_only) == 1 else 'y'} "
                                 f"when pushing: add --push_to_hub, or drop {'it' if len(hub_only) == 1 else 'them'}.")

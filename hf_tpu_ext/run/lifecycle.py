@@ -107,6 +107,8 @@ class TrainingRun:
         after the arguments' own checks, before anything reads it."""
         check_args = (self.model_args, self.data_args, self.args)
         checks.check_arguments(*check_args)
+        if getattr(self.args, "config_note", None):  # a JSON config's hub fields left unused by --push_to_hub false
+            logger.info("%s", self.args.config_note)
         from hf_tpu_ext.run_lock import lock_output_dir
 
         # first: a second run on a busy folder is refused before it reads or writes anything there
