@@ -32,6 +32,22 @@ def prepare_output_dir(training_args, backend, tokenizer, resumed: bool) -> None
         logger.info("removed what a stopped save left: %s", ", ".join(removed))
 
 
+def clear_earlier_events(training_args, backend) -> None:
+    """``--overwrite_output_dir`` (not resuming): the earlier run's TensorBoard events in ``output_dir/runs`` (the
+    default ``--logging_dir``) are removed before the backend opens this run's writer, so only this run's events are
+    kept and pushed (a ``--logging_dir`` outside ``output_dir`` is the user's and stays). Chief only; logged."""
+    import shutil
+
+    args = training_args
+    if not (backend.is_chief and args.overwrite_output_dir and not args.resume_from_checkpoint):
+        return
+    out, logs = os.path.abspath(args.output_dir), os.path.abspath(args.logging_dir or "")
+    if not logs.startswith(out + os.sep) or not os.path.isdir(logs):
+        return
+    shutil.rmtree(logs)
+    logger.info("--overwrite_output_dir: removed the earlier run's TensorBoard events %s.", os.path.relpath(logs, out))
+
+
 def write_training_summary(output_dir: str, summary: Dict[str, Any]) -> None:
     """``output_dir/training_summary.json`` (:func:`hf_tpu_ext.outputs.write_training_summary`)."""
     from hf_tpu_ext.outputs import write_training_summary as write

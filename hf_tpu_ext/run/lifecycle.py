@@ -451,6 +451,7 @@ class TrainingRun:
         _test_kill("data")
         plan = self.plan
         start = self._resume(info)
+        resume.check_max_steps(start, plan.total_steps, self.run_state, args, info and self._shown(info.path))
         if start >= plan.total_steps:
             self.run_state.setdefault("phases", {})["train"] = "done"
         todo = [p for p in state.PHASES if self._pending(p)]
@@ -464,6 +465,7 @@ class TrainingRun:
         if start >= plan.total_steps:
             logger.info("The checkpoint is at the run's last step %d; finishing: %s", start, ", ".join(todo))
 
+        files.clear_earlier_events(args, backend)  # before build opens this run's TensorBoard writer
         backend.build(self.model_args, self.data_args, args, self.tokenizer, blocks, plan)
         if info is not None:
             restored = backend.restore(info.path)

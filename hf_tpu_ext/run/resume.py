@@ -331,6 +331,23 @@ def _apply_streaming(info, data_args, training_args, shape: RunShape, conflicts:
                          f"{shape.stream_processes}: a stream resumes with the same process count)")
 
 
+def check_max_steps(start: int, total_steps: int, run_state: Dict[str, Any], training_args,
+                    shown: Optional[str]) -> None:
+    """A run resumed at global step ``start`` whose training is not done must end at or after it.
+
+    Raises:
+        CheckpointError: ``total_steps`` (``--max_steps``, or the epochs' steps) is below ``start`` while the
+            checkpoint's run had more steps to train (a finished run's rerun is said by the run: nothing to do).
+    """
+    if shown is None or start <= total_steps or (run_state.get("phases") or {}).get("train") == "done":
+        return
+    args = training_args
+    asked = (f"--max_steps {args.max_steps}" if int(getattr(args, "max_steps", -1) or -1) > 0
+             else f"--num_train_epochs {args.num_train_epochs} ({total_steps} steps)")
+    raise CheckpointError(f"{asked} ends before the checkpoint {shown} (global step {start}): pass --max_steps {start} "
+                          "or more to finish that run, or resume an earlier checkpoint.")
+
+
 def resumed_history(info, output_dir: str, start: int) -> Tuple[Optional[List[Dict[str, Any]]], Optional[float]]:
     """What a resumed run carries over from the checkpoint's trainer state (else ``output_dir/trainer_state.json``):
     ``(log history up to step start, train_runtime so far in seconds)``; the runtime is ``None`` when the state is

@@ -68,25 +68,25 @@ def _assert_resumed_true(out):
     assert "| Tokens seen | 3,072 |" in (out / "README.md").read_text()
 
 
-def test_flags_left_at_their_defaults_take_the_checkpoints_batch_and_length(four_steps, tmp_path, caplog):
+def test_flags_left_at_their_defaults_take_the_checkpoints_batch_and_length(four_steps, tmp_path, hf_log):
     out = _copy(four_steps, tmp_path)
-    with caplog.at_level(logging.INFO, logger="hf_tpu_ext"):
+    with hf_log.at_level(logging.INFO, logger="hf_tpu_ext"):
         _train(_args(out, "--resume_from_checkpoint", "true"))
     _assert_resumed_true(out)
-    lines = [r.getMessage() for r in caplog.records]
+    lines = [r.getMessage() for r in hf_log.records]
     assert ("--per_device_train_batch_size not given: resuming with the checkpoint's global batch 16 = 16 per device "
             "x 1 device(s) over 1 process(es) x 1 accumulation step(s).") in lines
     assert "--max_seq_length not given: resuming with the checkpoint's 32 (the default is 128)." in lines
 
 
-def test_the_same_global_batch_split_another_way_is_accepted_with_one_line(four_steps, tmp_path, caplog):
+def test_the_same_global_batch_split_another_way_is_accepted_with_one_line(four_steps, tmp_path, hf_log):
     out = _copy(four_steps, tmp_path)
-    with caplog.at_level(logging.INFO, logger="hf_tpu_ext"):
+    with hf_log.at_level(logging.INFO, logger="hf_tpu_ext"):
         _train(_args(out, "--resume_from_checkpoint", "true", "--per_device_train_batch_size", "8",
                      "--gradient_accumulation_steps", "2", "--max_seq_length", LENGTH))
     _assert_resumed_true(out)
     assert ("from step 4: global batch 16 = 8 per device x 1 device(s) over 1 process(es) x 2 accumulation step(s) "
-            "(the checkpoint's).") in [r.getMessage() for r in caplog.records]
+            "(the checkpoint's).") in [r.getMessage() for r in hf_log.records]
 
 
 @pytest.mark.parametrize("flags, conflict", [
