@@ -208,6 +208,9 @@ def test_report_to(monkeypatch):
     (["--learning_rate", "nan"], "--learning_rate must be a finite number, got nan."),
     (["--learning_rate", "inf"], "--learning_rate must be a finite number, got inf."),
     (["--learning_rate", "0"], "--learning_rate must be in (0, inf), got 0.0."),
+    # a negative number in exponent form is a value, not an option (argparse alone: "expected one argument")
+    (["--learning_rate", "-1e-3"], "--learning_rate must be in (0, inf), got -0.001."),
+    (["--adam_epsilon", "-1E-8"], "--adam_epsilon must be in (0, inf), got -1e-08."),
     (["--weight_decay", "-0.1"], "--weight_decay must be in [0, inf), got -0.1."),
     (["--adam_beta1", "1"], "--adam_beta1 must be in [0, 1), got 1.0."),
     (["--adam_beta2", "nan"], "--adam_beta2 must be a finite number, got nan."),

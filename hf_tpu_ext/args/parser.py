@@ -192,6 +192,27 @@ def positional_argument_error(token: str) -> str:
     return f"No such JSON config file: {token}.{hint} {rule}"
 
 
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def negative_numbers_joined(argv: List[str]) -> List[str]:
+    """``--flag -1e-3`` as ``--flag=-1e-3``: argparse takes a value like ``-1e-3`` (its negative-number pattern has
+    no exponent) for an option and says "expected one argument"; joined, the value reaches the range checks."""
+    out: List[str] = []
+    for token in argv:
+        if (token.startswith("-") and _is_number(token) and out and out[-1].startswith("--")
+                and "=" not in out[-1]):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def given_field_names(argv: List[str], known) -> set:
     """Field names passed as ``--name``, ``--name=value`` or ``--no_name`` (HfArgumentParser's bool complement)."""
     names = set()
@@ -227,6 +248,7 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTr
     parser.usage = SHORT_USAGE  # argparse errors print this, not every flag
     parser.allow_abbrev = False  # `--num_train_epoch` must not silently mean `--num_train_epochs`
     known = {f.name for dc in dataclass_types for f in fields(dc)}
+    argv = negative_numbers_joined(argv)
     given = given_field_names(argv, known)
     if argv and not argv[0].startswith("-") and not (argv[0].endswith(".json") and os.path.isfile(argv[0])):
         raise ArgumentError(positional_argument_error(argv[0]))

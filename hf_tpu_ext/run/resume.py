@@ -75,6 +75,28 @@ def check_resume_source(args) -> None:
         raise not_a_resume_source(spec)
 
 
+def check_resume_repo(args) -> None:
+    """A ``--resume_from_checkpoint user/name[@revision]`` names a repo and revision that exist (one bounded Hub
+    request, no framework: ``hf-tpu train`` runs it right after parsing, with the other model references).
+
+    Raises:
+        HubRepoError, HubAuthError: see :func:`hf_tpu_ext.hub.model_ref.check_model_ref` (the repo and revision
+            named, with the endpoint).
+    """
+    from hf_tpu_ext.hub.model_ref import check_model_ref
+    from hf_tpu_ext.hub.resume import looks_like_repo_spec, parse_repo_spec
+
+    spec = args.resume_from_checkpoint
+    if not spec or args.resume_latest or os.path.exists(spec) or os.path.exists(spec + ".index"):
+        return
+    from huggingface_hub import constants
+
+    if looks_like_repo_spec(spec) and not constants.HF_HUB_OFFLINE:  # offline: the download reads the cache
+        repo_id, revision = parse_repo_spec(spec)
+        check_model_ref(repo_id, "--resume_from_checkpoint", revision=revision,
+                        token=getattr(args, "hub_token", None) or None)
+
+
 def find_resume_checkpoint(args, backend, token: Optional[str], tmp_dirs: List[str]):
     """The checkpoint ``--resume_from_checkpoint`` names: ``(CheckpointInfo or None, tokenizer folder or None,
     download)``; ``(None, None, download)`` is a fresh run. ``download`` is ``(temp folder, repo spec)`` of a Hub
