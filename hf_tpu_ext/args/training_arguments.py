@@ -133,8 +133,8 @@ class TrainingArguments:
     hub_space_id: Optional[str] = field(default=None, metadata={"help": "Deploy the fill-mask demo to this Space when training ends."})
     hub_allow_push_failure: bool = field(default=False, metadata={"help": "Exit 0 even when the final push to the Hub failed (the failure is still logged and in training_summary.json)."})
     hub_commit_budget: int = field(default=100, metadata={"help": "At most this many commits per hour to the repo (the Hub allows 128): saves beyond it are folded into the next push; the final push always goes."})
-    license: Optional[str] = field(default="apache-2.0", metadata={"help": "License written in the model card."})
-    language: Optional[str] = field(default="en", metadata={"help": "Language written in the model card."})
+    license: Optional[str] = field(default=None, metadata={"help": "License written in the model card (a Hub license id, e.g. apache-2.0). Unset: none, or the license of the Hub model --model_name_or_path continues (said so)."})
+    language: Optional[str] = field(default=None, metadata={"help": "Language written in the model card (e.g. en). Unset: none."})
 
     def __post_init__(self):
         from hf_tpu_ext.precision import parse_bf16

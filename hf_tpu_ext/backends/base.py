@@ -42,6 +42,8 @@ class RunPlan:
         total_steps: optimizer steps of the whole run (``max_steps`` or epochs x steps_per_epoch).
         num_train_blocks: training sequences available.
         has_eval: whether there is a validation split to evaluate on.
+        streaming: the train split is a ``--streaming`` stream: no length, so ``steps_per_epoch`` is the run's
+            ``--max_steps`` and the passes over the data are counted by the stream (:meth:`Backend.data_passes`).
     """
 
     global_batch_size: int
@@ -51,6 +53,7 @@ class RunPlan:
     total_steps: int
     num_train_blocks: int
     has_eval: bool
+    streaming: bool = False
 
 
 @dataclasses.dataclass
@@ -197,6 +200,10 @@ class Backend(Protocol):
         """``num_parameters``, ``model_type``, ``model_config``, ``optimizer`` (text), ``jit_compile``,
         ``steps_per_execution``, ``compiler`` (the compiler path in words) for ``training_summary.json``."""
 
+    def data_passes(self, step: int) -> Optional[int]:
+        """With ``--streaming``: the passes over this process's slice of the stream completed after ``step`` steps
+        (the stream's own count; a stream has no epochs of known length); ``None`` when not streaming or unknown."""
+
 
 class BackendDefaults:
     """The optional members of :class:`Backend` with their "not supported" values, for a backend to inherit.
@@ -223,4 +230,7 @@ class BackendDefaults:
         return 0
 
     def end_training(self, logs: Dict[str, Any]) -> None:
+        return None
+
+    def data_passes(self, step: int) -> Optional[int]:
         return None

@@ -294,7 +294,7 @@ def _procedure_rows(info: dict, backend: str, accelerator: Optional[str]) -> Lis
         ("XLA compilation", _fmt(bool(info.get("jit_compile"))) if info.get("jit_compile") is not None else "n/a"),
         ("Compiler path", info.get("compiler") or "n/a"),
         ("Optimizer steps", _fmt(int(info["global_step"])) if info.get("global_step") is not None else "n/a"),
-        ("Epochs", _fmt(float(info["epoch"])) if _finite(info.get("epoch")) is not None else "n/a"),
+        _epochs_row(info),
         ("Tokens seen", _fmt(int(info["tokens_seen"])) if info.get("tokens_seen") else "n/a"),
         ("Training wall time", _duration(info.get("train_runtime"))),
         ("Throughput, whole run (tokens/s: tokens seen / training wall time)", _fmt(round(float(info["train_tokens_per_second"]), 1)) if _finite(info.get("train_tokens_per_second")) else "n/a"),
@@ -302,6 +302,15 @@ def _procedure_rows(info: dict, backend: str, accelerator: Optional[str]) -> Lis
          _fmt(round(float(info["steady_tokens_per_second"]), 1)) if _finite(info.get("steady_tokens_per_second")) else "n/a"),
         _mfu_row(info),
     ]
+
+
+def _epochs_row(info: dict) -> Tuple[str, str]:
+    """Epochs done; a ``--streaming`` run (``stream_passes`` in the summary) has no epochs of known length: the
+    passes over the stream it completed."""
+    if "stream_passes" in info:
+        passes = info.get("stream_passes")
+        return ("Passes over the data (streamed)", f"{int(passes):,} complete" if passes is not None else "n/a")
+    return ("Epochs", _fmt(float(info["epoch"])) if _finite(info.get("epoch")) is not None else "n/a")
 
 
 def throughput_rows(info: dict) -> List[Tuple[str, str]]:

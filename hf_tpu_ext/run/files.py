@@ -70,12 +70,15 @@ def write_run_files(model_args, data_args, training_args, trainer_state, results
     plot_loss_curve(log_history, os.path.join(out, "loss_curve.png"))
 
 
-def write_card(training_args, repo_id: Optional[str]) -> None:
+def write_card(model_args, training_args, repo_id: Optional[str]) -> None:
     """``output_dir/README.md``, the model card of ``repo_id`` from ``training_summary.json``
-    (:func:`hf_tpu_ext.hub.model_card.save_model_card`)."""
-    from hf_tpu_ext.hub.model_card import save_model_card
+    (:func:`hf_tpu_ext.hub.model_card.save_model_card`): ``--license``/``--language`` only when given; unset, the
+    license of the Hub model ``--model_name_or_path`` continues (:func:`~hf_tpu_ext.hub.model_card.base_model_license`)."""
+    from hf_tpu_ext.hub.model_card import base_model_license, save_model_card
     from hf_tpu_ext.outputs import read_training_summary
 
     args = training_args
+    # only what the user gave (or the continued Hub model's own license): no license or language is assumed
+    license = args.license or base_model_license(model_args.model_name_or_path, model_args.model_revision)
     save_model_card(args.output_dir, repo_id=repo_id, summary=read_training_summary(args.output_dir),
-                    license=args.license, language=args.language)
+                    license=license, language=args.language)

@@ -265,7 +265,8 @@ class TrainingRun:
             # before it recorded them, those its last checkpoint kept (Keras: checkpoint.json fit_metrics)
             fit_metrics = (self.run_state.get("fit_metrics")
                            or getattr(self.backend, "restored_fit_metrics", None) or None)
-        return history.run_results(self.log_history, step, self.plan, runtime, fit_metrics, self.args)
+        passes = self.backend.data_passes(step) if getattr(self.plan, "streaming", False) else None
+        return history.run_results(self.log_history, step, self.plan, runtime, fit_metrics, self.args, passes)
 
     def _summary(self, results: Dict[str, Any]) -> Dict[str, Any]:
         return state.run_summary(self.model_args, self.data_args, self.args, self.backend, self.plan, results,
@@ -276,7 +277,8 @@ class TrainingRun:
         files.write_training_summary(self.args.output_dir, self._summary(results))
 
     def _write_card(self) -> None:
-        files.write_card(self.args, self.pusher.repo_id if self.pusher is not None else self.args.hub_model_id)
+        repo_id = self.pusher.repo_id if self.pusher is not None else self.args.hub_model_id
+        files.write_card(self.model_args, self.args, repo_id)
 
     def export(self, results) -> None:
         """Phase export: the backend's model folder, then the run files (:func:`hf_tpu_ext.run.files.write_run_files`)."""

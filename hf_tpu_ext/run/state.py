@@ -150,6 +150,8 @@ def run_summary(model_args, data_args, training_args, backend, plan, results: Di
         steps_per_execution=fields.get("steps_per_execution", 1),
         compiler=fields.get("compiler") or run_state.get("compiler"),
         initialization=initialization_fields(model_args.model_name_or_path))
+    if getattr(plan, "streaming", False):  # a stream has no epochs: its passes over the data, when counted
+        summary.update(epoch=None, stream_passes=results.get("stream_passes"))
     if push_report is not None:
         summary["hub_pushes"] = push_report
     return summary

@@ -93,3 +93,41 @@ def test_a_config_with_hub_fields_and_push_to_hub_false_trains_without_pushing(l
             in hf_log.messages)
     assert json.loads((tmp_path / "run" / "run_state.json").read_text())["phases"]["push"] == "skipped"
     assert ("model", "alice/from-config") not in loopback_hub.server.repos
+
+
+def test_a_streamed_run_reports_its_passes_over_the_data_not_epochs(tmp_path):
+    """A 6-text file streamed until its 8th pass is read: the stream has completed 7 passes at the last step; the
+    summary, all_results.json and the card say 7 passes (no ``epoch``: step / max_steps would say 1)."""
+    pytest.importorskip("datasets")
+    from transformers import AutoTokenizer
+
+    from hf_tpu_ext.data.corpus import default_corpus_texts
+    from hf_tpu_ext.data.tokenizer import train_bpe_tokenizer
+
+    texts = default_corpus_texts()[:6]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    train_bpe_tokenizer(default_corpus_texts()[:200], vocab_size=300, model_max_length=32).save_pretrained(
+        str(tmp_path / "tok"))
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+    lengths = [len(tok(t)["input_ids"]) for t in texts]
+    per_step = 8 * 32  # one process: every row of the global batch, 32 tokens each
+    def passes_after(steps):  # examples are read while fewer than a step's tokens are held
+        need, held, read = steps * per_step, 0, 0
+        while held < need:
+            held += lengths[read % len(lengths)]
+            read += 1
+        return (read - 1) // len(lengths)  # the pass of the last example read (counted from 0) = passes completed
+
+    steps = next(s for s in range(1, 1000) if passes_after(s) == 7)  # the first step at which pass 7 is read
+    out = tmp_path / "run"
+    _train(["--backend", "keras", "--streaming", "true", "--train_file", str(tmp_path / "train.jsonl"),
+            "--tokenizer_name", str(tmp_path / "tok"), "--output_dir", str(out), "--hidden_size", "32",
+            "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size", "64",
+            "--max_seq_length", "32", "--per_device_train_batch_size", "8", "--max_steps", str(steps),
+            "--save_steps", str(steps), "--eval_strategy", "no", "--disable_tqdm", "true", "--report_to", "none"])
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert (summary["stream_passes"], summary["epoch"], summary["global_step"]) == (7, None, steps)
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["stream_passes"] == 7 and "epoch" not in results
+    card = (out / "README.md").read_text()
+    assert "| Passes over the data (streamed) | 7 complete |" in card and "| Epochs |" not in card
