@@ -231,3 +231,26 @@ def test_rerun_hint_keeps_the_flags_and_overwrites_only_a_folder_the_run_left_fi
     resumed = ["--output_dir", "o", "--resume_from_checkpoint", "user/other-run"]
     assert rerun_hint(resumed, output_dir_has_files=True) == (
         "hf-tpu train --output_dir o --resume_from_checkpoint user/other-run")
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_finished_run_ends_on_the_folder_line(tmp_path, monkeypatch, capsys, hf_log, terminal):
+    """The terminal's last line names the folder; the results' JSON goes to a pipe only, as one line before it."""
+    import hf_tpu_ext.run as run
+    from hf_tpu_ext.commands import train as command
+
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("config.json", "model.safetensors", "README.md"):
+        (out / name).write_text("{}")
+    order = []
+    monkeypatch.setattr(run, "train", lambda *a, **k: {"global_step": 6, "train_loss": 2.5, "note": "x"})
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
+    write = sys.stdout.write
+    monkeypatch.setattr(sys.stdout, "write", lambda text: order.append("stdout") or write(text))
+    hf_log.handler.emit = (lambda emit: lambda record: order.append("line") or emit(record))(hf_log.handler.emit)
+    assert command.main(["--output_dir", str(out), "--max_steps", "6"]) == 0
+    assert hf_log.messages[-1] == f"model saved to {out}: model.safetensors, config.json, model card README.md"
+    stdout = capsys.readouterr().out
+    assert order[-1] == "line" and ("stdout" in order) is not terminal
+    assert stdout == ("" if terminal else '{"global_step": 6, "train_loss": 2.5}\n')

@@ -44,6 +44,7 @@ class RunPlan:
         has_eval: whether there is a validation split to evaluate on.
         streaming: the train split is a ``--streaming`` stream: no length, so ``steps_per_epoch`` is the run's
             ``--max_steps`` and the passes over the data are counted by the stream (:meth:`Backend.data_passes`).
+        num_eval_blocks: validation sequences each evaluation reads (0 without evaluation).
     """
 
     global_batch_size: int
@@ -54,6 +55,7 @@ class RunPlan:
     num_train_blocks: int
     has_eval: bool
     streaming: bool = False
+    num_eval_blocks: int = 0
 
 
 @dataclasses.dataclass

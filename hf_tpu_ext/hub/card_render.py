@@ -304,6 +304,17 @@ def _procedure_rows(info: dict, backend: str, accelerator: Optional[str]) -> Lis
     ]
 
 
+def _results_sentence(info: dict, description: str) -> str:
+    """The sentence above the evaluation results: what was evaluated (``training_summary.json`` ``evaluation``:
+    the validation file, the dataset's validation data or the share held out) and its size in blocks and tokens."""
+    evaluation = info.get("evaluation") or {}
+    blocks, tokens = evaluation.get("blocks"), evaluation.get("tokens")
+    if evaluation.get("data") and blocks and tokens:
+        return (f"Measured after training on {evaluation['data']}: {int(blocks):,} blocks of "
+                f"{int(tokens) // int(blocks)} tokens ({int(tokens):,} tokens).")
+    return f"Measured on the held-out split after training ({description})."
+
+
 def _epochs_row(info: dict) -> Tuple[str, str]:
     """Epochs done; a ``--streaming`` run (``stream_passes`` in the summary) has no epochs of known length: the
     passes over the stream it completed."""
@@ -405,7 +416,7 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
         procedure_rows=_procedure_rows(info, backend, accelerator),
         hyperparameter_rows=[(k, _fmt(v)) for k, v in hyper.items() if "token" not in k.lower() and v is not None],
         result_rows=_result_rows(evals),
-        results_dataset=description,
+        results_sentence=_results_sentence(info, description),
         loss_curve=os.path.isfile(os.path.join(output_dir, "loss_curve.png")),
         framework_rows=_framework_versions(info),
         limitations=_limitations(description),

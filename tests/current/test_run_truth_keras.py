@@ -131,3 +131,22 @@ def test_a_streamed_run_reports_its_passes_over_the_data_not_epochs(tmp_path):
     assert results["stream_passes"] == 7 and "epoch" not in results
     card = (out / "README.md").read_text()
     assert "| Passes over the data (streamed) | 7 complete |" in card and "| Epochs |" not in card
+
+
+def test_the_card_names_the_validation_file_and_the_evaluations_size(tmp_path):
+    from hf_tpu_ext.data.corpus import default_corpus_texts
+
+    texts = default_corpus_texts()
+    (tmp_path / "train.txt").write_text("\n".join(texts[:150]) + "\n")
+    (tmp_path / "valid.txt").write_text("\n".join(texts[150:200]) + "\n")
+    out = tmp_path / "run"
+    args = [a for a in _args(out) if a not in ("--eval_strategy", "no")]
+    _train([*args, "--train_file", str(tmp_path / "train.txt"), "--validation_file", str(tmp_path / "valid.txt"),
+            "--max_eval_samples", "4", "--per_device_eval_batch_size", "2"])
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["evaluation"] == {"data": "the first blocks of the validation file valid.txt", "blocks": 4,
+                                     "tokens": 4 * 32}
+    card = (out / "README.md").read_text()
+    assert ("Measured after training on the first blocks of the validation file valid.txt: 4 blocks of 32 tokens "
+            "(128 tokens).") in card
+    assert "held-out split" not in card
