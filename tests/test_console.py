@@ -14,8 +14,9 @@ from conftest import REPO_ROOT, TINY_MODEL_ARGS
 from hf_tpu_ext.console import NATIVE_LOG_LINE, _pump, requested_log_level
 
 LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d (DEBUG|INFO|WARNING|ERROR) hf_tpu_ext")
-STEP_LINE = re.compile(r"step (\d+) \(epoch [\d.]+\): loss [\d.]+, lr \S+ \| steady ([\d,]+) tokens/s "
-                       r"\(median training step; compilation, evaluation and checkpoints excluded\)(, MFU [\d.]+%)?$")
+RATE_WORDS = " (median training step; compilation, evaluation and checkpoints excluded)"
+STEP_LINE = re.compile(r"step (\d+) \(epoch [\d.]+\): loss [\d.]+, lr \S+ \| steady ([\d,]+) tokens/s"
+                       r"( \(median training step; compilation, evaluation and checkpoints excluded\))?(, MFU [\d.]+%)?$")
 
 
 def _hf_tpu(args, tmp_path, timeout=900):
@@ -115,6 +116,8 @@ def test_train_terminal_is_clean(tmp_path):
     assert logged and all(LOG_LINE.match(s) for s in logged), [s for s in logged if not LOG_LINE.match(s)]
     steps = [STEP_LINE.search(s) for s in logged if "tokens/s" in s and "done in" not in s]
     assert [int(m.group(1)) for m in steps] == [3, 6]
+    assert [bool(m.group(3)) for m in steps] == [True, False]  # what the steady rate is: said once, on its first line
+    assert text.count(RATE_WORDS) == 1
     # the last line says where the model is (stdout keeps the results' JSON)
     assert re.search(r" hf_tpu_ext: model saved to out: .*config\.json, tokenizer, model card README\.md$", logged[-1])
     assert json.loads(proc.stdout)["global_step"] == 6
