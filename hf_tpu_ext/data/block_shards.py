@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -255,8 +255,3 @@ def check_shards(path: str, manifest: dict, tokenizer, max_seq_length: int) -> N
                         f"{str(want)[:12]}) than this run's ({got[:12]}); drop --tokenizer_name to use "
                         f"{path}/{manifest.get('tokenizer') or 'tokenizer'}, or prepare the shards with this one.")
 
-
-def shard_names(path: str, split: str) -> List[str]:
-    """The split's file names, in manifest order (for tools and tests)."""
-    manifest = read_manifest(path) or {}
-    return [f["name"] for f in ((manifest.get("splits") or {}).get(split) or {}).get("files", [])]

@@ -1,6 +1,6 @@
 """``--backend keras``: Keras 3 (JAX) behind :class:`hf_tpu_ext.backends.base.Backend`.
 
-The model is keras-hub's ``RobertaMaskedLM`` (:mod:`~hf_tpu_ext.backends.keras.model`); the loop below drives one
+The model is the architecture of the config's ``model_type`` (:mod:`~hf_tpu_ext.backends.keras.model`); the loop below drives one
 compiled JAX program per optimizer step (:mod:`~hf_tpu_ext.backends.keras.step`): forward, backward, gradient
 accumulation, clipping and AdamW, with counter-based dropout and bf16 compute on float32 weights under ``--bf16``.
 Data parallel over every device of every process (a ``jax.sharding.Mesh``; global batch = per-device batch x
@@ -30,6 +30,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
+from hf_tpu_ext.backends.keras.architectures import architecture_for
 from hf_tpu_ext.backends.keras.probes import preparing_probes, scoring_probes, wants_probes
 from hf_tpu_ext.backends.keras.events import EventWriter
 from hf_tpu_ext.backends.trackio_log import init_trackio
@@ -275,11 +276,9 @@ class KerasBackend(BackendDefaults):
         report_to = getattr(args, "report_to", None) or ()
         self.summary_writer = EventWriter(args.logging_dir) if self.is_chief and "tensorboard" in report_to else None
         self.trackio = init_trackio(args, model_args) if self.is_chief and "trackio" in report_to else None
-        from hf_tpu_ext.flops import flops_per_token
-
-        try:
-            self.flops_per_token = flops_per_token(self.config, plan.seq_length,
-                                                   min(1.0, data_args.max_predictions_per_seq / plan.seq_length))
+        try:  # the architecture's own count (the head runs at the masked positions only)
+            self.flops_per_token = architecture_for(self.config).flops_per_token(
+                self.config, plan.seq_length, min(1.0, data_args.max_predictions_per_seq / plan.seq_length))
         except Exception:  # a config without the fields the count needs: no MFU
             self.flops_per_token = None
         self.context = RunContext(model_args=model_args, data_args=data_args, training_args=args,
@@ -500,8 +499,8 @@ class KerasBackend(BackendDefaults):
 
     # ------------------------------------------------------------------ export and summary
     def export(self, folder: str, tokenizer) -> List[str]:
-        """``config.json``, ``model.safetensors`` (transformers' RoBERTa names, ``format: pt``), the tokenizer (and
-        the keras-hub preset) through :mod:`hf_tpu_ext.backends.keras.export`."""
+        """``config.json``, ``model.safetensors`` (the architecture's transformers names, ``format: pt``), the
+        tokenizer (and, for RoBERTa, the keras-hub preset) through :mod:`hf_tpu_ext.backends.keras.export`."""
         if self.state is not None and not self.loaded_best:
             self._variables_from_state()
         from hf_tpu_ext.backends.keras.export import export_masked_lm

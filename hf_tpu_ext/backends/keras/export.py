@@ -1,14 +1,16 @@
-"""The Keras backend's model folder: transformers RoBERTa weights plus (optional) a keras-hub preset of the masked LM.
+"""The Keras backend's model folder: transformers weights of the model's architecture plus, for RoBERTa, an optional
+keras-hub preset of the masked LM.
 
-:func:`export_masked_lm` writes, from the Keras backend's ``roberta.RobertaMaskedLM`` (or a keras-hub
-``RobertaMaskedLM``):
+:func:`export_masked_lm` writes, from the Keras backend's masked LM (any architecture of
+:mod:`~hf_tpu_ext.backends.keras.architectures`, looked up by ``config.model_type``) or a keras-hub
+``RobertaMaskedLM``:
 
-- ``model.safetensors``: ``RobertaForMaskedLM`` parameter names and layouts (``roberta.embeddings.*``,
-  ``roberta.encoder.layer.N.*``, ``lm_head.*``), float32, metadata ``{"format": "pt"}`` -- what
-  ``RobertaForMaskedLM.save_pretrained`` writes, so ``AutoModelForMaskedLM.from_pretrained`` (transformers 4
-  and 5, PyTorch), the ``fill-mask`` pipeline and the Hub widget load it (name mapping: ``hf_convert.py``);
-- ``config.json``: a ``RobertaConfig`` of the model's sizes with ``max_position_embeddings = positions +
-  pad_token_id + 1`` and ``type_vocab_size=1``;
+- ``model.safetensors``: the architecture's ``state_dict`` (its ``*ForMaskedLM`` parameter names and layouts, e.g.
+  ``roberta.embeddings.*``, ``roberta.encoder.layer.N.*``, ``lm_head.*``), float32, metadata ``{"format": "pt"}``
+  -- what ``save_pretrained`` writes, so ``AutoModelForMaskedLM.from_pretrained`` (transformers 4 and 5, PyTorch),
+  the ``fill-mask`` pipeline and the Hub widget load it;
+- ``config.json``: the architecture's ``export_config`` (RoBERTa: ``max_position_embeddings = positions +
+  pad_token_id + 1``, ``type_vocab_size=1``) with ``architectures = [arch.transformers_classes[model_type]]``;
 - the tokenizer files (``tokenizer.save_pretrained``);
 - ``keras_hub/`` (only where keras-hub is installed: ``[keras]``; it brings TensorFlow): a keras-hub preset
   (``config.json``, ``task.json``, ``model.weights.h5``, ``task.weights.h5``, ``metadata.json``,
@@ -27,7 +29,7 @@ user loads the whole masked LM from the downloaded folder::
     folder = snapshot_download("user/model", allow_patterns=["keras_hub/*"])
     masked_lm = keras_hub.models.RobertaMaskedLM.from_preset(f"{folder}/keras_hub")
 
-The preset is built from the exported transformers state dict (:func:`hf_convert.masked_lm_from_state_dict`),
+The preset is built from the exported transformers state dict (:func:`keras_hub_masked_lm`),
 not copied from the training model, so both halves of the folder hold the same numbers by construction.
 """
 
@@ -36,20 +38,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import importlib.util
+import json
 import logging
 import os
 import shutil
 import tempfile
-from typing import List
+from typing import List, Set
 
-from hf_tpu_ext.backends.keras.hf_convert import (
-    KERAS_HUB_LAYER_NORM_EPS,
-    ROBERTA_MODEL_TYPES,
-    check_config,
-    masked_lm_from_state_dict,
-    masked_lm_state_dict,
-    position_offset,
-)
+from hf_tpu_ext.backends.keras.architectures import architecture_for, get_architecture
 from hf_tpu_ext.backends.model_files import CONFIG_NAME, write_pt_safetensors
 from hf_tpu_ext.data.tokenizer import save_tokenizer_files
 from hf_tpu_ext.errors import CheckpointError
@@ -63,69 +60,18 @@ KERAS_PRESET_DIR = "keras_hub"
 ROBERTA_SPECIAL_TOKENS = ("<s>", "</s>", "<pad>", "<mask>")
 #: keys of a preset's ``metadata.json`` that change with every save whatever was saved
 PRESET_VOLATILE_KEYS = ("date_saved",)
+#: the architecture whose keras-hub task the preset is (keras-hub's ``RobertaMaskedLM``)
+PRESET_ARCHITECTURE = "roberta"
+#: model types already told they get no preset (one log line per process, not one per save)
+_NO_PRESET_LOGGED: Set[str] = set()
 
 
 def keras_hub_available() -> bool:
     """Whether keras-hub can be imported (``find_spec``: nothing imported, so no TensorFlow either)."""
-    import importlib.util
-
     try:
         return importlib.util.find_spec("keras_hub") is not None
     except (ImportError, ValueError):
         return False
-
-
-def transformers_config(masked_lm, config=None, tokenizer=None):
-    """The ``RobertaConfig`` (or the given config's class) describing a keras-hub ``RobertaMaskedLM``.
-
-    Args:
-        masked_lm: keras-hub ``RobertaMaskedLM``.
-        config: the run's transformers config (``model_config.build_config`` or the ``--model_name_or_path``
-            one), copied, not changed; ``None``: a fresh ``RobertaConfig`` with the tokenizer's special ids.
-        tokenizer: used for ``pad/bos/eos_token_id`` when ``config`` is ``None``.
-
-    Returns:
-        A config with the model's sizes, ``max_position_embeddings = max_sequence_length + pad_token_id + 1``,
-        ``type_vocab_size=1``, ``layer_norm_eps=1e-5``, ``hidden_act="gelu"``, ``architectures`` =
-        ``["RobertaForMaskedLM"]`` (or the XLM-R/CamemBERT class for those model types).
-
-    Raises:
-        CheckpointError: the config's sizes differ from the model's, or it is not a RoBERTa config.
-    """
-    from transformers import RobertaConfig
-
-    backbone = masked_lm.backbone
-    sizes = dict(vocab_size=int(backbone.vocabulary_size), hidden_size=int(backbone.hidden_dim),
-                 num_hidden_layers=int(backbone.num_layers), num_attention_heads=int(backbone.num_heads),
-                 intermediate_size=int(backbone.intermediate_dim))
-    if config is None:
-        ids = {}
-        for field in ("pad_token_id", "bos_token_id", "eos_token_id"):
-            value = getattr(tokenizer, field, None) if tokenizer is not None else None
-            if value is not None:
-                ids[field] = int(value)
-        dropout = float(backbone.dropout)
-        config = RobertaConfig(**sizes, **ids, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
-    else:
-        config = copy.deepcopy(config)
-        wrong = [f"{k}={getattr(config, k, None)} (model: {v})" for k, v in sizes.items() if getattr(config, k, None) != v]
-        if wrong:
-            raise CheckpointError("The config does not describe the Keras model: " + ", ".join(wrong) + ".")
-    if config.pad_token_id is None:
-        config.pad_token_id = 1
-    positions = int(backbone.max_sequence_length) + position_offset(config.pad_token_id)
-    if getattr(config, "max_position_embeddings", None) != positions:
-        logger.info("max_position_embeddings %s -> %d (the Keras model's %d positions + %d reserved rows)",
-                    getattr(config, "max_position_embeddings", None), positions, backbone.max_sequence_length,
-                    position_offset(config.pad_token_id))
-    config.max_position_embeddings = positions
-    config.type_vocab_size = 1
-    config.layer_norm_eps = KERAS_HUB_LAYER_NORM_EPS
-    config.hidden_act = "gelu"
-    config.tie_word_embeddings = True
-    config.architectures = [ROBERTA_MODEL_TYPES.get(config.model_type, "RobertaForMaskedLM")]
-    check_config(config)
-    return config
 
 
 def keras_hub_preprocessor(tokenizer_folder: str, sequence_length: int):
@@ -142,8 +88,6 @@ def keras_hub_preprocessor(tokenizer_folder: str, sequence_length: int):
     Returns:
         The preprocessor, or ``None`` (logged) when the tokenizer is not a RoBERTa-style byte-level BPE.
     """
-    import json
-
     path = os.path.join(tokenizer_folder, "tokenizer.json")
     if not os.path.isfile(path):
         logger.info("No tokenizer.json: the keras-hub preset gets no preprocessor.")
@@ -201,7 +145,6 @@ def _same_bytes(a: str, b: str) -> bool:
 def same_preset(new_dir: str, old_dir: str) -> bool:
     """Whether two keras-hub preset folders hold the same files with the same bytes, ``metadata.json`` compared
     without :data:`PRESET_VOLATILE_KEYS` (its save date)."""
-    import json
 
     def names(folder):
         return sorted(os.path.relpath(os.path.join(r, n), folder) for r, _, ns in os.walk(folder) for n in ns)
@@ -272,6 +215,28 @@ def save_tokenizer(tokenizer, folder: str, exclude=()) -> List[str]:
         shutil.rmtree(fresh, ignore_errors=True)
 
 
+def keras_hub_masked_lm(state, config, preprocessor=None):
+    """A float32 ``keras_hub.models.RobertaMaskedLM`` of ``config``'s sizes holding a ``RobertaForMaskedLM`` state
+    dict (RoBERTa's name table assigns it: ``architectures/roberta.py`` knows keras-hub's attribute paths too).
+
+    Raises:
+        CheckpointError: as the architecture's ``assign``.
+    """
+    import keras_hub  # optional ([keras]); it imports TensorFlow
+
+    arch = architecture_for(config, CheckpointError)
+    # fixed names, not Keras' per-process numbering: an export's config.json is the same each time
+    backbone = keras_hub.models.RobertaBackbone(
+        vocabulary_size=int(config.vocab_size), num_layers=int(config.num_hidden_layers),
+        num_heads=int(config.num_attention_heads), hidden_dim=int(config.hidden_size),
+        intermediate_dim=int(config.intermediate_size), dropout=float(config.hidden_dropout_prob),
+        max_sequence_length=arch.max_sequence_length(config), dtype="float32", name="roberta_backbone")
+    masked_lm = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=preprocessor,
+                                                 name="roberta_masked_lm")
+    arch.assign(masked_lm, state, config)
+    return masked_lm
+
+
 def save_keras_preset(state, config, preset_dir: str, preprocessor=None) -> List[str]:
     """Write a keras-hub preset of the whole ``RobertaMaskedLM`` (head included) built from transformers weights.
 
@@ -279,7 +244,7 @@ def save_keras_preset(state, config, preset_dir: str, preprocessor=None) -> List
     or a background upload never sees half a preset (pushes ignore hidden paths).
 
     Args:
-        state: ``RobertaForMaskedLM`` state dict (numpy), as :func:`hf_convert.masked_lm_state_dict` returns.
+        state: ``RobertaForMaskedLM`` state dict (numpy), as ``architectures/roberta.state_dict`` returns.
         config: the matching transformers config.
         preset_dir: the preset folder to (re)create.
         preprocessor: optional keras-hub preprocessor saved with the task (tokenizer assets included).
@@ -293,8 +258,7 @@ def save_keras_preset(state, config, preset_dir: str, preprocessor=None) -> List
     tmp = tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent)
     try:
         # float32 whatever the training policy was: a keras-hub user gets the exported numbers exactly
-        preset_model = masked_lm_from_state_dict(state, config, preprocessor=preprocessor, dtype="float32",
-                                                 keras_hub=True)
+        preset_model = keras_hub_masked_lm(state, config, preprocessor)
         preset_model.save_to_preset(tmp)
         os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only
         if same_preset(tmp, preset_dir):  # a re-export of the same weights: the files (and Hub) stay byte-equal
@@ -318,43 +282,61 @@ def save_keras_preset(state, config, preset_dir: str, preprocessor=None) -> List
     return sorted(files)
 
 
+def export_config(masked_lm, config=None, tokenizer=None):
+    """The transformers config ``config.json`` gets: the architecture's ``export_config`` (or a copy of ``config``),
+    ``architectures`` = ``[arch.transformers_classes[model_type]]``.
+
+    Args:
+        masked_lm: the Keras backend's masked LM, or a keras-hub ``RobertaMaskedLM``.
+        config: the run's transformers config (``None``: ``masked_lm.config``; a keras-hub model has none: RoBERTa's
+            config is derived from the model and the tokenizer).
+
+    Raises:
+        CheckpointError: no architecture for the config's ``model_type``, or a size that differs from the model's.
+    """
+    if config is None:  # the Keras backend's model keeps the run's transformers config beside it
+        config = getattr(masked_lm, "config", None)
+    arch = get_architecture(PRESET_ARCHITECTURE) if config is None else architecture_for(config, CheckpointError)
+    hf_config = (arch.export_config(masked_lm, config, tokenizer) if arch.export_config is not None
+                 else copy.deepcopy(config))
+    hf_config.architectures = [arch.transformers_classes[hf_config.model_type]]
+    return hf_config
+
+
 def export_masked_lm(masked_lm, folder: str, tokenizer=None, config=None, *, keras_preset: bool = True) -> List[str]:
-    """Write a model folder that transformers (PyTorch) and keras-hub both load, from a keras-hub masked LM.
+    """Write a model folder that transformers (PyTorch) loads (and keras-hub, for RoBERTa) from a Keras masked LM.
 
     This is what the Keras backend's ``Backend.export(folder, tokenizer)`` calls. Every file is written to a
     temporary name and moved into place (``os.replace``), so a reader or a background Hub upload never sees a
     half-written file.
 
     Args:
-        masked_lm: keras-hub ``RobertaMaskedLM`` (``RobertaBackbone`` + ``MaskedLMHead`` tied to the token
-            embedding); float32 weights under any dtype policy (bf16 mixed precision included).
+        masked_lm: the Keras backend's masked LM of any registered architecture (``model.config`` names it), or a
+            keras-hub ``RobertaMaskedLM``; float32 weights under any dtype policy (bf16 mixed precision included).
         folder: the output folder (created if missing; files of the same names replaced).
         tokenizer: a transformers tokenizer (``PreTrainedTokenizerBase``) or a folder/repo id of tokenizer files
             (``AutoTokenizer.from_pretrained``); ``None``: no tokenizer files and no keras-hub preprocessor.
-        config: the run's transformers config (sizes must equal the model's; see :func:`transformers_config`);
+        config: the run's transformers config (sizes must equal the model's; see :func:`export_config`);
             ``None``: ``masked_lm.config`` when the model carries one (``backends/keras/model.py``), else one
             derived from the model and the tokenizer.
         keras_preset: also write the keras-hub preset into ``folder/keras_hub/`` (module doc) when keras-hub is
-            installed (``[keras]``); without it one info line says how to get it.
+            installed (``[keras]``) and the model is a RoBERTa (other architectures: one info line per process).
 
     Returns:
         Names relative to ``folder`` of the files written, e.g. ``["model.safetensors", "config.json",
         "tokenizer.json", "tokenizer_config.json", ..., "keras_hub/config.json", "keras_hub/task.json", ...]``.
 
     Raises:
-        CheckpointError: the model is not an exportable keras-hub RoBERTa masked LM or the config disagrees
-            with it.
+        CheckpointError: no architecture for the config's ``model_type``, a model its name table does not know,
+            or a config that disagrees with the model.
     """
     if tokenizer is not None and isinstance(tokenizer, (str, os.PathLike)):
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # slow to import: only for a tokenizer given by name
 
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
-    if config is None:  # the Keras backend's model keeps the run's transformers config beside it
-        config = getattr(masked_lm, "config", None)
-    hf_config = transformers_config(masked_lm, config, tokenizer)
-    state = masked_lm_state_dict(masked_lm, hf_config.pad_token_id)
-    if state["roberta.embeddings.word_embeddings.weight"].shape[0] != hf_config.vocab_size:
-        raise CheckpointError("The token embedding and the config's vocab_size differ.")
+    hf_config = export_config(masked_lm, config, tokenizer)
+    arch = architecture_for(hf_config, CheckpointError)
+    state = arch.state_dict(masked_lm, hf_config)
     if tokenizer is not None and len(tokenizer) > hf_config.vocab_size:
         raise CheckpointError(f"The tokenizer has {len(tokenizer)} tokens but the model only {hf_config.vocab_size} "
                               "embeddings; export the tokenizer the model was trained with.")
@@ -365,9 +347,14 @@ def export_masked_lm(masked_lm, folder: str, tokenizer=None, config=None, *, ker
     written.append(CONFIG_NAME)
     if tokenizer is not None:
         written += save_tokenizer(tokenizer, folder, exclude=written)
-    if keras_preset and not keras_hub_available():
+    if keras_preset and arch.name != PRESET_ARCHITECTURE:
+        if hf_config.model_type not in _NO_PRESET_LOGGED:
+            _NO_PRESET_LOGGED.add(hf_config.model_type)
+            logger.info("No keras_hub/ preset for model_type %r: the preset is keras-hub's RobertaMaskedLM (RoBERTa "
+                        "only); the transformers files are complete.", hf_config.model_type)
+    elif keras_preset and not keras_hub_available():
         logger.debug("keras-hub is not installed: no %s/ preset in %s (pip install \"hf-tpu-ext[keras]\" adds it; "
-                    "keras-hub brings TensorFlow).", KERAS_PRESET_DIR, folder)
+                     "keras-hub brings TensorFlow).", KERAS_PRESET_DIR, folder)
     elif keras_preset:
         with fresh_layer_names():  # the same names in every export (see there)
             preprocessor = None

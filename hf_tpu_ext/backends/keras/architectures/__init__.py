@@ -7,12 +7,18 @@ contract is :mod:`.base`) and one row here per ``model_type`` it reads.
 from __future__ import annotations
 
 import importlib
-from typing import Dict, Tuple
+from typing import Dict, Tuple, Type
 
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
+from hf_tpu_ext.errors import ArgumentError
 
-#: model_type -> "module:attribute" (no framework is imported until :func:`get_architecture`)
-ARCHITECTURES: Dict[str, str] = {}
+#: model_type -> "module:attribute" (no framework is imported until :func:`get_architecture`); one row per line
+ARCHITECTURES: Dict[str, str] = {
+    "roberta": "hf_tpu_ext.backends.keras.architectures.roberta:ARCHITECTURE",
+    "xlm-roberta": "hf_tpu_ext.backends.keras.architectures.roberta:ARCHITECTURE",
+    "camembert": "hf_tpu_ext.backends.keras.architectures.roberta:ARCHITECTURE",
+    "modernbert": "hf_tpu_ext.backends.keras.architectures.modernbert:ARCHITECTURE",
+}
 
 
 def supported_model_types() -> Tuple[str, ...]:
@@ -28,3 +34,17 @@ def get_architecture(model_type: str) -> Architecture:
     """
     module_name, attribute = ARCHITECTURES[model_type].split(":")
     return getattr(importlib.import_module(module_name), attribute)
+
+
+def architecture_for(config, error: Type[Exception] = ArgumentError) -> Architecture:
+    """The :class:`Architecture` of a transformers ``config`` (its ``model_type``).
+
+    Raises:
+        ``error`` (``ArgumentError`` by default; ``CheckpointError`` for a checkpoint being read): the model_type
+        has no entry; the message names :func:`supported_model_types`.
+    """
+    model_type = getattr(config, "model_type", None)
+    if model_type not in ARCHITECTURES:
+        raise error(f"--backend keras trains model_type {', '.join(supported_model_types())}; this model's "
+                    f"model_type is {model_type!r}. Use --backend tensorflow for other encoders.")
+    return get_architecture(model_type)

@@ -21,7 +21,7 @@ No Keras/JAX import here: the registry and this contract are read before the fra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 #: tokenizer kinds :mod:`hf_tpu_ext.data.tokenizer` trains from text (``--model_type`` picks one)
 TOKENIZER_KINDS = ("byte_level_bpe", "wordpiece", "modernbert_bpe")
@@ -52,6 +52,10 @@ class Architecture:
         max_sequence_length: ``(config) -> int``: the longest input the config's positions allow.
         default_config: ``() -> Dict[str, Any]``: keyword arguments of the transformers config class for the small
             preset of this architecture (similar size to RoBERTa's 4 x 256 default).
+        export_config: optional ``(model, config, tokenizer) -> config``: the transformers config ``config.json``
+            gets, a copy of ``config`` fitted to the model (e.g. RoBERTa's position rows), raising
+            ``CheckpointError`` naming a size that differs from the model's. ``None``: a copy of ``config``. Either
+            way the export then sets ``architectures = [transformers_classes[model_type]]``.
     """
 
     name: str
@@ -65,3 +69,4 @@ class Architecture:
     flops_per_token: Callable[..., float]
     max_sequence_length: Callable[[Any], int]
     default_config: Callable[[], Dict[str, Any]]
+    export_config: Optional[Callable[..., Any]] = None

@@ -1,0 +1,385 @@
+"""ModernBERT masked LM from Keras 3 layers: transformers' ``ModernBertForMaskedLM`` (4.57 and 5), no keras-hub.
+
+The computation (Warner et al. 2024, "Smarter, Better, Faster, Longer"; transformers' ``modeling_modernbert.py``):
+
+* embeddings: ``drop(norm(tok_embeddings(ids)))`` (no position table: positions enter as RoPE, from 0);
+* each layer ``i`` (pre-LayerNorm): ``x += Wo(attention(attn_norm(x)))`` with ``attn_norm`` absent on layer 0
+  (transformers' ``nn.Identity``), then ``x += mlp.Wo(drop(act(a) * g))`` where ``a, g = split(mlp.Wi(mlp_norm(x)))``
+  (GeGLU: ``Wi`` is ``[h, 2 intermediate]``, the first half the input, the second the gate);
+* attention: fused ``Wqkv`` (``[h, 3h]``, output laid out ``(3, heads, head_dim)``), rotary embeddings on queries
+  and keys (``rotate_half`` convention, ``inv_freq = theta^(-2j/head_dim)``) with the global theta on
+  ``full_attention`` layers and the local theta on ``sliding_attention`` layers, scale ``head_dim^-0.5``; a
+  local layer's query attends to keys with ``|q - k| <= local_attention // 2`` (transformers' mask, both
+  versions), always combined with the padding mask; ``Wo`` then dropout ``attention_dropout``;
+* ``final_norm``, the head ``norm(act(dense(x)))`` and the decoder ``x @ tok_embeddings^T + decoder.bias``.
+
+LayerNorms have a bias only with ``norm_bias``; ``Wqkv``/``Wo`` with ``attention_bias``, ``Wi``/``Wo`` with
+``mlp_bias``, ``head.dense`` with ``classifier_bias``, the decoder with ``decoder_bias``.
+
+Which attention runs: ``keras.ops.dot_product_attention`` with a boolean mask (padding ``[B, 1, 1, L]``; ``[B, 1, L,
+L]`` with the window on local layers) whenever no attention-probability dropout applies (``attention_dropout == 0``, the config
+default, or inference). With ``attention_dropout > 0`` while training, the same attention is computed by
+``einsum`` + float32 softmax + ``keras.layers.Dropout`` on the probabilities (``dot_product_attention`` has no
+dropout argument), as transformers' eager path does; the output dropout after ``Wo`` runs in both cases.
+What ``dot_product_attention`` then runs on JAX (Keras 3.x ``backend/jax/nn.py``, JAX 0.10 ``jax.nn``): on CPU,
+XLA's reference attention (einsums, masked softmax); on an Ampere+ GPU with cuDNN and bfloat16/float16 inputs
+(``--bf16``) and head_dim a multiple of 8 (<= 128, <= 256 from Hopper), cuDNN's fused flash attention with the mask
+turned into an additive bias (the window saves no work: cuDNN's window is left-only, for causal masks), and XLA's
+in float32 or when cuDNN refuses; on TPU, XLA's: Keras' Splash-kernel path reads one batch row's mask (row 0), so
+with per-row padding it would be wrong, and inside ``jit`` (every training/eval step) it falls back to XLA anyway
+because the mask is traced; :func:`_flash_attention` therefore passes ``flash_attention=False`` on TPU.
+Every one of these computes all ``L x L`` scores and masks them: a local layer costs what a global one costs
+(measured: small preset, seq 512, 2-core CPU, equal step times within noise), while ``flops_per_token`` counts
+the window's keys (the useful work), so MFU at ``seq > local_attention`` understates the hardware's load.
+
+Model contract: :mod:`hf_tpu_ext.backends.keras.architectures.base` (inputs ``token_ids`` / ``padding_mask`` /
+``mask_positions``, logits ``[B, P, V]`` in the compute dtype, the decoder tied to the token embedding).
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+from keras import layers, ops
+
+from hf_tpu_ext.backends.keras.architectures import modernbert_config as mc
+from hf_tpu_ext.backends.keras.architectures.base import Architecture
+
+#: where the softmax must not look (finite, so a query whose keys are all masked, e.g. a pad query far from any
+#: real token on a local layer, gets a uniform row instead of NaN; real tokens never read pad queries' outputs)
+_MASKED_LOGIT = -1e30
+
+
+def _init(config, out: bool = False):
+    """transformers' ``_init_weights``: truncated normal at ``initializer_cutoff_factor`` sigmas, std
+    ``initializer_range`` ("in", embeddings) or ``initializer_range / sqrt(2 num_hidden_layers)`` ("out": ``Wo``s,
+    ``head.dense``). Keras' TruncatedNormal cuts at 2 sigmas, transformers' default cutoff factor."""
+    std = float(config.initializer_range)
+    if out:
+        std /= math.sqrt(2.0 * int(config.num_hidden_layers))
+    return keras.initializers.TruncatedNormal(stddev=std)
+
+
+def _norm(config, name: str, policy):
+    return layers.LayerNormalization(epsilon=float(config.norm_eps), center=bool(config.norm_bias), dtype=policy,
+                                     name=name)
+
+
+def _activation(name: str):
+    approximate = mc.ACTIVATIONS[name]
+    return lambda x: keras.activations.gelu(x, approximate=approximate)
+
+
+def _flash_attention():
+    """``flash_attention`` for ``keras.ops.dot_product_attention``: ``False`` on a JAX TPU (module doc: Keras'
+    Splash path would apply batch row 0's mask to every row), else ``None`` (Keras decides: cuDNN or XLA)."""
+    if keras.config.backend() == "jax":
+        import jax
+
+        if jax.default_backend() == "tpu":
+            return False
+    return None
+
+
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return ops.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+class ModernBertAttention(layers.Layer):
+    """Fused-QKV self-attention with RoPE (module doc). Call: ``(x [B, L, H], mask bool [B, 1, L, L], rope (cos,
+    sin) float32 [L, head_dim])`` -> ``[B, L, H]``."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        policy = self.dtype_policy
+        self.hidden, self.heads = int(config.hidden_size), int(config.num_attention_heads)
+        self.head_dim = self.hidden // self.heads
+        self.probability_dropout = float(config.attention_dropout)
+        self.flash_attention = _flash_attention()
+        bias = bool(config.attention_bias)
+        self.Wqkv = layers.Dense(3 * self.hidden, use_bias=bias, kernel_initializer=_init(config), dtype=policy,
+                                 name="Wqkv")
+        self.Wo = layers.Dense(self.hidden, use_bias=bias, kernel_initializer=_init(config, out=True), dtype=policy,
+                               name="Wo")
+        self.attention_probs_dropout = layers.Dropout(self.probability_dropout, dtype=policy,
+                                                      name="attention_probs_dropout")
+        self.out_drop = layers.Dropout(self.probability_dropout, dtype=policy, name="out_drop")
+
+    def build(self, input_shape):
+        self.Wqkv.build(input_shape)
+        self.Wo.build(input_shape)
+        self.built = True
+
+    def call(self, x, mask, rope, training=False):
+        length = x.shape[1]
+        qkv = ops.reshape(self.Wqkv(x), (-1, length, 3, self.heads, self.head_dim))
+        cos, sin = (r[None, :, None, :] for r in rope)
+        query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        # RoPE in float32, as transformers' apply_rotary_pos_emb, back to the compute dtype
+        query, key = (ops.cast(ops.cast(t, "float32") * cos + _rotate_half(ops.cast(t, "float32")) * sin, x.dtype)
+                      for t in (query, key))
+        scale = self.head_dim ** -0.5
+        if training and self.probability_dropout > 0.0:
+            attended = self._attention_with_dropout(query, key, value, mask, scale)
+        else:
+            attended = ops.dot_product_attention(query, key, value, mask=mask, scale=scale,
+                                                     flash_attention=self.flash_attention)
+        attended = ops.reshape(attended, (-1, length, self.hidden))
+        return self.out_drop(self.Wo(attended), training=training)
+
+    def _attention_with_dropout(self, query, key, value, mask, scale):
+        """transformers' eager attention: float32 softmax, dropout on the probabilities. ``[B, L, N, D]``."""
+        logits = ops.cast(ops.einsum("btnd,bsnd->bnts", query, key), "float32") * scale
+        probabilities = ops.softmax(ops.where(mask, logits, _MASKED_LOGIT), axis=-1)
+        probabilities = self.attention_probs_dropout(ops.cast(probabilities, query.dtype), training=True)
+        return ops.einsum("bnts,bsnd->btnd", probabilities, value)
+
+
+class ModernBertMLP(layers.Layer):
+    """GeGLU: ``Wo(drop(act(a) * g))``, ``a, g = split(Wi(x), 2)``. Call: ``[B, L, H]`` -> ``[B, L, H]``."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        policy = self.dtype_policy
+        self.hidden, self.intermediate = int(config.hidden_size), int(config.intermediate_size)
+        bias = bool(config.mlp_bias)
+        self.act = _activation(config.hidden_activation)
+        self.Wi = layers.Dense(2 * self.intermediate, use_bias=bias, kernel_initializer=_init(config), dtype=policy,
+                               name="Wi")
+        self.drop = layers.Dropout(float(config.mlp_dropout), dtype=policy, name="drop")
+        self.Wo = layers.Dense(self.hidden, use_bias=bias, kernel_initializer=_init(config, out=True), dtype=policy,
+                               name="Wo")
+
+    def build(self, input_shape):
+        self.Wi.build(input_shape)
+        self.Wo.build(tuple(input_shape[:-1]) + (self.intermediate,))
+        self.built = True
+
+    def call(self, x, training=False):
+        projected = self.Wi(x)
+        gated = self.act(projected[..., :self.intermediate]) * projected[..., self.intermediate:]
+        return self.Wo(self.drop(gated, training=training))
+
+
+class ModernBertEncoderLayer(layers.Layer):
+    """Pre-LN layer ``i`` (module doc); ``attn_norm`` is None on layer 0. Call: ``(x [B, L, H], mask, rope)``."""
+
+    def __init__(self, config, layer_id: int, **kwargs):
+        super().__init__(**kwargs)
+        policy = self.dtype_policy
+        self.attention_type = mc.layer_types(config)[layer_id]
+        self.attn_norm = _norm(config, "attn_norm", policy) if layer_id > 0 else None
+        self.attn = ModernBertAttention(config, dtype=policy, name="attn")
+        self.mlp_norm = _norm(config, "mlp_norm", policy)
+        self.mlp = ModernBertMLP(config, dtype=policy, name="mlp")
+
+    def build(self, input_shape):
+        for layer in (self.attn_norm, self.attn, self.mlp_norm, self.mlp):
+            if layer is not None:
+                layer.build(input_shape)
+        self.built = True
+
+    def call(self, x, mask, rope, training=False):
+        normed = x if self.attn_norm is None else self.attn_norm(x)
+        x = x + self.attn(normed, mask, rope, training=training)
+        return x + self.mlp(self.mlp_norm(x), training=training)
+
+
+class ModernBertEmbeddings(layers.Layer):
+    """``drop(norm(tok_embeddings(ids)))``. Call: ``token_ids int [B, L]`` -> ``[B, L, H]``."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        policy = self.dtype_policy
+        self.tok_embeddings = layers.Embedding(int(config.vocab_size), int(config.hidden_size),
+                                               embeddings_initializer=_init(config), dtype=policy,
+                                               name="tok_embeddings")
+        self.norm = _norm(config, "norm", policy)
+        self.drop = layers.Dropout(float(config.embedding_dropout), dtype=policy, name="drop")
+        self.hidden = int(config.hidden_size)
+
+    def build(self, input_shape=None):
+        self.tok_embeddings.build((None, None))
+        self.norm.build((None, None, self.hidden))
+        self.built = True
+
+    def call(self, token_ids, training=False):
+        return self.drop(self.norm(self.tok_embeddings(token_ids)), training=training)
+
+
+class ModernBertBackbone(layers.Layer):
+    """transformers' ``ModernBertModel``: embeddings, ``num_hidden_layers`` encoder layers, ``final_norm``.
+
+    Call: ``(token_ids int [B, L], padding_mask int/bool [B, L])`` -> ``[B, L, H]`` (positions ``0..L-1``).
+    """
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        policy = self.dtype_policy
+        self.hidden, self.half_window = int(config.hidden_size), mc.half_window(config)
+        head_dim = self.hidden // int(config.num_attention_heads)
+        # inv_freq = theta^(-2j/d), j < d/2 (transformers' default RoPE), one per attention type
+        exponent = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+        self.inv_freq = {kind: (1.0 / (np.float32(theta) ** exponent)).astype(np.float32)
+                         for kind, theta in mc.rope_thetas(config).items()}
+        self.embeddings = ModernBertEmbeddings(config, dtype=policy, name="embeddings")
+        self.encoder_layers = [ModernBertEncoderLayer(config, i, dtype=policy, name=f"layers_{i}")
+                               for i in range(int(config.num_hidden_layers))]
+        self.final_norm = _norm(config, "final_norm", policy)
+
+    def build(self, input_shape=None):
+        self.embeddings.build()
+        for layer in self.encoder_layers:
+            layer.build((None, None, self.hidden))
+        self.final_norm.build((None, None, self.hidden))
+        self.built = True
+
+    def _rope(self, kind: str, length: int):
+        freqs = np.arange(length, dtype=np.float32)[:, None] * self.inv_freq[kind][None, :]
+        angles = ops.convert_to_tensor(np.concatenate([freqs, freqs], axis=-1))
+        return ops.cos(angles), ops.sin(angles)
+
+    def call(self, token_ids, padding_mask, training=False):
+        length = token_ids.shape[1]
+        x = self.embeddings(token_ids, training=training)
+        keys = ops.cast(padding_mask, "bool")[:, None, None, :]  # [B, 1, 1, L]: a query attends to real keys
+        position = np.arange(length)
+        window = np.abs(position[:, None] - position[None, :]) <= self.half_window  # [L, L]
+        masks = {mc.FULL: keys, mc.SLIDING: ops.logical_and(keys, ops.convert_to_tensor(window)[None, None])}
+        ropes = {kind: self._rope(kind, length) for kind in self.inv_freq}
+        for layer in self.encoder_layers:
+            x = layer(x, masks[layer.attention_type], ropes[layer.attention_type], training=training)
+        return self.final_norm(x)
+
+
+class ModernBertPredictionHead(layers.Layer):
+    """``norm(act(dense(x)))``. Call: ``[B, P, H]`` -> ``[B, P, H]``."""
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        policy = self.dtype_policy
+        self.hidden = int(config.hidden_size)
+        self.act = _activation(config.classifier_activation)
+        self.dense = layers.Dense(self.hidden, use_bias=bool(config.classifier_bias),
+                                  kernel_initializer=_init(config, out=True), dtype=policy, name="dense")
+        self.norm = _norm(config, "norm", policy)
+
+    def build(self, input_shape=None):
+        self.dense.build((None, None, self.hidden))
+        self.norm.build((None, None, self.hidden))
+        self.built = True
+
+    def call(self, x):
+        return self.norm(self.act(self.dense(x)))
+
+
+class ModernBertMaskedLM(keras.Model):
+    """The masked LM: ``backbone`` (:class:`ModernBertBackbone`), ``head`` (:class:`ModernBertPredictionHead`) at
+    ``mask_positions`` and the decoder tied to ``backbone.embeddings.tok_embeddings`` (plus ``decoder_bias``
+    ``[V]`` when ``config.decoder_bias``). Built on construction; ``model.config`` is ``config``.
+
+    Call: ``{"token_ids" int [B, L], "padding_mask" int [B, L], "mask_positions" int [B, P]}`` -> ``[B, P, V]``.
+    """
+
+    def __init__(self, config, dtype=None, name: str = "modernbert_masked_lm", **kwargs):
+        super().__init__(dtype=dtype, name=name, **kwargs)
+        policy = self.dtype_policy
+        self.config = config
+        self.backbone = ModernBertBackbone(config, dtype=policy, name="model")
+        self.head = ModernBertPredictionHead(config, dtype=policy, name="head")
+        self.backbone.build()
+        self.head.build()
+        self.decoder_bias = (self.add_weight(shape=(int(config.vocab_size),), initializer="zeros",
+                                             name="decoder_bias") if config.decoder_bias else None)
+        self.built = True
+
+    def call(self, inputs, training=False):
+        x = self.backbone(inputs["token_ids"], inputs["padding_mask"], training=training)
+        index = ops.expand_dims(ops.cast(inputs["mask_positions"], "int32"), axis=-1)
+        x = self.head(ops.take_along_axis(x, index, axis=1))
+        embeddings = self.backbone.embeddings.tok_embeddings.embeddings
+        logits = ops.matmul(x, ops.transpose(ops.cast(embeddings, x.dtype)))
+        if self.decoder_bias is not None:
+            logits = logits + ops.cast(self.decoder_bias, x.dtype)
+        return logits
+
+
+def build(config, dtype: str = "float32") -> ModernBertMaskedLM:
+    """A new :class:`ModernBertMaskedLM` of ``config`` (transformers' initialization; seeded by Keras' global seed).
+
+    Raises:
+        CheckpointError: :func:`modernbert_config.check_config` refuses the config (the field named).
+    """
+    mc.check_config(config)
+    return ModernBertMaskedLM(config, dtype=dtype)
+
+
+def _variable(model, path: str):
+    target = model
+    for part in path.split("."):
+        target = target[int(part)] if part.isdigit() else getattr(target, part)
+    return target
+
+
+def state_dict(model, config=None):
+    """The weights under ``ModernBertForMaskedLM.state_dict()`` names (float32, C-contiguous, ``decoder.weight``
+    left out as ``save_pretrained`` does for the tie). ``{name: np.ndarray}``."""
+    config = model.config if config is None else config
+    out = {}
+    for hf_name, path, kind in mc.name_table(config):
+        array = np.asarray(keras.ops.convert_to_numpy(_variable(model, path).value), dtype=np.float32)
+        out[hf_name] = np.ascontiguousarray(array.T if kind == mc.LINEAR else array)
+    return out
+
+
+def assign(model, state, config=None) -> None:
+    """Set ``model``'s weights from a ``ModernBertForMaskedLM`` state dict (arrays or tensors, any float dtype).
+
+    Every weight is checked before any is written, so a refusal leaves the model as it was. A state without the
+    head (``head.*``, ``decoder.bias``: a ``ModernBertModel`` checkpoint) keeps the head's initialization, with a
+    warning.
+
+    Raises:
+        CheckpointError: a backbone weight is missing, or a shape differs (both named).
+    """
+    from hf_tpu_ext.errors import CheckpointError
+
+    config = model.config if config is None else config
+    updates, head_missing = [], []
+    for hf_name, path, kind in mc.name_table(config):
+        if hf_name not in state:
+            if hf_name.startswith(("head.", "decoder.")):
+                head_missing.append(hf_name)
+                continue
+            raise CheckpointError(f"The checkpoint has no {hf_name!r}: it is not a ModernBertForMaskedLM of this "
+                                  "config (check num_hidden_layers and the *_bias flags).")
+        array = np.asarray(state[hf_name], dtype=np.float32)
+        array = array.T if kind == mc.LINEAR else array
+        variable = _variable(model, path)
+        if tuple(array.shape) != tuple(variable.shape):
+            raise CheckpointError(f"{hf_name!r} has shape {tuple(np.shape(state[hf_name]))}; this config needs "
+                                  f"{tuple(reversed(variable.shape)) if kind == mc.LINEAR else tuple(variable.shape)}.")
+        updates.append((variable, array))
+    if head_missing:
+        mc.logger.warning("The checkpoint has no masked-LM head (%s): the head keeps its initialization.",
+                          ", ".join(head_missing))
+    for variable, array in updates:
+        variable.assign(array)
+
+
+ARCHITECTURE = Architecture(
+    name="modernbert",
+    model_types=("modernbert",),
+    transformers_classes={"modernbert": "ModernBertForMaskedLM"},
+    tokenizer_kind="modernbert_bpe",
+    build=build,
+    check_config=mc.check_config,
+    state_dict=state_dict,
+    assign=assign,
+    flops_per_token=mc.flops_per_token,
+    max_sequence_length=mc.max_sequence_length,
+    default_config=mc.default_config,
+)

@@ -1,0 +1,95 @@
+"""The Keras backend's architecture registry: model building, import, export and FLOPs go through
+``config.model_type``, so a new architecture is one module plus registry rows.
+
+Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu python -m pytest tests/current``.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("jax")
+transformers = pytest.importorskip("transformers")
+
+from hf_tpu_ext.backends.keras import architectures, hf_convert  # noqa: E402
+from hf_tpu_ext.backends.keras.architectures import roberta  # noqa: E402
+from hf_tpu_ext.backends.keras.export import KERAS_PRESET_DIR, export_masked_lm  # noqa: E402
+from hf_tpu_ext.backends.keras.model import build_masked_lm  # noqa: E402
+from hf_tpu_ext.errors import ArgumentError, CheckpointError  # noqa: E402
+
+SIZES = dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+             max_position_embeddings=34, type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1)
+
+
+class ToyConfig(transformers.RobertaConfig):
+    """A model_type transformers does not know: the registry, not a name check, decides what the backend trains."""
+
+    model_type = "toy-roberta"
+
+
+#: the "new architecture": RoBERTa's layers and table under another model_type and transformers class
+TOY = dataclasses.replace(roberta.ARCHITECTURE, name="toy", model_types=("toy-roberta",),
+                          transformers_classes={"toy-roberta": "ToyForMaskedLM"})
+
+
+@pytest.fixture
+def toy_registered(monkeypatch):
+    monkeypatch.setitem(architectures.ARCHITECTURES, "toy-roberta", f"{__name__}:TOY")
+    transformers.AutoConfig.register("toy-roberta", ToyConfig, exist_ok=True)
+    yield
+
+
+def test_registry_rows_name_transformers_classes():
+    assert architectures.supported_model_types()[:3] == ("roberta", "xlm-roberta", "camembert")
+    for model_type, cls in (("roberta", "RobertaForMaskedLM"), ("xlm-roberta", "XLMRobertaForMaskedLM"),
+                            ("camembert", "CamembertForMaskedLM")):
+        arch = architectures.get_architecture(model_type)
+        assert arch is roberta.ARCHITECTURE and arch.transformers_classes[model_type] == cls
+        assert hasattr(transformers, cls)  # a class transformers really has (config.json names it)
+    assert roberta.ARCHITECTURE.tokenizer_kind == "byte_level_bpe"
+    assert roberta.ARCHITECTURE.default_config()["hidden_size"] == 256
+
+
+def test_unknown_model_type_is_refused_naming_the_supported_ones():
+    bert = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                   intermediate_size=64)
+    supported = ", ".join(architectures.supported_model_types())
+    with pytest.raises(ArgumentError) as err:
+        build_masked_lm(bert)
+    assert str(err.value) == (f"--backend keras trains model_type {supported}; this model's model_type is 'bert'. "
+                              "Use --backend tensorflow for other encoders.")
+    with pytest.raises(CheckpointError, match="model_type is 'bert'"):
+        hf_convert.check_config(bert)
+
+
+def test_roberta_flops_and_positions():
+    config = transformers.RobertaConfig(**SIZES)
+    # 6 * 2 * (4 * 32^2 + 2 * 32 * 64) + 12 * 2 * 32 * 32 + 6 * (32^2 + 32 * 300) * 0.25
+    assert roberta.ARCHITECTURE.flops_per_token(config, 32, 0.25) == 98304 + 24576 + 15936
+    assert roberta.ARCHITECTURE.max_sequence_length(config) == 32  # 34 rows - (pad 1 + 1) reserved
+
+
+def test_a_new_architecture_needs_only_its_module_and_registry_rows(toy_registered, tmp_path, caplog):
+    config = ToyConfig(**SIZES)
+    model = build_masked_lm(config, seed=0)
+    assert model.config is config and model.backbone.max_sequence_length == 32
+
+    with caplog.at_level(logging.INFO, logger="hf_tpu_ext.backends.keras.export"):
+        files = export_masked_lm(model, str(tmp_path / "a"))
+        export_masked_lm(model, str(tmp_path / "b"))
+    assert sorted(files) == ["config.json", "model.safetensors"]
+    assert not os.path.exists(tmp_path / "a" / KERAS_PRESET_DIR)  # the keras-hub preset is RoBERTa's only
+    skipped = [r.getMessage() for r in caplog.records if "keras_hub/ preset" in r.getMessage()]
+    assert skipped == ["No keras_hub/ preset for model_type 'toy-roberta': the preset is keras-hub's RobertaMaskedLM "
+                       "(RoBERTa only); the transformers files are complete."]  # once for two exports
+    written = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert written["model_type"] == "toy-roberta" and written["architectures"] == ["ToyForMaskedLM"]
+
+    loaded, loaded_config = hf_convert.load_masked_lm(str(tmp_path / "a"))  # import: the registry's assign
+    assert isinstance(loaded_config, ToyConfig)
+    for a, b in zip(model.weights, loaded.weights):
+        assert a.path == b.path and np.array_equal(np.asarray(a.value), np.asarray(b.value)), a.path

@@ -1,0 +1,98 @@
+"""``hf-tpu train --model_name_or_path <a transformers ModernBertForMaskedLM folder>`` on the Keras backend.
+
+A tiny random ModernBERT (transformers 5: hidden 32, 3 layers, 2 heads, ``local_attention`` 8 under
+``--max_seq_length`` 32, so the window matters) with a byte-level BPE tokenizer continues pre-training for 20 steps;
+the export is a ``ModernBertForMaskedLM`` folder that ``AutoModelForMaskedLM`` loads with the trained weights (the
+Keras model read back from it gives transformers' logits, max abs difference <= 1e-4, on a right-padded batch) and
+that ``pipeline("fill-mask")`` answers from.
+
+Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu .venv-current/bin/python -m pytest -q
+tests/current/test_keras_modernbert_run.py``.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("jax")
+if os.environ.get("KERAS_BACKEND", "jax") != "jax":
+    pytest.skip("--backend keras runs on KERAS_BACKEND=jax", allow_module_level=True)
+
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def continued(tmp_path_factory):
+    """(the starting folder, the run's output folder, the run's results)."""
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.data.corpus import default_corpus_texts
+    from hf_tpu_ext.data.tokenizer import train_bpe_tokenizer
+    from hf_tpu_ext.run import train
+
+    root = tmp_path_factory.mktemp("modernbert")
+    tokenizer = train_bpe_tokenizer(default_corpus_texts(), 300, 32)
+    torch.manual_seed(0)
+    config = transformers.ModernBertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=2,
+        local_attention=8, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.cls_token_id, cls_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
+        sep_token_id=tokenizer.sep_token_id)
+    start = root / "start"
+    transformers.ModernBertForMaskedLM(config).save_pretrained(start)
+    tokenizer.save_pretrained(start)
+    out = root / "run"
+    results = train(*parse_args([
+        "--backend", "keras", "--model_name_or_path", str(start), "--output_dir", str(out),
+        "--max_seq_length", "32", "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8",
+        "--max_train_samples", "256", "--max_eval_samples", "32", "--max_steps", "20", "--logging_steps", "5",
+        "--learning_rate", "3e-3", "--seed", "7", "--disable_tqdm", "true"]))
+    return start, out, results
+
+
+def test_export_is_a_modernbert_with_the_trained_weights(continued):
+    from safetensors.numpy import load_file
+
+    start, out, _ = continued
+    written = json.loads((out / "config.json").read_text())
+    assert written["model_type"] == "modernbert" and written["architectures"] == ["ModernBertForMaskedLM"]
+    before, after = load_file(str(start / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert sorted(after) == sorted(before) and "decoder.weight" not in after  # the tie, as save_pretrained writes it
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 20
+    assert not np.allclose(after["model.layers.1.attn.Wqkv.weight"], before["model.layers.1.attn.Wqkv.weight"])
+    model = transformers.AutoModelForMaskedLM.from_pretrained(out)
+    assert type(model).__name__ == "ModernBertForMaskedLM"
+    np.testing.assert_array_equal(model.model.layers[2].mlp.Wi.weight.detach().numpy(), after["model.layers.2.mlp.Wi.weight"])
+
+
+def test_transformers_logits_equal_the_keras_model_of_the_export(continued):
+    from hf_tpu_ext.backends.keras import hf_convert
+
+    _, out, _ = continued
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    texts = ["The quick brown fox jumps over the lazy dog and keeps running far away.", "A short one."]
+    encoded = tokenizer(texts, padding="max_length", max_length=32, truncation=True, return_tensors="np")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    assert mask[1].sum() < 32 and mask[0].sum() > 8  # padding, and a sequence longer than the window
+    reference = transformers.AutoModelForMaskedLM.from_pretrained(out, attn_implementation="eager").eval()
+    with torch.no_grad():
+        expected = reference(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+    keras_model, _ = hf_convert.load_masked_lm(str(out))
+    real = int(mask[1].sum())
+    positions = np.array([[0, 5, 17, int(mask[0].sum()) - 1], [0, 1, real // 2, real - 1]], dtype=np.int32)
+    got = np.asarray(keras_model({"token_ids": ids.astype("int32"), "padding_mask": mask.astype("int32"),
+                                  "mask_positions": positions}))
+    np.testing.assert_allclose(got, np.take_along_axis(expected, positions[..., None], axis=1), rtol=0,
+                               atol=TOLERANCE)
+
+
+def test_fill_mask_pipeline_answers(continued):
+    _, out, _ = continued
+    fill = transformers.pipeline("fill-mask", model=str(out), top_k=3)
+    tokenizer = fill.tokenizer
+    answers = fill(f"The quick brown {tokenizer.mask_token} jumps.")
+    assert len(answers) == 3 and all(0.0 <= a["score"] <= 1.0 for a in answers)
+    assert answers[0]["score"] >= answers[1]["score"] >= answers[2]["score"]
