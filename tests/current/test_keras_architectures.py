@@ -55,15 +55,15 @@ def test_registry_rows_name_transformers_classes():
 
 
 def test_unknown_model_type_is_refused_naming_the_supported_ones():
-    bert = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                   intermediate_size=64)
+    electra = transformers.ElectraConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                         intermediate_size=64)
     supported = ", ".join(architectures.supported_model_types())
     with pytest.raises(ArgumentError) as err:
-        build_masked_lm(bert)
-    assert str(err.value) == (f"--backend keras trains model_type {supported}; this model's model_type is 'bert'. "
-                              "Use --backend tensorflow for other encoders.")
-    with pytest.raises(CheckpointError, match="model_type is 'bert'"):
-        hf_convert.check_config(bert)
+        build_masked_lm(electra)
+    assert str(err.value) == (f"--backend keras trains model_type {supported}; this model's model_type is "
+                              "'electra'. Use --backend tensorflow for other encoders.")
+    with pytest.raises(CheckpointError, match="model_type is 'electra'"):
+        hf_convert.check_config(electra)
 
 
 def test_roberta_flops_and_positions():

@@ -247,11 +247,11 @@ def test_round_trip_transformers_keras_transformers(tmp_path, batch, tokenizer):
 
 
 def test_unsupported_models_fail_before_weights_are_read(tmp_path, masked_lm):
-    bert = transformers.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                   intermediate_size=64)
-    bert.save_pretrained(tmp_path / "bert")  # a config with no weights at all: the model type is refused first
-    with pytest.raises(CheckpointError, match="model_type is 'bert'"):
-        hf_convert.load_masked_lm(str(tmp_path / "bert"))
+    electra = transformers.ElectraConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                         intermediate_size=64)
+    electra.save_pretrained(tmp_path / "electra")  # a config with no weights at all: the model type is refused first
+    with pytest.raises(CheckpointError, match="model_type is 'electra'"):
+        hf_convert.load_masked_lm(str(tmp_path / "electra"))
     wrong = transformers.RobertaConfig(vocab_size=masked_lm.backbone.vocabulary_size, hidden_size=64,
                                        num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
     with pytest.raises(CheckpointError, match=r"hidden_size=64 \(model: 32\)"):

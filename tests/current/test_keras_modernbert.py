@@ -140,7 +140,11 @@ def test_probability_dropout_path_equals_dot_product_attention():
     mask = np.abs(np.arange(SEQ)[:, None] - np.arange(SEQ)[None, :]) <= 2
     mask = np.logical_and(mask[None, None], (np.arange(SEQ) < np.array([[SEQ], [3]]))[:, None, None, :])
     assert not mask[1, 0, 8].any()  # query 8 of row 1 sees no real key
-    explicit = attention._attention_with_dropout(query, key, value, mask, 0.25)
+    from hf_tpu_ext.backends.keras.architectures.attention import attend
+
+    assert attention.attention_probs_dropout.name == "attention_probs_dropout"  # what attend drops with
+    tiny_rate = keras.layers.Dropout(1e-9)  # nonzero while training: the einsum path, keeping every probability
+    explicit = attend(query, key, value, mask, tiny_rate, True, 0.25)
     fused = keras.ops.dot_product_attention(query, key, value, mask=mask, scale=0.25)
     np.testing.assert_allclose(np.asarray(explicit), np.asarray(fused), rtol=0, atol=1e-6)
 

@@ -17,6 +17,8 @@ ARCHITECTURES: Dict[str, str] = {
     "roberta": "hf_tpu_ext.backends.keras.architectures.roberta:ARCHITECTURE",
     "xlm-roberta": "hf_tpu_ext.backends.keras.architectures.roberta:ARCHITECTURE",
     "camembert": "hf_tpu_ext.backends.keras.architectures.roberta:ARCHITECTURE",
+    "bert": "hf_tpu_ext.backends.keras.architectures.bert:ARCHITECTURE",
+    "distilbert": "hf_tpu_ext.backends.keras.architectures.distilbert:ARCHITECTURE",
     "modernbert": "hf_tpu_ext.backends.keras.architectures.modernbert:ARCHITECTURE",
 }
 

@@ -27,7 +27,8 @@ XLA's reference attention (einsums, masked softmax); on an Ampere+ GPU with cuDN
 turned into an additive bias (the window saves no work: cuDNN's window is left-only, for causal masks), and XLA's
 in float32 or when cuDNN refuses; on TPU, XLA's: Keras' Splash-kernel path reads one batch row's mask (row 0), so
 with per-row padding it would be wrong, and inside ``jit`` (every training/eval step) it falls back to XLA anyway
-because the mask is traced; :func:`_flash_attention` therefore passes ``flash_attention=False`` on TPU.
+because the mask is traced; :func:`.attention.flash_attention_setting` therefore passes ``flash_attention=False``
+on TPU (:func:`.attention.attend`, the attention of every architecture here, chooses between the two paths).
 Every one of these computes all ``L x L`` scores and masks them: a local layer costs what a global one costs
 (measured: small preset, seq 512, 2-core CPU, equal step times within noise), while ``flops_per_token`` counts
 the window's keys (the useful work), so MFU at ``seq > local_attention`` understates the hardware's load.
@@ -45,11 +46,8 @@ import numpy as np
 from keras import layers, ops
 
 from hf_tpu_ext.backends.keras.architectures import modernbert_config as mc
+from hf_tpu_ext.backends.keras.architectures.attention import attend
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
-
-#: where the softmax must not look (finite, so a query whose keys are all masked, e.g. a pad query far from any
-#: real token on a local layer, gets a uniform row instead of NaN; real tokens never read pad queries' outputs)
-_MASKED_LOGIT = -1e30
 
 
 def _init(config, out: bool = False):
@@ -72,17 +70,6 @@ def _activation(name: str):
     return lambda x: keras.activations.gelu(x, approximate=approximate)
 
 
-def _flash_attention():
-    """``flash_attention`` for ``keras.ops.dot_product_attention``: ``False`` on a JAX TPU (module doc: Keras'
-    Splash path would apply batch row 0's mask to every row), else ``None`` (Keras decides: cuDNN or XLA)."""
-    if keras.config.backend() == "jax":
-        import jax
-
-        if jax.default_backend() == "tpu":
-            return False
-    return None
-
-
 def _rotate_half(x):
     half = x.shape[-1] // 2
     return ops.concatenate([-x[..., half:], x[..., :half]], axis=-1)
@@ -98,7 +85,6 @@ class ModernBertAttention(layers.Layer):
         self.hidden, self.heads = int(config.hidden_size), int(config.num_attention_heads)
         self.head_dim = self.hidden // self.heads
         self.probability_dropout = float(config.attention_dropout)
-        self.flash_attention = _flash_attention()
         bias = bool(config.attention_bias)
         self.Wqkv = layers.Dense(3 * self.hidden, use_bias=bias, kernel_initializer=_init(config), dtype=policy,
                                  name="Wqkv")
@@ -122,20 +108,9 @@ class ModernBertAttention(layers.Layer):
         query, key = (ops.cast(ops.cast(t, "float32") * cos + _rotate_half(ops.cast(t, "float32")) * sin, x.dtype)
                       for t in (query, key))
         scale = self.head_dim ** -0.5
-        if training and self.probability_dropout > 0.0:
-            attended = self._attention_with_dropout(query, key, value, mask, scale)
-        else:
-            attended = ops.dot_product_attention(query, key, value, mask=mask, scale=scale,
-                                                     flash_attention=self.flash_attention)
+        attended = attend(query, key, value, mask, self.attention_probs_dropout, training, scale)
         attended = ops.reshape(attended, (-1, length, self.hidden))
         return self.out_drop(self.Wo(attended), training=training)
-
-    def _attention_with_dropout(self, query, key, value, mask, scale):
-        """transformers' eager attention: float32 softmax, dropout on the probabilities. ``[B, L, N, D]``."""
-        logits = ops.cast(ops.einsum("btnd,bsnd->bnts", query, key), "float32") * scale
-        probabilities = ops.softmax(ops.where(mask, logits, _MASKED_LOGIT), axis=-1)
-        probabilities = self.attention_probs_dropout(ops.cast(probabilities, query.dtype), training=True)
-        return ops.einsum("bnts,bsnd->btnd", probabilities, value)
 
 
 class ModernBertMLP(layers.Layer):

@@ -1,0 +1,111 @@
+"""`hf-tpu train --model_name_or_path <a tiny saved BertForMaskedLM folder>` on the Keras backend, end to end.
+
+The folder holds a random-init ``BertForMaskedLM`` (2 layers, hidden 32) and a ``BertTokenizerFast`` built here
+with the ``tokenizers`` library from a small WordPiece vocabulary (no network). After 20 steps the output folder:
+``AutoModelForMaskedLM`` loads it as a ``BertForMaskedLM`` whose weights moved from the start, its logits equal
+the trained Keras model's (its variables from the last checkpoint; float32, 1e-4) at every real token of a
+right-padded batch, and ``pipeline("fill-mask")`` answers a ``[MASK]`` sentence.
+
+Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu .venv-current/bin/python -m pytest -q
+tests/current/test_keras_bert_train.py``.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("keras")
+
+from hf_tpu_ext.backends.keras.architectures import get_architecture  # noqa: E402
+
+TOLERANCE = 1e-4  # float32, two implementations of the same math
+WORDS = ("the quick brown fox jumps over a lazy dog while seven tiny robots sing about rivers mountains and old "
+         "lighthouse keeper counts ships under bright silver moon").split()
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def bert_tokenizer(max_length):
+    """A ``BertTokenizerFast`` (lower-casing, BERT pre-tokenizer, ``[CLS] A [SEP]``) over :data:`WORDS` plus
+    letters and their ``##`` continuations, built with ``tokenizers`` (no download)."""
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers.models import WordPiece
+
+    letters = sorted({c for w in WORDS for c in w} | set(".,"))
+    vocab = {t: i for i, t in enumerate(SPECIALS + sorted(set(WORDS)) + letters + [f"##{c}" for c in letters])}
+    tok = Tokenizer(WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    tok.decoder = decoders.WordPiece()
+    return transformers.BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                          cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                                          model_max_length=max_length)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(start folder, output folder) of a 20-step run continuing a tiny BERT."""
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run import train
+
+    root = tmp_path_factory.mktemp("bert_train")
+    tokenizer = bert_tokenizer(32)
+    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+                                     pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(config).save_pretrained(root / "start")
+    tokenizer.save_pretrained(root / "start")
+    rng = np.random.default_rng(0)
+    (root / "train.txt").write_text("\n".join(" ".join(rng.choice(WORDS, size=10)) for _ in range(600)))
+    args = ["--backend", "keras", "--model_name_or_path", root / "start", "--train_file", root / "train.txt",
+            "--output_dir", root / "out", "--max_seq_length", "32", "--per_device_train_batch_size", "8",
+            "--per_device_eval_batch_size", "4",
+            "--learning_rate", "1e-3", "--max_steps", "20", "--save_steps", "10", "--logging_steps", "5",
+            "--seed", "7", "--disable_tqdm", "true"]
+    train(*parse_args(list(map(str, args))))
+    return root / "start", root / "out"
+
+
+def test_export_is_a_bert_with_the_keras_logits(trained):
+    start, out = trained
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["BertForMaskedLM"] and config["model_type"] == "bert"
+    exported = transformers.AutoModelForMaskedLM.from_pretrained(out).eval()
+    assert type(exported).__name__ == "BertForMaskedLM"
+    before = transformers.AutoModelForMaskedLM.from_pretrained(start).state_dict()
+    after = exported.state_dict()
+    assert not torch.equal(before["bert.encoder.layer.0.attention.self.query.weight"],
+                           after["bert.encoder.layer.0.attention.self.query.weight"])  # it trained
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    enc = tokenizer(["the quick brown fox jumps", "seven tiny robots sing about old ships under the moon"],
+                    padding=True, return_tensors="np")
+    ids, mask = enc["input_ids"].astype("int32"), enc["attention_mask"].astype("int32")
+    assert mask.min() == 0  # right-padded
+    # the trained Keras model: its variables as the run's last checkpoint keeps them (by Keras path), not the export
+    from safetensors.numpy import load_file
+
+    saved = load_file(str(out / "checkpoint-20" / "model_state.safetensors"))
+    model = get_architecture("bert").build(exported.config, "float32")
+    for variable in model.trainable_variables:
+        variable.assign(saved[variable.path])
+    positions = np.tile(np.arange(ids.shape[1], dtype="int32"), (2, 1))
+    ours = np.asarray(model({"token_ids": ids, "padding_mask": mask, "mask_positions": positions}))
+    with torch.no_grad():
+        theirs = exported(input_ids=torch.tensor(ids, dtype=torch.long),
+                          attention_mask=torch.tensor(mask, dtype=torch.long)).logits.numpy()
+    assert np.abs(ours - theirs)[mask.astype(bool)].max() <= TOLERANCE
+
+
+def test_fill_mask_pipeline_answers(trained):
+    _, out = trained
+    fill = transformers.pipeline("fill-mask", model=str(out), tokenizer=str(out))
+    answers = fill("the quick brown [MASK] jumps", top_k=3)
+    assert len(answers) == 3 and all(a["token_str"] and "[MASK]" not in a["sequence"] for a in answers)
+    assert fill.tokenizer.mask_token == "[MASK]"
