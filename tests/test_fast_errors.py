@@ -291,12 +291,18 @@ def test_resume_names_the_repo_and_only_passed_flags(tmp_path):
         run._apply_checkpoint_shape(info)
     assert str(err.value) == (
         "These flags contradict the checkpoint hf://alice/m/last-checkpoint/ckpt-40 being resumed: --hidden_size 32 "
-        "(the checkpoint has 64); --max_seq_length 128 (the checkpoint's model holds 64 tokens). Drop them (the "
-        "checkpoint's values are used) or start a new run in another --output_dir.")
-    # a passed shorter length is the user's choice (the positions hold it)
+        "(the checkpoint has 64); --max_seq_length 128 (the checkpoint trained at 64; a new length is a new run: "
+        "--model_name_or_path on its exported model). Drop them (the checkpoint's values are used) or start a new run "
+        "in another --output_dir.")
+    # a passed shorter length is another run's shape (tokens, epoch and data position count blocks of one length)
     run = _resume_run(tmp_path, "--resume_from_checkpoint", "alice/m", "--max_seq_length", "32")
-    run._apply_checkpoint_shape(info)
-    assert run.data_args.max_seq_length == 32
+    run._resume_download = (str(download), "alice/m")
+    with pytest.raises(CheckpointError) as err:
+        run._apply_checkpoint_shape(info)
+    assert str(err.value) == (
+        "These flags contradict the checkpoint hf://alice/m/last-checkpoint/ckpt-40 being resumed: --max_seq_length 32 "
+        "(the checkpoint trained at 64; a new length is a new run: --model_name_or_path on its exported model). Drop "
+        "them (the checkpoint's values are used) or start a new run in another --output_dir.")
 
 
 def test_tpu_name_local_off_a_tpu():
