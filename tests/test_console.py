@@ -173,7 +173,7 @@ def test_help_imports_no_framework_and_says_each_default_once(tmp_path):
     for flag, text in options.items():
         assert text.lower().count("default") <= 1, text
         assert "(default: None)" not in text, text
-    assert options["--config_name"].endswith("to train from scratch (default: a small RoBERTa config).")
+    assert options["--config_name"].endswith("to train from scratch (default: --model_type's small preset).")
     assert options["--vocab_size"].endswith("Vocabulary size of the tokenizer trained when none is given. (default: 8000)")
     assert options["--no_do_train"].endswith("`hf-tpu train` always trains: false is refused.")  # no "(default: False)"
 
