@@ -305,6 +305,28 @@ def test_resume_names_the_repo_and_only_passed_flags(tmp_path):
         "them (the checkpoint's values are used) or start a new run in another --output_dir.")
 
 
+def test_resume_position_limit_follows_the_model_type(tmp_path):
+    """BERT's table has no reserved rows (RoBERTa's reserves pad_token_id + 1 = 2): a BERT checkpoint of 512
+    positions resumes at 512 tokens, and 513 is refused naming 512."""
+    from hf_tpu_ext.backends.base import CheckpointInfo
+    from hf_tpu_ext.errors import CheckpointError
+
+    folder = tmp_path / "ckpt"
+    info = CheckpointInfo(path=str(folder), global_step=4, trainer_state=None,
+                          model_config={"model_type": "bert", "hidden_size": 64, "max_position_embeddings": 512})
+    run = _resume_run(tmp_path, "--resume_from_checkpoint", str(folder), "--max_seq_length", "512")
+    run._apply_checkpoint_shape(info)
+    assert run.data_args.max_seq_length == 512
+    run = _resume_run(tmp_path, "--resume_from_checkpoint", str(folder), "--max_seq_length", "513")
+    with pytest.raises(CheckpointError, match=r"--max_seq_length 513 \(the checkpoint's model holds 512 tokens\)"):
+        run._apply_checkpoint_shape(info)
+    info = CheckpointInfo(path=str(folder), global_step=4, trainer_state=None,
+                          model_config={"hidden_size": 64, "max_position_embeddings": 514})  # RoBERTa's: 512 + 2
+    run = _resume_run(tmp_path, "--resume_from_checkpoint", str(folder), "--max_seq_length", "513")
+    with pytest.raises(CheckpointError, match=r"--max_seq_length 513 \(the checkpoint's model holds 512 tokens\)"):
+        run._apply_checkpoint_shape(info)
+
+
 def test_tpu_name_local_off_a_tpu():
     pytest.importorskip("tensorflow")
     from hf_tpu_ext.backends.tensorflow.strategy import tpu_error_message

@@ -11,9 +11,11 @@ import dataclasses
 import logging
 import os
 import tempfile
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from hf_tpu_ext.errors import CheckpointError, IncompleteCheckpointError
+from hf_tpu_ext.model_config import max_sequence_length
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -285,7 +287,9 @@ def _apply_seq_length(info, model_args, data_args, training_args, conflicts: Lis
     epoch and the data position are counted in blocks of one length; a new length is a new run from the model)."""
     saved, m = info.model_config or {}, model_args
     positions = saved.get("max_position_embeddings")
-    limit = int(positions) - 2 if positions else None
+    # RoBERTa reserves pad_token_id + 1 rows of its table, BERT/DistilBERT/ModernBERT none (model_config's rule)
+    limit = max_sequence_length(SimpleNamespace(model_type=saved.get("model_type") or "roberta", pad_token_id=1,
+                                                max_position_embeddings=positions)) if positions else None
     length = data_args.max_seq_length
     trained = checkpoint_seq_length(info.trainer_state)
     if passed(training_args, "max_seq_length", data_args):
