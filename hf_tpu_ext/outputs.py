@@ -455,15 +455,16 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
     }
 
 
-def format_log_entry(entry: Dict[str, Any]) -> str:
+def format_log_entry(entry: Dict[str, Any], explain: bool = True) -> str:
     """One log line of ``hf-tpu train`` (every backend): a training entry as ``step 10 (epoch 0.16): loss 6.1527, lr 4.97e-04 | steady 5,340 tokens/s
-    (median training step; compilation, evaluation and checkpoints excluded), MFU 2.1%``; other entries as
-    ``key=value`` pairs."""
+    (median training step; compilation, evaluation and checkpoints excluded), MFU 2.1%`` (the parenthesis only with
+    ``explain``: the run's first such line says it, the next ones do not repeat it); other entries as ``key=value``
+    pairs."""
     if "loss" not in entry or "tokens_per_second" not in entry:
         return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry.items())
     text = (f"step {entry['step']} (epoch {entry['epoch']:.2f}): loss {entry['loss']:.4f}, "
-            f"lr {entry['learning_rate']:.3g} | steady {entry['tokens_per_second']:,.0f} tokens/s "
-            "(median training step; compilation, evaluation and checkpoints excluded)")
+            f"lr {entry['learning_rate']:.3g} | steady {entry['tokens_per_second']:,.0f} tokens/s"
+            + (" (median training step; compilation, evaluation and checkpoints excluded)" if explain else ""))
     if entry.get("mfu") is not None:
         text += f", MFU {entry['mfu']:.1%}"
     return text

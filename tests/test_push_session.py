@@ -100,7 +100,8 @@ def test_push_config_validates_and_comes_from_training_args():
                                                              hub_strategy="checkpoint", hub_token="hf_secret_123"))
     assert (config.output_dir, config.hub_model_id, config.hub_strategy, config.hub_commit_budget) == (
         "o", "alice/m", "checkpoint", 100)
-    assert config.card_fields == {"license": "apache-2.0", "language": "en"} and "hf_secret_123" not in repr(config)
+    # no --license/--language given: the card claims none (issue 43)
+    assert config.card_fields == {} and "hf_secret_123" not in repr(config)
     _, _, args = parse_args(["--output_dir", "o", "--push_to_hub", "true", "--hub_commit_budget", "5"])
     assert PushConfig.from_training_args(args).hub_commit_budget == 5
     with pytest.raises(ArgumentError, match="--hub_commit_budget must be >= 1, got 0"):

@@ -201,13 +201,14 @@ class LoopMeter:
         return {"loss_window": {"loss_sum": float(self.window_loss), "steps": int(self.window_n)}}
 
 
-def format_entry(entry: Dict[str, Any]) -> str:
-    """:func:`hf_tpu_ext.outputs.format_log_entry`; an entry after only the first, compiling call has no steady
-    rate: ``step 1 (epoch 0.01): loss 6.2278, lr 5e-05 | no steady rate yet (only the compiling first call ran)``."""
+def format_entry(entry: Dict[str, Any], explain: bool = True) -> str:
+    """:func:`hf_tpu_ext.outputs.format_log_entry` (``explain``: say what the steady rate is); an entry after only
+    the first, compiling call has no steady rate: ``step 1 (epoch 0.01): loss 6.2278, lr 5e-05 | no steady rate yet
+    (only the compiling first call ran)``."""
     if "loss" in entry and "learning_rate" in entry and "tokens_per_second" not in entry:
         return (f"step {entry['step']} (epoch {entry['epoch']:.2f}): loss {entry['loss']:.4f}, "
                 f"lr {entry['learning_rate']:.3g} | no steady rate yet (only the compiling first call ran)")
-    return format_log_entry(entry)
+    return format_log_entry(entry, explain)
 
 
 class StepLoop:
@@ -356,7 +357,9 @@ class StepLoop:
         """One log entry: the log history, the console (chief), TensorBoard, trackio (chief)."""
         self.log_history.append(entry)
         if self.is_chief:
-            logger.info(format_entry(entry))
+            explain = "tokens_per_second" in entry and not getattr(self, "_rate_explained", False)
+            logger.info(format_entry(entry, explain))  # what the steady rate is: said on its first line only
+            self._rate_explained = getattr(self, "_rate_explained", False) or explain
         self.steps.write_scalars(entry)
         if self.is_chief:
             log_entry(self.trackio, entry)

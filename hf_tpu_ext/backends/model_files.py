@@ -30,6 +30,52 @@ PT_WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
 BASE_PATTERNS = ["*.json", "*.txt", "*.model"]
 
 
+def safetensors_problem(path: str) -> Optional[str]:
+    """What makes the safetensors file ``path`` unreadable, read from its header alone (no framework, no tensor
+    data read), or ``None`` when it is whole: the format is an 8-byte little-endian header length, that many bytes
+    of JSON naming each tensor's ``data_offsets`` ``[begin, end]`` after the header, then the data."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"it holds {size} bytes, fewer than a safetensors header"
+        n = int.from_bytes(head, "little")
+        if n > size - 8:
+            return f"its header claims {n:,} bytes but the file holds {size:,}"
+        try:
+            header = json.loads(f.read(n))
+            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return "its header is not safetensors JSON"
+    if 8 + n + end > size:
+        return f"it is truncated: its tensors need {8 + n + end:,} bytes, the file holds {size:,}"
+    return None
+
+
+def check_weights_folder(folder: str, option: str = "--model_name_or_path") -> None:
+    """Refuse a local model folder whose ``model.safetensors`` (or a shard its index names) cannot be read, in one
+    line, before any framework loads it.
+
+    Raises:
+        ArgumentError: the file named, with what is wrong and what to do.
+    """
+    names = [SAFE_WEIGHTS_NAME]
+    index = os.path.join(folder, SAFE_WEIGHTS_INDEX_NAME)
+    if os.path.isfile(index):
+        try:
+            with open(index, encoding="utf-8") as f:
+                names = sorted(set(json.load(f)["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise ArgumentError(f"{option} {folder}: {SAFE_WEIGHTS_INDEX_NAME} is not a safetensors index; copy "
+                                "the model folder again.") from None
+    for name in names:
+        path = os.path.join(folder, name)
+        problem = safetensors_problem(path) if os.path.isfile(path) else None
+        if problem:
+            raise ArgumentError(f"{option} {folder}: {name} cannot be read ({problem}); copy or export the model "
+                                "folder again.")
+
+
 def weight_patterns(repo_files: List[str]) -> List[str]:
     """The one weight format to download, in the loaders' order: safetensors, tf_model.h5, pytorch_model.bin."""
     top = set(repo_files)

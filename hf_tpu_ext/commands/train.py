@@ -3,6 +3,10 @@
 Exit status: 0 when the run finished and (with ``--push_to_hub``) its final state is on the Hub; 128 + the
 signal's number after a signal, as shells report it (130: SIGINT, 143: SIGTERM; one line on stderr: ``interrupted at step N; resume with: hf-tpu train ...``); other errors
 as ``hf-tpu`` reports them (non-zero).
+
+Output: the log on stderr ends with the line naming the model folder (and the repo it was pushed to); when stdout is
+not a terminal (a script's pipe) it gets the numeric results as one JSON line first (``all_results.json`` holds them
+too).
 """
 
 import json
@@ -111,14 +115,14 @@ def main(argv=None) -> int:
 
     # the run is complete: a signal now has nothing to save
     with interrupts.finished(then=late if console.whole_process else None) as after:
+        # a script reads the results from stdout (a terminal has all_results.json); one run, one result: process 0's
+        if not sys.stdout.isatty() and is_main_process():
+            print(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}), flush=True)
         line = saved_line(training_args.output_dir)
-        if line:
+        if line:  # the run's last line: where the model is (and the repo)
             import logging
 
             logging.getLogger("hf_tpu_ext").info(line)
-        if is_main_process():  # one run, one result: process 0's (the others hold no files)
-            print(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}, indent=2),
-                  flush=True)
     if after.late is not None:
         print(late_signal_line(after.late, training_args.output_dir), file=sys.stderr, flush=True)
     interrupts.kill_for_test("after_results")

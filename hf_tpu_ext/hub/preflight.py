@@ -179,6 +179,10 @@ def hub_call(what: str, fn, token: Optional[str], /, *args, **kwargs):
             # name the repo (and the owner's nearest one) instead of the Hub's "404 Client Error."
             detail = scrub(missing_repo_message(repo_id, token, kwargs.get("repo_type") or "model"), token)
             raise HubRepoError(f"Could not {what}: {detail}{'' if detail.endswith('?') else '.'}") from None
+        if isinstance(err, RevisionNotFoundError) and repo_id and kwargs.get("revision"):
+            # the Hub's own text can be a bare "404 Client Error.": name the revision and its repo
+            raise HubRepoError(f"Could not {what}: {repo_id} has no revision {kwargs['revision']!r} at {endpoint()}; "
+                               "check the branch, tag or commit name.") from None
         raise HubRepoError(f"Could not {what}: {scrub(_first_line(err), token)}") from None
     except (HfHubHTTPError, LocalEntryNotFoundError) as err:
         # LocalEntryNotFoundError is an HfHubHTTPError without a response in huggingface_hub < 1.0, a

@@ -58,7 +58,7 @@ __all__ = ["HUB_STRATEGIES", "MODEL_IGNORE_PATTERNS", "LAST_CHECKPOINT", "LAST_C
 # What of an output folder never goes into a model push: optimizer state (TensorFlow checkpoint shards,
 # the Trainer's checkpoint folders), local checkpoint folders, temp and hidden files, pickled arguments.
 MODEL_IGNORE_PATTERNS = ("checkpoints/*", f"{LAST_CHECKPOINT}/*", "checkpoint-*", f"hub-{LAST_CHECKPOINT}/*",
-                         "*.index", "*.data-*", "*.tmp", ".*", "training_args.bin")
+                         "*.index", "*.data-*", "*.tmp", ".*", "training_args.bin", "run_state.json")
 # files under last-checkpoint/ on the Hub that a new checkpoint does not re-upload are deleted in its commit
 # (older ckpt-N shards, rng states of other ranks): what lands there is exactly one checkpoint
 LAST_CHECKPOINT_DELETE_PATTERNS = (f"{LAST_CHECKPOINT}/*",)

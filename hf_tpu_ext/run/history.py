@@ -46,7 +46,7 @@ def best_metric_of(training_args) -> Tuple[str, bool]:
 
 
 def run_results(log_history: List[Dict[str, Any]], step: int, plan, runtime: float,
-                fit_metrics: Optional[Dict[str, Any]], training_args) -> Dict[str, Any]:
+                fit_metrics: Optional[Dict[str, Any]], training_args, passes: Optional[int] = None) -> Dict[str, Any]:
     """The run's final metrics (``all_results.json``; ``None`` values left out).
 
     Args:
@@ -56,6 +56,9 @@ def run_results(log_history: List[Dict[str, Any]], step: int, plan, runtime: flo
         fit_metrics: this process's segment from ``Backend.fit`` (throughput of the steps it ran, trace counts), or
             ``None``.
         training_args: for the evaluation results (the best one with ``load_best_model_at_end``).
+        passes: with ``--streaming`` (``plan.streaming``), the passes over the stream completed
+            (``Backend.data_passes``): reported as ``stream_passes`` instead of an ``epoch`` (a stream has no length:
+            ``step / max_steps`` would be no epoch).
 
     Returns:
         ``train_loss`` (mean over all steps), ``train_runtime`` (s), ``train_{steps,samples,tokens}_per_second``,
@@ -70,12 +73,13 @@ def run_results(log_history: List[Dict[str, Any]], step: int, plan, runtime: flo
         "train_samples_per_second": step * plan.global_batch_size / runtime if runtime > 0 else None,
         "train_tokens_per_second": step * tokens_per_step / runtime if runtime > 0 else None,
         "global_step": step,
-        "epoch": step / plan.steps_per_epoch,
+        "epoch": None if getattr(plan, "streaming", False) else step / plan.steps_per_epoch,
         "tokens_seen": step * tokens_per_step,
+        "stream_passes": passes if getattr(plan, "streaming", False) else None,
     }
     if fit_metrics:  # this process's segment: throughput of the steps it ran, trace counts
         for k, v in fit_metrics.items():
-            if k not in results or results[k] is None:
+            if k not in results or (results[k] is None and k not in ("epoch", "stream_passes")):
                 results[k] = v
         results["segment_train_runtime"] = fit_metrics.get("train_runtime")
         results["segment_train_tokens_per_second"] = fit_metrics.get("train_tokens_per_second")

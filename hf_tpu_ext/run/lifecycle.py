@@ -103,6 +103,8 @@ class TrainingRun:
         after the arguments' own checks, before anything reads it."""
         check_args = (self.model_args, self.data_args, self.args)
         checks.check_arguments(*check_args)
+        if getattr(self.args, "config_note", None):  # a JSON config's hub fields left unused by --push_to_hub false
+            logger.info("%s", self.args.config_note)
         # first: a second run on a busy folder is refused before it reads or writes anything there
         self._lock = lock_output_dir(self.args.output_dir)
         checks.check_run(*check_args)
@@ -136,7 +138,10 @@ class TrainingRun:
         Raises:
             CheckpointError: a passed flag contradicts the checkpoint, before any data work.
         """
-        resume.apply_checkpoint_shape(info, self.model_args, self.data_args, self.args, self._shown)
+        shape = resume.run_shape(self.backend, info)
+        for line in resume.apply_checkpoint_shape(info, self.model_args, self.data_args, self.args, self._shown,
+                                                  shape):
+            logger.info("%s", line)
 
     def _resume(self, info) -> int:
         """The run's start: global step (0 for a fresh run), the run state it continues, and (resuming) the log
@@ -259,7 +264,8 @@ class TrainingRun:
             # before it recorded them, those its last checkpoint kept (Keras: checkpoint.json fit_metrics)
             fit_metrics = (self.run_state.get("fit_metrics")
                            or getattr(self.backend, "restored_fit_metrics", None) or None)
-        return history.run_results(self.log_history, step, self.plan, runtime, fit_metrics, self.args)
+        passes = self.backend.data_passes(step) if getattr(self.plan, "streaming", False) else None
+        return history.run_results(self.log_history, step, self.plan, runtime, fit_metrics, self.args, passes)
 
     def _summary(self, results: Dict[str, Any]) -> Dict[str, Any]:
         return state.run_summary(self.model_args, self.data_args, self.args, self.backend, self.plan, results,
@@ -270,7 +276,8 @@ class TrainingRun:
         files.write_training_summary(self.args.output_dir, self._summary(results))
 
     def _write_card(self) -> None:
-        files.write_card(self.args, self.pusher.repo_id if self.pusher is not None else self.args.hub_model_id)
+        repo_id = self.pusher.repo_id if self.pusher is not None else self.args.hub_model_id
+        files.write_card(self.model_args, self.args, repo_id)
 
     def export(self, results) -> None:
         """Phase export: the backend's model folder, then the run files (:func:`hf_tpu_ext.run.files.write_run_files`)."""
@@ -445,6 +452,7 @@ class TrainingRun:
         interrupts.kill_for_test("data")
         plan = self.plan
         start = self._resume(info)
+        resume.check_max_steps(start, plan.total_steps, self.run_state, args, info and self._shown(info.path))
         if start >= plan.total_steps:
             self.run_state.setdefault("phases", {})["train"] = "done"
         todo = [p for p in state.PHASES if self._pending(p)]
@@ -458,6 +466,7 @@ class TrainingRun:
         if start >= plan.total_steps:
             logger.info("The checkpoint is at the run's last step %d; finishing: %s", start, ", ".join(todo))
 
+        files.clear_earlier_events(args, backend)  # before build opens this run's TensorBoard writer
         backend.build(self.model_args, self.data_args, args, self.tokenizer, blocks, plan)
         if info is not None:
             restored = backend.restore(info.path)

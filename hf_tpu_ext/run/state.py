@@ -149,9 +149,32 @@ def run_summary(model_args, data_args, training_args, backend, plan, results: Di
         steps_per_execution=fields.get("steps_per_execution", 1),
         compiler=fields.get("compiler") or run_state.get("compiler"),
         initialization=initialization_fields(model_args.model_name_or_path), precision=fields.get("precision"))
+    if getattr(plan, "num_eval_blocks", 0):
+        summary["evaluation"] = evaluation_fields(data_args, plan)
+    if getattr(plan, "streaming", False):  # a stream has no epochs: its passes over the data, when counted
+        summary.update(epoch=None, stream_passes=results.get("stream_passes"))
     if push_report is not None:
         summary["hub_pushes"] = push_report
     return summary
+
+
+def evaluation_fields(data_args, plan) -> Dict[str, Any]:
+    """``training_summary.json`` ``evaluation``: what each evaluation reads, for the card's sentence: ``data`` (in
+    words: the ``--validation_file``, the Hub dataset's validation data, or the share held out of the training
+    text), ``blocks`` (sequences) and ``tokens`` (``blocks x max_seq_length``)."""
+    from hf_tpu_ext.data.loading import describe_data_source
+
+    if data_args.validation_file:
+        name = data_args.validation_file.rstrip("/")
+        data = f"the validation file {name if '://' in name else os.path.basename(name)}"
+    elif data_args.dataset_name:
+        data = f"the validation data of {describe_data_source(data_args)}"
+    else:
+        data = f"{data_args.validation_split_percentage}% of {describe_data_source(data_args)}, held out of training"
+    if getattr(data_args, "max_eval_samples", None) or getattr(plan, "streaming", False):
+        data = f"the first blocks of {data}"
+    blocks = int(plan.num_eval_blocks)
+    return {"data": data, "blocks": blocks, "tokens": blocks * int(plan.seq_length)}
 
 
 def interrupted_fields(signum: int, step: int, checkpoints: List[str], output_dir: str, grace: float,

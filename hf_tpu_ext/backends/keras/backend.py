@@ -424,6 +424,11 @@ class KerasBackend(BackendDefaults):
     def model_config(self):
         return self.config
 
+    def data_passes(self, step: int):
+        from hf_tpu_ext.backends.keras.stream_state import stream_passes
+
+        return stream_passes(self, step)  # --streaming: the stream's own pass count
+
     def model_summary(self) -> Dict[str, Any]:
         from hf_tpu_ext.backends.keras.optimization import optimizer_description
 
