@@ -209,7 +209,8 @@ def filter_native_stderr() -> bool:
 
 #: what C++ libraries write to stdout in a multi-process JAX run: gloo's "[Gloo] Rank 0 is connected to 1 peer
 #: ranks. Expected number of connected peer ranks is : 1", once per collective group and process
-NATIVE_STDOUT_LINE = re.compile(rb"^\[Gloo\] ")
+#: (two gloo threads' writes may interleave, leaving a line's tail without its "[Gloo] Rank " head)
+NATIVE_STDOUT_LINE = re.compile(rb"^\[Gloo\] |.*Expected number of connected peer ranks is : \d+$")
 
 
 def filter_native_stdout() -> bool:
