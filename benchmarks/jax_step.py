@@ -14,7 +14,10 @@ Usage (from the repository root, the current-releases venv):
 
 A variant is ``name=VAR=value;VAR=value`` (environment of that child; empty: the parent's). ``--bf16`` (or a
 variant's ``BENCH_BF16=1``) runs the step with bfloat16 compute (``mixed_bfloat16``); ``BENCH_NATIVE_BF16_DOTS=1`` / ``0``
-passes ``bf16_dots`` True / False to ``make_train_step`` (unset: on a CPU, as the run's ``PrecisionPlan``); ``BENCH_TREE=<checkout>`` runs that
+passes ``bf16_dots`` True / False to ``make_train_step`` (unset: on a CPU, as the run's ``PrecisionPlan``);
+``BENCH_MODEL_TYPE=bert|distilbert|modernbert`` times that architecture's small preset (``model_config.SMALL_PRESETS``,
+vocabulary 8000; ``BENCH_CONFIG="local_attention=1024"`` overrides config fields, e.g. ModernBERT all-global), and each
+child reports tokens/s and MFU (the architecture's ``flops_per_token``, the CPU's formula peak); ``BENCH_TREE=<checkout>`` runs that
 variant's child from another checkout of the repository (a before/after of a code change in one run). Prints one JSON line per child and a summary with the per-round
 ratios against the first variant, the load and the CPU's bf16 flags.
 """
@@ -46,8 +49,19 @@ def child(batch: int, seq: int, steps: int, bf16: bool) -> dict:
     from hf_tpu_ext.backends.keras.step import jit_train_step, make_train_step
     from hf_tpu_ext.data.masking import default_max_predictions
 
-    config = RobertaConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                           intermediate_size=1024, max_position_embeddings=seq + 2, type_vocab_size=1)
+    model_type = os.environ.get("BENCH_MODEL_TYPE", "roberta")
+    if model_type == "roberta":
+        config = RobertaConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                               intermediate_size=1024, max_position_embeddings=seq + 2, type_vocab_size=1)
+    else:  # the architecture's small preset (model_config.SMALL_PRESETS), 8000 tokens, BENCH_CONFIG overrides
+        from transformers import AutoConfig
+
+        from hf_tpu_ext.model_config import SMALL_PRESETS
+
+        config = AutoConfig.for_model(model_type, **{**SMALL_PRESETS[model_type], "vocab_size": 8000,
+                                                     "max_position_embeddings": max(512, seq), "pad_token_id": 0})
+        if os.environ.get("BENCH_CONFIG"):
+            config.update_from_string(os.environ["BENCH_CONFIG"])
     bf16 = bf16 or os.environ.get("BENCH_BF16") == "1"
     model = build_masked_lm(config, dtype="mixed_bfloat16" if bf16 else "float32", seed=42)
     optimizer = keras.optimizers.AdamW(learning_rate=5e-4, weight_decay=0.01)
@@ -74,7 +88,18 @@ def child(batch: int, seq: int, steps: int, bf16: bool) -> dict:
         float(loss)
         walls.append(time.perf_counter() - w0)
         cpus.append(time.process_time() - c0)
-    return {"devices": placement.num_devices, "bf16": bf16, "ms_per_step": statistics.median(walls[3:]) * 1e3,
+    ms = statistics.median(walls[3:]) * 1e3
+    figures = {"model_type": model_type, "seq": seq, "tokens_per_s": round(batch * seq / ms * 1e3, 1)}
+    try:  # MFU from the architecture's own FLOP count and the CPU's formula peak (hf_tpu_ext.flops)
+        from hf_tpu_ext.backends.keras.architectures import get_architecture
+        from hf_tpu_ext.flops import device_peak
+
+        per_token = get_architecture(config.model_type).flops_per_token(config, seq, p / seq)
+        peak = device_peak("CPU", "bfloat16" if bf16 else "float32").flops
+        figures.update(flops_per_token=per_token, mfu=round(figures["tokens_per_s"] * per_token / peak, 4))
+    except ImportError:  # a checkout from before the architecture registry
+        pass
+    return {**figures, "devices": placement.num_devices, "bf16": bf16, "ms_per_step": ms,
             "cpu_ms_per_step": statistics.median(cpus[3:]) * 1e3, "first_step_s": walls[0],
             "loss": float(loss), "xla_flags": os.environ.get("XLA_FLAGS", ""), "jax": jax.__version__}
 
