@@ -21,7 +21,7 @@ DEFAULT_SMALL_CONFIG = dict(
 #: ``--model_type`` -> the small preset trained from scratch: ``AutoConfig.for_model(model_type, **preset)``, every
 #: other field the config class's default. Each is 4 layers x 256 hidden x 4 heads, as RoBERTa's; feed-forward 1024
 #: (4x) for BERT/DistilBERT, ModernBERT's GeGLU 512 (``Wi`` [256, 1024]: 393k MLP parameters against RoBERTa's 524k;
-#: the Keras module's ``modernbert_config.default_config`` has the same numbers), with ModernBERT's 128-token local
+#: each Keras architecture's ``default_config()`` returns its row), with ModernBERT's 128-token local
 #: window and every third layer global. Positions: BERT's/DistilBERT's 512, ModernBERT's class default 8192
 #: (rotary: no weights); RoBERTa's are set per run (``max_seq_length + 2``, see :func:`build_config`).
 SMALL_PRESETS = {

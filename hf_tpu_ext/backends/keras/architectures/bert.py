@@ -18,6 +18,7 @@ from typing import Any, Dict
 
 from hf_tpu_ext.backends.keras.architectures.post_ln import EncoderNames, check_encoder, encoder_architecture
 from hf_tpu_ext.errors import CheckpointError
+from hf_tpu_ext.model_config import SMALL_PRESETS
 
 _LAYER = "bert.encoder.layer.{i}."
 NAMES = EncoderNames(
@@ -69,8 +70,7 @@ def encoder_kwargs(config) -> Dict[str, Any]:
 def default_config() -> Dict[str, Any]:
     """The small preset: RoBERTa's 4 layers x 256 wide, 4 heads, FFN 1024; BERT's own defaults otherwise
     (``layer_norm_eps`` 1e-12, 512 positions, 2 token types)."""
-    return dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-                max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu")
+    return dict(SMALL_PRESETS["bert"])  # the presets' one owner: model_config
 
 
 ARCHITECTURE = encoder_architecture("bert", "BertForMaskedLM", NAMES, check_config, encoder_kwargs, default_config)

@@ -20,6 +20,7 @@ from typing import Any, Dict
 
 from hf_tpu_ext.backends.keras.architectures.post_ln import EncoderNames, check_encoder, encoder_architecture
 from hf_tpu_ext.errors import CheckpointError
+from hf_tpu_ext.model_config import SMALL_PRESETS
 
 #: transformers' DistilBERT LayerNorms (embeddings, layers, head) are built with eps=1e-12; the config has no field
 LAYER_NORM_EPS = 1e-12
@@ -65,8 +66,7 @@ def encoder_kwargs(config) -> Dict[str, Any]:
 def default_config() -> Dict[str, Any]:
     """The small preset, ``DistilBertConfig`` names: 4 layers x 256 wide, 4 heads, FFN 1024 (RoBERTa's preset
     sizes), 512 positions, gelu."""
-    return dict(dim=256, n_layers=4, n_heads=4, hidden_dim=1024, max_position_embeddings=512, activation="gelu",
-                sinusoidal_pos_embds=False)
+    return dict(SMALL_PRESETS["distilbert"])  # the presets' one owner: model_config
 
 
 ARCHITECTURE = encoder_architecture("distilbert", "DistilBertForMaskedLM", NAMES, check_config, encoder_kwargs,

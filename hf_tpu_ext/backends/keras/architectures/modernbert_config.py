@@ -13,6 +13,7 @@ import logging
 from typing import Any, Dict, List, Tuple
 
 from hf_tpu_ext.errors import CheckpointError
+from hf_tpu_ext.model_config import SMALL_PRESETS
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +32,7 @@ def default_config() -> Dict[str, Any]:
     parameters against RoBERTa's 524k at 1024), ``local_attention`` 128 with layers 0 and 3 global (ModernBERT's
     ``global_attn_every_n_layers`` 3). Everything else is ``ModernBertConfig``'s default (no biases but the
     decoder's, exact GELU, ``norm_eps`` 1e-5, thetas 160000 global / 10000 local)."""
-    return dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512,
-                local_attention=128, global_attn_every_n_layers=3)
+    return dict(SMALL_PRESETS["modernbert"])  # the presets' one owner: model_config
 
 
 def layer_types(config) -> List[str]:
