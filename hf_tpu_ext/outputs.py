@@ -406,7 +406,7 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
             (:func:`hf_tpu_ext.hub.model_card.initialization_fields`; the run files sit below the Hub layer and
             do not decide what a Hub id is); ``None``: both ``None`` (from scratch).
         precision: ``"bf16 mixed"`` or ``"float32"``, the backend's :class:`hf_tpu_ext.precision.PrecisionPlan`
-            (``--bf16 auto`` resolved); ``None``: from ``training_args.bf16`` (a backend that writes it back).
+            (``--bf16 auto`` resolved); ``None``: bf16 only for an explicit ``--bf16 true`` (a caller without a backend).
     """
     args = training_args
     return {

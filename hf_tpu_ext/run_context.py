@@ -30,6 +30,8 @@ class RunContext:
         flops_per_token: training FLOPs per token (:func:`hf_tpu_ext.flops.flops_per_token`), or None.
         logs_throughput: the backend's own loop logs tokens/s at each logging step (the throughput callback
             then logs no line of its own).
+        precision: the backend's :class:`hf_tpu_ext.precision.PrecisionPlan` (``--bf16 auto`` resolved once, in
+            its setup; the arguments keep what the user asked), or None outside a backend.
     """
 
     model_args: Any = None
@@ -53,6 +55,15 @@ class RunContext:
     max_predictions: int = 1
     flops_per_token: Optional[float] = None
     logs_throughput: bool = True
+    precision: Any = None
+
+    @property
+    def compute_dtype(self) -> str:
+        """``"bfloat16"`` when the run computes in bf16 (the precision plan's decision; without a plan, an explicit
+        ``--bf16 true``), else ``"float32"``: the dtype a device's peak FLOP/s is read for."""
+        if self.precision is not None:
+            return "bfloat16" if self.precision.bf16 else "float32"
+        return "bfloat16" if getattr(self.training_args, "bf16", None) is True else "float32"
 
     @property
     def device_info(self) -> Any:

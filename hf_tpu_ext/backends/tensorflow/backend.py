@@ -70,7 +70,6 @@ class TensorFlowBackend(BackendDefaults):
         self.compiler_note = fusion_setup.compiler_note
         if not fusion_setup.ready and _precision_plan(args, self.info.accelerator, True).fuse_elementwise:
             logger.info(fusion_setup.not_fused_message())
-        args.bf16, args.jit_compile = self.precision.bf16, self.precision.jit_compile
         logger.info("strategy %s: %d replica(s) on %d %s device(s); host memory: %s", self.info.strategy_name,
                     self.num_replicas, self.info.num_devices, self.info.accelerator,
                     ", ".join(k for k, v in host_memory.items() if v) or "defaults")
@@ -198,7 +197,7 @@ class TensorFlowBackend(BackendDefaults):
         L = plan.seq_length
         # bf16: bfloat16 compute, float32 variables (so checkpoints and the export stay float32); the loss's
         # softmax runs on float32 logits (model.masked_lm_sums)
-        tf_keras.mixed_precision.set_global_policy("mixed_bfloat16" if args.bf16 else "float32")
+        tf_keras.mixed_precision.set_global_policy(self.precision.keras_policy)  # decided once, in setup
         with strategy.scope():
             self.model = build_model(model_args, tokenizer, L, seed=args.seed)
             self.optimizer, self.schedule = make_optimizer(args, plan.total_steps)
@@ -226,6 +225,7 @@ class TensorFlowBackend(BackendDefaults):
                                if info.is_chief and "tensorboard" in report_to else None)
         self.trackio = init_trackio(args, model_args) if info.is_chief and "trackio" in report_to else None
         self.context = RunContext(model_args=model_args, data_args=data_args, training_args=args, strategy=strategy,
+                                  precision=self.precision,
                                   strategy_info=info, num_replicas=self.num_replicas,
                                   global_batch_size=plan.global_batch_size, seq_length=L,
                                   steps_per_epoch=plan.steps_per_epoch, total_steps=plan.total_steps,
@@ -253,6 +253,7 @@ class TensorFlowBackend(BackendDefaults):
                                  plan.seq_length, checkpointer=self.checkpointer, callbacks=callbacks,
                                  start_step=start_step, log_history=log_history, summary_writer=self.summary_writer,
                                  trackio=self.trackio, on_save=on_save,
+                                 jit_compile=self.precision.jit_compile,
                                  fuse_elementwise=self.precision.fuse_elementwise, compiler_note=self.compiler_note)
         if self.is_chief:
             # one level of parentheses at most: the compiler path may hold "(oneDNN)", the reason none
@@ -325,7 +326,8 @@ class TensorFlowBackend(BackendDefaults):
 
         args = self.args
         return {**model_summary_fields(self.model), "optimizer": optimizer_description(args),
-                "jit_compile": args.jit_compile, "steps_per_execution": args.steps_per_execution,
+                "jit_compile": self.precision.jit_compile, "precision": self.precision.precision,
+                "steps_per_execution": args.steps_per_execution,
                 "compiler": self.trainer.compiler_path if self.trainer is not None else None}
 
     def model_config(self):

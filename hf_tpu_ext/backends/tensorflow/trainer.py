@@ -84,9 +84,10 @@ class TFTrainer:
     def __init__(self, model, optimizer, lr_schedule, training_args, strategy_info, make_train_dataset,
                  eval_dataset, eval_steps, steps_per_epoch, total_steps, seq_length, checkpointer=None,
                  callbacks=(), start_step: int = 0, log_history=None, summary_writer=None, trackio=None,
-                 on_save=None, fuse_elementwise: bool = False, compiler_note: str = ""):
+                 on_save=None, jit_compile: bool = True, fuse_elementwise: bool = False, compiler_note: str = ""):
         self.model = model
-        self.fuse_elementwise = bool(fuse_elementwise) and not training_args.jit_compile
+        self.jit_compile = bool(jit_compile)  # the precision plan's (--jit_compile unset: resolved), not the args'
+        self.fuse_elementwise = bool(fuse_elementwise) and not self.jit_compile
         self.compiler_note = compiler_note
         self.optimizer = optimizer
         self.lr_schedule = lr_schedule
@@ -142,7 +143,7 @@ class TFTrainer:
         ``OperatorNotAllowedInGraphError`` while tracing; :meth:`train` then rebuilds with ``autograph=True``.
         """
         self.autograph = autograph
-        use_xla = bool(self.args.jit_compile)
+        use_xla = self.jit_compile
         # one device, no cross-replica update: forward, backward, clipping and AdamW in one XLA program
         # (Mirrored/MultiWorker strategies route apply_gradients through merge_call, which XLA cannot hold)
         self.fused_update = use_xla and self.info.distributed_type == DistributedType.NO

@@ -89,7 +89,6 @@ class TorchXLABackend(BackendDefaults):
         logger.info("torch_xla: %d process(es), %d %s device(s) (%s)", self.info.world_size, self.info.num_devices,
                     self.info.accelerator, self.info.device_kind)
         self.precision = _precision_plan(training_args.bf16, self.info.accelerator)
-        training_args.bf16 = self.precision.bf16  # what the Trainer gets (trainer.hf_training_arguments) and the card
         if self.is_chief:
             logger.info("precision %s, compiler path: XLA (torch_xla lazy tensors). Why: %s.",
                         self.precision.precision, self.precision.reason)
@@ -212,6 +211,7 @@ class TorchXLABackend(BackendDefaults):
         self.train_ds = BlocksDataset(blocks["train"])
         self.eval_ds = BlocksDataset(blocks["validation"]) if plan.has_eval else None
         self.context = RunContext(model_args=model_args, data_args=data_args, training_args=args,
+                                  precision=self.precision,
                                   strategy_info=self.info, num_replicas=self.num_replicas,
                                   global_batch_size=plan.global_batch_size, seq_length=plan.seq_length,
                                   steps_per_epoch=plan.steps_per_epoch, total_steps=plan.total_steps,
@@ -247,7 +247,7 @@ class TorchXLABackend(BackendDefaults):
                 log_history[:] = _log_history(backend.trainer)
                 on_save(int(state.global_step), os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
 
-        hf_args = hf_training_arguments(args, plan.total_steps, eval_strategy=args.eval_strategy if plan.has_eval else "no",
+        hf_args = hf_training_arguments(args, plan.total_steps, bf16=self.precision.bf16, eval_strategy=args.eval_strategy if plan.has_eval else "no",
                                         eval_on_start=bool(getattr(args, "eval_on_start", False)) and plan.has_eval)
         host_barrier(args.output_dir, f"ready-{os.getppid()}", self.info.process_index, self.info.world_size)
         self.trainer = trainer = _trainer_class()(
@@ -309,6 +309,7 @@ class TorchXLABackend(BackendDefaults):
 
         return {**model_summary_fields(self.model), "optimizer": optimizer_description(self.args),
                 "jit_compile": True,  # every torch_xla step is an XLA graph
+                "precision": self.precision.precision if getattr(self, "precision", None) else None,
                 "steps_per_execution": 1, "compiler": "XLA (torch_xla lazy tensors)"}
 
     def model_config(self):

@@ -62,8 +62,8 @@ def hf_training_arguments(args, total_steps: int, **overrides):
 
     # our TrainingArguments reuse transformers' names, so these fields carry over as they are
     kwargs = {name: getattr(args, name) for name in _SAME_NAME_FIELDS}
-    # the backend's setup resolved --bf16 (hf_tpu_ext.precision, backend._precision_plan); an unresolved
-    # auto/unset (a caller without the backend) is float32
+    # the backend's precision plan (hf_tpu_ext.precision, decided once in its setup) passes bf16; without it
+    # (a caller without the backend) only an explicit --bf16 true is bf16
     kwargs["bf16"] = args.bf16 is True
     kwargs.update(
         max_grad_norm=args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else 0.0,

@@ -105,7 +105,7 @@ class ThroughputCallback(TrainerCallback):
 
         fraction = min(1.0, run.max_predictions / run.seq_length) if run.max_predictions else None
         fpt = flops_per_token(run.model_config, run.seq_length, masked_fraction=fraction) if run.model_config else None
-        dtype = "bfloat16" if getattr(run.training_args, "bf16", False) else "float32"
+        dtype = run.compute_dtype
         # hf-tpu train's batches are full blocks: every position is a real token, and no device op is added;
         # with --disable_tqdm the backend removes the Trainer's printer, so this callback's line is the one
         return cls(seq_length=run.seq_length, global_batch_size=run.global_batch_size, num_replicas=run.num_replicas,
