@@ -113,6 +113,10 @@ def test_roberta_attention_is_the_shared_one_under_its_checkpoint_paths(monkeypa
     assert paths[-5:] == ["mlm_head/bias", "mlm_head/dense/kernel", "mlm_head/dense/bias",
                           "mlm_head/layer_norm/gamma", "mlm_head/layer_norm/beta"]
     assert len(paths) == 4 + 2 * 16 + 5
+    # independently initialized projections (a shared Keras initializer instance would make them equal)
+    kernels = [np.asarray(getattr(block.self_attention, n).kernel) for n in ("query", "key", "value")]
+    assert not np.array_equal(kernels[0], kernels[1]) and not np.array_equal(kernels[1], kernels[2])
+    assert 0.01 < float(np.std(kernels[0])) < 0.02  # truncated normal, stddev 0.02
     # every attention call goes through attend (one implementation for every architecture)
     calls = []
     original = encoder.attend

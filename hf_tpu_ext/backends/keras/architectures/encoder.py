@@ -59,11 +59,12 @@ class SelfAttention(layers.Layer):
         policy = self.dtype_policy
         self.num_heads, self.hidden_dim = int(num_heads), int(hidden_dim)
         self.head_dim = self.hidden_dim // self.num_heads
-        projection = dict(output_shape=(None, self.num_heads, self.head_dim), bias_axes="nh",
-                          kernel_initializer=_initializer(), dtype=policy)
-        self.query = layers.EinsumDense("btd,dnh->btnh", name="query", **projection)
-        self.key = layers.EinsumDense("btd,dnh->btnh", name="key", **projection)
-        self.value = layers.EinsumDense("btd,dnh->btnh", name="value", **projection)
+        # one initializer each: a Keras initializer instance draws the same values at every call, so a shared
+        # one would start query, key and value equal
+        self.query, self.key, self.value = (
+            layers.EinsumDense("btd,dnh->btnh", output_shape=(None, self.num_heads, self.head_dim), bias_axes="nh",
+                               kernel_initializer=_initializer(), dtype=policy, name=name)
+            for name in ("query", "key", "value"))
         self.output_dense = layers.EinsumDense("btnh,nhd->btd", output_shape=(None, self.hidden_dim), bias_axes="d",
                                                kernel_initializer=_initializer(), dtype=policy, name=output_name)
         self.probs_dropout = layers.Dropout(float(attention_dropout), dtype=policy, name="attention_probs_dropout")
