@@ -111,6 +111,8 @@ def synthetic_batch(shapes: Dict[str, int], predictions: int, seed: int = 0) -> 
 
 def build_step(shapes: Dict[str, int], bf16: bool, total_steps: int):
     """``(step, state, placement, config)``: the Keras backend's jitted train step and its replicated state."""
+    import jax
+
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.backends.keras.model import build_masked_lm
     from hf_tpu_ext.backends.keras.optimization import make_optimizer
@@ -126,7 +128,8 @@ def build_step(shapes: Dict[str, int], bf16: bool, total_steps: int):
     state = (placement.put_replicated([v.value for v in model.trainable_variables]),
              placement.put_replicated([v.value for v in model.non_trainable_variables]),
              placement.put_replicated([v.value for v in optimizer.variables]))
-    step = jit_train_step(make_train_step(model, optimizer, int(training_args.seed), 1), placement)
+    step = jit_train_step(make_train_step(model, optimizer, int(training_args.seed), 1,
+                                          bf16_dots=jax.default_backend() == "cpu"), placement)
     return step, state, placement, config
 
 

@@ -14,7 +14,7 @@ Usage (from the repository root, the current-releases venv):
 
 A variant is ``name=VAR=value;VAR=value`` (environment of that child; empty: the parent's). ``--bf16`` (or a
 variant's ``BENCH_BF16=1``) runs the step with bfloat16 compute (``mixed_bfloat16``); ``BENCH_NATIVE_BF16_DOTS=1`` / ``0``
-passes ``bf16_dots`` True / False to ``make_train_step`` (unset: its default); ``BENCH_TREE=<checkout>`` runs that
+passes ``bf16_dots`` True / False to ``make_train_step`` (unset: on a CPU, as the run's ``PrecisionPlan``); ``BENCH_TREE=<checkout>`` runs that
 variant's child from another checkout of the repository (a before/after of a code change in one run). Prints one JSON line per child and a summary with the per-round
 ratios against the first variant, the load and the CPU's bf16 flags.
 """
@@ -54,7 +54,7 @@ def child(batch: int, seq: int, steps: int, bf16: bool) -> dict:
     optimizer.build(model.trainable_variables)
     placement = Placement()
     dots = os.environ.get("BENCH_NATIVE_BF16_DOTS")  # unset: the step's default (bf16_dot.py on a CPU)
-    step = make_train_step(model, optimizer, 42, 1, bf16_dots=None if dots is None else dots == "1")
+    step = make_train_step(model, optimizer, 42, 1, bf16_dots=jax.default_backend() == "cpu" if dots is None else dots == "1")
     step = jit_train_step(step, placement)
     state = (placement.put_replicated([v.value for v in model.trainable_variables]),
              placement.put_replicated([v.value for v in model.non_trainable_variables]),

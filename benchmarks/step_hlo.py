@@ -31,6 +31,7 @@ DOT = re.compile(r"=\s*(\w+)\[[^\]]*\][^ ]*\s+dot\(")
 def step_hlo(batch: int = 32, seq: int = 128, bf16: bool = False) -> str:
     """Optimized HLO text of the jitted train step at ``[batch, seq]`` int32 inputs, metadata stripped."""
     os.environ.setdefault("KERAS_BACKEND", "jax")
+    import jax
     import keras
     import numpy as np
     from transformers import RobertaConfig
@@ -46,7 +47,8 @@ def step_hlo(batch: int = 32, seq: int = 128, bf16: bool = False) -> str:
     optimizer = keras.optimizers.AdamW(learning_rate=5e-4, weight_decay=0.01)
     optimizer.build(model.trainable_variables)
     placement = Placement()
-    step = jit_train_step(make_train_step(model, optimizer, 42, 1), placement)
+    on_cpu = jax.default_backend() == "cpu"  # the run's PrecisionPlan routes the dots on an XLA:CPU step only
+    step = jit_train_step(make_train_step(model, optimizer, 42, 1, bf16_dots=on_cpu), placement)
     state = (placement.put_replicated([v.value for v in model.trainable_variables]),
              placement.put_replicated([v.value for v in model.non_trainable_variables]),
              placement.put_replicated([v.value for v in optimizer.variables]))

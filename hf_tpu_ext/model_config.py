@@ -1,4 +1,4 @@
-"""Backend-neutral model configuration: the default small RoBERTa, size overrides, position limits.
+"""Backend-neutral model configuration: the small preset per architecture, size overrides, position limits.
 
 Both backends build their model from :func:`build_config`, so the same arguments give the same
 architecture whichever backend trains it. No TensorFlow or torch import here.
@@ -18,8 +18,57 @@ DEFAULT_SMALL_CONFIG = dict(
     layer_norm_eps=1e-5,  # RoBERTa's (RobertaConfig's default is BERT's 1e-12)
 )
 
+#: ``--model_type`` -> the small preset trained from scratch: ``AutoConfig.for_model(model_type, **preset)``, every
+#: other field the config class's default. Each is 4 layers x 256 hidden x 4 heads, as RoBERTa's; feed-forward 1024
+#: (4x) for BERT/DistilBERT, ModernBERT's GeGLU 512 (``Wi`` [256, 1024]: 393k MLP parameters against RoBERTa's 524k;
+#: the Keras module's ``modernbert_config.default_config`` has the same numbers), with ModernBERT's 128-token local
+#: window and every third layer global. Positions: BERT's/DistilBERT's 512, ModernBERT's class default 8192
+#: (rotary: no weights); RoBERTa's are set per run (``max_seq_length + 2``, see :func:`build_config`).
+SMALL_PRESETS = {
+    "roberta": DEFAULT_SMALL_CONFIG,
+    "bert": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+                 max_position_embeddings=512),
+    "distilbert": dict(dim=256, n_layers=4, n_heads=4, hidden_dim=1024, max_position_embeddings=512),
+    "modernbert": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512,
+                       local_attention=128, global_attn_every_n_layers=3),
+}
+
 SIZE_OVERRIDES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                   "hidden_dropout_prob", "attention_probs_dropout_prob")
+
+#: the config field each size/dropout flag sets where an architecture names it differently (others: the flag's name)
+FLAG_FIELDS = {
+    "distilbert": {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
+                   "intermediate_size": "hidden_dim", "hidden_dropout_prob": "dropout",
+                   "attention_probs_dropout_prob": "attention_dropout"},
+    "modernbert": {"hidden_dropout_prob": ("embedding_dropout", "mlp_dropout"),
+                   "attention_probs_dropout_prob": "attention_dropout"},
+}
+
+
+def flag_fields(model_type: str, flag: str) -> tuple:
+    """The config fields ``--<flag>`` sets on a ``model_type`` config (DistilBERT's ``dropout`` for
+    ``hidden_dropout_prob``, ...)."""
+    fields = FLAG_FIELDS.get(model_type, {}).get(flag, flag)
+    return fields if isinstance(fields, tuple) else (fields,)
+
+
+def parse_config_overrides(text) -> dict:
+    """``--config_overrides`` (run_mlm's syntax, ``"n_embd=10,resid_pdrop=0.2"``) as ``{key: value string}``.
+
+    Raises:
+        ArgumentError: a piece without ``=`` or with an empty key.
+    """
+    pairs = {}
+    for piece in (p.strip() for p in str(text or "").split(",")):
+        if not piece:
+            continue
+        key, sep, value = piece.partition("=")
+        if not sep or not key.strip():
+            raise ArgumentError(f"--config_overrides {text!r}: {piece!r} is not key=value; write it as "
+                                "\"num_hidden_layers=4,hidden_size=256\".")
+        pairs[key.strip()] = value.strip()
+    return pairs
 
 
 def max_sequence_length(config) -> int:
@@ -40,59 +89,188 @@ def check_positions(config, max_seq_length: int) -> None:
         )
 
 
-def build_config(model_args, tokenizer, max_seq_length: int):
-    """The config of a model trained from scratch: ``config_name`` or the default small RoBERTa, with the size
-    overrides of ``model_args`` and the tokenizer's vocabulary and special ids. The default RoBERTa gets
-    ``max_seq_length + 2`` positions, or ``model_args.checkpoint_max_position_embeddings`` when a resume set it
-    (the checkpoint's, which hold a shorter ``--max_seq_length``).
+def apply_config_overrides(config, text) -> None:
+    """Apply ``--config_overrides`` to ``config`` with ``PretrainedConfig.update_from_string`` (each value typed as
+    the field it replaces: int, float, bool, str).
 
     Raises:
-        ArgumentError: hidden size not a multiple of the heads, or too few positions for ``max_seq_length``.
+        ArgumentError: a key the config does not have (its ``model_type`` and the closest field named), or a value
+            of the wrong type.
     """
-    from transformers import AutoConfig, RobertaConfig
+    import difflib
 
-    if model_args.config_name:
-        config = AutoConfig.from_pretrained(model_args.config_name, cache_dir=model_args.cache_dir)
-    else:
-        config = RobertaConfig(**DEFAULT_SMALL_CONFIG)
+    for key, value in parse_config_overrides(text).items():
+        if not hasattr(config, key):
+            close = difflib.get_close_matches(key, [*config.to_dict(), *getattr(config, "attribute_map", {})], n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "see the fields of its config.json."
+            raise ArgumentError(f"--config_overrides: a {config.model_type} config has no field {key!r}; {hint}")
+        try:
+            config.update_from_string(f"{key}={value}")
+        except ValueError as err:
+            raise ArgumentError(f"--config_overrides {key}={value}: {err}.") from None
+
+
+def check_overrides_of_pretrained(config, text, name: str) -> None:
+    """Refuse ``--config_overrides`` that change a pretrained model's architecture (its weights' shapes or
+    wiring): only dropout fields, or a field set to the value the model has, may be given with
+    ``--model_name_or_path``.
+
+    Raises:
+        ArgumentError: one line naming the field, the model's value and what to do.
+    """
+    import copy
+
+    for key, value in parse_config_overrides(text).items():
+        if "dropout" in key:
+            continue
+        probe = copy.deepcopy(config)
+        apply_config_overrides(probe, f"{key}={value}")
+        if getattr(probe, key) != getattr(config, key):
+            raise ArgumentError(
+                f"--config_overrides {key}={value} contradicts --model_name_or_path {name} ({key}={getattr(config, key)}"
+                "): a pretrained model's size and wiring are its weights'. Drop it, or drop --model_name_or_path to "
+                "train from scratch (--model_type with --config_overrides).")
+
+
+def scratch_config(model_args):
+    """The config ``--model_type``'s preset (:data:`SMALL_PRESETS`, via ``AutoConfig.for_model``) or
+    ``--config_name`` makes with the size flags and then ``--config_overrides`` (applied last, as run_mlm does),
+    before the tokenizer fills its vocabulary (:func:`build_config` finishes it).
+
+    Raises:
+        ArgumentError: an unknown ``--config_overrides`` key or a value of the wrong type; a hidden size that is
+            not a multiple of the heads.
+    """
+    from transformers import AutoConfig
+
+    model_type = getattr(model_args, "model_type", None) or "roberta"
+    preset = {} if model_args.config_name else dict(SMALL_PRESETS[model_type])
+
+    def make(**fields):
+        if model_args.config_name:
+            return AutoConfig.from_pretrained(model_args.config_name, cache_dir=model_args.cache_dir, **fields)
+        return AutoConfig.for_model(model_type, **{**preset, **fields})
+
+    config = make()
+    fields = {}
     for name in SIZE_OVERRIDES:
         value = getattr(model_args, name)
         if value is not None:
-            setattr(config, name, value)
+            fields.update({field_name: value for field_name in flag_fields(config.model_type, name)})
+    probe = make(**fields)
+    text = getattr(model_args, "config_overrides", None)
+    apply_config_overrides(probe, text)  # checks each key and types its value as the field
+    fields.update({key: getattr(probe, key) for key in parse_config_overrides(text)})
+    # built again with every field as a constructor argument: fields derived in __init__ (transformers 5's
+    # ModernBERT layer_types from num_hidden_layers) follow the overrides
+    config = make(**fields)
     if config.hidden_size % config.num_attention_heads:
         raise ArgumentError(
             f"hidden_size {config.hidden_size} is not a multiple of num_attention_heads {config.num_attention_heads}."
         )
-    config.vocab_size = len(tokenizer)
-    config.pad_token_id = tokenizer.pad_token_id
-    if tokenizer.bos_token_id is not None:
-        config.bos_token_id = tokenizer.bos_token_id
-    if tokenizer.eos_token_id is not None:
-        config.eos_token_id = tokenizer.eos_token_id
-    if config.model_type == "roberta":
+    return config
+
+
+def _sized_to_run(config, model_args) -> bool:
+    """Whether :func:`build_config` sets the positions from ``max_seq_length``: RoBERTa's preset (exactly the run's
+    length) and a RoBERTa ``--config_name`` (widened to fit), not positions set by ``--config_overrides``."""
+    overrides = parse_config_overrides(getattr(model_args, "config_overrides", None))
+    return config.model_type == "roberta" and "max_position_embeddings" not in overrides
+
+
+def check_scratch_positions(config, model_args, max_seq_length: int) -> None:
+    """Refuse a ``max_seq_length`` longer than a from-scratch config's position table (BERT's 512), naming the
+    limit (a RoBERTa config sized by the run is not refused).
+
+    Raises:
+        ArgumentError: the limit and the two ways out.
+    """
+    if _sized_to_run(config, model_args):
+        return
+    limit = max_sequence_length(config)
+    if max_seq_length > limit:
+        wanted = int(config.max_position_embeddings) - limit + max_seq_length
+        raise ArgumentError(
+            f"--max_seq_length {max_seq_length} is longer than a {config.model_type} model with "
+            f"max_position_embeddings={config.max_position_embeddings} takes ({limit} tokens): pass --max_seq_length "
+            f"{limit} or less, or --config_overrides max_position_embeddings={wanted}.")
+
+
+def build_config(model_args, tokenizer, max_seq_length: int):
+    """The config of a model trained from scratch: :func:`scratch_config` with the tokenizer's vocabulary and
+    special ids. The default RoBERTa gets ``max_seq_length + 2`` positions, or
+    ``model_args.checkpoint_max_position_embeddings`` when a resume set it (the checkpoint's, which hold a shorter
+    ``--max_seq_length``); a RoBERTa ``--config_name`` is widened to fit.
+
+    Raises:
+        ArgumentError: see :func:`scratch_config`; too few positions for ``max_seq_length``.
+    """
+    config = scratch_config(model_args)
+    _set_tokenizer_ids(config, tokenizer)
+    if _sized_to_run(config, model_args):
         # RoBERTa positions start at padding_idx + 1
         if model_args.config_name:
             config.max_position_embeddings = max(config.max_position_embeddings or 0, max_seq_length + 2)
         else:  # the default config gets exactly the positions it is trained on (a resumed one: the checkpoint's)
             resumed = getattr(model_args, "checkpoint_max_position_embeddings", None)
             config.max_position_embeddings = int(resumed) if resumed else max_seq_length + 2
+    if config.model_type == "roberta":
         config.type_vocab_size = 1
     check_positions(config, max_seq_length)
     return config
 
 
-def dropout_overrides(model_args) -> dict:
-    """Dropout overrides for a model loaded from ``model_name_or_path`` (size overrides don't apply there)."""
-    return {name: getattr(model_args, name) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")
-            if getattr(model_args, name) is not None}
+def _set_tokenizer_ids(config, tokenizer) -> None:
+    """The tokenizer's vocabulary size and special ids on ``config``. A config whose class sets ``bos_token_id`` /
+    ``eos_token_id`` (ModernBERT's: ``[CLS]``/``[SEP]``) gets the tokenizer's ``[CLS]``/``[SEP]`` where the
+    tokenizer has no BOS/EOS token; ``cls_token_id``/``sep_token_id`` where the config names them."""
+    config.vocab_size = len(tokenizer)
+    config.pad_token_id = tokenizer.pad_token_id
+    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+           "cls_token_id": tokenizer.cls_token_id, "sep_token_id": tokenizer.sep_token_id}
+    for field_name, fallback in (("bos_token_id", "cls_token_id"), ("eos_token_id", "sep_token_id")):
+        if ids[field_name] is None and getattr(config, field_name, None) is not None:
+            ids[field_name] = ids[fallback]
+    for field_name, token_id in ids.items():
+        if token_id is not None and (field_name in ("bos_token_id", "eos_token_id") or hasattr(config, field_name)):
+            setattr(config, field_name, token_id)
+
+
+def dropout_overrides(model_args, model_type=None) -> dict:
+    """Config kwargs for a model loaded from ``model_name_or_path``: the dropout flags (under ``model_type``'s
+    field names, :func:`flag_fields`: DistilBERT's ``dropout``, ...) and the dropout fields of
+    ``--config_overrides`` (the only ones accepted there: :func:`check_overrides_of_pretrained`), as floats."""
+    overrides = {field: getattr(model_args, name) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")
+                 if getattr(model_args, name) is not None for field in flag_fields(model_type, name)}
+    for key, value in parse_config_overrides(getattr(model_args, "config_overrides", None)).items():
+        if "dropout" in key:
+            try:
+                overrides[key] = float(value)
+            except ValueError:
+                raise ArgumentError(f"--config_overrides {key}={value}: a dropout is a number in [0, 1).") from None
+    return overrides
+
+
+#: model_type -> the transformers masked-LM class its export is (the card names it; ``config.architectures``)
+MASKED_LM_CLASSES = {
+    "roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM", "camembert": "CamembertForMaskedLM",
+    "bert": "BertForMaskedLM", "distilbert": "DistilBertForMaskedLM", "modernbert": "ModernBertForMaskedLM",
+}
 
 
 def model_summary_fields(config, num_parameters: int) -> dict:
-    """``num_parameters``, ``model_type`` and ``model_config`` sizes, for ``training_summary.json`` and the card."""
+    """``num_parameters``, ``model_type`` and ``model_config`` (sizes under transformers' common names, e.g.
+    DistilBERT's ``dim`` as ``hidden_size``; ``model_type`` and ``architectures``: the masked-LM class), for
+    ``training_summary.json`` and the card."""
+    fields = {k: getattr(config, k, None) for k in (
+        "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings")}
+    for flag in ("intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob"):
+        fields[flag] = getattr(config, flag_fields(config.model_type, flag)[0], None)
+    architectures = [a[2:] if a.startswith("TF") else a for a in getattr(config, "architectures", None) or []]
+    if not architectures and config.model_type in MASKED_LM_CLASSES:
+        architectures = [MASKED_LM_CLASSES[config.model_type]]
     return {
         "num_parameters": int(num_parameters),
         "model_type": config.model_type,
-        "model_config": {k: getattr(config, k, None) for k in (
-            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-            "max_position_embeddings", "hidden_dropout_prob", "attention_probs_dropout_prob")},
+        "model_config": {**fields, "model_type": config.model_type, "architectures": architectures},
     }

@@ -377,7 +377,8 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
                            model_fields: Dict[str, Any], optimizer: str, dataset_description: Optional[str],
                            mask_token: Optional[str], jit_compile: bool, steps_per_execution: int,
                            compiler: Optional[str] = None,
-                           initialization: Optional[Dict[str, Optional[str]]] = None) -> Dict[str, Any]:
+                           initialization: Optional[Dict[str, Optional[str]]] = None,
+                           precision: Optional[str] = None) -> Dict[str, Any]:
     """The ``training_summary.json`` content, the same keys whichever backend trained (see ``SUMMARY_KEYS``).
 
     Args:
@@ -388,6 +389,8 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
         initialization: ``{"base_model", "initialized_from"}`` of ``--model_name_or_path``
             (:func:`hf_tpu_ext.hub.model_card.initialization_fields`; the run files sit below the Hub layer and
             do not decide what a Hub id is); ``None``: both ``None`` (from scratch).
+        precision: ``"bf16 mixed"`` or ``"float32"``, the backend's :class:`hf_tpu_ext.precision.PrecisionPlan`
+            (``--bf16 auto`` resolved); ``None``: from ``training_args.bf16`` (a backend that writes it back).
     """
     args = training_args
     return {
@@ -396,7 +399,7 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
         "global_batch_size": global_batch_size,
         "per_device_train_batch_size": args.per_device_train_batch_size,
         "max_seq_length": data_args.max_seq_length,
-        "precision": "bf16 mixed" if args.bf16 is True else "float32",
+        "precision": precision or ("bf16 mixed" if args.bf16 is True else "float32"),
         "jit_compile": jit_compile,
         "compiler": compiler or ("XLA" if jit_compile else "eager/graph kernels"),
         "steps_per_execution": steps_per_execution,

@@ -159,6 +159,12 @@ class PrecisionPlan:
         reason: why, in one sentence (logged).
         fuse_elementwise: on TensorFlow's kernels, the element-wise ops between them are fused by XLA
             auto-clustering (:mod:`hf_tpu_ext.backends.tensorflow.fusion`).
+        bf16_dots: the XLA:CPU step routes its dots (:mod:`hf_tpu_ext.backends.keras.bf16_dot`): a bf16 model's
+            matmuls as bf16 x bf16 -> float32 (natively bf16 there), a float32 model's projections as 2-D dots. Only
+            the Keras backend on JAX asks for it, and only an XLA step on a CPU gets it (TPU/GPU compilers need none).
+
+    The plan is made once per run (the backend's ``setup``) and read from the backend afterwards; the parsed
+    arguments keep what the user asked for (``--bf16 auto`` stays ``"auto"``).
     """
 
     bf16: bool
@@ -168,6 +174,13 @@ class PrecisionPlan:
     compiler: str
     reason: str
     fuse_elementwise: bool = False
+    bf16_dots: bool = False
+
+    @property
+    def keras_policy(self) -> str:
+        """The Keras dtype policy of the model: ``"mixed_bfloat16"`` (bf16 compute, float32 variables) or
+        ``"float32"``."""
+        return "mixed_bfloat16" if self.bf16 else "float32"
 
 
 def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool], accelerator: str,
@@ -182,8 +195,9 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
         accelerator: ``"TPU"``, ``"GPU"`` or ``"CPU"``.
         native_bf16: the accelerator multiplies bf16 natively (TPU: always; GPU: :func:`gpu_has_native_bf16`;
             CPU: :data:`NATIVE_BF16_CPU_FLAGS` in :func:`cpu_flags`).
-        bf16_dots: the XLA step multiplies bf16 x bf16 -> float32 (the Keras backend on JAX:
-            :mod:`hf_tpu_ext.backends.keras.bf16_dot`), which XLA:CPU runs natively.
+        bf16_dots: the XLA step can multiply bf16 x bf16 -> float32 (the Keras backend on JAX:
+            :mod:`hf_tpu_ext.backends.keras.bf16_dot`), which XLA:CPU runs natively; the plan's ``bf16_dots`` is
+            this on an XLA:CPU step.
         bf16_dots_faster: with ``bf16_dots`` on a CPU, whether those dots beat float32 there
             (:func:`xla_bf16_dots_faster`: AMX-BF16, AVX512-BF16); ``--bf16 auto`` keeps float32 where not.
         elementwise_fusion: the backend can fuse the element-wise ops around TensorFlow's kernels with XLA
@@ -245,4 +259,4 @@ def resolve_precision(bf16: Union[None, bool, str], jit_compile: Optional[bool],
         compiler += FUSED_COMPILER_SUFFIX if fuse else ""
     return PrecisionPlan(bf16=use_bf16, jit_compile=xla, native_bf16=native,
                          precision="bf16 mixed" if use_bf16 else "float32", compiler=compiler, reason=why,
-                         fuse_elementwise=fuse)
+                         fuse_elementwise=fuse, bf16_dots=bool(bf16_dots and xla_cpu))

@@ -52,6 +52,17 @@ def test_resolve_precision(bf16, jit, accel, native, expected):
     assert (plan.bf16, plan.jit_compile, plan.precision, plan.compiler) == expected
 
 
+def test_the_plan_carries_the_dot_routing_and_the_keras_policy():
+    """The Keras backend's step routes its dots only on an XLA:CPU step that asked for it (one decision, here)."""
+    cpu = resolve_precision(True, True, "CPU", True, bf16_dots=True)
+    assert (cpu.bf16, cpu.bf16_dots, cpu.keras_policy) == (True, True, "mixed_bfloat16")
+    tpu = resolve_precision(False, True, "TPU", True, bf16_dots=True)
+    assert (tpu.bf16, tpu.bf16_dots, tpu.keras_policy) == (False, False, "float32")
+    tf_kernels = resolve_precision(True, None, "CPU", True)  # TensorFlow's kernels: no XLA step to route
+    assert (tf_kernels.jit_compile, tf_kernels.bf16_dots) == (False, False)
+    assert resolve_precision(False, True, "CPU", False, bf16_dots=True).bf16_dots  # float32: the flat dots
+
+
 def test_resolve_precision_says_why():
     assert "no native bf16" in resolve_precision("auto", None, "CPU", False).reason
     emulated = resolve_precision(True, None, "CPU", False).reason

@@ -199,3 +199,12 @@ def test_a_second_signal_inside_a_save_waits_for_the_save_and_a_third_cuts_it():
         with pytest.raises(KeyboardInterrupt, match=r"SIGINT \(second signal\)"):
             loop.finish(step)
     assert steps.finished == [] and steps.saves == [] and interrupts.count() == 3
+
+
+def test_a_step_backend_that_owns_its_steps_per_call_is_followed_not_the_arguments():
+    """The Keras trainer reads --steps_per_execution once and stacks its batches to it: the loop's calls follow it."""
+    steps = FakeSteps(eval_losses=[3.0, 2.0, 2.5, 2.0, 1.0])
+    steps.steps_per_execution = 2
+    loop = _loop(steps, _args(steps_per_execution=4))
+    loop.finish(loop.run())
+    assert steps.calls == list(executions(0, 22, 11, 2)) and {k for _, k in steps.calls} == {1, 2}

@@ -24,6 +24,9 @@ BEST_METRICS = {"loss": "eval_loss", "eval_loss": "eval_loss", "perplexity": "ev
 MAX_SCRATCH_SEQ_LENGTH = 4096
 #: model-shape overrides of ModelArguments (from scratch only; a resumed checkpoint decides the ones left unset)
 SIZE_OVERRIDES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+#: --model_type choices: the architectures trained from scratch (hf_tpu_ext.model_config.SMALL_PRESETS has their
+#: small presets); a pretrained --model_name_or_path may be of more types (see hf_tpu_ext.run.checks)
+MODEL_TYPES = ("roberta", "bert", "distilbert", "modernbert")
 # extensions of the data files --train_file reads (hf_tpu_ext.data.loading.SUPPORTED_EXTENSIONS, less .json: a
 # lone .json argument is a config file); a positional argument with one of them was meant as --train_file
 DATA_FILE_EXTENSIONS = (".txt", ".text", ".jsonl", ".csv", ".parquet")

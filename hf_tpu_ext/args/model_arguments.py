@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from hf_tpu_ext.args.checks import check_number
-from hf_tpu_ext.args.defaults import SIZE_OVERRIDES
+from hf_tpu_ext.args.defaults import MODEL_TYPES, SIZE_OVERRIDES
 from hf_tpu_ext.errors import ArgumentError
 
 
@@ -18,13 +18,28 @@ class ModelArguments:
         default=None,
         metadata={"help": "A model folder or Hub repo id to continue pre-training from. Leave unset to train from scratch."},
     )
+    model_type: str = field(
+        default="roberta",
+        metadata={"help": "The architecture trained from scratch (its small preset, 4 layers x 256; ignored with "
+                          "--model_name_or_path or --config_name, whose config says it).", "choices": list(MODEL_TYPES)},
+    )
+    config_overrides: Optional[str] = field(
+        default=None,
+        metadata={"help": "Config fields set when training from scratch, run_mlm's syntax: "
+                          "\"num_hidden_layers=4,hidden_size=256\" (typed as the field; applied last). With "
+                          "--model_name_or_path only dropout fields, or the model's own values."},
+    )
+    do_lower_case: bool = field(
+        default=True,
+        metadata={"help": "Lower-case the text in a WordPiece tokenizer trained for bert/distilbert (BERT uncased's)."},
+    )
     config_name: Optional[str] = field(
         default=None,
-        metadata={"help": "A config folder/repo id/config.json to train from scratch (default: a small RoBERTa config)."},
+        metadata={"help": "A config folder/repo id/config.json to train from scratch (default: --model_type's small preset)."},
     )
     tokenizer_name: Optional[str] = field(
         default=None,
-        metadata={"help": "A tokenizer folder or repo id. Unset: use the model's, or train a byte-level BPE tokenizer."},
+        metadata={"help": "A tokenizer folder or repo id. Unset: use the model's, or train one for --model_type (byte-level BPE for roberta/modernbert, WordPiece for bert/distilbert)."},
     )
     vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of the tokenizer trained when none is given."})
     hidden_size: Optional[int] = field(default=None, metadata={"help": "Override of the config's hidden size (from scratch)."})
@@ -44,6 +59,13 @@ class ModelArguments:
                 "Size overrides (--hidden_size, --num_hidden_layers, --num_attention_heads, --intermediate_size) only apply "
                 "when training from scratch; drop them or drop --model_name_or_path."
             )
+        if self.model_type not in MODEL_TYPES:
+            raise ArgumentError(f"--model_type {self.model_type!r} is not one this package trains from scratch; choose "
+                                f"from: {', '.join(MODEL_TYPES)} (any other masked LM: --model_name_or_path with "
+                                "--backend torch_xla).")
+        if self.config_overrides is not None and self.config_name:
+            raise ArgumentError("--config_overrides and --config_name both set the config: put the fields in the "
+                                "config file, or drop --config_name and use --model_type with --config_overrides.")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if getattr(self, name) is not None:
                 check_number(name, getattr(self, name), low=0.0, high=1.0, high_open=True)
@@ -51,7 +73,8 @@ class ModelArguments:
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ArgumentError(f"--{name} must be >= 1, got {getattr(self, name)}.")
         if self.vocab_size < 300:
-            raise ArgumentError(f"--vocab_size {self.vocab_size} is too small for a byte-level BPE (256 bytes + specials); use >= 300.")
+            raise ArgumentError(f"--vocab_size {self.vocab_size} is too small for a tokenizer trained here (a byte-level "
+                                "BPE's 256 bytes + specials); use >= 300.")
         if self.hidden_size and self.num_attention_heads and self.hidden_size % self.num_attention_heads:
             raise ArgumentError(
                 f"--hidden_size {self.hidden_size} is not a multiple of --num_attention_heads {self.num_attention_heads}."

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +25,8 @@ class BackendEntry:
         label: how an error names it (``"--backend keras"``).
         environment: ``(variable, default)`` pairs set (when unset) before any framework is imported, e.g.
             ``KERAS_BACKEND=jax``: Keras reads it once, at its first import (the callbacks' check imports Keras).
+        model_types: ``"module:function"`` returning the transformers ``model_type`` values it trains, or ``None``:
+            any ``AutoModelForMaskedLM`` (read by :func:`trained_model_types`, no framework imported).
     """
 
     target: str
@@ -32,16 +34,18 @@ class BackendEntry:
     callback_kind: str
     label: str
     environment: Tuple[Tuple[str, str], ...] = ()
+    model_types: Optional[str] = None
 
 
 #: ``--backend`` name -> entry (the default when unset: :func:`hf_tpu_ext.console.default_backend`)
 BACKEND_REGISTRY: Dict[str, BackendEntry] = {
     "tensorflow": BackendEntry("hf_tpu_ext.backends.tensorflow.backend:TensorFlowBackend", "tensorflow", "tf_keras",
-                               "the TensorFlow backend"),
+                               "the TensorFlow backend", model_types="hf_tpu_ext.backends:tensorflow_model_types"),
     "torch_xla": BackendEntry("hf_tpu_ext.backends.torch_xla.backend:TorchXLABackend", "torch-xla", "torch",
                               "--backend torch_xla"),
     "keras": BackendEntry("hf_tpu_ext.backends.keras.backend:KerasBackend", "jax", "keras", "--backend keras",
-                          environment=(("KERAS_BACKEND", "jax"),)),
+                          environment=(("KERAS_BACKEND", "jax"),),
+                          model_types="hf_tpu_ext.backends:keras_model_types"),
 }
 
 
@@ -69,6 +73,28 @@ def prepare_environment(name) -> None:
         os.environ.setdefault(variable, default)
 
 
+def tensorflow_model_types() -> Tuple[str, ...]:
+    """The model types of transformers 4.57's TF masked LMs whose head ``metrics/masked_lm_tf.py`` runs at the
+    masked positions (``lm_head``, ``mlm``, ``vocab_projector``); transformers has no TF ModernBERT."""
+    return ("roberta", "xlm-roberta", "camembert", "bert", "distilbert")
+
+
+def keras_model_types() -> Tuple[str, ...]:
+    """The Keras backend's architecture registry (``backends/keras/architectures``; no Keras import)."""
+    from hf_tpu_ext.backends.keras.architectures import supported_model_types
+
+    return supported_model_types()
+
+
+def trained_model_types(name) -> Optional[Tuple[str, ...]]:
+    """The ``model_type`` values ``--backend name`` trains; ``None``: any ``AutoModelForMaskedLM`` (torch_xla)."""
+    target = backend_entry(name).model_types
+    if target is None:
+        return None
+    module, function = target.split(":")
+    return tuple(getattr(importlib.import_module(module), function)())
+
+
 def make_backend(name):
     """A new, not yet set-up backend instance of ``--backend name`` (its module imported now).
 
@@ -79,4 +105,5 @@ def make_backend(name):
     return getattr(importlib.import_module(module), cls)()
 
 
-__all__ = ["BACKEND_REGISTRY", "BackendEntry", "backend_entry", "make_backend", "prepare_environment"]
+__all__ = ["BACKEND_REGISTRY", "BackendEntry", "backend_entry", "make_backend", "prepare_environment",
+           "trained_model_types"]

@@ -195,7 +195,8 @@ class Backend(Protocol):
 
     def model_summary(self) -> Dict[str, Any]:
         """``num_parameters``, ``model_type``, ``model_config``, ``optimizer`` (text), ``jit_compile``,
-        ``steps_per_execution``, ``compiler`` (the compiler path in words) for ``training_summary.json``."""
+        ``steps_per_execution``, ``compiler`` (the compiler path in words) and optionally ``precision`` (the run's
+        ``PrecisionPlan.precision``; without it the summary reads ``--bf16``) for ``training_summary.json``."""
 
 
 class BackendDefaults:

@@ -54,6 +54,8 @@ class StepBackend(Protocol):
 
     Attributes:
         model: the framework model (callbacks' model; ``model.stop_training`` ends the loop).
+        steps_per_execution: optional: optimizer steps per device call, when the backend owns that number (its
+            batches are stacked to it); without it the loop reads ``args.steps_per_execution``.
     """
 
     model: Any
@@ -239,7 +241,8 @@ class StepLoop:
         self.steps, self.args, self.plan, self.callbacks = steps, args, plan, callbacks
         self.log_history = log_history
         self.start_step = self.step = int(start_step)
-        self.n = int(getattr(args, "steps_per_execution", 1) or 1)
+        # a StepBackend that owns its steps per call (the Keras trainer) says it; else --steps_per_execution
+        self.n = int(getattr(steps, "steps_per_execution", None) or getattr(args, "steps_per_execution", 1) or 1)
         self.meter = LoopMeter(plan.global_batch_size * plan.seq_length, window, rate_of_first_call)
         self.mfu_of = mfu_of if mfu_of is not None else _no_mfu
         self.best, self.saved_step, self.is_chief, self.trackio = best, saved_step, is_chief, trackio

@@ -30,14 +30,18 @@ def check_before_imports(model_args, data_args, training_args) -> None:
         DataFileNotFoundError: a local data file does not exist (one line naming the flag and the path).
         DataError: the file is a folder, empty, compressed/binary, or of an unsupported extension.
         CheckpointError: ``--resume_from_checkpoint`` is neither ``true``, an existing path, nor a repo id.
+        ArgumentError: a ``model_type`` the backend does not train (:func:`hf_tpu_ext.run.checks.check_model_type`),
+            ``pytorch_model.bin`` weights only without torch (:func:`hf_tpu_ext.run.checks.check_weight_files`).
         HubAuthError, HubRepoError, HubError: see :func:`check_push_token`.
     """
-    from hf_tpu_ext.run.checks import check_data_files, check_model_refs
+    from hf_tpu_ext.run.checks import check_data_files, check_model_refs, check_model_type, check_weight_files
     from hf_tpu_ext.run.resume import check_resume_source
 
     check_resume_source(training_args)  # a path that does not exist (no Hub request)
     check_model_refs(model_args, remember=True)  # a missing model is named before transformers (and torch) load
     check_data_files(data_args)
+    check_model_type(model_args, training_args)  # config.json read as JSON: deberta-v2 on keras, modernbert on TF
+    check_weight_files(model_args, training_args)  # pytorch_model.bin only, and no torch to read it
     check_push_token(training_args)  # last: the run checks the data before the Hub access too
 
 

@@ -21,14 +21,14 @@ def load_or_train_tokenizer(model_args, data_args, raw_datasets, tokenizer_sourc
     """The run's tokenizer.
 
     Order: the checkpoint's tokenizer (``tokenizer_source``, set on every resume that has one -- a resumed run
-    never trains a new tokenizer), ``--tokenizer_name``, the model's, else a byte-level BPE trained on the
-    training split.
+    never trains a new tokenizer), ``--tokenizer_name``, the model's, else one trained on the training split for
+    ``--model_type`` (:func:`hf_tpu_ext.data.tokenizer.train_tokenizer`).
 
     Raises:
         TokenizerError: it cannot be loaded or has no mask token.
     """
     from hf_tpu_ext.data.blocks import column_texts
-    from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer, train_bpe_tokenizer
+    from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer, train_tokenizer
 
     if tokenizer_source:
         tok = load_tokenizer(tokenizer_source)
@@ -37,9 +37,12 @@ def load_or_train_tokenizer(model_args, data_args, raw_datasets, tokenizer_sourc
                              cache_dir=model_args.cache_dir)
     else:
         t0 = time.perf_counter()
-        tok = train_bpe_tokenizer(column_texts(raw_datasets["train"]), vocab_size=model_args.vocab_size,
-                                  model_max_length=data_args.max_seq_length)
-        logger.info("trained a byte-level BPE tokenizer of %d tokens in %.1fs", len(tok), time.perf_counter() - t0)
+        model_type = getattr(model_args, "model_type", "roberta")
+        tok = train_tokenizer(model_type, column_texts(raw_datasets["train"]), vocab_size=model_args.vocab_size,
+                              model_max_length=data_args.max_seq_length,
+                              do_lower_case=getattr(model_args, "do_lower_case", True))
+        logger.info("trained a %s tokenizer (%s) of %d tokens in %.1fs", model_type, type(tok).__name__, len(tok),
+                    time.perf_counter() - t0)
     check_mlm_tokenizer(tok)
     return tok
 

@@ -1,8 +1,16 @@
-"""Tokenizers for masked language modeling: train a RoBERTa byte-level BPE, or load an existing one.
+"""Tokenizers for masked language modeling: train one that fits the architecture, or load an existing one.
 
-The trained tokenizer matches ``roberta-base``'s conventions: special tokens ``<s>``=0, ``<pad>``=1,
-``</s>``=2, ``<unk>``=3, ``<mask>``=4, each text wrapped as ``<s> ... </s>``, and ``<mask>`` strips the
-space before it (``lstrip=True``), so ``"Hello <mask>!"`` works in the fill-mask widget.
+Trained per ``--model_type`` (:func:`train_tokenizer`):
+
+- ``roberta``: a byte-level BPE with ``roberta-base``'s conventions: special tokens ``<s>``=0, ``<pad>``=1,
+  ``</s>``=2, ``<unk>``=3, ``<mask>``=4, each text wrapped as ``<s> ... </s>``, and ``<mask>`` strips the space
+  before it (``lstrip=True``), so ``"Hello <mask>!"`` works in the fill-mask widget.
+- ``bert``, ``distilbert``: a WordPiece (``##`` continuations) with BERT's ``[PAD]``=0, ``[UNK]``=1, ``[CLS]``=2,
+  ``[SEP]``=3, ``[MASK]``=4, BERT's normalizer (lower-cased and accents stripped per ``--do_lower_case``, as
+  ``bert-base-uncased``), ``[CLS] ... [SEP]``; a ``BertTokenizerFast`` (``vocab.txt`` + ``tokenizer.json``).
+- ``modernbert``: what ``answerdotai/ModernBERT-base`` ships: a ``PreTrainedTokenizerFast`` over a byte-level BPE
+  (OLMo's kind), cased, with ``[UNK] [CLS] [SEP] [PAD] [MASK]`` (here ids 0..4), ``[CLS] ... [SEP]``, and
+  ``[MASK]`` stripping the space before it.
 """
 
 from __future__ import annotations
@@ -80,6 +88,89 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length:
         add_prefix_space=False,
         trim_offsets=True,
     )
+
+
+BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
+MODERNBERT_SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")  # ModernBERT-base's order (its 50280..4)
+
+
+def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int, do_lower_case=True):
+    """Train a BERT WordPiece tokenizer on ``texts`` (``tokenizers.BertWordPieceTokenizer``: BERT's normalizer and
+    pre-tokenizer, ``##`` continuations, ``[CLS] $A [SEP]`` / ``[CLS] $A [SEP] $B [SEP]``).
+
+    Args:
+        texts: the training texts (any iterable of str).
+        vocab_size: wanted vocabulary size including the 5 special tokens and the alphabet; a small corpus may give
+            fewer (a log line names both).
+        model_max_length: tokens a model input may hold.
+        do_lower_case: lower-case and strip accents (``bert-base-uncased``); False keeps the case (``-cased``).
+
+    Returns:
+        transformers.BertTokenizerFast: ``[PAD]``=0, ``[UNK]``=1, ``[CLS]``=2, ``[SEP]``=3, ``[MASK]``=4; saved with
+        ``save_pretrained`` (``vocab.txt``, ``tokenizer.json``) it loads back with ``AutoTokenizer`` and
+        ``BertTokenizerFast.from_pretrained``.
+    """
+    from tokenizers import BertWordPieceTokenizer, processors
+    from transformers import BertTokenizerFast
+
+    wordpiece = BertWordPieceTokenizer(lowercase=bool(do_lower_case), strip_accents=None if do_lower_case else False)
+    wordpiece.train_from_iterator((t for t in texts if t), vocab_size=vocab_size, min_frequency=2,
+                                  special_tokens=list(BERT_SPECIAL_TOKENS), show_progress=False)
+    _log_trained_size(vocab_size, wordpiece.get_vocab_size())
+    backend = wordpiece._tokenizer  # its post-processor is set at construction only when a vocabulary is given
+    backend.post_processor = processors.BertProcessing(("[SEP]", backend.token_to_id("[SEP]")),
+                                                       ("[CLS]", backend.token_to_id("[CLS]")))
+    return BertTokenizerFast(tokenizer_object=backend, model_max_length=int(model_max_length),
+                             do_lower_case=bool(do_lower_case), unk_token="[UNK]", sep_token="[SEP]",
+                             pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
+
+
+def train_modernbert_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int):
+    """Train a ModernBERT tokenizer on ``texts``: a cased byte-level BPE wrapped as ``[CLS] ... [SEP]``, in a
+    ``PreTrainedTokenizerFast`` (the class ``answerdotai/ModernBERT-base``'s ``tokenizer_config.json`` names).
+
+    Returns:
+        transformers.PreTrainedTokenizerFast: ``[UNK]``=0, ``[CLS]``=1, ``[SEP]``=2, ``[PAD]``=3, ``[MASK]``=4
+        (``lstrip``), ``model_input_names`` ``input_ids``/``attention_mask`` (ModernBERT takes no token types).
+
+    Raises:
+        TokenizerError: ``vocab_size`` is too small for the byte alphabet and special tokens.
+    """
+    from tokenizers import AddedToken, ByteLevelBPETokenizer, processors
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab_size < 256 + len(MODERNBERT_SPECIAL_TOKENS):
+        raise TokenizerError(f"vocab_size {vocab_size} cannot hold the 256 byte symbols and 5 special tokens; use >= 300.")
+    bpe = ByteLevelBPETokenizer(add_prefix_space=False, trim_offsets=True)
+    bpe.train_from_iterator((t for t in texts if t), vocab_size=vocab_size, min_frequency=2,
+                            special_tokens=list(MODERNBERT_SPECIAL_TOKENS), show_progress=False)
+    _log_trained_size(vocab_size, bpe.get_vocab_size())
+    backend = bpe._tokenizer
+    cls_id, sep_id = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:0 [SEP]:0",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, model_max_length=int(model_max_length), clean_up_tokenization_spaces=True,
+        model_input_names=["input_ids", "attention_mask"], unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]",
+        pad_token="[PAD]", mask_token=AddedToken("[MASK]", lstrip=True, rstrip=False, special=True, normalized=False))
+
+
+def train_tokenizer(model_type: str, texts: Iterable[str], vocab_size: int, model_max_length: int,
+                    do_lower_case: bool = True):
+    """The tokenizer trained for ``--model_type`` (see the module doc): roberta (and an unknown type) byte-level
+    BPE, bert/distilbert WordPiece, modernbert ModernBERT's BPE."""
+    if model_type in ("bert", "distilbert"):
+        return train_wordpiece_tokenizer(texts, vocab_size, model_max_length, do_lower_case)
+    if model_type == "modernbert":
+        return train_modernbert_tokenizer(texts, vocab_size, model_max_length)
+    return train_bpe_tokenizer(texts, vocab_size, model_max_length)
+
+
+def _log_trained_size(wanted: int, trained: int) -> None:
+    if trained < wanted:  # merges need pairs seen twice: a small corpus runs out of them
+        logger.info("vocab_size %d asks for more tokens than the training text gives: the tokenizer (and the model "
+                    "built on it) has %d; more text or a smaller --vocab_size makes them equal.", wanted, trained)
 
 
 def _copy_remote_folder(url: str) -> str:
@@ -176,7 +267,8 @@ def prepare_tokenizer(model_args, train_texts: Iterable[str], max_seq_length: in
         revision = model_args.model_revision if name == model_args.model_name_or_path else None
         tokenizer = load_tokenizer(name, revision=revision, cache_dir=model_args.cache_dir)
     else:
-        tokenizer = train_bpe_tokenizer(train_texts, model_args.vocab_size, max_seq_length)
+        tokenizer = train_tokenizer(getattr(model_args, "model_type", "roberta"), train_texts, model_args.vocab_size,
+                                    max_seq_length, getattr(model_args, "do_lower_case", True))
     check_mlm_tokenizer(tokenizer)
     return tokenizer
 

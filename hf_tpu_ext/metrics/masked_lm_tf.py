@@ -37,11 +37,37 @@ logger = logging.getLogger("hf_tpu_ext")
 
 
 
+def masked_lm_head(model):
+    """The callable mapping hidden states [..., H] to vocabulary logits [..., V] of a transformers TF masked LM.
+
+    transformers 4.57's TF classes name their heads differently: ``TFRobertaForMaskedLM`` (and XLM-R, CamemBERT)
+    ``lm_head``, ``TFBertForMaskedLM`` ``mlm`` (``mlm.predictions``: transform, LayerNorm, tied decoder + bias),
+    ``TFDistilBertForMaskedLM`` ``vocab_transform`` -> activation -> ``vocab_layer_norm`` -> ``vocab_projector``
+    (the same order as its ``call``).
+
+    Raises:
+        TypeError: a model with none of these heads (named, with the classes that have one).
+    """
+    if hasattr(model, "lm_head"):
+        return lambda hidden, training: model.lm_head(hidden, training=training)
+    if hasattr(model, "mlm"):
+        return lambda hidden, training: model.mlm(hidden)  # no dropout in BERT's head; its call takes no flag
+    if hasattr(model, "vocab_projector"):
+        def distilbert_head(hidden, training):
+            hidden = model.act(model.vocab_transform(hidden))
+            return model.vocab_projector(model.vocab_layer_norm(hidden))
+
+        return distilbert_head
+    raise TypeError(f"{type(model).__name__} has no masked-LM head this package knows (lm_head, mlm, vocab_projector: "
+                    "TFRobertaForMaskedLM, TFBertForMaskedLM, TFDistilBertForMaskedLM).")
+
+
 def masked_lm_logits(model, batch: Dict[str, tf.Tensor], training: bool = False) -> tf.Tensor:
     """Vocabulary logits at the masked positions only.
 
     Args:
-        model: a ``TFRobertaForMaskedLM`` (anything with ``.roberta`` and ``.lm_head`` like it).
+        model: a ``TFRobertaForMaskedLM``, ``TFBertForMaskedLM`` or ``TFDistilBertForMaskedLM`` (the encoder is
+            ``model.<base_model_prefix>``, the head :func:`masked_lm_head`).
         batch: the training batch dict (see ARCHITECTURE.md): ``input_ids``/``attention_mask`` int32 [B, L],
             ``masked_lm_positions`` int32 [B, P].
         training: dropout on/off.
@@ -54,7 +80,7 @@ def masked_lm_logits(model, batch: Dict[str, tf.Tensor], training: bool = False)
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], training=training
     )[0]  # [B, L, H]
     gathered = tf.gather(hidden, batch["masked_lm_positions"], batch_dims=1)  # [B, P, H]
-    return model.lm_head(gathered, training=training)
+    return masked_lm_head(model)(gathered, training)
 
 
 def masked_lm_sums(model, batch: Dict[str, tf.Tensor], training: bool = False) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:

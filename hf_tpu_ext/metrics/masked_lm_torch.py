@@ -7,8 +7,18 @@ from typing import Any, Dict, Optional, Tuple
 
 
 def _encoder_and_head(model):
+    """``(encoder, head)`` of a transformers masked LM: the head maps hidden states ``[..., H]`` to logits
+    ``[..., V]`` as the model's own ``forward`` does -- RoBERTa ``lm_head``, BERT ``cls.predictions``, DistilBERT
+    ``vocab_transform`` -> ``activation`` -> ``vocab_layer_norm`` -> ``vocab_projector``, ModernBERT ``head`` ->
+    ``decoder``; ``None`` for another architecture (its full ``forward`` is used)."""
     base = getattr(model, model.base_model_prefix, None)
     head = getattr(model, "lm_head", None) or getattr(getattr(model, "cls", None), "predictions", None)
+    if head is None and hasattr(model, "vocab_projector"):
+        def head(hidden):
+            return model.vocab_projector(model.vocab_layer_norm(model.activation(model.vocab_transform(hidden))))
+    elif head is None and hasattr(model, "decoder") and hasattr(model, "head"):
+        def head(hidden):
+            return model.decoder(model.head(hidden))
     return base, head
 
 
@@ -19,7 +29,8 @@ def masked_lm_sums(model, input_ids, labels, max_predictions: int, attention_mas
     ``topk`` over ``labels != -100`` (static shape ``[B, P]``), so the graph does not depend on the data.
 
     Args:
-        model: a ``*ForMaskedLM`` with ``lm_head`` (RoBERTa) or ``cls.predictions`` (BERT).
+        model: a ``*ForMaskedLM`` (RoBERTa, BERT, DistilBERT, ModernBERT: the head at the ``P`` positions only; any
+            other: its full logits).
         input_ids: int64 ``[B, L]``.
         labels: int64 ``[B, L]``, -100 where nothing is predicted (at most ``P`` labels per row).
         max_predictions: ``P``.

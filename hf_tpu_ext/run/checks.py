@@ -136,26 +136,126 @@ def _check_model_refs_once(model_args) -> None:
     check_model_refs(model_args)
 
 
-def check_model_config(model_args, data_args) -> None:
-    """Check ``max_seq_length`` against the positions of a given model/config before any data work.
+def read_model_type(model_args):
+    """``(model_type, where)`` of the model the run trains, read without transformers: ``config.json`` of
+    ``--model_name_or_path`` (a folder, or one download from the Hub at ``--model_revision``) or ``--config_name``,
+    else ``--model_type``. ``(None, name)`` when the config cannot be read (the model loader reports that)."""
+    import json
 
-    Raises:
-        ArgumentError: the sequence is longer than the model's position embeddings allow.
-    """
     name = model_args.model_name_or_path or model_args.config_name
     if not name:
+        model_type = getattr(model_args, "model_type", None) or "roberta"
+        return model_type, f"--model_type {model_type}"
+    flag = "--model_name_or_path" if model_args.model_name_or_path else "--config_name"
+    path = name if os.path.isfile(name) else os.path.join(name, "config.json")
+    try:
+        if not os.path.isfile(path) and not os.path.isdir(name) and "://" not in name:
+            from huggingface_hub import hf_hub_download
+
+            path = hf_hub_download(name, "config.json", revision=model_args.model_revision,
+                                   cache_dir=model_args.cache_dir)
+        with open(path, encoding="utf-8") as f:
+            model_type = json.load(f).get("model_type")
+        return model_type, f"{flag} {name} is a {model_type!r} model"
+    except Exception:  # noqa: BLE001 -- unreadable here: the loader's own error names it
+        return None, f"{flag} {name}"
+
+
+def check_model_type(model_args, training_args) -> None:
+    """Refuse a ``model_type`` the chosen backend does not train (``deberta-v2``, ``electra``, ``modernbert`` on
+    the TensorFlow backend, ...), naming what it trains and the backend to try (no framework imported).
+
+    Raises:
+        ArgumentError: one line, e.g. ``--model_name_or_path x is a 'deberta-v2' model: --backend keras does not
+            train 'deberta-v2' models (it trains roberta, xlm-roberta, camembert); pass --backend torch_xla (any
+            AutoModelForMaskedLM).``
+    """
+    from hf_tpu_ext.backends import BACKEND_REGISTRY, backend_entry, trained_model_types
+
+    from hf_tpu_ext.errors import HfTpuExtError
+
+    try:
+        entry = backend_entry(training_args.backend)
+    except HfTpuExtError:
+        return  # an unknown or uninstalled backend: check_backend says so
+    model_type, where = read_model_type(model_args)
+    supported = trained_model_types(training_args.backend)
+    if model_type is None or supported is None or model_type in supported:
+        return
+    # the default backend first, then the registry's order; torch_xla's AutoModelForMaskedLM said as such
+    order = sorted(BACKEND_REGISTRY, key=lambda name: name != "keras")
+    others = [name for name in order if BACKEND_REGISTRY[name] is not entry
+              and (trained_model_types(name) is None or model_type in trained_model_types(name))]
+    hint = " or ".join(f"--backend {name}" + (" (any AutoModelForMaskedLM)" if trained_model_types(name) is None
+                                               else "") for name in others)
+    raise ArgumentError(f"{where}: {entry.label} does not train {model_type!r} models (it trains "
+                        f"{', '.join(supported)}); " + (f"pass {hint}." if hint else "no backend here trains them."))
+
+
+def check_weight_files(model_args, training_args) -> None:
+    """Refuse a ``--model_name_or_path`` whose only weights are ``pytorch_model.bin`` where torch, which reads
+    them, is not installed (the Keras and TensorFlow backends; torch_xla has torch), before any data work.
+
+    Raises:
+        ArgumentError: one line with the two ways out (install torch, or convert once to ``model.safetensors``).
+    """
+    import importlib.util
+
+    name = model_args.model_name_or_path
+    if not name or training_args.backend == "torch_xla" or importlib.util.find_spec("torch") is not None:
+        return
+    try:
+        if os.path.isdir(name):
+            files = os.listdir(name)
+        else:
+            from huggingface_hub import list_repo_files
+
+            files = list_repo_files(name, revision=model_args.model_revision)
+    except Exception:  # noqa: BLE001 -- unreachable here: the model loader names it
+        return
+    from hf_tpu_ext.backends.model_files import PT_WEIGHTS_INDEX_NAME, PT_WEIGHTS_NAME, weight_patterns
+
+    if weight_patterns(files) == ["pytorch_model*.bin"] and {PT_WEIGHTS_NAME, PT_WEIGHTS_INDEX_NAME} & set(files):
+        raise ArgumentError(
+            f"--model_name_or_path {name} has its weights in pytorch_model.bin only, which needs torch to read (not "
+            "installed): pip install torch (the CPU build is enough), or convert it once to model.safetensors with "
+            "transformers (AutoModelForMaskedLM.from_pretrained(path).save_pretrained(folder)) and pass that folder.")
+
+
+def check_model_config(model_args, data_args) -> None:
+    """Check the model's config before any data work: a pretrained model's position table against
+    ``max_seq_length``, its embedding rows against ``--tokenizer_name``'s vocabulary, ``--config_overrides``
+    against it; from scratch the config ``--model_type``/``--config_name`` and the overrides make.
+
+    Raises:
+        ArgumentError: the sequence is longer than the position table allows (the limit named); a tokenizer
+            with more tokens than the model has embedding rows; an unknown or contradicting ``--config_overrides``.
+    """
+    from hf_tpu_ext.model_config import check_overrides_of_pretrained, check_positions
+
+    if not model_args.model_name_or_path:
+        from hf_tpu_ext.model_config import check_scratch_positions, scratch_config
+
+        check_scratch_positions(scratch_config(model_args), model_args, data_args.max_seq_length)
         return
     from transformers import AutoConfig
 
-    from hf_tpu_ext.model_config import check_positions
-
+    name = model_args.model_name_or_path
     try:
         config = AutoConfig.from_pretrained(name, revision=model_args.model_revision, cache_dir=model_args.cache_dir)
     except (OSError, ValueError):
         return  # the model loader reports a missing/unreadable model with its own error
-    if model_args.config_name and not model_args.model_name_or_path:
-        return  # from scratch: build_model widens the positions to fit
     check_positions(config, data_args.max_seq_length)
+    check_overrides_of_pretrained(config, model_args.config_overrides, name)
+    if model_args.tokenizer_name:
+        from hf_tpu_ext.data.tokenizer import load_tokenizer
+
+        rows, tokens = int(config.vocab_size), len(load_tokenizer(model_args.tokenizer_name,
+                                                                  cache_dir=model_args.cache_dir))
+        if tokens > rows:
+            raise ArgumentError(f"--tokenizer_name {model_args.tokenizer_name} has {tokens} tokens but "
+                                f"--model_name_or_path {name} has {rows} embedding rows (vocab_size): ids past "
+                                f"{rows - 1} have no embedding. Use the model's own tokenizer (drop --tokenizer_name).")
 
 
 def callback_names(training_args) -> List[str]:
@@ -199,4 +299,6 @@ def check_run(model_args, data_args, training_args) -> None:
 
     require_run_packages(backend_entry(args.backend))  # the card's packages: now, not after training
     check_data_files(data_args)
+    check_model_type(model_args, args)
+    check_weight_files(model_args, args)
     check_model_config(model_args, data_args)

@@ -144,12 +144,12 @@ def run_summary(model_args, data_args, training_args, backend, plan, results: Di
         global_step=results["global_step"], steps_per_epoch=plan.steps_per_epoch,
         total_steps=plan.total_steps, train_metrics=results, log_history=log_history,
         model_fields={k: v for k, v in fields.items()
-                      if k not in ("optimizer", "jit_compile", "steps_per_execution", "compiler")},
+                      if k not in ("optimizer", "jit_compile", "steps_per_execution", "compiler", "precision")},
         optimizer=fields.get("optimizer", ""), dataset_description=description,
         mask_token=mask_token, jit_compile=fields.get("jit_compile"),
         steps_per_execution=fields.get("steps_per_execution", 1),
         compiler=fields.get("compiler") or run_state.get("compiler"),
-        initialization=initialization_fields(model_args.model_name_or_path))
+        initialization=initialization_fields(model_args.model_name_or_path), precision=fields.get("precision"))
     if push_report is not None:
         summary["hub_pushes"] = push_report
     return summary

@@ -107,8 +107,9 @@ def test_keras_backend_bf16_auto_on_a_cpu(monkeypatch, flags):
     backend = make_backend("keras")
     backend.setup(args)
     native = "amx_bf16" in flags or "avx512_bf16" in flags
-    assert (args.bf16, backend.precision.precision, backend.precision.compiler) == (
+    assert (backend.precision.bf16, backend.precision.precision, backend.precision.compiler) == (
         native, "bf16 mixed" if native else "float32", "XLA")
+    assert args.bf16 == "auto" and backend.precision.bf16_dots  # the plan, not the arguments, carries the decision
     assert backend.precision.reason == (
         "--bf16 auto: this CPU has native bf16 and the step's matmuls multiply bf16 natively on XLA:CPU "
         "(bf16 x bf16 -> float32 dots)" if native

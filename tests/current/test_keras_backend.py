@@ -215,7 +215,7 @@ DEVICES_SCRIPT = textwrap.dedent("""
         optimizer, _ = make_optimizer(args, 10)
         optimizer.build(model.trainable_variables)
         place = Placement(devices)
-        step = jax.jit(make_train_step(model, optimizer, 3, accumulation), donate_argnums=(0,))
+        step = jax.jit(make_train_step(model, optimizer, 3, accumulation, bf16_dots=True), donate_argnums=(0,))
         state = tuple(place.put_replicated([v.value for v in vs]) for vs in
                       (model.trainable_variables, model.non_trainable_variables, optimizer.variables))
         losses = []

@@ -59,7 +59,7 @@ def test_multi_step_equals_single_steps_with_one_program():
         optimizer.build(model.trainable_variables)
         state = tuple(place.put_replicated([v.value for v in vs]) for vs in
                       (model.trainable_variables, model.non_trainable_variables, optimizer.variables))
-        step = make_train_step(model, optimizer, 3, 2)  # 2 accumulated micro-batches
+        step = make_train_step(model, optimizer, 3, 2, bf16_dots=True)  # 2 accumulated micro-batches
         micro = [split_micro_batches(batches(s), 2) for s in range(6)]
         losses = []
         if name == "single":

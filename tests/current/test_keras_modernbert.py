@@ -247,7 +247,7 @@ def test_the_backends_train_step_trains_it():
     optimizer.build(model.trainable_variables)
     state = tuple([v.value for v in vs] for vs in
                   (model.trainable_variables, model.non_trainable_variables, optimizer.variables))
-    step = jax.jit(make_train_step(model, optimizer, seed=5, accumulation=2))
+    step = jax.jit(make_train_step(model, optimizer, seed=5, accumulation=2, bf16_dots=True))  # CPU: as the plan
     losses = []
     for s in range(8):
         state, loss_sum, count = step(state, batch, np.int32(s))

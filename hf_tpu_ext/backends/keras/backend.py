@@ -30,12 +30,30 @@ import os
 from typing import Any, Dict, List, Optional
 
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
+from hf_tpu_ext.backends.keras import checkpoint as ckpt
 from hf_tpu_ext.backends.keras.architectures import architecture_for
-from hf_tpu_ext.backends.keras.probes import preparing_probes, scoring_probes, wants_probes
+from hf_tpu_ext.backends.keras.best import load_best, restore_best
+from hf_tpu_ext.backends.keras.checkpoint import (STATE_NAME, export_checkpoint_folder, find_checkpoints,
+                                                  is_checkpoint_folder, remove_incomplete)
 from hf_tpu_ext.backends.keras.events import EventWriter
+from hf_tpu_ext.backends.keras.export import export_masked_lm
+from hf_tpu_ext.backends.keras.loop import KerasTrainer
+from hf_tpu_ext.backends.keras.model import build_masked_lm, count_parameters, load_pretrained
+from hf_tpu_ext.backends.keras.placement import Placement
+from hf_tpu_ext.backends.keras.probes import preparing_probes, scoring_probes, wants_probes
+from hf_tpu_ext.backends.keras.step import CompileCounter
+from hf_tpu_ext.backends.keras.stream_state import restore_data_state, stream_batches
+from hf_tpu_ext.backends.loop import StepLoop, restored_loss_window
 from hf_tpu_ext.backends.trackio_log import init_trackio
 from hf_tpu_ext.best_metric import BestMetric, BestTracker
+from hf_tpu_ext.data.numpy_batches import NumpyMasker, TrainBatches, eval_batches
+from hf_tpu_ext.data.streaming import is_stream
 from hf_tpu_ext.errors import BackendError, CheckpointError
+from hf_tpu_ext.extras import require_extra
+from hf_tpu_ext.host_memory import keep_step_memory
+from hf_tpu_ext.mfu import make_mfu_meter
+from hf_tpu_ext.model_config import build_config, check_positions, dropout_overrides, model_summary_fields
+from hf_tpu_ext.precision import has_native_bf16, resolve_precision, xla_bf16_dots_faster
 from hf_tpu_ext.run_context import RunContext
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -89,9 +107,8 @@ class KerasBackend(BackendDefaults):
         self.is_chief = True
         self.model = None
         self.config = None
-        self.state = None
         self.placement = None
-        self._step = 0
+        self.trainer: Optional[KerasTrainer] = None  # the train state, compiled steps, step reached (build on)
         self.trainer_ran = False
         self._restored_meta: Dict[str, Any] = {}
         self.restored_fit_metrics: Optional[Dict[str, Any]] = None
@@ -112,15 +129,10 @@ class KerasBackend(BackendDefaults):
         if self.keras_backend == "tensorflow":
             self._setup_tensorflow(training_args)
             return
-        from hf_tpu_ext.host_memory import keep_step_memory
-
         # before the JAX client's threads first allocate: its executor threads allocate each step's temporaries
         self.host_memory_tuned = keep_step_memory(single_arena=True)
         self.distributed = maybe_initialize_distributed()
         import jax
-
-        from hf_tpu_ext.backends.keras.placement import Placement
-        from hf_tpu_ext.precision import has_native_bf16, resolve_precision, xla_bf16_dots_faster
 
         args = training_args
         self.placement = Placement()
@@ -135,7 +147,6 @@ class KerasBackend(BackendDefaults):
         # the JAX step's bf16 matmuls have float32 results on a CPU (bf16_dot.py): native there, faster with AMX
         self.precision = resolve_precision(args.bf16, True, self.accelerator, native, bf16_dots=True,
                                            bf16_dots_faster=xla_bf16_dots_faster(self.accelerator))
-        args.bf16, args.jit_compile = self.precision.bf16, True
         logger.info("keras %s on JAX %s: %d %s device(s) in %d process(es), data parallel over all of them; "
                     "host memory: %s", _version("keras"), jax.__version__, self.num_replicas, self.device_kind,
                     jax.process_count(), "malloc_tuned" if self.host_memory_tuned else "defaults")
@@ -143,9 +154,6 @@ class KerasBackend(BackendDefaults):
 
     def _setup_tensorflow(self, args) -> None:
         """``KERAS_BACKEND=tensorflow``: one device (a GPU when TensorFlow sees one), this process the chief."""
-        from hf_tpu_ext.extras import require_extra
-        from hf_tpu_ext.precision import has_native_bf16, resolve_precision
-
         require_extra("tensorflow", "--backend keras with KERAS_BACKEND=tensorflow", modules=("tensorflow",))
         import tensorflow as tf
 
@@ -154,7 +162,6 @@ class KerasBackend(BackendDefaults):
         self.device_kind = self.accelerator
         native = has_native_bf16(self.accelerator)  # a GPU: TensorFlow's own compute-capability check
         self.precision = resolve_precision(args.bf16, True, self.accelerator, native)
-        args.bf16, args.jit_compile = self.precision.bf16, True
         logger.info("keras %s on TensorFlow %s: one %s device", _version("keras"), tf.__version__, self.accelerator)
         self._log_precision()
 
@@ -181,8 +188,6 @@ class KerasBackend(BackendDefaults):
 
     # ------------------------------------------------------------------ checkpoints (no model needed)
     def find_checkpoints(self, folder: str) -> List[str]:
-        from hf_tpu_ext.backends.keras.checkpoint import find_checkpoints
-
         return find_checkpoints(folder)
 
     def checkpoint_info(self, path: str) -> CheckpointInfo:
@@ -191,8 +196,6 @@ class KerasBackend(BackendDefaults):
         Raises:
             CheckpointError: a file is missing, truncated or not JSON (named in the message).
         """
-        from hf_tpu_ext.backends.keras import checkpoint as ckpt
-
         meta = ckpt.read_meta(path)
         ckpt.load_tensors(path, ckpt.MODEL_NAME)
         ckpt.load_tensors(path, ckpt.OPTIMIZER_NAME)
@@ -206,41 +209,26 @@ class KerasBackend(BackendDefaults):
 
     def remove_incomplete_checkpoints(self, output_dir: str) -> List[str]:
         """Delete temporary checkpoint folders and ``checkpoint-N/`` without their trainer state (a killed save)."""
-        from hf_tpu_ext.backends.keras.checkpoint import remove_incomplete
-
         return remove_incomplete(output_dir)
 
     def is_checkpoint_folder(self, folder: str) -> bool:
-        from hf_tpu_ext.backends.keras.checkpoint import is_checkpoint_folder
-
         return is_checkpoint_folder(folder)
 
     def checkpoint_state_file(self, path: str) -> str:
-        from hf_tpu_ext.backends.keras.checkpoint import STATE_NAME
-
         return os.path.join(path, STATE_NAME)
 
     def export_checkpoint(self, path: str, folder: str) -> str:
-        from hf_tpu_ext.backends.keras.checkpoint import export_checkpoint_folder
-
         return export_checkpoint_folder(path, folder)
 
     # ------------------------------------------------------------------ model and data
     def build(self, model_args, data_args, training_args, tokenizer, blocks, plan: RunPlan) -> None:
-        from hf_tpu_ext.backends.keras.model import build_masked_lm, load_pretrained
         from hf_tpu_ext.backends.keras.optimization import make_optimizer
-        from hf_tpu_ext.backends.keras.step import (jit_eval_step, jit_train_step, make_eval_step,
-                                                    make_multi_step, make_train_step)
-        from hf_tpu_ext.data.numpy_batches import NumpyMasker, TrainBatches
-        from hf_tpu_ext.backends.keras.stream_state import stream_batches
-        from hf_tpu_ext.data.streaming import is_stream
-        from hf_tpu_ext.model_config import build_config, check_positions, dropout_overrides
 
         args = training_args
         self.args, self.plan, self.tokenizer = args, plan, tokenizer
         self.model_args, self.data_args = model_args, data_args
         self.accumulation = int(getattr(args, "gradient_accumulation_steps", 1) or 1)
-        dtype = "mixed_bfloat16" if args.bf16 else "float32"
+        dtype = self.precision.keras_policy  # decided once, in setup
         if model_args.model_name_or_path:
             self.model, self.config = load_pretrained(model_args.model_name_or_path, dtype,
                                                       revision=model_args.model_revision,
@@ -259,19 +247,8 @@ class KerasBackend(BackendDefaults):
         self.train_batches = (stream_batches(self, blocks["train"], rows) if is_stream(blocks["train"]) else
                               TrainBatches(blocks["train"], plan.global_batch_size, args.seed, masker, rows))
         self.eval_blocks = blocks.get("validation") if plan.has_eval else None
-        if self.on_tensorflow:
-            from hf_tpu_ext.backends.keras import step_tf
-
-            self.train_step = step_tf.make_train_step(self.model, self.optimizer, self.accumulation)
-            self.eval_step = step_tf.make_eval_step(self.model)
-        else:
-            step = make_train_step(self.model, self.optimizer, int(args.seed), self.accumulation)
-            n = int(getattr(args, "steps_per_execution", 1) or 1)
-            self.train_step = jit_train_step(make_multi_step(step, n) if n > 1 else step, self.placement)
-            self.eval_step = jit_eval_step(make_eval_step(self.model))
-        self.model.train_function = self.train_step  # the recompile guard watches this function
-        self._state_from_variables()
-        self._step = 0
+        self.trainer = KerasTrainer(self, self.precision, int(args.seed), self.accumulation,
+                                    getattr(args, "steps_per_execution", 1))
         self.best = BestTracker(BestMetric.from_args(args))
         report_to = getattr(args, "report_to", None) or ()
         self.summary_writer = EventWriter(args.logging_dir) if self.is_chief and "tensorboard" in report_to else None
@@ -288,39 +265,14 @@ class KerasBackend(BackendDefaults):
                                   model=self.model, output_dir=args.output_dir, flops_per_token=self.flops_per_token,
                                   max_predictions=int(data_args.max_predictions_per_seq))
 
-    def _state_from_variables(self) -> None:
-        if self.on_tensorflow:  # the TensorFlow step updates the variables themselves
-            return
-        p = self.placement
-        self.state = (p.put_replicated([v.value for v in self.model.trainable_variables]),
-                      p.put_replicated([v.value for v in self.model.non_trainable_variables]),
-                      p.put_replicated([v.value for v in self.optimizer.variables]))
-
-    def _variables_from_state(self) -> None:
-        """Write the step's state back into the Keras variables (export, callbacks reading weights)."""
-        from hf_tpu_ext.backends.keras.step import state_to_host
-
-        if self.on_tensorflow:
-            return
-        trainable, non_trainable, opt = state_to_host(self.state)
-        for var, value in zip(self.model.trainable_variables, trainable):
-            var.assign(value)
-        for var, value in zip(self.model.non_trainable_variables, non_trainable):
-            var.assign(value)
-        for var, value in zip(self.optimizer.variables, opt):
-            var.assign(value)
+    @property
+    def state(self):
+        """The train state (:attr:`KerasTrainer.state`; None before ``build`` and on Keras-on-TensorFlow)."""
+        return self.trainer.state if self.trainer is not None else None
 
     # ------------------------------------------------------------------ checkpoints with a model
     def _named_state(self):
-        from hf_tpu_ext.backends.keras.step import state_to_host
-
-        if self.on_tensorflow:
-            from keras import ops
-
-            trainable, non_trainable, opt = ([ops.convert_to_numpy(v.value) for v in vs] for vs in (
-                self.model.trainable_variables, self.model.non_trainable_variables, self.optimizer.variables))
-        else:
-            trainable, non_trainable, opt = state_to_host(self.state)
+        trainable, non_trainable, opt = self.trainer.host_state()
         # trainable variables by path (keras-hub names every layer); non-trainable ones (dropout seed states,
         # auto-numbered "seed_generator_N" per process) and the optimizer's by position
         model_vars = {var.path: value for var, value in zip(self.model.trainable_variables, trainable)}
@@ -343,7 +295,7 @@ class KerasBackend(BackendDefaults):
                 "model_config": {k: getattr(self.config, k, None) for k in MODEL_CONFIG_FIELDS},
                 "data": {"seed": int(args.seed), "global_batch_size": plan.global_batch_size,
                          "num_train_blocks": plan.num_train_blocks, "seq_length": plan.seq_length},
-                "keras_backend": self.keras_backend, "dtype_policy": "mixed_bfloat16" if args.bf16 else "float32",
+                "keras_backend": self.keras_backend, "dtype_policy": self.precision.keras_policy,
                 "keras_version": _version("keras"), "optim": args.optim}
         if _version("keras-hub") != "?":  # only where installed
             meta["keras_hub_version"] = _version("keras-hub")
@@ -361,8 +313,6 @@ class KerasBackend(BackendDefaults):
         Raises:
             CheckpointError: a file is unreadable, or a variable is missing or of another shape (named).
         """
-        from hf_tpu_ext.backends.keras import checkpoint as ckpt
-
         meta = ckpt.read_meta(path)
         model_vars = ckpt.load_tensors(path, ckpt.MODEL_NAME)
         opt_vars = ckpt.load_tensors(path, ckpt.OPTIMIZER_NAME)
@@ -385,43 +335,34 @@ class KerasBackend(BackendDefaults):
                                   "--optim or start a new run in another --output_dir.")
         for var, value in zip(self.optimizer.variables, ordered):
             var.assign(value)
-        self._state_from_variables()
-        self._step = int(meta["global_step"])
-        from hf_tpu_ext.backends.keras.stream_state import restore_data_state
+        self.trainer.state_from_variables()
+        step = self.trainer.step = int(meta["global_step"])
 
-        restore_data_state(self, path, self._step)  # --streaming: this process's position
+        restore_data_state(self, path, step)  # --streaming: this process's position
         self._restored_meta = meta
         # a resume that only finishes the export reports what the training process measured (all_results, card)
         self.restored_fit_metrics = dict(meta.get("fit_metrics") or {}) or None
-        from hf_tpu_ext.backends.keras.best import restore_best
 
         restore_best(self)
-        return self._step
+        return step
 
     def run_context(self):
         return self.context
 
     # ------------------------------------------------------------------ training
     def current_step(self) -> int:
-        return int(self._step)
+        return int(self.trainer.step) if self.trainer is not None else 0
 
     @scoring_probes  # with --probe_file also probe_top1, probe_top5, probe_mrr, probe_n
     def evaluate(self) -> Dict[str, float]:
         """``eval_loss``, ``perplexity``, ``eval_accuracy`` over the validation split's full batches ({} without)."""
         if self.eval_blocks is None or (self.state is None and not self.on_tensorflow):
             return {}
-        from hf_tpu_ext.data.numpy_batches import eval_batches
 
         loss = correct = count = 0.0
         rows = self.placement.process_batch_rows(self.plan.eval_batch_size) if self.placement else None
         for batch in eval_batches(self.eval_blocks, self.plan.eval_batch_size, self.args.seed, self.masker, rows):
-            if self.on_tensorflow:
-                from hf_tpu_ext.backends.keras.step_tf import to_tensors
-
-                out = self.eval_step(to_tensors(batch))
-            else:
-                out = self.eval_step(self.state[0], self.state[1], self.placement.put_batch(batch, axis=0))
-            l, c, n = (float(x) for x in out)
+            l, c, n = self.trainer.eval_sums(batch)
             loss, correct, count = loss + l, correct + c, count + n
         if not count:
             return {}
@@ -433,7 +374,7 @@ class KerasBackend(BackendDefaults):
     def fit(self, callbacks: list, on_save: SaveHook, start_step: int,
             log_history: List[Dict[str, Any]]) -> Dict[str, Any]:
         """Train from ``start_step`` to the plan's last step (the shared :class:`~hf_tpu_ext.backends.loop.StepLoop`
-        on :class:`~hf_tpu_ext.backends.keras.loop.KerasSteps`: ``--steps_per_execution`` steps per device call),
+        on :class:`~hf_tpu_ext.backends.keras.loop.KerasTrainer`: ``--steps_per_execution`` steps per device call),
         then checkpoint the step reached; returns the segment's figures (``train_loss``, ``train_runtime``,
         ``steady_tokens_per_second``, ``mfu``, ``global_step``, ...).
 
@@ -443,23 +384,20 @@ class KerasBackend(BackendDefaults):
         """
         import keras
 
-        from hf_tpu_ext.backends.keras.loop import KerasSteps
-        from hf_tpu_ext.backends.keras.step import CompileCounter
-        from hf_tpu_ext.backends.loop import StepLoop, restored_loss_window
-        from hf_tpu_ext.mfu import make_mfu_meter
-
         args, plan = self.args, self.plan
         spe, total = plan.steps_per_epoch, plan.total_steps
-        step = self._step = int(start_step)
+        trainer = self.trainer
+        step = trainer.step = int(start_step)
+        trainer.on_save = on_save
         self.log_history = log_history
         self.trainer_ran = True
         cb = keras.callbacks.CallbackList(list(callbacks), add_history=False, add_progbar=False, model=self.model,
                                           epochs=max(1, math.ceil(total / spe)), steps=spe, verbose=0)
         self.mfu_of = make_mfu_meter(self.flops_per_token, "CPU" if self.accelerator == "CPU" else self.device_kind,
-                                     args.bf16, self.num_replicas, self.is_chief, per="device")
+                                     self.precision.bf16, self.num_replicas, self.is_chief, per="device")
         # the logging window of the checkpoint resumed from: the next entry averages the same steps as without a
         # stop; the restored checkpoint (start_step) is never written again
-        loop = self._loop = StepLoop(KerasSteps(self, on_save), args, plan, cb, log_history, step,
+        loop = self._loop = StepLoop(trainer, args, plan, cb, log_history, step,
                                      restored_loss_window(self._restored_meta, step), self.mfu_of, best=self.best,
                                      saved_step=step, is_chief=self.is_chief, trackio=self.trackio)
         compiles = self._compiles = CompileCounter("train_step")
@@ -474,9 +412,8 @@ class KerasBackend(BackendDefaults):
                 self.trackio.finish()
         loop.finish(step)  # the final checkpoint; after a signal, KeyboardInterrupt
         self.callbacks = cb
-        self._variables_from_state()
+        trainer.variables_from_state()
         if getattr(args, "load_best_model_at_end", False):
-            from hf_tpu_ext.backends.keras.best import load_best
 
             load_best(self)
         self.final_logs = loop.logs
@@ -485,7 +422,8 @@ class KerasBackend(BackendDefaults):
     def _fit_metrics(self, step: int) -> Dict[str, Any]:
         """The segment's figures so far (:meth:`StepLoop.results`), its first step and XLA compilations."""
         compiles = self._compiles
-        count = (int(self.train_step.experimental_get_tracing_count()) if self.on_tensorflow else compiles.count)
+        count = (int(self.trainer.train_step.experimental_get_tracing_count()) if self.on_tensorflow
+                 else compiles.count)
         return {**self._loop.results(step),
                 "first_step_seconds": self._loop.meter.first_step,
                 # XLA compilations of the train step in this segment (1 = compiled once)
@@ -502,8 +440,7 @@ class KerasBackend(BackendDefaults):
         """``config.json``, ``model.safetensors`` (the architecture's transformers names, ``format: pt``), the
         tokenizer (and, for RoBERTa, the keras-hub preset) through :mod:`hf_tpu_ext.backends.keras.export`."""
         if self.state is not None and not self.loaded_best:
-            self._variables_from_state()
-        from hf_tpu_ext.backends.keras.export import export_masked_lm
+            self.trainer.variables_from_state()
 
         return export_masked_lm(self.model, folder, tokenizer=tokenizer, config=self.config)
 
@@ -511,13 +448,12 @@ class KerasBackend(BackendDefaults):
         return self.config
 
     def model_summary(self) -> Dict[str, Any]:
-        from hf_tpu_ext.backends.keras.model import count_parameters
         from hf_tpu_ext.backends.keras.optimization import optimizer_description
-        from hf_tpu_ext.model_config import model_summary_fields
 
         return {**model_summary_fields(self.config, count_parameters(self.model)),
                 "optimizer": optimizer_description(self.args), "jit_compile": True,
-                "steps_per_execution": int(getattr(self.args, "steps_per_execution", 1) or 1),
+                "precision": self.precision.precision,
+                "steps_per_execution": self.trainer.steps_per_execution,
                 "compiler": ("XLA (Keras 3 on TensorFlow), whole step in one program" if self.on_tensorflow
                              else "XLA (JAX), whole step in one program")}
 

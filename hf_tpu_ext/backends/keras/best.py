@@ -13,6 +13,8 @@ import os
 
 import numpy as np
 
+from hf_tpu_ext.backends.keras import checkpoint as ckpt
+
 logger = logging.getLogger("hf_tpu_ext")
 
 
@@ -20,12 +22,10 @@ def restore_best(backend) -> None:
     """Resume the best-model tracking (``backend.best``, a :class:`~hf_tpu_ext.best_metric.BestTracker`) from
     ``checkpoints/best/`` when it belongs to the restored history (its step at or before the checkpoint's, the
     same metric); a best of a killed later segment is redone."""
-    from hf_tpu_ext.backends.keras import checkpoint as ckpt
-
     if not getattr(backend.args, "load_best_model_at_end", False):
         return
     best = ckpt.read_best(backend.args.output_dir, with_weights=False)
-    if best is not None and best["metric"] == backend.best.key and 0 < best["global_step"] <= backend._step:
+    if best is not None and best["metric"] == backend.best.key and 0 < best["global_step"] <= backend.current_step():
         backend.best.value, backend.best.step = best["value"], best["global_step"]
         backend.best_model_checkpoint = best["folder"]
 
@@ -33,8 +33,6 @@ def restore_best(backend) -> None:
 def keep_best(backend, step: int, key: str, value: float) -> None:
     """The new best evaluation's trainable weights on disk (process 0 writes), not in memory: a killed run's best
     survives into the resumed one."""
-    from hf_tpu_ext.backends.keras import checkpoint as ckpt
-
     if backend.is_chief:
         if backend.on_tensorflow:
             from keras import ops
@@ -54,8 +52,6 @@ def keep_best(backend, step: int, key: str, value: float) -> None:
 def load_best(backend) -> None:
     """At the end of training: the kept best weights into the model's variables (the export then writes them);
     sets ``backend.loaded_best``. A missing or other step's file is warned about and the final weights stay."""
-    from hf_tpu_ext.backends.keras import checkpoint as ckpt
-
     best_step = backend.best.step
     if best_step is None:
         logger.warning("load_best_model_at_end: no evaluation after step 0; the final weights are exported.")

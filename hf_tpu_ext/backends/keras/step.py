@@ -18,7 +18,7 @@ whole global batch, so the summed micro-batch gradients are the gradient of one 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Tuple
 
 import numpy as np
 
@@ -52,17 +52,8 @@ def masked_lm_sums(logits, labels, weights):
     return jnp.sum(nll * weights), jnp.sum(correct * weights), jnp.sum(weights)
 
 
-def _use_bf16_dots(bf16_dots: Optional[bool]) -> bool:
-    # None: on XLA:CPU, whose bf16 -> bf16 dots run in float32 (bf16_dot.py); TPU/GPU compilers need no help
-    if bf16_dots is None:
-        import jax
-
-        return jax.default_backend() == "cpu"
-    return bool(bf16_dots)
-
-
-def make_train_step(model, optimizer, seed: int, accumulation: int, dropout: bool = True,
-                    bf16_dots: Optional[bool] = None) -> Callable:
+def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots: bool,
+                    dropout: bool = True) -> Callable:
     """``step(state, batch, global_step) -> (state, loss_sum, count)``, not yet jitted.
 
     Args:
@@ -72,8 +63,8 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, dropout: boo
         accumulation: ``A``, micro-batches per step (the batch has a leading axis of that size).
         dropout: counter-based dropout (:mod:`hf_tpu_ext.backends.keras.dropout`); False keeps Keras' own.
         bf16_dots: XLA:CPU's dot routing (:mod:`hf_tpu_ext.backends.keras.bf16_dot`): a bf16 model's matmuls
-            with float32 results (natively bf16), a float32 model's projections as 2-D dots (``flat_dots``);
-            None: on a CPU backend.
+            with float32 results (natively bf16), a float32 model's projections as 2-D dots (``flat_dots``); the
+            run's :class:`hf_tpu_ext.precision.PrecisionPlan` decides it (``plan.bf16_dots``).
 
     ``state`` is ``(trainable, non_trainable, optimizer_variables)`` (lists of arrays).
     """
@@ -84,7 +75,7 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, dropout: boo
     from hf_tpu_ext.backends.keras.dropout import counter_based_dropout, dropout_key
     from hf_tpu_ext.backends.keras.gelu import erf_gelu
 
-    dots = _use_bf16_dots(bf16_dots)
+    dots = bool(bf16_dots)
 
     def micro_loss(trainable, non_trainable, micro, total, step, index):
         # one key per step; micro-batch i offsets the element counters by its place in the global batch, so
@@ -152,12 +143,12 @@ def make_multi_step(train_step: Callable, steps: int) -> Callable:
     return train_step_n
 
 
-def make_eval_step(model, bf16_dots: Optional[bool] = None) -> Callable:
+def make_eval_step(model, *, bf16_dots: bool) -> Callable:
     """``eval_step(trainable, non_trainable, batch) -> (loss_sum, correct, count)`` (no dropout), not jitted;
     ``bf16_dots`` as in :func:`make_train_step`."""
     from hf_tpu_ext.backends.keras.bf16_dot import flat_dots, native_bf16_dots
 
-    dots = _use_bf16_dots(bf16_dots)
+    dots = bool(bf16_dots)
 
     def eval_step(trainable, non_trainable, batch):
         with native_bf16_dots(dots), flat_dots(dots):

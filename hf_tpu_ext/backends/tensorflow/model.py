@@ -28,7 +28,7 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
         seed: seeds weight initialization when training from scratch.
 
     Returns:
-        A built ``TFRobertaForMaskedLM`` (or ``TFAutoModelForMaskedLM`` for other architectures).
+        A built ``TFRobertaForMaskedLM``, ``TFBertForMaskedLM`` or ``TFDistilBertForMaskedLM`` (``TFAutoModelForMaskedLM``).
 
     Raises:
         ArgumentError: ``max_seq_length`` exceeds what the model's position embeddings allow.
@@ -39,7 +39,7 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
         from hf_tpu_ext.backends.tensorflow.export import load_tf_model
 
         model = load_tf_model(model_args.model_name_or_path, revision=model_args.model_revision,
-                              **dropout_overrides(model_args))
+                              **dropout_overrides(model_args, _model_type(model_args)))
         check_positions(model.config, max_seq_length)
         return model
 
@@ -51,6 +51,18 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
     model = TFAutoModelForMaskedLM.from_config(config)
     model(model.dummy_inputs, training=False)
     return model
+
+
+def _model_type(model_args):
+    """``model_type`` of ``--model_name_or_path``'s config (``None`` when it cannot be read here: the loader says
+    why), so the dropout flags reach DistilBERT's ``dropout``/``attention_dropout``."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision,
+                                          cache_dir=model_args.cache_dir).model_type
+    except (OSError, ValueError):
+        return None
 
 
 def count_parameters(model) -> int:

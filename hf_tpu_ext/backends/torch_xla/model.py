@@ -41,8 +41,12 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
     from hf_tpu_ext.errors import CheckpointError
 
     if model_args.model_name_or_path:
-        overrides = dropout_overrides(model_args)
+        from transformers import AutoConfig
+
         try:
+            model_type = AutoConfig.from_pretrained(model_args.model_name_or_path, revision=model_args.model_revision,
+                                                    cache_dir=model_args.cache_dir).model_type
+            overrides = dropout_overrides(model_args, model_type)  # DistilBERT's dropout, ModernBERT's mlp_dropout
             model = AutoModelForMaskedLM.from_pretrained(
                 model_args.model_name_or_path, revision=model_args.model_revision, cache_dir=model_args.cache_dir,
                 attn_implementation="eager", **overrides)
@@ -50,7 +54,7 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
             raise CheckpointError(f"Cannot load {model_args.model_name_or_path} as a PyTorch masked LM: "
                                   f"{str(err).splitlines()[0]}") from None
         check_positions(model.config, max_seq_length)
-        return model
+        return _without_torch_compile(model)
     config = build_config(model_args, tokenizer, max_seq_length)
     if seed is not None:
         from transformers import set_seed
@@ -59,6 +63,15 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
     config._attn_implementation = "eager"
     model = AutoModelForMaskedLM.from_config(config, attn_implementation="eager")
     model.to(torch.float32)
+    return _without_torch_compile(model)
+
+
+def _without_torch_compile(model):
+    """Turn off ModernBERT's ``reference_compile`` (unset, its model ``torch.compile``\ s the embeddings and MLP
+    on any device but CPU/MPS, and dynamo's fake tensors fail on XLA lazy tensors: ``Cannot call numel() on tensor
+    with symbolic sizes``); XLA compiles the whole step anyway. Other configs have no such field."""
+    if hasattr(model.config, "reference_compile"):
+        model.config.reference_compile = False
     return model
 
 
