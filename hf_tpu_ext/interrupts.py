@@ -33,7 +33,8 @@ its own):
 * :func:`kill_for_test` -- the test hooks ``HF_TPU_EXT_TEST_KILL_AT=<phase>`` (:data:`KILL_ENV`): SIGKILL this
   process at a named moment (the training run's phases; ``checkpoint_weights``: a checkpoint's weight files are
   written, its trainer state is not), and ``HF_TPU_EXT_TEST_SIGNAL_AT=<phase>`` (:data:`SIGNAL_ENV`): send it
-  SIGTERM there, once (what a preemption at that moment does). Only tests set them.
+  SIGTERM there, once (what a preemption at that moment does). Only tests set them. The points are
+  :data:`FAULT_POINTS`; a name not among them (at a call site or in either variable) raises ``ValueError``.
 
 A wait after a signal (:func:`wait_until`) leaves :func:`exit_reserve` seconds of the grace budget for the exit
 itself (closing the pusher, ``training_summary.json``), so the process is gone within the budget whatever the
@@ -57,6 +58,14 @@ logger = logging.getLogger("hf_tpu_ext")
 
 KILL_ENV = "HF_TPU_EXT_TEST_KILL_AT"
 SIGNAL_ENV = "HF_TPU_EXT_TEST_SIGNAL_AT"
+#: every fault-injection point, in the order a run reaches them: ``data`` (the data are ready, the model is not
+#: built), ``train_step`` (a device call ended; ``train_step@N``: at step N), ``checkpoint_weights`` (a checkpoint's
+#: weights written, its trainer state not), ``saved`` (a checkpoint and its trainer state written), ``train`` (after
+#: the first checkpoint), ``checkpoint`` (after the last checkpoint, before the export), ``export`` (half-way
+#: through it), ``card`` (the card written), ``push`` (the final push in flight), ``after_results`` (every phase
+#: done, before the exit)
+FAULT_POINTS = ("data", "train_step", "checkpoint_weights", "saved", "train", "checkpoint", "export", "card", "push",
+                "after_results")
 #: the grace budget when none is set: fits the 30 s between SIGTERM and SIGKILL on preemptible TPU VMs and in
 #: Kubernetes' default ``terminationGracePeriodSeconds``, with 5 s left for the exit itself
 DEFAULT_GRACE_SECONDS = 25.0
@@ -138,11 +147,6 @@ def seconds_left() -> Optional[float]:
     if _received_at is None:
         return None
     return max(0.0, _grace - (time.monotonic() - _received_at))
-
-
-def is_deferring() -> bool:
-    """True while a loop that polls :func:`check` runs (a first signal is only recorded then)."""
-    return _deferring
 
 
 @contextlib.contextmanager
@@ -379,8 +383,15 @@ def _remove_fallback() -> None:
 def kill_for_test(phase: str, step: Optional[int] = None) -> None:
     """SIGKILL this process when ``HF_TPU_EXT_TEST_KILL_AT`` names ``phase``, SIGTERM it (once) when
     ``HF_TPU_EXT_TEST_SIGNAL_AT`` does (tests only; see the module doc); ``phase@N`` only when ``step`` is ``N``
-    (e.g. ``checkpoint_weights@20``: while saving step 20)."""
+    (e.g. ``checkpoint_weights@20``: while saving step 20).
+
+    Raises:
+        ValueError: ``phase``, or the point a variable names, is not one of :data:`FAULT_POINTS` (a misspelt
+            point would otherwise never fire, and the test that set it would pass without its fault).
+    """
     global _test_signal_sent
+    if phase not in FAULT_POINTS:
+        raise ValueError(f"kill_for_test: {phase!r} is not a fault-injection point; one of {', '.join(FAULT_POINTS)}.")
     if _names(os.environ.get(SIGNAL_ENV), phase, step) and not _test_signal_sent:
         _test_signal_sent = True
         os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode, as a SIGTERM from outside
@@ -392,4 +403,6 @@ def kill_for_test(phase: str, step: Optional[int] = None) -> None:
 def _names(wanted: Optional[str], phase: str, step: Optional[int]) -> bool:
     """Whether a test hook's ``<phase>[@step]`` value names ``phase`` (at ``step``)."""
     name, _, at = (wanted or "").partition("@")
+    if name and name not in FAULT_POINTS:
+        raise ValueError(f"{wanted!r} names no fault-injection point; use one of {', '.join(FAULT_POINTS)}[@step].")
     return name == phase and (not at or (step is not None and int(at) == int(step)))

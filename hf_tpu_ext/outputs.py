@@ -31,44 +31,6 @@ TRAINING_SUMMARY_NAME = "training_summary.json"
 LOSS_CURVE_NAME = "loss_curve.png"
 REDACTED = "<redacted>"
 
-#: Keys of ``training_summary.json`` (see :func:`write_training_summary`); missing ones are written as null.
-SUMMARY_KEYS = (
-    "backend",
-    "accelerator",
-    "num_devices",
-    "strategy",
-    "num_replicas",
-    "num_workers",
-    "global_batch_size",
-    "per_device_train_batch_size",
-    "max_seq_length",
-    "precision",
-    "jit_compile",
-    "compiler",
-    "steps_per_execution",
-    "global_step",
-    "epoch",
-    "tokens_seen",
-    "train_runtime",
-    "train_tokens_per_second",
-    "steady_tokens_per_second",
-    "mfu",
-    "mfu_peak_flops",
-    "mfu_peak_source",
-    "mfu_note",
-    "base_model",
-    "initialized_from",
-    "dataset_name",
-    "dataset_config_name",
-    "dataset_description",
-    "num_parameters",
-    "model_config",
-    "hyperparameters",
-    "eval_results",
-    "framework_versions",
-    "mask_token",
-)
-
 #: Distributions reported by :func:`framework_versions` (those installed).
 FRAMEWORK_DISTRIBUTIONS = (
     "hf-tpu-ext",
@@ -223,44 +185,98 @@ def read_all_results(output_dir: str) -> Optional[Dict[str, Any]]:
         return None
 
 
+@dataclasses.dataclass
+class TrainingSummary:
+    """``training_summary.json``: the facts of a run the model card is rendered from, the same fields whichever
+    backend trained (:func:`build_training_summary`; :func:`write_training_summary` writes every field, ``null``
+    when not given). The run adds ``hub_pushes`` (the merged push report of every process,
+    :func:`hf_tpu_ext.run.state.merge_push_reports`), and after a signal ``interrupted``
+    (:func:`hf_tpu_ext.run.state.interrupted_fields`); other extra keys are kept as given.
+    """
+
+    backend: Optional[str] = None
+    """the backend that trained: ``"tensorflow"``, ``"keras"`` or ``"torch_xla"``."""
+    accelerator: Optional[str] = None
+    """``"CPU"``, ``"GPU"`` or ``"TPU"``."""
+    device_kind: Optional[str] = None
+    """the device's name where the backend knows it (e.g. ``"TPU v5 lite"``, a GPU's model); None otherwise."""
+    num_devices: Optional[int] = None
+    """accelerator devices used (all workers)."""
+    strategy: Optional[str] = None
+    """how the devices were used, e.g. ``"TPUStrategy"``, ``"jax.sharding data parallel (Keras 3 on JAX)"``."""
+    num_replicas: Optional[int] = None
+    """replicas in sync (data-parallel copies of the model)."""
+    num_workers: Optional[int] = None
+    """hosts (processes with devices)."""
+    global_batch_size: Optional[int] = None
+    """sequences per optimizer step (all replicas, accumulation included)."""
+    per_device_train_batch_size: Optional[int] = None
+    """sequences per replica per step (``--per_device_train_batch_size``)."""
+    max_seq_length: Optional[int] = None
+    """tokens per sequence."""
+    precision: Optional[str] = None
+    """``"bf16 mixed"`` (``--bf16``) or ``"float32"``."""
+    jit_compile: Optional[bool] = None
+    """whether the step was XLA-compiled."""
+    compiler: Optional[str] = None
+    """the compiler path in words (e.g. ``"XLA, whole step in one program"``, ``"TensorFlow kernels (oneDNN)"``;
+    :mod:`hf_tpu_ext.precision`)."""
+    steps_per_execution: Optional[int] = None
+    """optimizer steps per device call (``--steps_per_execution``)."""
+    global_step: Optional[int] = None
+    """optimizer steps done."""
+    epoch: Optional[float] = None
+    """epochs done (``global_step / steps_per_epoch``)."""
+    tokens_seen: Optional[int] = None
+    """training tokens consumed: ``global_step x global_batch_size x max_seq_length``."""
+    train_runtime: Optional[float] = None
+    """training wall time in seconds (all segments of a resumed run)."""
+    train_tokens_per_second: Optional[float] = None
+    """the whole run's rate, ``tokens_seen / train_runtime`` (transformers' meaning: compilation, evaluation,
+    checkpoints and pushes included)."""
+    steady_tokens_per_second: Optional[float] = None
+    """tokens per median training step (what the log lines show; compilation, evaluation and checkpoints excluded);
+    None where the backend does not time steps."""
+    mfu: Optional[float] = None
+    """model FLOPs utilization of the steady rate, in [0, 1] (:mod:`hf_tpu_ext.flops`); None when left out."""
+    mfu_peak_flops: Optional[float] = None
+    """the peak FLOP/s of one replica that ``mfu`` divides by."""
+    mfu_peak_source: Optional[str] = None
+    """where ``mfu_peak_flops`` comes from (a datasheet, or the CPU formula with its terms)."""
+    mfu_note: Optional[str] = None
+    """why MFU is left out (None when it is given)."""
+    base_model: Optional[str] = None
+    """the Hub repo id the weights continued from (None: from scratch or a local folder)."""
+    initialized_from: Optional[str] = None
+    """the repo id or local folder name the weights came from (None: from scratch)."""
+    dataset_name: Optional[str] = None
+    """the Hub dataset (None: local files or the default corpus)."""
+    dataset_config_name: Optional[str] = None
+    """the Hub dataset's configuration."""
+    dataset_description: Optional[str] = None
+    """one line describing the training text."""
+    num_parameters: Optional[int] = None
+    """trainable parameters."""
+    model_type: Optional[str] = None
+    """transformers' ``model_type`` of the trained model (e.g. ``"roberta"``)."""
+    model_config: Optional[Dict[str, Any]] = None
+    """sizes: ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``, ``intermediate_size``, ``vocab_size``,
+    ``max_position_embeddings``."""
+    hyperparameters: Optional[Dict[str, Any]] = None
+    """readable values for the card's table: ``learning_rate``, ``lr_scheduler``, ``warmup_steps``, ``optimizer``,
+    ``weight_decay``, ``max_grad_norm``, batch sizes, ``mlm_probability``, ``total_steps``, ``seed``, ..."""
+    eval_results: Optional[Dict[str, Any]] = None
+    """the last evaluation: ``eval_loss``, ``perplexity``, ``eval_accuracy`` (floats or None; probe scores with
+    ``--probe_file``)."""
+    framework_versions: Optional[Dict[str, Any]] = None
+    """the installed distributions and their versions (:func:`framework_versions`)."""
+    mask_token: Optional[str] = None
+    """the tokenizer's mask token, e.g. ``"<mask>"``."""
+
+
 def write_training_summary(output_dir: str, summary: Dict[str, Any]) -> str:
-    """Write ``training_summary.json``, the facts of the run the model card is rendered from.
-
-    Every key of :data:`SUMMARY_KEYS` is present in the file (``null`` when not given); extra keys are kept.
-
-    Keys:
-        backend: ``"tensorflow"`` or ``"torch_xla"``.
-        accelerator: ``"CPU"``, ``"GPU"`` or ``"TPU"``.
-        num_devices: accelerator devices used (all workers).
-        strategy: distribution strategy class name, e.g. ``"TPUStrategy"``, ``"MirroredStrategy"``.
-        num_replicas: replicas in sync. num_workers: hosts.
-        global_batch_size: sequences per optimizer step. per_device_train_batch_size: per replica.
-        max_seq_length: tokens per sequence.
-        precision: ``"float32"`` or ``"mixed_bfloat16"``.
-        jit_compile: whether the step was XLA-compiled. steps_per_execution: steps per device call.
-        compiler: the compiler path in words (e.g. ``"XLA, whole step in one program"``, ``"TensorFlow kernels
-            (oneDNN)"``; see :mod:`hf_tpu_ext.precision`).
-        global_step: optimizer steps done. epoch: epochs done (float).
-        tokens_seen: training tokens consumed. train_runtime: training wall time in seconds.
-        train_tokens_per_second: the whole run's rate: ``tokens_seen / train_runtime`` (transformers' meaning;
-            compilation, evaluation, checkpoints and pushes included).
-        steady_tokens_per_second: the steady rate: tokens per median training step (what the log lines show;
-            compilation, evaluation and checkpoints excluded); None where the backend does not time steps.
-        mfu: model FLOPs utilization of the steady rate, in [0, 1] (:mod:`hf_tpu_ext.flops`); None when left out.
-        mfu_peak_flops, mfu_peak_source: the peak FLOP/s of one replica MFU divides by and where it comes from
-            (a datasheet, or the CPU formula with its terms).
-        mfu_note: why MFU is left out (None when it is given).
-        base_model: Hub repo id continued from (``None`` from scratch or from a local folder).
-        initialized_from: the repo id or the local folder's name the weights came from (``None``: from scratch).
-        dataset_name, dataset_config_name: Hub dataset (``None`` for local files/default corpus).
-        dataset_description: one line describing the training text.
-        num_parameters: trainable parameters.
-        model_config: sizes, e.g. ``{"hidden_size", "num_hidden_layers", "num_attention_heads",
-            "intermediate_size", "vocab_size", "max_position_embeddings"}``.
-        hyperparameters: readable values, e.g. ``{"learning_rate": 5e-4, "optimizer": "AdamW ...", ...}``.
-        eval_results: ``{"eval_loss", "perplexity", "eval_accuracy"}`` (floats or ``None``).
-        framework_versions: :func:`framework_versions`.
-        mask_token: the tokenizer's mask token, e.g. ``"<mask>"``.
+    """Write ``training_summary.json``, the facts of the run the model card is rendered from: every
+    :class:`TrainingSummary` field (``null`` when not given), extra keys kept.
 
     Args:
         output_dir: folder to write into.
@@ -269,7 +285,7 @@ def write_training_summary(output_dir: str, summary: Dict[str, Any]) -> str:
     Returns:
         The path of the written file.
     """
-    data = {key: None for key in SUMMARY_KEYS}
+    data = dataclasses.asdict(TrainingSummary())
     data.update(summary)
     return _write_json(os.path.join(output_dir, TRAINING_SUMMARY_NAME), data)
 
@@ -379,7 +395,7 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
                            compiler: Optional[str] = None,
                            initialization: Optional[Dict[str, Optional[str]]] = None,
                            precision: Optional[str] = None) -> Dict[str, Any]:
-    """The ``training_summary.json`` content, the same keys whichever backend trained (see ``SUMMARY_KEYS``).
+    """The ``training_summary.json`` content (:class:`TrainingSummary`'s fields), the same whichever backend trained.
 
     Args:
         device: what the backend ran on: ``accelerator``, ``num_devices``, ``strategy``, ``num_replicas``,
@@ -439,15 +455,16 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
     }
 
 
-def format_log_entry(entry: Dict[str, Any]) -> str:
+def format_log_entry(entry: Dict[str, Any], explain: bool = True) -> str:
     """One log line of ``hf-tpu train`` (every backend): a training entry as ``step 10 (epoch 0.16): loss 6.1527, lr 4.97e-04 | steady 5,340 tokens/s
-    (median training step; compilation, evaluation and checkpoints excluded), MFU 2.1%``; other entries as
-    ``key=value`` pairs."""
+    (median training step; compilation, evaluation and checkpoints excluded), MFU 2.1%`` (the parenthesis only with
+    ``explain``: the run's first such line says it, the next ones do not repeat it); other entries as ``key=value``
+    pairs."""
     if "loss" not in entry or "tokens_per_second" not in entry:
         return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry.items())
     text = (f"step {entry['step']} (epoch {entry['epoch']:.2f}): loss {entry['loss']:.4f}, "
-            f"lr {entry['learning_rate']:.3g} | steady {entry['tokens_per_second']:,.0f} tokens/s "
-            "(median training step; compilation, evaluation and checkpoints excluded)")
+            f"lr {entry['learning_rate']:.3g} | steady {entry['tokens_per_second']:,.0f} tokens/s"
+            + (" (median training step; compilation, evaluation and checkpoints excluded)" if explain else ""))
     if entry.get("mfu") is not None:
         text += f", MFU {entry['mfu']:.1%}"
     return text

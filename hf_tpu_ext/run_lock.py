@@ -45,6 +45,15 @@ class RunLockedError(OutputDirError):
     """Another ``hf-tpu train`` owns the output folder (the message names it: pid, host, since)."""
 
 
+#: set to "1" in a process a backend spawned for a run (``Backend.spawn``): the parent holds the lock
+SPAWNED_CHILD_ENV = "HF_TPU_XLA_CHILD"
+
+
+def spawned_child() -> bool:
+    """Whether this process is one a backend spawned for a run (:data:`SPAWNED_CHILD_ENV`, its one reader)."""
+    return os.environ.get(SPAWNED_CHILD_ENV) == "1"
+
+
 def _start_ticks(pid: int) -> Optional[int]:
     """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22), ``None`` unknown."""
     try:
@@ -260,7 +269,7 @@ def lock_output_dir(output_dir: Optional[str]) -> Optional[RunLock]:
     note_output_dir(output_dir)  # every process: a lost-process line names the folder and its last checkpoint
     if not output_dir or "://" in str(output_dir) or (os.path.exists(output_dir) and not os.path.isdir(output_dir)):
         return None
-    if os.environ.get("HF_TPU_XLA_CHILD") == "1":
+    if spawned_child():
         return None  # a process of a spawned run: the parent holds the lock
     held = _HELD.get(os.path.realpath(str(output_dir)))
     if held is not None and (held._fd is not None or held.pending):

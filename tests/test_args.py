@@ -70,6 +70,41 @@ def test_steps_flag_from_json_config(tmp_path):
         parse_args([str(cfg)])
 
 
+def test_the_command_line_overrides_a_json_config_and_its_refusals_name_it(tmp_path):
+    cfg = tmp_path / "c.json"
+    hub = {"hub_model_id": "me/x", "hub_strategy": "checkpoint", "hub_token": "hf_secret_value"}
+    cfg.write_text(json.dumps({"output_dir": "o", "push_to_hub": True, "learning_rate": 1e-4, **hub}))
+    for off in (["--push_to_hub", "false"], ["--push_to_hub=false"], ["--push_to_hub", "no"]):
+        _, _, args = parse_args([str(cfg), *off, "--learning_rate", "3e-4"])
+        assert (args.push_to_hub, args.hub_model_id, args.hub_token, args.learning_rate) == (False, None, None, 3e-4)
+        assert args.config_note == (f"{cfg}: hub_model_id, hub_strategy, hub_token unused (--push_to_hub false: "
+                                    "nothing is pushed).")
+        assert "hub_model_id" not in args.passed_flags
+    assert parse_args([str(cfg)])[2].hub_model_id == "me/x"  # the file's push: its hub fields are used
+    # the file's own push_to_hub false, hub fields beside it: unused too
+    cfg.write_text(json.dumps({"output_dir": "o", "push_to_hub": False, **hub}))
+    assert parse_args([str(cfg)])[2].hub_strategy == "every_save"
+    # not pushing (the default) with the file's hub fields: the refusal names the file, not "drop them"
+    cfg.write_text(json.dumps({"output_dir": "o", **hub}))
+    with pytest.raises(ArgumentError) as err:
+        parse_args([str(cfg)])
+    assert str(err.value) == (f"{cfg} sets hub_model_id, hub_strategy, which only apply when pushing: add --push_to_hub "
+                              "true, or --push_to_hub false to leave them unused.")
+    # the command line's own hub flag with pushing off stays the user's to drop
+    with pytest.raises(ArgumentError) as err:
+        parse_args([str(cfg), "--push_to_hub", "false", "--hub_revision", "dev"])
+    assert str(err.value) == "--hub_revision only applies when pushing: add --push_to_hub, or drop it."
+    # any other refusal a file's value caused names the file
+    cfg.write_text(json.dumps({"output_dir": "o", "save_total_limit": 2, "save_strategy": "no"}))
+    with pytest.raises(ArgumentError) as err:
+        parse_args([str(cfg)])
+    assert str(err.value) == ("--save_total_limit limits saved checkpoints, but --save_strategy is no; drop one of "
+                              f"them. (--save_total_limit, --save_strategy: set in {cfg})")
+    with pytest.raises(ArgumentError) as err:  # the command line's value: the line as it was
+        parse_args([str(cfg), "--save_strategy", "no"])
+    assert str(err.value).endswith(f"(--save_total_limit: set in {cfg})")
+
+
 def test_do_eval_and_the_old_evaluation_strategy(caplog):
     off = _training("--do_eval", "false")
     assert (off.do_eval, off.eval_strategy) == (False, "no")
@@ -173,6 +208,9 @@ def test_report_to(monkeypatch):
     (["--learning_rate", "nan"], "--learning_rate must be a finite number, got nan."),
     (["--learning_rate", "inf"], "--learning_rate must be a finite number, got inf."),
     (["--learning_rate", "0"], "--learning_rate must be in (0, inf), got 0.0."),
+    # a negative number in exponent form is a value, not an option (argparse alone: "expected one argument")
+    (["--learning_rate", "-1e-3"], "--learning_rate must be in (0, inf), got -0.001."),
+    (["--adam_epsilon", "-1E-8"], "--adam_epsilon must be in (0, inf), got -1e-08."),
     (["--weight_decay", "-0.1"], "--weight_decay must be in [0, inf), got -0.1."),
     (["--adam_beta1", "1"], "--adam_beta1 must be in [0, 1), got 1.0."),
     (["--adam_beta2", "nan"], "--adam_beta2 must be a finite number, got nan."),

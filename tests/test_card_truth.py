@@ -224,3 +224,32 @@ def test_card_says_xla_only_where_the_run_compiled_with_it(tmp_path):
                     ("keras", "tensorflow", None): "Keras 3 on TensorFlow.",
                     ("keras", "tensorflow", True): "Keras 3 on TensorFlow + XLA.",
                     ("keras", "torch", True): "Keras 3 on PyTorch."}
+
+
+def test_a_card_claims_no_license_or_language_nobody_gave(trained_model_dir):
+    """The session's run passed neither --license nor --language: its card's metadata has neither."""
+    import yaml
+
+    text = (trained_model_dir / "README.md").read_text()
+    meta = yaml.safe_load(text.split("---\n")[1])
+    assert "license" not in meta and "language" not in meta
+    assert meta["pipeline_tag"] == "fill-mask"
+
+
+def test_continuing_a_hub_model_takes_its_license_and_says_so(loopback_hub, tmp_path, hf_log):
+    from huggingface_hub import HfApi
+
+    from hf_tpu_ext.hub.model_card import base_model_license
+
+    api = HfApi(endpoint=loopback_hub.endpoint, token=loopback_hub.token)
+    api.create_repo("alice/base-mit")
+    api.upload_file(path_or_fileobj=b"---\nlicense: mit\n---\n\n# Base\n", path_in_repo="README.md",
+                    repo_id="alice/base-mit")
+    api.create_repo("alice/base-none")
+    base_model_license.cache_clear()
+    assert base_model_license("alice/base-mit") == "mit"
+    assert ("model card license: mit, the license of the base model alice/base-mit (--license to choose another)."
+            in hf_log.messages)
+    assert base_model_license("alice/base-none") is None  # no card: no license claimed
+    (tmp_path / "local").mkdir()
+    assert base_model_license(str(tmp_path / "local")) is None and base_model_license(None) is None

@@ -1,6 +1,6 @@
 """The code's shape (issue 26's targets), read with ``ast`` only: nothing is imported; it runs in about a second.
 
-* No file in ``hf_tpu_ext/``, ``spaces_demo/``, ``benchmarks/`` over :data:`MAX_FILE_LINES` lines and no function
+* No file in ``hf_tpu_ext/``, ``spaces_demo/``, ``benchmarks/`` (and the loopback Hub, ``tests/loopback_hub*.py``) over :data:`MAX_FILE_LINES` lines and no function
   (method, nested function) over :data:`MAX_FUNCTION_LINES` lines, counted from its ``def`` line to its last line
   (decorators not counted; a nested function's lines count in the outer one too).
 * A ratchet: the files and functions already over a limit when this check came in are listed, with their size
@@ -12,6 +12,11 @@
   (``from hf_tpu_ext.hub import pusher`` -> ``hf_tpu_ext.hub.pusher``; ``from hf_tpu_ext.hub.pusher import X`` ->
   ``hf_tpu_ext.hub.pusher``), so a package ``__init__`` re-exporting its submodules is no cycle by itself.
   :data:`KNOWN_CYCLES` lists the cycles allowed for now, each with its reason; it too may only shrink.
+* The save path's direction (issue 41): no module of ``hf_tpu_ext.hub`` or ``hf_tpu_ext.run`` imports a backend
+  (a package under ``hf_tpu_ext/backends/``; the registry and the protocol, ``backends/__init__.py`` and
+  ``base.py``, are what a run drives a backend through), and no module of ``hf_tpu_ext.backends`` imports
+  ``hf_tpu_ext.run`` (a backend hands its saves up through the ``on_save`` it is given), at module level or inside
+  a function.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 80
 #: the folders checked, relative to the repository root
 ROOTS = ("hf_tpu_ext", "spaces_demo", "benchmarks")
+#: test helpers under the same size limits (the loopback Hub: a server, its routes, its stored objects)
+TEST_HELPERS = "tests/loopback_hub*.py"
 THIS_FILE = "tests/test_code_shape.py"
 
 #: file -> its lines when it was last measured over the limit (only ever lower these numbers or drop entries)
@@ -40,11 +47,15 @@ KNOWN_CYCLES: Dict[frozenset, str] = {
 
 
 # ============================================================================================ sizes
-def _python_files() -> Iterator[Tuple[str, Path]]:
+def _python_files(helpers: bool = False) -> Iterator[Tuple[str, Path]]:
+    """The checked files (``helpers``: the :data:`TEST_HELPERS` too) as ``(relative path, path)``."""
     for root in ROOTS:
         for path in sorted((REPO_ROOT / root).rglob("*.py")):
             if "__pycache__" not in path.parts:
                 yield path.relative_to(REPO_ROOT).as_posix(), path
+    if helpers:
+        for path in sorted(REPO_ROOT.glob(TEST_HELPERS)):
+            yield path.relative_to(REPO_ROOT).as_posix(), path
 
 
 def _functions(tree: ast.AST, prefix: str = "") -> Iterator[Tuple[str, int, int]]:
@@ -64,7 +75,7 @@ def measure() -> Tuple[Dict[str, int], Dict[str, Tuple[int, int]]]:
     """``({file: lines}, {"file::qualname": (lines, def line)})`` of every checked file and function."""
     files: Dict[str, int] = {}
     functions: Dict[str, Tuple[int, int]] = {}
-    for rel, path in _python_files():
+    for rel, path in _python_files(helpers=True):
         text = path.read_text(encoding="utf-8")
         files[rel] = len(text.splitlines())
         for name, line, length in _functions(ast.parse(text, filename=rel)):
@@ -111,6 +122,7 @@ def ratchet_failures(limit: int, measured: Dict[str, int], offenders: Dict[str, 
 def test_no_file_over_600_lines_beyond_the_ratchet():
     files, _ = measure()
     assert len(files) > 50 and "hf_tpu_ext/cli.py" in files and "spaces_demo/app.py" in files
+    assert "tests/loopback_hub.py" in files and "tests/loopback_hub_handler.py" in files
     failures = ratchet_failures(MAX_FILE_LINES, files, FILE_OFFENDERS, {f: f"{f}: the file" for f in files},
                                 "FILE_OFFENDERS", "Split it by job into modules of at most 600 lines.")
     assert not failures, "\n".join(failures)
@@ -306,3 +318,56 @@ def test_cycle_check_finds_lazy_and_relative_cycles():
                                   "pkg.e. Break it: move what both sides need")
     assert failures[1] == f"the known import cycle pkg.x, pkg.y is gone: remove it from KNOWN_CYCLES in {THIS_FILE}."
     assert len(failures) == 2
+
+
+# ============================================================================================ the save path's direction
+def backend_packages() -> List[str]:
+    """The backends: every folder of modules under ``hf_tpu_ext/backends/`` (``hf_tpu_ext.backends.keras``, ...)."""
+    folder = REPO_ROOT / "hf_tpu_ext" / "backends"
+    return sorted(f"hf_tpu_ext.backends.{p.name}" for p in folder.iterdir() if p.is_dir() and any(p.glob("*.py")))
+
+
+def direction_failures(graph: Dict[str, Dict[str, str]], backends: List[str]) -> List[str]:
+    """One line per import against the save path's direction: ``hub``/``run`` -> a module of ``backends`` (the
+    backend packages), a module of ``hf_tpu_ext.backends`` -> ``run``."""
+    def under(module: str, package: str) -> bool:
+        return module == package or module.startswith(package + ".")
+
+    failures = []
+    for module, targets in sorted(graph.items()):
+        for target, where in sorted(targets.items()):
+            if (under(module, "hf_tpu_ext.hub") or under(module, "hf_tpu_ext.run")) and any(
+                    under(target, b) for b in backends):
+                failures.append(f"{module} imports the backend module {target} ({where}): hub/ and run/ take a "
+                                "backend's work as arguments (e.g. export_checkpoint), never import a backend.")
+            if under(module, "hf_tpu_ext.backends") and under(target, "hf_tpu_ext.run"):
+                failures.append(f"{module} imports {target} ({where}): a backend hands its saves up through the "
+                                "on_save it is given, never imports run/.")
+    return failures
+
+
+def test_hub_and_run_import_no_backend_and_no_backend_imports_run():
+    sources = {rel: path.read_text(encoding="utf-8") for rel, path in _python_files()}
+    graph = import_graph(sources)
+    backends = backend_packages()
+    assert {"hf_tpu_ext.backends.keras", "hf_tpu_ext.backends.tensorflow", "hf_tpu_ext.backends.torch_xla"} <= set(
+        backends)
+    assert "hf_tpu_ext.backends" in graph["hf_tpu_ext.run.lifecycle"]  # the graph sees run/'s (lazy) imports
+    failures = direction_failures(graph, backends)
+    assert not failures, "\n".join(failures)
+
+
+def test_direction_check_names_each_wrong_import():
+    graph = {"hf_tpu_ext.hub.x": {"hf_tpu_ext.backends.keras.checkpoint": "hf_tpu_ext/hub/x.py:3 (in a function)"},
+             "hf_tpu_ext.run.y": {"hf_tpu_ext.backends.tensorflow": "hf_tpu_ext/run/y.py:1",
+                                  "hf_tpu_ext.backends.base": "hf_tpu_ext/run/y.py:2"},
+             "hf_tpu_ext.backends.keras.loop": {"hf_tpu_ext.run.state": "hf_tpu_ext/backends/keras/loop.py:9"},
+             "hf_tpu_ext.backends.loop": {"hf_tpu_ext.runner": "hf_tpu_ext/backends/loop.py:1"}}
+    assert direction_failures(graph, ["hf_tpu_ext.backends.keras", "hf_tpu_ext.backends.tensorflow"]) == [
+        "hf_tpu_ext.backends.keras.loop imports hf_tpu_ext.run.state (hf_tpu_ext/backends/keras/loop.py:9): a backend "
+        "hands its saves up through the on_save it is given, never imports run/.",
+        "hf_tpu_ext.hub.x imports the backend module hf_tpu_ext.backends.keras.checkpoint (hf_tpu_ext/hub/x.py:3 (in a "
+        "function)): hub/ and run/ take a backend's work as arguments (e.g. export_checkpoint), never import a backend.",
+        "hf_tpu_ext.run.y imports the backend module hf_tpu_ext.backends.tensorflow (hf_tpu_ext/run/y.py:1): hub/ and "
+        "run/ take a "
+        "backend's work as arguments (e.g. export_checkpoint), never import a backend."]

@@ -95,9 +95,9 @@ def test_a_repo_with_recent_commits_leaves_the_window_less_those(loopback_hub):
     try:
         session.preflight()
         assert session.budget.room() == 1
-        assert session.admit(2, max_steps=10) is False and session.last_plan.reason == "budget"
-        assert session.last_plan.budget_wait > 3500  # the earlier commits leave the window in an hour
-        assert session.admit(10, final=True) is True
+        assert session.admit(2, max_steps=10) is None and session.report_dict()["coalesced_by_budget"] == 1
+        assert session.budget.wait_seconds() > 3500  # the earlier commits leave the window in an hour
+        assert session.admit(10, final=True).reason == "final"
     finally:
         session.close()
 

@@ -14,8 +14,9 @@ from conftest import REPO_ROOT, TINY_MODEL_ARGS
 from hf_tpu_ext.console import NATIVE_LOG_LINE, _pump, requested_log_level
 
 LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d (DEBUG|INFO|WARNING|ERROR) hf_tpu_ext")
-STEP_LINE = re.compile(r"step (\d+) \(epoch [\d.]+\): loss [\d.]+, lr \S+ \| steady ([\d,]+) tokens/s "
-                       r"\(median training step; compilation, evaluation and checkpoints excluded\)(, MFU [\d.]+%)?$")
+RATE_WORDS = " (median training step; compilation, evaluation and checkpoints excluded)"
+STEP_LINE = re.compile(r"step (\d+) \(epoch [\d.]+\): loss [\d.]+, lr \S+ \| steady ([\d,]+) tokens/s"
+                       r"( \(median training step; compilation, evaluation and checkpoints excluded\))?(, MFU [\d.]+%)?$")
 
 
 def _hf_tpu(args, tmp_path, timeout=900):
@@ -115,6 +116,8 @@ def test_train_terminal_is_clean(tmp_path):
     assert logged and all(LOG_LINE.match(s) for s in logged), [s for s in logged if not LOG_LINE.match(s)]
     steps = [STEP_LINE.search(s) for s in logged if "tokens/s" in s and "done in" not in s]
     assert [int(m.group(1)) for m in steps] == [3, 6]
+    assert [bool(m.group(3)) for m in steps] == [True, False]  # what the steady rate is: said once, on its first line
+    assert text.count(RATE_WORDS) == 1
     # the last line says where the model is (stdout keeps the results' JSON)
     assert re.search(r" hf_tpu_ext: model saved to out: .*config\.json, tokenizer, model card README\.md$", logged[-1])
     assert json.loads(proc.stdout)["global_step"] == 6
@@ -170,7 +173,7 @@ def test_help_imports_no_framework_and_says_each_default_once(tmp_path):
     for flag, text in options.items():
         assert text.lower().count("default") <= 1, text
         assert "(default: None)" not in text, text
-    assert options["--config_name"].endswith("to train from scratch (default: a small RoBERTa config).")
+    assert options["--config_name"].endswith("to train from scratch (default: --model_type's small preset).")
     assert options["--vocab_size"].endswith("Vocabulary size of the tokenizer trained when none is given. (default: 8000)")
     assert options["--no_do_train"].endswith("`hf-tpu train` always trains: false is refused.")  # no "(default: False)"
 
@@ -231,3 +234,26 @@ def test_rerun_hint_keeps_the_flags_and_overwrites_only_a_folder_the_run_left_fi
     resumed = ["--output_dir", "o", "--resume_from_checkpoint", "user/other-run"]
     assert rerun_hint(resumed, output_dir_has_files=True) == (
         "hf-tpu train --output_dir o --resume_from_checkpoint user/other-run")
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_finished_run_ends_on_the_folder_line(tmp_path, monkeypatch, capsys, hf_log, terminal):
+    """The terminal's last line names the folder; the results' JSON goes to a pipe only, as one line before it."""
+    import hf_tpu_ext.run as run
+    from hf_tpu_ext.commands import train as command
+
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("config.json", "model.safetensors", "README.md"):
+        (out / name).write_text("{}")
+    order = []
+    monkeypatch.setattr(run, "train", lambda *a, **k: {"global_step": 6, "train_loss": 2.5, "note": "x"})
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
+    write = sys.stdout.write
+    monkeypatch.setattr(sys.stdout, "write", lambda text: order.append("stdout") or write(text))
+    hf_log.handler.emit = (lambda emit: lambda record: order.append("line") or emit(record))(hf_log.handler.emit)
+    assert command.main(["--output_dir", str(out), "--max_steps", "6"]) == 0
+    assert hf_log.messages[-1] == f"model saved to {out}: model.safetensors, config.json, model card README.md"
+    stdout = capsys.readouterr().out
+    assert order[-1] == "line" and ("stdout" in order) is not terminal
+    assert stdout == ("" if terminal else '{"global_step": 6, "train_loss": 2.5}\n')

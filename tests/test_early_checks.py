@@ -46,6 +46,51 @@ def test_resume_source_that_does_not_exist_is_refused_before_the_frameworks_load
     assert not (tmp_path / "out").exists()
 
 
+def test_an_unknown_resume_revision_is_named_with_its_repo_before_the_frameworks_load(loopback_hub, tmp_path):
+    from huggingface_hub import HfApi
+
+    from hf_tpu_ext.errors import HubRepoError
+    from hf_tpu_ext.hub.resume import download_last_checkpoint
+
+    api = HfApi(endpoint=loopback_hub.endpoint, token=loopback_hub.token)
+    api.create_repo("alice/m")
+    proc = _train(tmp_path, "--resume_from_checkpoint", "alice/m@nope", HF_TOKEN=loopback_hub.token)
+    assert proc.stdout.strip() == "1 []", proc.stderr[-2000:]
+    assert proc.stderr == (f"hf-tpu train: error: --resume_from_checkpoint 'alice/m': revision 'nope' does not exist "
+                           f"at {loopback_hub.endpoint}.\n")
+    assert not (tmp_path / "out").exists()
+    # the download itself (a library caller of the run): the repo and the revision, not "404 Client Error."
+    with pytest.raises(HubRepoError) as err:
+        download_last_checkpoint("alice/m@nope", loopback_hub.token, str(tmp_path / "download"))
+    assert str(err.value) == (f"Could not download last-checkpoint/ of alice/m@nope: alice/m has no revision 'nope' at "
+                              f"{loopback_hub.endpoint}; check the branch, tag or commit name.")
+
+
+def test_a_truncated_model_safetensors_is_one_line_before_the_frameworks_load(tmp_path):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "roberta"}')
+    save_file({"w": np.zeros((64, 64), np.float32)}, str(model / "model.safetensors"))
+    from hf_tpu_ext.backends.model_files import safetensors_problem
+
+    assert safetensors_problem(str(model / "model.safetensors")) is None  # a whole file passes
+    whole = (model / "model.safetensors").read_bytes()
+    (model / "model.safetensors").write_bytes(whole[:1000])  # a copy cut short
+    proc = _train(tmp_path, "--model_name_or_path", "model")
+    assert proc.stdout.strip() == "1 []", proc.stderr[-2000:]
+    assert proc.stderr == (f"hf-tpu train: error: --model_name_or_path model: model.safetensors cannot be read (it is "
+                           f"truncated: its tensors need {len(whole):,} bytes, the file holds 1,000); copy or export "
+                           "the model folder again.\n")
+    (model / "model.safetensors").write_bytes(b"\xff" * 16)  # not safetensors at all
+    proc = _train(tmp_path, "--model_name_or_path", "model")
+    assert proc.stderr.startswith("hf-tpu train: error: --model_name_or_path model: model.safetensors cannot be read "
+                                  "(its header claims ")
+    assert not (tmp_path / "out").exists()
+
+
 # ----------------------------------------------------------------------------- the Hub token (--push_to_hub true)
 _STALE = "hf_staleEnvironmentToken_not_on_the_hub"
 

@@ -291,12 +291,40 @@ def test_resume_names_the_repo_and_only_passed_flags(tmp_path):
         run._apply_checkpoint_shape(info)
     assert str(err.value) == (
         "These flags contradict the checkpoint hf://alice/m/last-checkpoint/ckpt-40 being resumed: --hidden_size 32 "
-        "(the checkpoint has 64); --max_seq_length 128 (the checkpoint's model holds 64 tokens). Drop them (the "
-        "checkpoint's values are used) or start a new run in another --output_dir.")
-    # a passed shorter length is the user's choice (the positions hold it)
+        "(the checkpoint has 64); --max_seq_length 128 (the checkpoint trained at 64; a new length is a new run: "
+        "--model_name_or_path on its exported model). Drop them (the checkpoint's values are used) or start a new run "
+        "in another --output_dir.")
+    # a passed shorter length is another run's shape (tokens, epoch and data position count blocks of one length)
     run = _resume_run(tmp_path, "--resume_from_checkpoint", "alice/m", "--max_seq_length", "32")
+    run._resume_download = (str(download), "alice/m")
+    with pytest.raises(CheckpointError) as err:
+        run._apply_checkpoint_shape(info)
+    assert str(err.value) == (
+        "These flags contradict the checkpoint hf://alice/m/last-checkpoint/ckpt-40 being resumed: --max_seq_length 32 "
+        "(the checkpoint trained at 64; a new length is a new run: --model_name_or_path on its exported model). Drop "
+        "them (the checkpoint's values are used) or start a new run in another --output_dir.")
+
+
+def test_resume_position_limit_follows_the_model_type(tmp_path):
+    """BERT's table has no reserved rows (RoBERTa's reserves pad_token_id + 1 = 2): a BERT checkpoint of 512
+    positions resumes at 512 tokens, and 513 is refused naming 512."""
+    from hf_tpu_ext.backends.base import CheckpointInfo
+    from hf_tpu_ext.errors import CheckpointError
+
+    folder = tmp_path / "ckpt"
+    info = CheckpointInfo(path=str(folder), global_step=4, trainer_state=None,
+                          model_config={"model_type": "bert", "hidden_size": 64, "max_position_embeddings": 512})
+    run = _resume_run(tmp_path, "--resume_from_checkpoint", str(folder), "--max_seq_length", "512")
     run._apply_checkpoint_shape(info)
-    assert run.data_args.max_seq_length == 32
+    assert run.data_args.max_seq_length == 512
+    run = _resume_run(tmp_path, "--resume_from_checkpoint", str(folder), "--max_seq_length", "513")
+    with pytest.raises(CheckpointError, match=r"--max_seq_length 513 \(the checkpoint's model holds 512 tokens\)"):
+        run._apply_checkpoint_shape(info)
+    info = CheckpointInfo(path=str(folder), global_step=4, trainer_state=None,
+                          model_config={"hidden_size": 64, "max_position_embeddings": 514})  # RoBERTa's: 512 + 2
+    run = _resume_run(tmp_path, "--resume_from_checkpoint", str(folder), "--max_seq_length", "513")
+    with pytest.raises(CheckpointError, match=r"--max_seq_length 513 \(the checkpoint's model holds 512 tokens\)"):
+        run._apply_checkpoint_shape(info)
 
 
 def test_tpu_name_local_off_a_tpu():

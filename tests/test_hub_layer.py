@@ -78,6 +78,7 @@ def test_preflight_bad_token_bad_id_unreachable(loopback_hub, monkeypatch):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", dead)  # read at call time (hub.preflight.endpoint), before constants.ENDPOINT
     monkeypatch.setattr(constants, "ENDPOINT", dead)
     with pytest.raises(HubError, match=f"Could not reach the Hub at {dead}") as info:
         preflight("alice/x", loopback_hub.token)

@@ -173,3 +173,20 @@ def test_a_finished_run_with_then_hands_later_signals_to_it():
     finally:
         for sig, old in before.items():
             signal.signal(sig, old)
+
+
+def test_a_misspelt_fault_injection_point_raises_instead_of_never_firing(monkeypatch):
+    """The points are one tuple (``interrupts.FAULT_POINTS``): a call site or a test variable naming another
+    point fails at once; a real point that this process did not reach does nothing."""
+    monkeypatch.delenv(interrupts.KILL_ENV, raising=False)
+    monkeypatch.delenv(interrupts.SIGNAL_ENV, raising=False)
+    with pytest.raises(ValueError, match=r"'chekpoint' is not a fault-injection point; one of data, train_step"):
+        interrupts.kill_for_test("chekpoint")
+    monkeypatch.setenv(interrupts.KILL_ENV, "exprt@3")
+    with pytest.raises(ValueError, match=r"'exprt@3' names no fault-injection point"):
+        interrupts.kill_for_test("export")
+    monkeypatch.setenv(interrupts.KILL_ENV, "push")
+    assert interrupts.kill_for_test("card") is None  # another point: the process lives on
+    monkeypatch.setenv(interrupts.KILL_ENV, "checkpoint_weights@20")
+    assert interrupts.kill_for_test("checkpoint_weights", 19) is None
+    assert "is_deferring" not in dir(interrupts)

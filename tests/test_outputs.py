@@ -1,5 +1,7 @@
 """Run files of the output folder: training_args.json, trainer_state.json, all_results.json, summary, loss plot."""
 
+import ast
+import dataclasses
 import json
 import subprocess
 import sys
@@ -9,8 +11,8 @@ import pytest
 from hf_tpu_ext import outputs
 from hf_tpu_ext.args import DataTrainingArguments, ModelArguments, TrainingArguments
 from hf_tpu_ext.outputs import (
-    SUMMARY_KEYS,
     TrainerState,
+    TrainingSummary,
     framework_versions,
     plot_loss_curve,
     read_training_summary,
@@ -76,7 +78,8 @@ def test_training_summary_has_every_key(tmp_path):
     }
     write_training_summary(str(tmp_path), summary)
     back = read_training_summary(str(tmp_path))
-    assert set(SUMMARY_KEYS) <= set(back) and back["extra"] == "kept"
+    fields = [f.name for f in dataclasses.fields(TrainingSummary)]
+    assert len(fields) == 36 and set(fields) <= set(back) and back["extra"] == "kept"
     assert back["base_model"] is None and back["dataset_name"] is None
     assert back["global_step"] == 100 and back["train_tokens_per_second"] == 1500.5
     assert back["eval_results"]["perplexity"] == pytest.approx(7.389056, rel=1e-6)
@@ -119,3 +122,12 @@ def test_framework_versions_and_light_import():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
     assert outputs.LOSS_CURVE_NAME == "loss_curve.png"
+
+
+def test_every_summary_field_has_its_own_docstring():
+    """``training_summary.json``'s fields are documented where they are declared: one docstring per field."""
+    tree = ast.parse(open(outputs.__file__, encoding="utf-8").read())
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TrainingSummary").body
+    undocumented = [node.target.id for node, after in zip(body, body[1:] + [None]) if isinstance(node, ast.AnnAssign)
+                    and not (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant))]
+    assert undocumented == [] and sum(isinstance(n, ast.AnnAssign) for n in body) == 36

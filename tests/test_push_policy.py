@@ -108,7 +108,7 @@ def test_best_model_and_cadence():
 
 # ---- one place decides: no strategy name, title or monitor alias in the modules that carry plans out ------------
 CARRIERS = ("hf_tpu_ext/hub/push_session.py", "hf_tpu_ext/hub/pusher.py", "hf_tpu_ext/hub/push_queue.py",
-            "hf_tpu_ext/hub/push_config.py", "hf_tpu_ext/hub/commit_budget.py")
+            "hf_tpu_ext/hub/commit_budget.py")
 
 
 @pytest.mark.parametrize("path", CARRIERS)
@@ -160,7 +160,7 @@ class _RecordingPusher:
     repo_id, token = "alice/plans", None
 
     def __init__(self):
-        self.saves = []
+        self.saves, self.pushed_steps = [], []
 
     def preflight(self):
         return self.repo_id
@@ -168,8 +168,10 @@ class _RecordingPusher:
     def set_rate_limit_listener(self, listener):
         pass
 
-    def push_save(self, model_folder, **kwargs):
-        self.saves.append(kwargs)
+    def push_plan(self, plan, model_folder, checkpoint_folder=None, staged=False):
+        self.saves.append({"step": plan.step, "checkpoint_folder": checkpoint_folder if plan.checkpoint else None,
+                           "final": plan.final, "commit_message": plan.commit_message})
+        self.pushed_steps.append(plan.step)
 
     def log_pending(self, why):
         pass
@@ -195,15 +197,19 @@ def test_a_session_carries_the_plans_out(monkeypatch):
     session = PushSession(config, pusher=pusher, is_chief=True)
     try:
         session.preflight()
-        assert session.admit(2, max_steps=10) and session.last_plan.reason == "paced"
-        session.save("out", step=2, checkpoint_folder="ck-2")
-        assert not session.admit(4, max_steps=10) and session.last_plan.reason == "budget"  # the hour's commit is spent
-        assert session.last_plan.budget_wait > 3000
-        assert not session.admit(10, max_steps=10) and session.last_plan.reason == "last_step"
+        plan = session.admit(2, max_steps=10)
+        assert (plan.reason, plan.step, plan.checkpoint_path) == ("paced", 2, "checkpoint-2")
+        session.save(plan, "out", checkpoint_folder="ck-2")
+        assert session.admit(4, max_steps=10) is None  # the hour's commit is spent: coalesced by the budget
+        assert session.report_dict()["coalesced_by_budget"] == 1 and session.budget.wait_seconds() > 3000
+        assert session.admit(10, max_steps=10) is None  # the last step's save: carried by the final push
+        assert session.report_dict()["coalesced_by_budget"] == 1
         monkeypatch.setattr(interrupts, "received", lambda: 15)
-        assert session.admit(6, max_steps=10) and session.last_plan.reason == "signal"
-        assert session.admit(10, final=True) and session.last_plan.reason == "final"
-        session.save("out", step=10, checkpoint_folder="ck-10", final=True)
+        assert session.admit(6, max_steps=10).reason == "signal"
+        plan = session.admit(10, final=True)
+        assert (plan.reason, plan.final) == ("final", True)
+        session.save(plan, "out", checkpoint_folder="ck-10")
+        assert session.pushed_steps == [2, 10]  # noted once per save, by the pusher
         assert pusher.saves == [
             {"step": 2, "checkpoint_folder": "ck-2", "final": False, "commit_message": "Training in progress, step 2"},
             {"step": 10, "checkpoint_folder": "ck-10", "final": True, "commit_message": "End of training"}]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hf_tpu_ext.errors import ArgumentError
-from hf_tpu_ext.hub.push_policy import FINAL_COMMIT_TITLE, commit_title
+from hf_tpu_ext.hub.push_policy import FINAL_COMMIT_TITLE, commit_title, plan_save
 from hf_tpu_ext.hub.push_session import HUB_COMMITS_PER_HOUR, CommitBudget, PushConfig, PushSession, budget_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,7 +100,8 @@ def test_push_config_validates_and_comes_from_training_args():
                                                              hub_strategy="checkpoint", hub_token="hf_secret_123"))
     assert (config.output_dir, config.hub_model_id, config.hub_strategy, config.hub_commit_budget) == (
         "o", "alice/m", "checkpoint", 100)
-    assert config.card_fields == {"license": "apache-2.0", "language": "en"} and "hf_secret_123" not in repr(config)
+    # no --license/--language given: the card claims none (issue 43)
+    assert config.card_fields == {} and "hf_secret_123" not in repr(config)
     _, _, args = parse_args(["--output_dir", "o", "--push_to_hub", "true", "--hub_commit_budget", "5"])
     assert PushConfig.from_training_args(args).hub_commit_budget == 5
     with pytest.raises(ArgumentError, match="--hub_commit_budget must be >= 1, got 0"):
@@ -136,16 +137,17 @@ def test_429_never_stalls_saves_and_the_final_push_lands(loopback_hub, tmp_path)
     slowest, admitted = 0.0, []
     for step in range(1, 30):
         t0 = time.perf_counter()
-        if session.admit(step):
+        plan = session.admit(step)
+        if plan is not None:
             ckpt = _save_files(out, step)
             session.write_trainer_state(ckpt, step, epoch=step / 10, max_steps=30)
-            session.save(str(out), step=step, checkpoint_folder=ckpt)
+            session.save(plan, str(out), checkpoint_folder=ckpt)
             admitted.append(step)
         slowest = max(slowest, time.perf_counter() - t0)
         time.sleep(0.1)
     ckpt = _save_files(out, 30)
     session.write_trainer_state(ckpt, 30, epoch=3.0, max_steps=30)
-    session.save(str(out), step=30, checkpoint_folder=ckpt, final=True)
+    session.save(session.admit(30, final=True), str(out), checkpoint_folder=ckpt)
     report = session.finish(60)
     assert report.final_pushed and not report.failed, report.to_dict()
     assert slowest < 1.0, f"a save waited {slowest:.2f} s"  # copies only: the Hub never holds the loop
@@ -187,7 +189,7 @@ def test_memory_stays_flat_with_the_number_of_pushes(loopback_hub, tmp_path, cap
             # 1,000 requests per 300 s would coalesce pushes beyond 250 in this loop, which is not measured here)
             ckpt = _save_files(out, step)
             session.write_trainer_state(ckpt, step, epoch=1.0, max_steps=10 ** 6)
-            session.save(str(out), step=step, checkpoint_folder=ckpt)
+            session.save(plan_save("checkpoint", step), str(out), checkpoint_folder=ckpt)
             session.pusher._queue.wait(10)
 
     caplog.set_level(logging.ERROR, logger="hf_tpu_ext")  # pytest keeps every captured record: not ours
@@ -314,3 +316,23 @@ def test_train_saving_every_2_steps_against_a_rate_limited_hub(loopback_hub, tmp
     assert pushes["commit_budget"] == {"commits": 5, "period_seconds": 60.0, "burst": 1, "seconds_per_commit": 20.0,
                                        "reserved_for_final": 1, "commits_started": len(pushed) + 1,
                                        "rate_limited": 0, "hub_commits_at_start": 0}  # a new repo
+
+
+def test_an_adapter_reads_its_session_through_explicit_properties_never_the_token():
+    from hf_tpu_ext.hub.push_session import SessionBacked
+
+    class Adapter(SessionBacked):
+        def __init__(self, session):
+            self.session = session
+
+    config = PushConfig(output_dir="out", hub_model_id="alice/tiny", hub_token="hf_secret_token_value",
+                        hub_strategy="checkpoint", save_strategy="steps", save_steps=5, monitor="eval_accuracy",
+                        mode="max")
+    adapter = Adapter(PushSession(config, is_chief=True))
+    assert (adapter.output_dir, adapter.hub_model_id, adapter.hub_strategy, adapter.save_steps) == (
+        "out", "alice/tiny", "checkpoint", 5)
+    assert (adapter.monitor, adapter.mode, adapter.pushed_steps, adapter.repo_id, adapter.pusher) == (
+        "eval_accuracy", "max", [], None, None)
+    assert not hasattr(adapter, "hub_token") and "hub_token" not in dir(SessionBacked)
+    with pytest.raises(AttributeError):
+        adapter.hub_strategy = "end"  # the session's configuration is the one place it is set

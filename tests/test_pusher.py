@@ -490,3 +490,44 @@ def test_importing_the_hub_layer_needs_no_framework():
                           env=dict(os.environ, PYTHONPATH=REPO_ROOT))
     assert proc.returncode == 0, proc.stderr
     assert "--include_checkpoint" in proc.stdout and "FRAMEWORKS []" in proc.stdout
+
+
+@pytest.mark.parametrize("strategy, where", [("checkpoint", "last-checkpoint"), ("all_checkpoints", "checkpoint-3")])
+def test_a_backends_export_lands_in_the_snapshot_written_once(loopback_hub, tmp_path, monkeypatch, strategy, where):
+    """One plan per save travels to the commit, and the backend's checkpoint export writes straight into the pusher's
+    staging: the export folder is moved into the push's snapshot, so the checkpoint is on disk once more, not twice."""
+    from hf_tpu_ext.hub import staging
+    from hf_tpu_ext.hub.push_session import PushConfig, PushSession
+
+    out = _model_folder(tmp_path / "out")
+    repo = f"alice/export-{strategy.replace('_', '-')}"
+    session = PushSession(PushConfig(output_dir=str(out), hub_model_id=repo, hub_token=loopback_hub.token,
+                                     hub_strategy=strategy, save_strategy="no"), is_chief=True)
+    exported, copied = [], []
+    real_copy = staging.shutil.copy2
+    monkeypatch.setattr(staging.shutil, "copy2", lambda src, dst: copied.append(os.path.relpath(src, out))
+                        or real_copy(src, dst))
+
+    def export_checkpoint(path, folder):  # a backend's export: the Hub layout of its checkpoint at ``path``
+        exported.append(folder)
+        for name in ("model_state.safetensors", "optimizer_state.safetensors", "trainer_state.json"):
+            with open(os.path.join(folder, name), "w") as f:
+                f.write(f"{name} of {os.path.basename(path)}")
+        return folder
+
+    try:
+        plan = session.admit(3)
+        assert (plan.step, plan.reason, plan.checkpoint_path) == (3, "paced", where)
+        session.save(plan, str(out), checkpoint_path="checkpoint-3", export_checkpoint=export_checkpoint)
+        assert len(exported) == 1 and exported[0].startswith(session.pusher.staging_root)
+        assert not os.path.exists(exported[0])  # moved into the snapshot, not copied
+        assert sorted(copied) == ["config.json", "model.safetensors"]  # only the model folder is copied
+        assert session.pushed_steps == [3] and session.pusher.pushed_steps is session.pushed_steps
+        report = session.finish(60)
+    finally:
+        session.close()
+    assert report.ok and not report.failed
+    files = loopback_hub.server.files(repo)
+    assert files[f"{where}/model_state.safetensors"] == b"model_state.safetensors of checkpoint-3"
+    assert files[f"{where}/trainer_state.json"] == b"trainer_state.json of checkpoint-3"
+    assert "optimizer.index" not in files and files["config.json"].startswith(b'{"model_type": "roberta"')

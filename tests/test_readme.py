@@ -76,3 +76,21 @@ def test_cli_version():
     usage = subprocess.run([sys.executable, "-m", "hf_tpu_ext", "--help"], capture_output=True, text=True,
                            check=True).stdout
     assert usage.splitlines()[:2] == ["usage: hf-tpu <command> [<args>]", "       hf-tpu --version"]
+
+
+def test_the_tpu_vm_examples_parse_as_written():
+    """The README's "on a TPU VM" commands run on the backend they name (the default one: Keras on JAX, which
+    refuses --tpu_name: JAX finds a TPU VM's chips itself)."""
+    import shlex
+
+    from hf_tpu_ext.args import parse_args
+
+    text = (REPO_ROOT / "README.md").read_text()
+    block = text.split("# on a TPU VM", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line)[2:] for line in block.splitlines() if line.startswith("hf-tpu train ")]
+    assert len(commands) == 2
+    # the first on the default backend of this environment and on Keras (the default where JAX is installed)
+    parsed = [parse_args(argv)[2] for argv in (commands[0], commands[0] + ["--backend", "keras"], commands[1])]
+    assert [(a.backend, a.tpu_name, a.steps_per_execution) for a in parsed[1:]] == [("keras", None, 100),
+                                                                                     ("tensorflow", "local", 1)]
+    assert parsed[0].steps_per_execution == 100

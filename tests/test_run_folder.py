@@ -176,7 +176,7 @@ def test_bad_resume_inputs_are_one_true_line_each(tmp_path, trained_model_dir, h
     with pytest.raises(CheckpointError) as err:
         _train(tiny_train_args(run, "--max_steps", "40", "--resume_from_checkpoint", "true")
                + ["--max_seq_length", "64"])
-    assert "--max_seq_length 64 (the checkpoint's model holds 32 tokens)" in str(err.value)
+    assert "--max_seq_length 64 (the checkpoint trained at 32; a new length is a new run" in str(err.value)
     assert sorted(p.name for p in (run / "runs").rglob("*")) == events
     # the only checkpoint unreadable: said once, not "resuming from the next older one" first
     for step in (10, 20):

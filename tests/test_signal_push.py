@@ -127,11 +127,13 @@ def test_a_save_after_a_signal_is_admitted_past_the_budget(hf_log):
                           is_chief=True)
     session.budget = CommitBudget(1, 3600.0)
     session.budget.note_commit()
-    assert session.admit(4) is False and session.coalesced_steps == [4]
+    assert session.admit(4) is None and session.coalesced_steps == [4]
     interrupts.reset()
     try:
         interrupts.record(signal.SIGTERM)
-        assert session.admit(6) is True and session.admit(8, max_steps=8) is False  # the final push carries it
+        plan = session.admit(6)
+        assert plan.reason == "signal" and plan.push and plan.step == 6
+        assert session.admit(8, max_steps=8) is None  # the final push carries it
     finally:
         interrupts.reset()
     assert ("Save at step 6 after SIGTERM: pushed now, past the commit budget's pacing (within the 25 s grace "

@@ -34,7 +34,7 @@ class FakeSteps:
 
     def __init__(self, eval_losses=(), signal_at=None, nan_at=None):
         self.model = SimpleNamespace(stop_training=False)
-        self.calls, self.saves, self.kept, self.scalars = [], [], [], []
+        self.calls, self.saves, self.kept, self.scalars, self.fields = [], [], [], [], []
         self.eval_losses, self.signal_at, self.nan_at = list(eval_losses), signal_at, nan_at
         self.step = 0
 
@@ -53,8 +53,9 @@ class FakeSteps:
     def evaluate(self):
         return {"eval_loss": self.eval_losses.pop(0)} if self.eval_losses else {}
 
-    def save(self, step):
+    def save(self, step, fields):
         self.saves.append(step)
+        self.fields.append(fields)
 
     def keep_best(self, step, key, value):
         self.kept.append((step, key, value))
@@ -123,6 +124,22 @@ def test_a_restored_window_is_averaged_in_and_the_final_step_is_checkpointed():
     assert steps.saves == [22]  # the final checkpoint
 
 
+def test_the_loop_hands_its_window_and_figures_down_with_each_save():
+    """The loop owns the checkpoint unit: the backend gets the logging window and the fit figures with the save
+    (it never reads the loop back)."""
+    steps = FakeSteps()
+    loop = _loop(steps, _args(save_steps=4, eval_strategy="no", logging_steps=10), history=[])
+    loop.finish(loop.run())
+    assert steps.saves == [4, 8, 15, 19, 22]
+    first, last = steps.fields[0], steps.fields[-1]
+    assert first["loss_window"] == {"loss_sum": float(sum(range(1, 5))), "steps": 4}  # nothing logged yet
+    assert first["fit_metrics"]["global_step"] == 4 and first["fit_metrics"]["train_loss"] == 2.5
+    assert first["fit_metrics"]["first_step_seconds"] >= 0.0
+    assert last["loss_window"] == {"loss_sum": 0.0, "steps": 0}  # step 22 was just logged
+    assert last["fit_metrics"]["tokens_seen"] == 220 and last["fit_metrics"]["train_loss"] == 11.5
+    assert all(not isinstance(v, (dict, list, bool)) for v in last["fit_metrics"].values())
+
+
 def test_a_signal_saves_the_step_reached_once_then_raises(caplog):
     steps = FakeSteps(signal_at=8)
     loop = _loop(steps, _args(save_steps=4, eval_strategy="no"))
@@ -172,13 +189,13 @@ class SignalledSave(FakeSteps):
         super().__init__(**kw)
         self.signals, self.finished = signals, []
 
-    def save(self, step):
+    def save(self, step, fields):
         import os
 
         for _ in range(self.signals):
             os.kill(os.getpid(), signal.SIGINT)  # handled before kill() returns (main thread)
         self.finished.append(step)  # reached only if the signals did not cut the save short
-        super().save(step)
+        super().save(step, fields)
 
 
 def test_a_second_signal_inside_a_save_waits_for_the_save_and_a_third_cuts_it():

@@ -192,6 +192,27 @@ def positional_argument_error(token: str) -> str:
     return f"No such JSON config file: {token}.{hint} {rule}"
 
 
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def negative_numbers_joined(argv: List[str]) -> List[str]:
+    """``--flag -1e-3`` as ``--flag=-1e-3``: argparse takes a value like ``-1e-3`` (its negative-number pattern has
+    no exponent) for an option and says "expected one argument"; joined, the value reaches the range checks."""
+    out: List[str] = []
+    for token in argv:
+        if (token.startswith("-") and _is_number(token) and out and out[-1].startswith("--")
+                and "=" not in out[-1]):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def given_field_names(argv: List[str], known) -> set:
     """Field names passed as ``--name``, ``--name=value`` or ``--no_name`` (HfArgumentParser's bool complement)."""
     names = set()
@@ -227,30 +248,38 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTr
     parser.usage = SHORT_USAGE  # argparse errors print this, not every flag
     parser.allow_abbrev = False  # `--num_train_epoch` must not silently mean `--num_train_epochs`
     known = {f.name for dc in dataclass_types for f in fields(dc)}
+    argv = negative_numbers_joined(argv)
     given = given_field_names(argv, known)
     if argv and not argv[0].startswith("-") and not (argv[0].endswith(".json") and os.path.isfile(argv[0])):
         raise ArgumentError(positional_argument_error(argv[0]))
+    config, file_only, unused = None, set(), []
     if argv and argv[0].endswith(".json"):
         # a config file, optionally followed by flags that override it
-        path = os.path.abspath(argv[0])
-        with open(path) as f:
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ArgumentError(f"Config file {argv[0]} is not valid JSON: {e}") from None
-        if not isinstance(data, dict):
-            raise ArgumentError(f"Config file {argv[0]} must hold a JSON object of argument names and values.")
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ArgumentError(f"Config file {argv[0]} has unknown fields: {', '.join(unknown)}."
-                                + _suggest(unknown, known))
-        # argparse never converts defaults: the JSON values are typed here, before anything runs
-        data = check_config_types(data, dataclass_types, f"Config file {argv[0]}")
+        config = argv[0]
+        data = read_config(config, dataclass_types, known)
+        unused = unused_hub_fields(data, argv[1:], given)
+        for name in unused:
+            del data[name]
         parser.set_defaults(**data)
+        file_only = set(data) - given
         given |= set(data)
         argv = argv[1:]
     # a passed --save_steps/--eval_steps means the steps strategy unless one is given
     parser.set_defaults(**TrainingArguments.implied_by(given))
+    try:
+        model_args, data_args, training_args = _parse_and_check(parser, argv, known, given, config, file_only)
+    except ArgumentError as err:
+        raise ArgumentError(name_the_config(str(err), config, file_only)) from None
+    if config and unused:
+        training_args.config_note = (f"{config}: {', '.join(unused)} unused (--push_to_hub false: nothing is "
+                                     "pushed).")
+    # which fields the user set (command line or config): a resumed checkpoint decides the others
+    training_args.passed_flags = frozenset(given)
+    return model_args, data_args, training_args
+
+
+def _parse_and_check(parser, argv, known, given, config, file_only):
+    """The three dataclasses of ``argv`` (config values already the parser's defaults), checked."""
     *parsed, remaining = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if remaining:
         # the flag names only: `--hub_tokn=hf_...` must not print the token
@@ -262,11 +291,67 @@ def parse_args(argv: Optional[List[str]] = None) -> Tuple[ModelArguments, DataTr
             + " Run `hf-tpu train --help` for the list."
         )
     model_args, data_args, training_args = parsed
-    training_args.check_user_flags(given)
+    training_args.check_user_flags(given, config_fields=(config, file_only) if config else None)
     check_arguments(model_args, data_args, training_args)
-    # which fields the user set (command line or config): a resumed checkpoint decides the others
-    training_args.passed_flags = frozenset(given)
     return model_args, data_args, training_args
+
+
+def read_config(path: str, dataclass_types, known) -> dict:
+    """The typed fields of the JSON config ``path`` (:func:`check_config_types`).
+
+    Raises:
+        ArgumentError: not JSON, not an object, an unknown field, a value of the wrong type (each naming ``path``).
+    """
+    with open(os.path.abspath(path)) as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ArgumentError(f"Config file {path} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ArgumentError(f"Config file {path} must hold a JSON object of argument names and values.")
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ArgumentError(f"Config file {path} has unknown fields: {', '.join(unknown)}." + _suggest(unknown, known))
+    # argparse never converts defaults: the JSON values are typed here, before anything runs
+    return check_config_types(data, dataclass_types, f"Config file {path}")
+
+
+_FALSE = ("false", "no", "n", "f", "0")
+
+
+def _command_line_push(argv: List[str]) -> Optional[bool]:
+    """``--push_to_hub`` as the command line ``argv`` gives it (HfArgumentParser's bool forms: ``--push_to_hub``,
+    ``--push_to_hub false``, ``--push_to_hub=false``; its false spellings :data:`_FALSE`); ``None`` when not given."""
+    value = None
+    for i, token in enumerate(argv):
+        if token == "--push_to_hub":
+            following = argv[i + 1] if i + 1 < len(argv) else ""
+            value = not (following.lower() in _FALSE) if following and not following.startswith("-") else True
+        elif token.startswith("--push_to_hub="):
+            value = token.split("=", 1)[1].lower() not in _FALSE
+    return value
+
+
+def unused_hub_fields(data: dict, argv: List[str], given_on_command_line: set) -> List[str]:
+    """The ``hub_*`` fields of a JSON config (``data``) that a run with ``--push_to_hub false`` (the command line's,
+    else the file's own ``push_to_hub: false``) leaves unused, sorted; the command line's own hub flags are not
+    among them (:meth:`TrainingArguments.check_user_flags` refuses those)."""
+    push = _command_line_push(argv)
+    if push is None:
+        push = data.get("push_to_hub")
+    if push is not False:
+        return []
+    return sorted(n for n in data if n.startswith("hub_") and n not in given_on_command_line)
+
+
+def name_the_config(message: str, config: Optional[str], file_only: set) -> str:
+    """``message`` with the config file named after it when a ``--flag`` it names was set only there."""
+    import re
+
+    named = [n for n in dict.fromkeys(re.findall(r"--(\w+)", message)) if n in file_only]
+    if not config or not named or config in message:
+        return message
+    return f"{message} ({', '.join('--' + n for n in named)}: set in {config})"
 
 
 def _suggest(names, known) -> str:

@@ -133,8 +133,8 @@ class TrainingArguments:
     hub_space_id: Optional[str] = field(default=None, metadata={"help": "Deploy the fill-mask demo to this Space when training ends."})
     hub_allow_push_failure: bool = field(default=False, metadata={"help": "Exit 0 even when the final push to the Hub failed (the failure is still logged and in training_summary.json)."})
     hub_commit_budget: int = field(default=100, metadata={"help": "At most this many commits per hour to the repo (the Hub allows 128): saves beyond it are folded into the next push; the final push always goes."})
-    license: Optional[str] = field(default="apache-2.0", metadata={"help": "License written in the model card."})
-    language: Optional[str] = field(default="en", metadata={"help": "Language written in the model card."})
+    license: Optional[str] = field(default=None, metadata={"help": "License written in the model card (a Hub license id, e.g. apache-2.0). Unset: none, or the license of the Hub model --model_name_or_path continues (said so)."})
+    language: Optional[str] = field(default=None, metadata={"help": "Language written in the model card (e.g. en). Unset: none."})
 
     def __post_init__(self):
         from hf_tpu_ext.precision import parse_bf16
@@ -314,11 +314,12 @@ class TrainingArguments:
         if self.save_total_limit is not None and self.save_total_limit < 1:
             raise ArgumentError("--save_total_limit must be >= 1 (or unset to keep every checkpoint).")
 
-    def check_user_flags(self, given) -> None:
+    def check_user_flags(self, given, config_fields=None) -> None:
         """Refuse a passed flag that would have no effect, with the reason (after :meth:`implied_by`).
 
         ``given`` holds the field names passed on the command line or in the JSON config (not inferred from
-        values, so ``--save_steps 500`` counts although 500 is the default).
+        values, so ``--save_steps 500`` counts although 500 is the default); ``config_fields`` is ``(config file,
+        the names only it set)`` when a JSON config was read (a refusal it caused names the file).
 
         Raises:
             ArgumentError: ``--save_steps``/``--eval_steps`` with another strategy or ``--do_eval false``;
@@ -342,6 +343,10 @@ class TrainingArguments:
                                     "asks for it; drop one of them.")
         hub_only = sorted(n for n in ("hub_model_id", "hub_strategy", "hub_private_repo", "hub_revision",
                                       "hub_commit_budget") if n in given)
+        config, file_only = config_fields or (None, set())
+        if hub_only and not self.push_to_hub and set(hub_only) <= set(file_only):
+            raise ArgumentError(f"{config} sets {', '.join(hub_only)}, which only apply when pushing: add "
+                                "--push_to_hub true, or --push_to_hub false to leave them unused.")
         if hub_only and not self.push_to_hub:
             raise ArgumentError(f"{', '.join('--' + n for n in hub_only)} only appl{'ies' if len(hub_only) == 1 else 'y'} "
                                 f"when pushing: add --push_to_hub, or drop {'it' if len(hub_only) == 1 else 'them'}.")

@@ -42,6 +42,9 @@ class RunPlan:
         total_steps: optimizer steps of the whole run (``max_steps`` or epochs x steps_per_epoch).
         num_train_blocks: training sequences available.
         has_eval: whether there is a validation split to evaluate on.
+        streaming: the train split is a ``--streaming`` stream: no length, so ``steps_per_epoch`` is the run's
+            ``--max_steps`` and the passes over the data are counted by the stream (:meth:`Backend.data_passes`).
+        num_eval_blocks: validation sequences each evaluation reads (0 without evaluation).
     """
 
     global_batch_size: int
@@ -51,6 +54,8 @@ class RunPlan:
     total_steps: int
     num_train_blocks: int
     has_eval: bool
+    streaming: bool = False
+    num_eval_blocks: int = 0
 
 
 @dataclasses.dataclass
@@ -198,6 +203,10 @@ class Backend(Protocol):
         ``steps_per_execution``, ``compiler`` (the compiler path in words) and optionally ``precision`` (the run's
         ``PrecisionPlan.precision``; without it the summary reads ``--bf16``) for ``training_summary.json``."""
 
+    def data_passes(self, step: int) -> Optional[int]:
+        """With ``--streaming``: the passes over this process's slice of the stream completed after ``step`` steps
+        (the stream's own count; a stream has no epochs of known length); ``None`` when not streaming or unknown."""
+
 
 class BackendDefaults:
     """The optional members of :class:`Backend` with their "not supported" values, for a backend to inherit.
@@ -224,4 +233,7 @@ class BackendDefaults:
         return 0
 
     def end_training(self, logs: Dict[str, Any]) -> None:
+        return None
+
+    def data_passes(self, step: int) -> Optional[int]:
         return None

@@ -72,8 +72,9 @@ class StepBackend(Protocol):
     def evaluate(self) -> Dict[str, float]:
         """``eval_loss``, ``perplexity``, ``eval_accuracy`` (and probe scores); {} without a validation split."""
 
-    def save(self, step: int) -> None:
-        """Checkpoint global ``step`` as one unit (the run's ``on_save`` included)."""
+    def save(self, step: int, fields: Dict[str, Any]) -> None:
+        """Checkpoint global ``step`` as one unit (the run's ``on_save`` included); ``fields``: the loop's own
+        metadata to keep with it (:meth:`StepLoop.checkpoint_fields`: ``loss_window``, ``fit_metrics``)."""
 
     def keep_best(self, step: int, key: str, value: float) -> None:
         """Keep the model weights of the new best evaluation (``--load_best_model_at_end``)."""
@@ -200,13 +201,14 @@ class LoopMeter:
         return {"loss_window": {"loss_sum": float(self.window_loss), "steps": int(self.window_n)}}
 
 
-def format_entry(entry: Dict[str, Any]) -> str:
-    """:func:`hf_tpu_ext.outputs.format_log_entry`; an entry after only the first, compiling call has no steady
-    rate: ``step 1 (epoch 0.01): loss 6.2278, lr 5e-05 | no steady rate yet (only the compiling first call ran)``."""
+def format_entry(entry: Dict[str, Any], explain: bool = True) -> str:
+    """:func:`hf_tpu_ext.outputs.format_log_entry` (``explain``: say what the steady rate is); an entry after only
+    the first, compiling call has no steady rate: ``step 1 (epoch 0.01): loss 6.2278, lr 5e-05 | no steady rate yet
+    (only the compiling first call ran)``."""
     if "loss" in entry and "learning_rate" in entry and "tokens_per_second" not in entry:
         return (f"step {entry['step']} (epoch {entry['epoch']:.2f}): loss {entry['loss']:.4f}, "
                 f"lr {entry['learning_rate']:.3g} | no steady rate yet (only the compiling first call ran)")
-    return format_log_entry(entry)
+    return format_log_entry(entry, explain)
 
 
 class StepLoop:
@@ -355,15 +357,31 @@ class StepLoop:
         """One log entry: the log history, the console (chief), TensorBoard, trackio (chief)."""
         self.log_history.append(entry)
         if self.is_chief:
-            logger.info(format_entry(entry))
+            explain = "tokens_per_second" in entry and not getattr(self, "_rate_explained", False)
+            logger.info(format_entry(entry, explain))  # what the steady rate is: said on its first line only
+            self._rate_explained = getattr(self, "_rate_explained", False) or explain
         self.steps.write_scalars(entry)
         if self.is_chief:
             log_entry(self.trackio, entry)
 
     def save(self, step: int) -> None:
+        """The checkpoint unit of ``step``: the backend writes it with the loop's fields
+        (:meth:`checkpoint_fields`), then it counts as saved (never saved twice). A second signal waits for it."""
         with interrupts.shielded():  # a second signal waits for the checkpoint to be whole
-            self.steps.save(step)
+            self.steps.save(step, self.checkpoint_fields(step))
             self.saved_step = step
+
+    def checkpoint_fields(self, step: int) -> Dict[str, Any]:
+        """What a checkpoint of ``step`` keeps of this loop: ``loss_window`` (``{"loss_sum", "steps"}``, the
+        logging window so far: a resume off a logging boundary logs the same means) and, once a step was timed,
+        ``fit_metrics`` (:meth:`results` plus ``first_step_seconds``; JSON numbers and strings only: a resume
+        that only finishes the export still reports them)."""
+        fields: Dict[str, Any] = self.meter.window_fields()
+        if self.meter.first_step is not None:
+            figures = dict(self.results(step), first_step_seconds=self.meter.first_step)
+            fields["fit_metrics"] = {k: v for k, v in figures.items()
+                                     if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+        return fields
 
     def finish(self, step: int) -> None:
         """After :meth:`run`: checkpoint ``step`` unless it is (the final checkpoint: a finished run can be

@@ -16,6 +16,7 @@ import numpy as np
 
 from hf_tpu_ext.errors import ArgumentError, HubAuthError, HubRepoError
 from hf_tpu_ext.fileio import atomic_write
+from hf_tpu_ext.hub.preflight import endpoint as hub_endpoint
 
 CONFIG_NAME = "config.json"
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -27,6 +28,52 @@ PT_WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
 
 # Config and tokenizer files of a model repo; one weight format is added (see weight_patterns).
 BASE_PATTERNS = ["*.json", "*.txt", "*.model"]
+
+
+def safetensors_problem(path: str) -> Optional[str]:
+    """What makes the safetensors file ``path`` unreadable, read from its header alone (no framework, no tensor
+    data read), or ``None`` when it is whole: the format is an 8-byte little-endian header length, that many bytes
+    of JSON naming each tensor's ``data_offsets`` ``[begin, end]`` after the header, then the data."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"it holds {size} bytes, fewer than a safetensors header"
+        n = int.from_bytes(head, "little")
+        if n > size - 8:
+            return f"its header claims {n:,} bytes but the file holds {size:,}"
+        try:
+            header = json.loads(f.read(n))
+            end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return "its header is not safetensors JSON"
+    if 8 + n + end > size:
+        return f"it is truncated: its tensors need {8 + n + end:,} bytes, the file holds {size:,}"
+    return None
+
+
+def check_weights_folder(folder: str, option: str = "--model_name_or_path") -> None:
+    """Refuse a local model folder whose ``model.safetensors`` (or a shard its index names) cannot be read, in one
+    line, before any framework loads it.
+
+    Raises:
+        ArgumentError: the file named, with what is wrong and what to do.
+    """
+    names = [SAFE_WEIGHTS_NAME]
+    index = os.path.join(folder, SAFE_WEIGHTS_INDEX_NAME)
+    if os.path.isfile(index):
+        try:
+            with open(index, encoding="utf-8") as f:
+                names = sorted(set(json.load(f)["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise ArgumentError(f"{option} {folder}: {SAFE_WEIGHTS_INDEX_NAME} is not a safetensors index; copy "
+                                "the model folder again.") from None
+    for name in names:
+        path = os.path.join(folder, name)
+        problem = safetensors_problem(path) if os.path.isfile(path) else None
+        if problem:
+            raise ArgumentError(f"{option} {folder}: {name} cannot be read ({problem}); copy or export the model "
+                                "folder again.")
 
 
 def weight_patterns(repo_files: List[str]) -> List[str]:
@@ -114,7 +161,7 @@ def resolve_model_folder(path_or_repo_id: str, revision: Optional[str], cache_di
     if looks_local:
         raise ArgumentError(f"Model folder {path_or_repo_id!r} does not exist; give an existing folder or a Hub repo id 'user/name'.")
 
-    from huggingface_hub import HfApi, constants, snapshot_download
+    from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
         HFValidationError,
@@ -123,9 +170,7 @@ def resolve_model_folder(path_or_repo_id: str, revision: Optional[str], cache_di
         RevisionNotFoundError,
     )
 
-    # The endpoint is read at call time so HF_ENDPOINT set after import (a private or test Hub) is honoured.
-    endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
-    endpoint = endpoint.rstrip("/")
+    endpoint = hub_endpoint()  # read at call time: HF_ENDPOINT set after import (a private or test Hub) counts
     try:
         # List first so only one weight format is fetched (repos often hold .bin, .h5 and .safetensors copies).
         repo_files = HfApi(endpoint=endpoint).list_repo_files(path_or_repo_id, revision=revision, token=token)

@@ -35,10 +35,11 @@ def check_before_imports(model_args, data_args, training_args) -> None:
         HubAuthError, HubRepoError, HubError: see :func:`check_push_token`.
     """
     from hf_tpu_ext.run.checks import check_data_files, check_model_refs, check_model_type, check_weight_files
-    from hf_tpu_ext.run.resume import check_resume_source
+    from hf_tpu_ext.run.resume import check_resume_repo, check_resume_source
 
     check_resume_source(training_args)  # a path that does not exist (no Hub request)
     check_model_refs(model_args, remember=True)  # a missing model is named before transformers (and torch) load
+    check_resume_repo(training_args)  # a Hub repo or revision that does not exist
     check_data_files(data_args)
     check_model_type(model_args, training_args)  # config.json read as JSON: deberta-v2 on keras, modernbert on TF
     check_weight_files(model_args, training_args)  # pytorch_model.bin only, and no torch to read it

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--commit_message", default=None,
                         help="The commit summary (default: 'Upload model (step N) and last-checkpoint/ (step M) "
                              "with hf-tpu-ext').")
-    parser.add_argument("--license", default=None, help="License for the card (default: the training summary's, else apache-2.0).")
+    parser.add_argument("--license", default=None, help="License for the card (default: the training summary's, else none).")
     parser.add_argument("--language", default=None, help="Language for the card.")
     parser.add_argument("--dataset_name", default=None, help="Hub dataset the model was trained on (for the card).")
     parser.add_argument("--include_checkpoint", nargs="?", const=True, default=None, type=_tri_state,
@@ -89,11 +89,11 @@ def newest_checkpoint(output_dir: str) -> Optional[str]:
 
 
 def _global_step(output_dir: str, summary: dict) -> Optional[int]:
-    from hf_tpu_ext.hub.checkpoint_layouts import _read_json
+    from hf_tpu_ext.fileio import read_json_object
 
     if summary.get("global_step") is not None:
         return int(summary["global_step"])
-    step = _read_json(os.path.join(output_dir, "trainer_state.json")).get("global_step")
+    step = read_json_object(os.path.join(output_dir, "trainer_state.json")).get("global_step")
     return int(step) if step is not None else None
 
 
@@ -215,9 +215,7 @@ def _write_card(output_dir: str, repo_id: str, summary: dict, card: str, card_fi
     """
     from hf_tpu_ext.hub.model_card import render_model_card, validate_model_card, write_card
 
-    fields = {k: v for k, v in card_fields.items() if v is not None}
-    if not fields.get("license") and not summary.get("license"):
-        fields["license"] = "apache-2.0"
+    fields = {k: v for k, v in card_fields.items() if v is not None}  # no license the user did not give
     generated = render_model_card(output_dir, repo_id=repo_id, summary=summary, **fields)
     validate_model_card(generated, token=token)
     # a merged card (the user's metadata too) must pass before it is written or uploaded

@@ -3,6 +3,10 @@
 Exit status: 0 when the run finished and (with ``--push_to_hub``) its final state is on the Hub; 128 + the
 signal's number after a signal, as shells report it (130: SIGINT, 143: SIGTERM; one line on stderr: ``interrupted at step N; resume with: hf-tpu train ...``); other errors
 as ``hf-tpu`` reports them (non-zero).
+
+Output: the log on stderr ends with the line naming the model folder (and the repo it was pushed to); when stdout is
+not a terminal (a script's pipe) it gets the numeric results as one JSON line first (``all_results.json`` holds them
+too).
 """
 
 import json
@@ -38,11 +42,11 @@ def saved_line(output_dir: str) -> str:
     except ValueError:
         pushes = {}
     if pushes.get("final_pushed") and pushes.get("repo_id"):
-        from huggingface_hub import constants
+        from hf_tpu_ext.hub.preflight import endpoint
 
         revision = pushes.get("revision")
         tree = f"/tree/{revision}" if revision and revision != "main" else ""
-        line += f"; pushed to {constants.ENDPOINT.rstrip('/')}/{pushes['repo_id']}{tree}"
+        line += f"; pushed to {endpoint()}/{pushes['repo_id']}{tree}"
     return line
 
 
@@ -96,12 +100,13 @@ def main(argv=None) -> int:
 
     # the run is complete: a signal now has nothing to save
     with interrupts.finished(then=late if console.whole_process else None) as after:
+        if not sys.stdout.isatty():  # a script reads the results from stdout; a terminal has all_results.json
+            print(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}), flush=True)
         line = saved_line(training_args.output_dir)
-        if line:
+        if line:  # the run's last line: where the model is (and the repo)
             import logging
 
             logging.getLogger("hf_tpu_ext").info(line)
-        print(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}, indent=2), flush=True)
     if after.late is not None:
         print(late_signal_line(after.late, training_args.output_dir), file=sys.stderr, flush=True)
     interrupts.kill_for_test("after_results")

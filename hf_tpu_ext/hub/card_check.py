@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from hf_tpu_ext.errors import ModelCardError
 from hf_tpu_ext.hub.card_guard import CARD_FILE
+from hf_tpu_ext.hub.preflight import endpoint
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -122,7 +123,7 @@ def check_card_metadata(metadata) -> List[str]:
 def validate_model_card(card, token: Optional[str] = None, *, offline_ok: bool = True, remote: bool = True) -> None:
     """Check the card's metadata locally, then with the Hub's ``/api/validate-yaml`` at the configured endpoint.
 
-    The endpoint is ``huggingface_hub.constants.ENDPOINT`` read at call time (``HF_ENDPOINT``), not the
+    The endpoint is :func:`hf_tpu_ext.hub.preflight.endpoint` (``HF_ENDPOINT``) read at call time, not the
     hard-coded huggingface.co URL ``RepoCard.validate`` uses.
 
     Args:
@@ -137,7 +138,6 @@ def validate_model_card(card, token: Optional[str] = None, *, offline_ok: bool =
     """
     import requests
     import yaml
-    from huggingface_hub import constants
     from huggingface_hub.utils import build_hf_headers, get_session
 
     text = str(card)
@@ -152,7 +152,7 @@ def validate_model_card(card, token: Optional[str] = None, *, offline_ok: bool =
     if not remote:
         return
 
-    url = f"{constants.ENDPOINT}/api/validate-yaml"
+    url = f"{endpoint()}/api/validate-yaml"
     headers = build_hf_headers(token=token or False)
     try:
         response = get_session().post(url, json={"repoType": "model", "content": text}, headers=headers, timeout=30)

@@ -294,7 +294,7 @@ def _procedure_rows(info: dict, backend: str, accelerator: Optional[str]) -> Lis
         ("XLA compilation", _fmt(bool(info.get("jit_compile"))) if info.get("jit_compile") is not None else "n/a"),
         ("Compiler path", info.get("compiler") or "n/a"),
         ("Optimizer steps", _fmt(int(info["global_step"])) if info.get("global_step") is not None else "n/a"),
-        ("Epochs", _fmt(float(info["epoch"])) if _finite(info.get("epoch")) is not None else "n/a"),
+        _epochs_row(info),
         ("Tokens seen", _fmt(int(info["tokens_seen"])) if info.get("tokens_seen") else "n/a"),
         ("Training wall time", _duration(info.get("train_runtime"))),
         ("Throughput, whole run (tokens/s: tokens seen / training wall time)", _fmt(round(float(info["train_tokens_per_second"]), 1)) if _finite(info.get("train_tokens_per_second")) else "n/a"),
@@ -302,6 +302,26 @@ def _procedure_rows(info: dict, backend: str, accelerator: Optional[str]) -> Lis
          _fmt(round(float(info["steady_tokens_per_second"]), 1)) if _finite(info.get("steady_tokens_per_second")) else "n/a"),
         _mfu_row(info),
     ]
+
+
+def _results_sentence(info: dict, description: str) -> str:
+    """The sentence above the evaluation results: what was evaluated (``training_summary.json`` ``evaluation``:
+    the validation file, the dataset's validation data or the share held out) and its size in blocks and tokens."""
+    evaluation = info.get("evaluation") or {}
+    blocks, tokens = evaluation.get("blocks"), evaluation.get("tokens")
+    if evaluation.get("data") and blocks and tokens:
+        return (f"Measured after training on {evaluation['data']}: {int(blocks):,} blocks of "
+                f"{int(tokens) // int(blocks)} tokens ({int(tokens):,} tokens).")
+    return f"Measured on the held-out split after training ({description})."
+
+
+def _epochs_row(info: dict) -> Tuple[str, str]:
+    """Epochs done; a ``--streaming`` run (``stream_passes`` in the summary) has no epochs of known length: the
+    passes over the stream it completed."""
+    if "stream_passes" in info:
+        passes = info.get("stream_passes")
+        return ("Passes over the data (streamed)", f"{int(passes):,} complete" if passes is not None else "n/a")
+    return ("Epochs", _fmt(float(info["epoch"])) if _finite(info.get("epoch")) is not None else "n/a")
 
 
 def throughput_rows(info: dict) -> List[Tuple[str, str]]:
@@ -396,7 +416,7 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
         procedure_rows=_procedure_rows(info, backend, accelerator),
         hyperparameter_rows=[(k, _fmt(v)) for k, v in hyper.items() if "token" not in k.lower() and v is not None],
         result_rows=_result_rows(evals),
-        results_dataset=description,
+        results_sentence=_results_sentence(info, description),
         loss_curve=os.path.isfile(os.path.join(output_dir, "loss_curve.png")),
         framework_rows=_framework_versions(info),
         limitations=_limitations(description),

@@ -39,6 +39,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
+from hf_tpu_ext.errors import CheckpointError, HfTpuExtError
 from hf_tpu_ext.fileio import read_json_object
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
@@ -365,8 +366,6 @@ def check_checkpoint_backend(path: str, backend: str, shown: Optional[str] = Non
     Raises:
         CheckpointError: :func:`wrong_backend_message` (the backend that wrote it, the ``--backend`` to rerun with).
     """
-    from hf_tpu_ext.errors import CheckpointError
-
     message = wrong_backend_message(path, backend, shown)
     if message:
         raise CheckpointError(message)
@@ -382,8 +381,6 @@ def write_failure_errno(err: BaseException) -> Optional[int]:
     """The errno of a failed file write in ``err`` (an ``OSError`` with a write errno, or a framework's error
     whose text says "No space left on device" etc.: TensorFlow's ``ResourceExhaustedError``, safetensors'
     ``SafetensorError``), else ``None``. Errors raised on purpose by hf-tpu-ext are never one."""
-    from hf_tpu_ext.errors import HfTpuExtError
-
     if isinstance(err, HfTpuExtError):
         return None
     if isinstance(err, OSError) and err.errno in _WRITE_ERRNOS:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import collections
 import datetime
 import logging
-import os
 import threading
 import time
 from typing import Callable, Deque, Dict, Iterable, Optional
 
+from hf_tpu_ext.hub.preflight import endpoint, scrub
 from hf_tpu_ext.hub.retry_policy import RetryAfter, reset_retry_after, retry_after_for
 
 logger = logging.getLogger("hf_tpu_ext.hub")
@@ -191,8 +191,7 @@ def budget_for(repo_id: str, commits: int, period: float) -> CommitBudget:
     Every session and ``hf-tpu push`` of this process that pushes to the repo counts against one budget; the
     Hub counts per repo, whatever the branch. A later call with other numbers makes the budget stricter only.
     """
-    endpoint = os.environ.get("HF_ENDPOINT", "")
-    key = (endpoint, repo_id)
+    key = (endpoint(), repo_id)
     with _BUDGETS_LOCK:
         budget = _BUDGETS.get(key)
         if budget is None or commits / period < budget.commits / budget.period:
@@ -234,8 +233,6 @@ def seed_from_hub(budget: CommitBudget, api, repo_id: str, revision: Optional[st
             commits.pop()
         times = [c.created_at for c in commits]
     except Exception as err:  # any fault of the Hub or the client: plan from a full bucket
-        from hf_tpu_ext.hub.preflight import scrub
-
         logger.debug("Commit budget of %s starts full: could not list its recent commits (%s).", repo_id,
                      scrub(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}", token))
         return None

@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 from typing import Optional
 
@@ -27,6 +29,28 @@ from hf_tpu_ext.hub.card_guard import (CARD_FILE, CARD_MODES, GENERATED_MARKER, 
                                        mark_generated, merge_card, write_card)
 from hf_tpu_ext.hub.card_render import (default_template_path, initialization_fields, keras_preset_folder,  # noqa: F401
                                         load_summary, progress_note, render_model_card, weight_formats)
+
+
+@functools.lru_cache(maxsize=16)
+def base_model_license(name_or_path: Optional[str], revision: Optional[str] = None) -> Optional[str]:
+    """The ``license`` in the card metadata of the Hub model a run continues (``--model_name_or_path`` a Hub repo
+    id: :func:`initialization_fields`), logged once with where it comes from; ``None`` for a local folder, a model
+    without one, or a Hub that cannot be asked (the card then names no license)."""
+    base = initialization_fields(name_or_path)["base_model"]
+    if not base:
+        return None
+    from huggingface_hub import HfApi, constants
+
+    try:
+        data = HfApi(endpoint=constants.ENDPOINT).model_info(base, revision=revision).card_data
+        license = (data or {}).get("license") if hasattr(data, "get") else getattr(data, "license", None)
+    except Exception:  # noqa: BLE001 (offline, gated, removed: no license is claimed)
+        return None
+    if isinstance(license, str) and license:
+        logging.getLogger("hf_tpu_ext").info("model card license: %s, the license of the base model %s (--license "
+                                             "to choose another).", license, base)
+        return license
+    return None
 
 
 def save_model_card(output_dir: str, repo_id: Optional[str] = None, summary: Optional[dict] = None, *,

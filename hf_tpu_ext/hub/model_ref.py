@@ -9,23 +9,16 @@ cannot be reached is named. Links in cards and Space READMEs use :func:`hub_url`
 
 from __future__ import annotations
 
-import difflib
 import os
-import threading
-from typing import List, Optional
+from typing import Optional
 
 from hf_tpu_ext.errors import ArgumentError, HubAuthError, HubRepoError
+from hf_tpu_ext.hub.preflight import endpoint, missing_repo_message, similar_repo_ids  # noqa: F401 (re-exported)
 
 LOOKUP_TIMEOUT = 10.0  # seconds for the one metadata request (huggingface_hub's own etag default)
-LISTING_LIMIT = 1000  # repos of one owner compared for a "did you mean" (one or two pages of the listing)
 
 
-def hub_endpoint() -> str:
-    """The Hub endpoint in use, read at call time: ``HF_ENDPOINT``, else ``huggingface_hub.constants.ENDPOINT``,
-    without a trailing slash (e.g. ``"https://huggingface.co"``)."""
-    from huggingface_hub import constants
-
-    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+hub_endpoint = endpoint  # the Hub endpoint in use (:func:`hf_tpu_ext.hub.preflight.endpoint`)
 
 
 def hub_url(repo_id: str, repo_type: str = "model") -> str:
@@ -52,61 +45,6 @@ def is_hub_repo_id(value) -> bool:
     except HFValidationError:
         return False
     return True
-
-
-def similar_repo_ids(repo_id: str, token=None, repo_type: str = "model", timeout: float = LOOKUP_TIMEOUT,
-                     ) -> List[str]:
-    """Repo ids of ``repo_id``'s owner that are close to it (``difflib``, best first, at most 3).
-
-    Args:
-        repo_id: ``"owner/name"`` that was not found (a bare ``"name"`` has no owner to list: ``[]``).
-        token: Hub token (lists the owner's private repos too when it may read them). Never in a message.
-        repo_type: ``"model"``, ``"dataset"`` or ``"space"``.
-        timeout: seconds to wait for the listing (it runs in a daemon thread: huggingface_hub's listing has no
-            timeout of its own).
-
-    Returns:
-        Up to 3 ``"owner/name"`` ids, closest first; ``[]`` when the owner has none close, or the listing fails
-        or takes longer than ``timeout`` (a suggestion is a courtesy: it never changes the error).
-    """
-    if "/" not in repo_id:
-        return []
-    owner, name = repo_id.split("/", 1)
-    found: List[str] = []
-
-    def listing() -> None:
-        from huggingface_hub import HfApi
-
-        api = HfApi(endpoint=hub_endpoint(), token=token)
-        lister = {"model": api.list_models, "dataset": api.list_datasets, "space": api.list_spaces}[repo_type]
-        found.extend(r.id for r in lister(author=owner, limit=LISTING_LIMIT))
-
-    def guarded() -> None:
-        try:
-            listing()
-        except Exception:  # noqa: BLE001 (no listing route, HTTP or transport error: no suggestion)
-            found.clear()
-
-    worker = threading.Thread(target=guarded, name="hf-tpu-ext-similar-repos", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        return []
-    names = {r.split("/", 1)[1]: r for r in list(found) if "/" in r and r != repo_id}
-    return [names[n] for n in difflib.get_close_matches(name, list(names), n=3, cutoff=0.6)]
-
-
-def missing_repo_message(repo_id: str, token=None, repo_type: str = "model") -> str:
-    """What to say about a repo the Hub answered "not found" for (401/404), without the token, e.g.
-    ``the model repo 'alice/jargon-tff' does not exist at https://huggingface.co (or it is private and the token
-    cannot read it); did you mean 'alice/jargon-tf'?`` when :func:`similar_repo_ids` finds one, else ending
-    ``...; check the repo id and HF_TOKEN``."""
-    message = (f"the {repo_type} repo {repo_id!r} does not exist at {hub_endpoint()} (or it is private and the token "
-               "cannot read it); ")
-    near = similar_repo_ids(repo_id, token, repo_type)
-    if near:
-        return message + "did you mean " + " or ".join(repr(r) for r in near) + "?"
-    return message + "check the repo id and HF_TOKEN"
 
 
 def check_model_ref(value: str, option: str = "--model_name_or_path", *, revision: Optional[str] = None,

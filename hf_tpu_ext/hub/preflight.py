@@ -14,10 +14,12 @@ framework is imported) call :func:`check_push_access` with ``remember=True``, an
 from __future__ import annotations
 
 import copy
+import difflib
 import hashlib
 import logging
 import os
-from typing import Dict, Optional, Tuple
+import threading
+from typing import Dict, List, Optional, Tuple
 
 from hf_tpu_ext.errors import HubAuthError, HubError, HubRepoError
 
@@ -127,18 +129,19 @@ def scrub(text: str, token: Optional[str]) -> str:
     return text
 
 
-def _api(token: Optional[str]):
-    from huggingface_hub import HfApi, constants
+def hub_api(token: Optional[str]):
+    from huggingface_hub import HfApi
 
-    # constants.ENDPOINT is read at call time so a changed HF_ENDPOINT/test server is honoured
-    return HfApi(endpoint=constants.ENDPOINT, token=token)
+    return HfApi(endpoint=endpoint(), token=token)
 
 
 def endpoint() -> str:
-    """The Hub endpoint huggingface_hub talks to now (``HF_ENDPOINT``, default https://huggingface.co)."""
+    """The Hub endpoint in use, read at call time so a changed ``HF_ENDPOINT`` (a private or test Hub) is honoured:
+    ``HF_ENDPOINT``, else ``huggingface_hub.constants.ENDPOINT`` (default ``https://huggingface.co``), without a
+    trailing slash. The project's one reader of ``HF_ENDPOINT`` (ARCHITECTURE.md, environment variables)."""
     from huggingface_hub import constants
 
-    return constants.ENDPOINT
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
 def hub_call(what: str, fn, token: Optional[str], /, *args, **kwargs):
@@ -155,7 +158,7 @@ def hub_call(what: str, fn, token: Optional[str], /, *args, **kwargs):
     Raises:
         HubError: the endpoint could not be reached (connection error, timeout).
         HubRepoError: the repo or revision does not exist (404); a missing repo is named, with the owner's
-            repo of the nearest name when there is one (:func:`~hf_tpu_ext.hub.model_ref.missing_repo_message`).
+            repo of the nearest name when there is one (:func:`missing_repo_message`).
         HubAuthError: 401/403 from the Hub.
         HubError: any other HTTP error, with the Hub's status and message.
 
@@ -173,11 +176,13 @@ def hub_call(what: str, fn, token: Optional[str], /, *args, **kwargs):
     except (RepositoryNotFoundError, RevisionNotFoundError) as err:
         repo_id = _repo_id_argument(args, kwargs)
         if isinstance(err, RepositoryNotFoundError) and not isinstance(err, GatedRepoError) and repo_id:
-            from hf_tpu_ext.hub.model_ref import missing_repo_message
-
             # name the repo (and the owner's nearest one) instead of the Hub's "404 Client Error."
             detail = scrub(missing_repo_message(repo_id, token, kwargs.get("repo_type") or "model"), token)
             raise HubRepoError(f"Could not {what}: {detail}{'' if detail.endswith('?') else '.'}") from None
+        if isinstance(err, RevisionNotFoundError) and repo_id and kwargs.get("revision"):
+            # the Hub's own text can be a bare "404 Client Error.": name the revision and its repo
+            raise HubRepoError(f"Could not {what}: {repo_id} has no revision {kwargs['revision']!r} at {endpoint()}; "
+                               "check the branch, tag or commit name.") from None
         raise HubRepoError(f"Could not {what}: {scrub(_first_line(err), token)}") from None
     except (HfHubHTTPError, LocalEntryNotFoundError) as err:
         # LocalEntryNotFoundError is an HfHubHTTPError without a response in huggingface_hub < 1.0, a
@@ -300,7 +305,7 @@ def forget_whoami() -> None:
 
 
 def _ask_whoami(token: str) -> dict:
-    api = _api(token)
+    api = hub_api(token)
     try:
         return api.whoami(token=token)
     except transport_errors() as err:
@@ -440,7 +445,7 @@ def preflight(
         HubError: the Hub could not be reached.
     """
     name, user_name = check_push_access(repo_id, token, repo_type=repo_type, default_name=default_name)
-    api = _api(token)
+    api = hub_api(token)
     kwargs = {"space_sdk": "gradio"} if repo_type == "space" else {}
     hub_call(f"create repo {name}", api.create_repo, token, name, private=private, repo_type=repo_type,
              exist_ok=True, **kwargs)
@@ -449,3 +454,63 @@ def preflight(
                  repo_type=repo_type, exist_ok=True)
     logger.info("Hub repo %s is ready (user %s%s).", name, user_name, f", branch {revision}" if revision else "")
     return name
+
+
+# ---- a repo the Hub does not know: "did you mean" --------------------------------------------------------
+LISTING_TIMEOUT = 10.0  # seconds for the owner's listing (huggingface_hub's own etag default)
+LISTING_LIMIT = 1000  # repos of one owner compared for a "did you mean" (one or two pages of the listing)
+
+
+def similar_repo_ids(repo_id: str, token=None, repo_type: str = "model", timeout: float = LISTING_TIMEOUT,
+                     ) -> List[str]:
+    """Repo ids of ``repo_id``'s owner that are close to it (``difflib``, best first, at most 3).
+
+    Args:
+        repo_id: ``"owner/name"`` that was not found (a bare ``"name"`` has no owner to list: ``[]``).
+        token: Hub token (lists the owner's private repos too when it may read them). Never in a message.
+        repo_type: ``"model"``, ``"dataset"`` or ``"space"``.
+        timeout: seconds to wait for the listing (it runs in a daemon thread: huggingface_hub's listing has no
+            timeout of its own).
+
+    Returns:
+        Up to 3 ``"owner/name"`` ids, closest first; ``[]`` when the owner has none close, or the listing fails
+        or takes longer than ``timeout`` (a suggestion is a courtesy: it never changes the error).
+    """
+    if "/" not in repo_id:
+        return []
+    owner, name = repo_id.split("/", 1)
+    found: List[str] = []
+
+    def listing() -> None:
+        from huggingface_hub import HfApi
+
+        api = HfApi(endpoint=endpoint(), token=token)
+        lister = {"model": api.list_models, "dataset": api.list_datasets, "space": api.list_spaces}[repo_type]
+        found.extend(r.id for r in lister(author=owner, limit=LISTING_LIMIT))
+
+    def guarded() -> None:
+        try:
+            listing()
+        except Exception:  # noqa: BLE001 (no listing route, HTTP or transport error: no suggestion)
+            found.clear()
+
+    worker = threading.Thread(target=guarded, name="hf-tpu-ext-similar-repos", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return []
+    names = {r.split("/", 1)[1]: r for r in list(found) if "/" in r and r != repo_id}
+    return [names[n] for n in difflib.get_close_matches(name, list(names), n=3, cutoff=0.6)]
+
+
+def missing_repo_message(repo_id: str, token=None, repo_type: str = "model") -> str:
+    """What to say about a repo the Hub answered "not found" for (401/404), without the token, e.g.
+    ``the model repo 'alice/jargon-tff' does not exist at https://huggingface.co (or it is private and the token
+    cannot read it); did you mean 'alice/jargon-tf'?`` when :func:`similar_repo_ids` finds one, else ending
+    ``...; check the repo id and HF_TOKEN``."""
+    message = (f"the {repo_type} repo {repo_id!r} does not exist at {endpoint()} (or it is private and the token "
+               "cannot read it); ")
+    near = similar_repo_ids(repo_id, token, repo_type)
+    if near:
+        return message + "did you mean " + " or ".join(repr(r) for r in near) + "?"
+    return message + "check the repo id and HF_TOKEN"

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from hf_tpu_ext import interrupts
-from hf_tpu_ext.hub.preflight import scrub, transport_errors
-from hf_tpu_ext.hub.retry_policy import (MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS, _describe,  # noqa: F401
-                                         _is_unreadable_reply, _status, is_retryable, retry_after_for,
-                                         retry_after_seconds)
+from hf_tpu_ext.hub.preflight import endpoint, scrub, transport_errors
+from hf_tpu_ext.hub.retry_policy import (MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS, describe,  # noqa: F401
+                                         is_retryable, is_unreadable_reply, retry_after_for, retry_after_seconds,
+                                         status_of)
 from hf_tpu_ext.hub.staging import STAGING_PREFIX, copy_tree, remove_stale_staging  # noqa: F401 (re-exported)
 
 logger = logging.getLogger("hf_tpu_ext.hub")
@@ -165,6 +165,26 @@ class _Replaced(Exception):
     """A push waiting for a retry was replaced by a newer final push of its key (which carries newer state)."""
 
 
+def _snapshot(staging: str, sources, moved, allow: Optional[List[str]], ignore: Optional[List[str]]) -> int:
+    """Fill the snapshot folder ``staging``: the ``moved`` folders renamed into it, the ``sources`` copied (the
+    patterns filter the main folder, prefix ``""``, only); returns the file count. A failure removes it."""
+    try:
+        n_files = 0
+        for src, prefix in moved:  # first: a move to the snapshot itself needs it not to exist yet
+            target = os.path.join(staging, prefix) if prefix else staging
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.replace(src, target)
+            n_files += sum(len(files) for _, _, files in os.walk(target))
+        for src, prefix in sources:
+            main = prefix == ""
+            n_files += copy_tree(src, os.path.join(staging, prefix) if prefix else staging,
+                                 allow if main else None, ignore if main else None)
+        return n_files
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 def _as_list(patterns: Patterns) -> Optional[List[str]]:
     if patterns is None:
         return None
@@ -227,13 +247,19 @@ class PushQueue:
     def closed(self) -> bool:
         return self._closed
 
+    def new_staging(self) -> str:
+        """An empty folder under :attr:`staging_root` for a producer to write a save's files into (a backend's
+        checkpoint export), then hand to :meth:`submit` as ``moved``: the files are written once, never copied."""
+        return tempfile.mkdtemp(prefix="export-", dir=self._staging_root)
+
     # ---- public API ------------------------------------------------------------------------------
     def submit(self, folder: Optional[Union[str, os.PathLike]], *, path_in_repo: Optional[str] = None,
                commit_message: str, allow_patterns: Patterns = None, ignore_patterns: Patterns = None,
                delete_patterns: Patterns = None, key: str = "model",
                before_upload: Optional[Callable[[str], None]] = None,
                also: Sequence[Tuple[Union[str, os.PathLike], str]] = (), step: Optional[int] = None,
-               final: bool = False, inherit: Sequence[str] = ()) -> None:
+               final: bool = False, inherit: Sequence[str] = (),
+               moved: Sequence[Tuple[str, str]] = ()) -> None:
         """Snapshot ``folder`` (and ``also``) now and upload it in the background, in one commit.
 
         Only the local copy is done in the caller's thread.
@@ -256,6 +282,8 @@ class PushQueue:
             inherit: snapshot folders (``also`` prefixes, e.g. ``"last-checkpoint"``) that this push takes over
                 from the pending push it replaces when it has none of its own, so replacing a push never
                 drops a checkpoint that only the replaced one carried.
+            moved: ``(folder, prefix)`` pairs of folders made by :meth:`new_staging`, moved (renamed, not
+                copied) under ``prefix/`` of the snapshot (``""``: the snapshot itself).
 
         Raises:
             RuntimeError: the queue is closed.
@@ -266,7 +294,7 @@ class PushQueue:
         sources = [(os.fspath(f), p) for f, p in also]
         if folder is not None:
             sources.insert(0, (os.fspath(folder), ""))
-        for src, _ in sources:
+        for src, _ in sources + list(moved):
             if not os.path.isdir(src):
                 raise FileNotFoundError(f"Cannot push {src}: it is not a folder.")
         allow, ignore = _as_list(allow_patterns), _as_list(ignore_patterns)
@@ -274,15 +302,7 @@ class PushQueue:
             self._seq += 1
             seq = self._seq
         staging = os.path.join(self._staging_root, f"{seq:06d}")
-        try:
-            n_files = 0
-            for src, prefix in sources:
-                main = prefix == ""
-                n_files += copy_tree(src, os.path.join(staging, prefix) if prefix else staging,
-                                     allow if main else None, ignore if main else None)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        n_files = _snapshot(staging, sources, moved, allow, ignore)
         job = _Job(key, staging, path_in_repo, commit_message, _as_list(delete_patterns), seq, before_upload,
                    None if step is None else int(step), bool(final), inherit=tuple(inherit))
         with self._cond:
@@ -422,7 +442,7 @@ class PushQueue:
                         self._superseded_in_flight(job)
                     logger.info("Push %r replaced by the final push while waiting to retry.", job.commit_message)
                 except Exception as err:  # the worker must survive any failure
-                    text = scrub(f"{type(err).__name__}: {_describe(err)}", self._token)
+                    text = scrub(f"{type(err).__name__}: {describe(err)}", self._token)
                     with self._cond:
                         self._record(job, "failed", error=text)
                     logger.error("Push %r to %s failed: %s", job.commit_message, self.repo_id, text)
@@ -452,9 +472,9 @@ class PushQueue:
     def _hf_api(self):
         if self._api is not None:
             return self._api
-        from huggingface_hub import HfApi, constants
+        from huggingface_hub import HfApi
 
-        return HfApi(endpoint=constants.ENDPOINT, token=self._token)
+        return HfApi(endpoint=endpoint(), token=self._token)
 
     def _push_with_retries(self, job: _Job) -> Tuple[str, Optional[str]]:
         api = self._hf_api()
@@ -472,7 +492,7 @@ class PushQueue:
                                 "lost landed, or nothing changed): no new commit.", job.commit_message)
                 return info.oid, getattr(info, "commit_url", None)
             except Exception as err:
-                unreadable = _is_unreadable_reply(err)
+                unreadable = is_unreadable_reply(err)
                 if unreadable or isinstance(err, transport_errors()):
                     # the commit may have landed with its reply lost: look before sending it again
                     landed = self._find_commit(api, job.push_id)
@@ -484,14 +504,14 @@ class PushQueue:
                 if job.attempts > self.max_retries or not retryable or self._stop.is_set():
                     raise
                 asked = retry_after_seconds(err)
-                if _status(err) == 429:
+                if status_of(err) == 429:
                     self.retry_after.note(asked)
                     if self.on_rate_limited is not None:
                         self.on_rate_limited(asked)
                 wait = asked if asked is not None else min(self.backoff_seconds * (2 ** (job.attempts - 1)),
                                                            MAX_BACKOFF_SECONDS)
                 logger.warning("Push %r failed (%s); retry %d/%d in %.1f s%s.", job.commit_message,
-                               scrub(_describe(err), self._token), job.attempts, self.max_retries, wait,
+                               scrub(describe(err), self._token), job.attempts, self.max_retries, wait,
                                " (Retry-After)" if asked is not None else "")
                 job.wake.wait(wait)
                 if self._stop.is_set():
@@ -509,7 +529,7 @@ class PushQueue:
         try:
             commits = api.list_repo_commits(self.repo_id, repo_type=self.repo_type, revision=self.revision)
         except Exception as err:  # cannot tell: treat as not landed
-            logger.debug("Could not list commits of %s: %s", self.repo_id, scrub(_describe(err), self._token))
+            logger.debug("Could not list commits of %s: %s", self.repo_id, scrub(describe(err), self._token))
             return None
         for commit in commits[:REPORT_LIMIT]:
             if push_id in (getattr(commit, "message", "") or "") or push_id in (getattr(commit, "title", "") or ""):
@@ -517,10 +537,8 @@ class PushQueue:
         return None
 
     def _commit_url(self, oid: str) -> str:
-        from huggingface_hub import constants
-
         prefix = {"model": "", "dataset": "datasets/", "space": "spaces/"}.get(self.repo_type, "")
-        return f"{constants.ENDPOINT}/{prefix}{self.repo_id}/commit/{oid}"
+        return f"{endpoint()}/{prefix}{self.repo_id}/commit/{oid}"
 
 
 class _NoChangesFilter(logging.Filter):

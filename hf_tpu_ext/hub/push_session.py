@@ -4,15 +4,16 @@ A :class:`PushSession` owns every decision about pushing a run to the Hub; the t
 tf_keras, Keras 3 and ``Trainer`` adapters only know how their framework writes a model folder and a
 checkpoint, and ask the session:
 
-- **configuration**: one :class:`PushConfig` (transformers' argument names), from ``TrainingArguments``
+- **configuration**: one :class:`~hf_tpu_ext.hub.push_policy.PushConfig` (transformers' argument names), from ``TrainingArguments``
   (:meth:`PushConfig.from_training_args`) or from a callback's keywords;
 - **preflight**: token, repo, write access and the card fields, before the first step (chief only);
 - **cadence**: ``save_strategy``/``save_steps`` (global steps, a multiple crossed inside one execution
   counts), ``save_best_only`` on ``monitor``/``mode`` (:meth:`PushSession.is_save_step`,
   :meth:`PushSession.improved`);
 - **strategy**: ``hub_strategy`` as in transformers, which folders a commit carries
-  (:meth:`PushSession.wants_checkpoint`) and the commit titles: :mod:`hf_tpu_ext.hub.push_policy` decides them
-  (one :class:`~hf_tpu_ext.hub.push_policy.PushPlan` per save, :meth:`PushSession.admit` carries it out);
+  and the commit titles: :mod:`hf_tpu_ext.hub.push_policy` decides them: :meth:`PushSession.admit` gives one
+  :class:`~hf_tpu_ext.hub.push_policy.PushPlan` per save (``None``: not pushed now), and that plan object is what
+  :meth:`PushSession.save` and the pusher (:meth:`~hf_tpu_ext.hub.pusher.HubPusher.push_plan`) carry out;
 - **the commit budget** (:class:`~hf_tpu_ext.hub.commit_budget.CommitBudget`): at most ``hub_commit_budget``
   commits per ``budget_period`` seconds (default 100 per hour, the Hub allows 128), paced over the window
   with one commit kept for the final push. A save that does not fit is not written or uploaded: it
@@ -36,9 +37,10 @@ Example:
     >>> config = PushConfig(output_dir="out", hub_model_id="alice/tiny", hub_strategy="checkpoint")
     >>> with PushSession(config) as session:
     ...     session.preflight()
-    ...     if session.admit(100):                     # the budget has room: write and push
-    ...         session.save("out", step=100, checkpoint_folder="out/last-checkpoint")
-    ...     session.save("out", step=200, final=True)
+    ...     plan = session.admit(100)                  # None: not pushed now (coalesced, strategy "end")
+    ...     if plan is not None:                       # the budget has room: write and push
+    ...         session.save(plan, "out", checkpoint_folder="out/last-checkpoint")
+    ...     session.save(session.admit(200, final=True), "out")
 """
 
 from __future__ import annotations
@@ -48,19 +50,29 @@ import json
 import logging
 import math
 import os
+import signal
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
+from hf_tpu_ext import interrupts
 from hf_tpu_ext.args import HUB_STRATEGIES  # noqa: F401 (the flag's choices, re-exported)
+from hf_tpu_ext.distributed import is_main_process
 from hf_tpu_ext.errors import ModelCardError
+from hf_tpu_ext.fileio import atomic_write_text
+from hf_tpu_ext.hub.card_check import validate_model_card
+from hf_tpu_ext.hub.card_facts import eval_results_from_logs
+from hf_tpu_ext.hub.card_guard import write_card
+from hf_tpu_ext.hub.card_render import initialization_fields, load_summary, render_model_card
 from hf_tpu_ext.hub.commit_budget import (API_CALLS_PER_COMMIT, DEFAULT_BUDGET_PERIOD, DEFAULT_COMMIT_BUDGET,  # noqa: F401
                                           HUB_API_CALLS, HUB_API_PERIOD, HUB_COMMITS_PER_HOUR, CommitBudget,
                                           budget_for, reset_budgets, seed_from_hub)
-from hf_tpu_ext.hub.push_config import (DEFAULT_HUB_STRATEGY, DEFAULT_SAVE_STRATEGY, SAVE_STRATEGIES,  # noqa: F401
-                                        PushConfig)
-from hf_tpu_ext.hub.push_policy import PushPlan, crossed_save_step, improves, monitor_value, plan_save, strategy_rule
-from hf_tpu_ext.hub.push_queue import note_step
+from hf_tpu_ext.hub.push_policy import (DEFAULT_HUB_STRATEGY, DEFAULT_SAVE_STRATEGY, SAVE_STRATEGIES,  # noqa: F401
+                                        PushConfig, PushPlan, crossed_save_step, improves, monitor_value, plan_save,
+                                        strategy_rule)
+from hf_tpu_ext.hub.push_queue import PushReport, note_step
+from hf_tpu_ext.hub.pusher import HubPusher
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
+from hf_tpu_ext.outputs import TrainerState
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -77,20 +89,16 @@ class PushSession:
 
     Attributes:
         repo_id: the full ``"namespace/name"`` after :meth:`preflight`.
-        pushed_steps: the steps of the saves handed to the pusher (the final one included; the last 100).
         coalesced_steps: saves the budget folded into a later commit (not written, not uploaded).
         best, best_step: the best ``monitor`` value so far and its step (``save_best_only``).
     """
 
     def __init__(self, config: PushConfig, *, pusher=None, api=None, is_chief: Optional[bool] = None):
-        from hf_tpu_ext.distributed import is_main_process
-
         self.config = config
         self.is_chief = is_main_process() if is_chief is None else bool(is_chief)
         self.pusher = pusher
         self.repo_id: Optional[str] = getattr(pusher, "repo_id", None)
         self._api = api
-        self.pushed_steps: List[int] = []
         self.coalesced_steps: List[int] = []
         self._coalesced_total = 0
         self._signal_saves = 0
@@ -105,8 +113,6 @@ class PushSession:
         self._closed = False
         self._preflighted = False
         self._final_report = None
-        #: the plan of the latest save point (:meth:`admit`)
-        self.last_plan: Optional[PushPlan] = None
 
     def __repr__(self):  # the token stays out of logs and tracebacks
         c = self.config
@@ -118,6 +124,11 @@ class PushSession:
     def token(self) -> Optional[str]:
         """The resolved token (after :meth:`preflight`), for other Hub calls of the same run."""
         return self.pusher.token if self.pusher is not None else self.config.hub_token
+
+    @property
+    def pushed_steps(self) -> List[int]:
+        """The steps of the saves handed to the pusher (the final one included; the last 100): the pusher's note."""
+        return self.pusher.pushed_steps if self.pusher is not None else []
 
     @property
     def push_timeout(self) -> Optional[float]:
@@ -144,8 +155,6 @@ class PushSession:
             return self.repo_id
         c = self.config
         if self.pusher is None:
-            from hf_tpu_ext.hub.pusher import HubPusher
-
             self.pusher = HubPusher(c.hub_model_id, token=c.hub_token, hub_strategy=c.hub_strategy,
                                     private=c.hub_private_repo, revision=c.hub_revision, output_dir=c.output_dir,
                                     api=self._api, max_retries=c.max_retries, backoff_seconds=c.backoff_seconds,
@@ -223,73 +232,78 @@ class PushSession:
     def wants_checkpoint(self, final: bool = False) -> bool:
         """Whether a save's commit carries a resumable checkpoint (``"checkpoint"``: ``last-checkpoint/``;
         ``"all_checkpoints"``: ``checkpoint-<step>/`` of each save, the final one included, as transformers'
-        Trainer pushes them). ``final`` is accepted for symmetry with :meth:`admit`; both push it."""
+        Trainer pushes them): the strategy's rule, for an adapter whose checkpoint write is collective (every
+        process writes it before the chief's :meth:`admit`). ``final`` is accepted for symmetry with :meth:`admit`."""
         return strategy_rule(self.config.hub_strategy).checkpoint is not None
 
-    def admit(self, step: int, final: bool = False, max_steps: Optional[int] = None) -> bool:
-        """Whether the save at ``step`` is pushed now: the adapter writes and hands over the folders only then.
+    def admit(self, step: int, final: bool = False, max_steps: Optional[int] = None) -> Optional[PushPlan]:
+        """The :class:`~hf_tpu_ext.hub.push_policy.PushPlan` of the save at ``step`` when it is pushed now (the
+        adapter writes the folders and hands them with this plan to :meth:`save`), else ``None``.
 
-        ``hub_strategy="end"`` pushes the final state only. A save the commit budget has no room for is
-        *coalesced*: recorded (``coalesced_steps``), not written, and its state reaches the Hub with the next
-        save that fits, or the final push. A save at the run's last step (``step == max_steps``, global
-        optimizer steps) coalesces into the final push that follows with the same state: one commit instead of
-        two against the Hub's 128 per hour, as ``hf-tpu train`` does. The final push is always admitted, and so
-        is a save after a SIGINT/SIGTERM (:func:`hf_tpu_ext.interrupts.received`): it is the state a resume
-        starts from, pushed within the grace budget whatever the pacing. Non-chief processes: False.
+        The one decision per save (:func:`~hf_tpu_ext.hub.push_policy.plan_save`). ``hub_strategy="end"`` pushes the final state only. A save the commit budget
+        has no room for is *coalesced*: recorded (``coalesced_steps``), not written, and its state reaches the Hub
+        with the next save that fits, or the final push. A save at the run's last step (``step == max_steps``,
+        global optimizer steps) coalesces into the final push that follows with the same state: one commit
+        instead of two against the Hub's 128 per hour. The final push is always admitted, and so is a save after
+        a SIGINT/SIGTERM (:func:`hf_tpu_ext.interrupts.received`): it is the state a resume starts from, pushed
+        within the grace budget whatever the pacing. Non-chief processes and a closed session: ``None``.
         """
         if not self.active:
-            return False
-        from hf_tpu_ext import interrupts
-
+            return None
         signum = None if final else interrupts.received()
         wait = self.budget.wait_seconds() if self.budget is not None and not final and signum is None else 0.0
-        plan = self.last_plan = plan_save(self.config.hub_strategy, step, final=final, max_steps=max_steps,
-                                          signalled=signum is not None, budget_wait=wait)
+        plan = plan_save(self.config.hub_strategy, step, final=final, max_steps=max_steps,
+                         signalled=signum is not None, budget_wait=wait)
         if plan.coalesced:
             note_step(self.coalesced_steps, step)
         if plan.reason == "signal":  # the save of a SIGINT/SIGTERM is what a resume starts from: as a final push
             logger.info("Save at step %d after %s: pushed now, past the commit budget's pacing (within the %g s "
-                        "grace budget).", step, _signal_name(signum), interrupts.grace())
+                        "grace budget).", step, signal.Signals(signum).name, interrupts.grace())
             self._signal_saves += 1
         elif plan.reason == "budget":
             self._coalesced_total += 1
             logger.info("Save at step %d coalesced into the next push (commit budget %d per %.0f s; room in %.0f s).",
                         step, self.budget.commits, self.budget.period, wait)
-        return plan.push
+        return plan if plan.push else None
 
     # ---- pushes ------------------------------------------------------------------------------
-    def save(self, model_folder: Optional[str], *, step: int, checkpoint_folder: Optional[str] = None,
-             final: bool = False) -> None:
-        """Hand a written save to the pusher (returns at once; the upload runs in the background).
+    def save(self, plan: Optional[PushPlan], model_folder: Optional[str], *, checkpoint_folder: Optional[str] = None,
+             checkpoint_path: Optional[str] = None,
+             export_checkpoint: Optional[Callable[[str, str], Any]] = None) -> None:
+        """Carry out ``plan`` (:meth:`admit`'s) with the written save: hand it to the pusher (returns at once; the
+        upload runs in the background).
 
         Args:
+            plan: the save's plan from :meth:`admit` (``None``: nothing to do).
             model_folder: the model folder (weights, config, tokenizer, card, run files); ``None``: none.
-            step: the global optimizer step of the save.
-            checkpoint_folder: a resumable checkpoint of ``step`` (with its ``trainer_state.json``), when
-                :meth:`wants_checkpoint` said so.
-            final: the final state (pushed whatever the strategy and budget).
+            checkpoint_folder: a resumable checkpoint of the step (with its ``trainer_state.json``), copied into the
+                snapshot; used when the plan puts a checkpoint somewhere (``hub_strategy`` checkpoint,
+                all_checkpoints).
+            checkpoint_path, export_checkpoint: instead of ``checkpoint_folder``: a backend's checkpoint and its
+                ``export_checkpoint(checkpoint_path, folder)``, which writes the Hub layout straight into the
+                pusher's staging folder (one copy on disk), only when the plan pushes a checkpoint.
 
         Raises:
-            HubAuthError, HubRepoError, HubError: from :meth:`preflight` when it has not run yet.
+            HubAuthError, HubRepoError, HubError: from :meth:`preflight` (the save's one call; idempotent) when it
+                has not run yet.
         """
-        if not self.active:
+        if plan is None or not self.active:
             return
         self.preflight()
-        step = int(step)
         if self.budget is not None:
-            self.budget.note_commit(final=final)
-        plan = plan_save(self.config.hub_strategy, step, final=final)  # the commits; admit() said "now"
-        self.pusher.push_save(model_folder, step=step, checkpoint_folder=checkpoint_folder if plan.checkpoint else None,
-                              final=final, commit_message=plan.commit_message)
-        note_step(self.pushed_steps, step)
-        self._last_save_step = step
+            self.budget.note_commit(final=plan.final)
+        staged = None
+        if plan.checkpoint is not None and checkpoint_folder is None and checkpoint_path is not None \
+                and export_checkpoint is not None:
+            staged = self.pusher.staging_folder()
+            export_checkpoint(checkpoint_path, staged)
+        self.pusher.push_plan(plan, model_folder, staged or checkpoint_folder, staged=staged is not None)
+        self._last_save_step = plan.step
 
     # ---- measurements and files -------------------------------------------------------------
     def note_logs(self, logs: Optional[dict], step: Optional[int] = None, epoch: Optional[float] = None) -> None:
         """Remember what the callbacks measured, for the card (``tokens_per_second`` of the throughput callback,
         evaluation results, the step and epoch)."""
-        from hf_tpu_ext.hub.card_facts import eval_results_from_logs
-
         logs = logs or {}
         m = self._measured
         for key, name in (("tokens_per_second", "train_tokens_per_second"), ("samples_per_second", "samples_per_second")):
@@ -331,9 +345,6 @@ class PushSession:
         Returns:
             The card path, or ``None`` when the card did not validate (logged; training goes on).
         """
-        from hf_tpu_ext.hub.card_check import validate_model_card
-        from hf_tpu_ext.hub.card_guard import write_card
-        from hf_tpu_ext.hub.card_render import initialization_fields, load_summary, render_model_card
 
         if callable(summary):
             try:
@@ -378,8 +389,6 @@ class PushSession:
         Returns:
             The path written.
         """
-        from hf_tpu_ext.fileio import atomic_write_text
-        from hf_tpu_ext.outputs import TrainerState
 
         fields = {f.name for f in dataclasses.fields(TrainerState)}
         data = {k: v for k, v in dict(state or {}).items() if k in fields}
@@ -402,7 +411,6 @@ class PushSession:
             return self._final_report
         if self.pusher is not None:
             return self.pusher.report()
-        from hf_tpu_ext.hub.push_queue import PushReport
 
         return PushReport(repo_id=self.repo_id, revision=self.config.hub_revision)
 
@@ -482,27 +490,44 @@ class PushSession:
         return False
 
 
+def _from_session(name: str, doc: str) -> property:
+    return property(lambda self: getattr(self.session, name), doc=doc)
+
+
+def _from_config(name: str) -> property:
+    return property(lambda self: getattr(self.session.config, name), doc=f":attr:`PushConfig.{name}` of the session.")
+
+
 class SessionBacked:
     """Mixin of the push adapters: ``repo_id``, ``pushed_steps``, ``best``, ``best_step``, ``pusher`` and the
     configuration's fields (``hub_model_id``, ``hub_strategy``, ``save_steps``, ``output_dir``, ...; never the token)
-    are read from the adapter's ``session``, so the adapter's public attributes stay what they were."""
+    are read-only properties over the adapter's ``session``, so the adapter's public attributes stay what they were."""
 
-    def __getattr__(self, name: str):
-        session = self.__dict__.get("session")
-        if session is not None:
-            if name in ("repo_id", "pushed_steps", "best", "best_step", "pusher"):
-                return getattr(session, name)
-            if name in PushConfig.__dataclass_fields__ and name != "hub_token":
-                return getattr(session.config, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    session: PushSession
+
+    repo_id = _from_session("repo_id", "The full repo id (after :meth:`preflight`).")
+    pushed_steps = _from_session("pushed_steps", ":attr:`PushSession.pushed_steps`.")
+    best = _from_session("best", "The best ``monitor`` value so far (``save_best_only``).")
+    best_step = _from_session("best_step", "The step of :attr:`best`.")
+    pusher = _from_session("pusher", "The session's :class:`~hf_tpu_ext.hub.pusher.HubPusher` (after preflight).")
+    output_dir = _from_config("output_dir")
+    hub_model_id = _from_config("hub_model_id")
+    hub_strategy = _from_config("hub_strategy")
+    hub_private_repo = _from_config("hub_private_repo")
+    hub_revision = _from_config("hub_revision")
+    save_strategy = _from_config("save_strategy")
+    save_steps = _from_config("save_steps")
+    save_best_only = _from_config("save_best_only")
+    monitor = _from_config("monitor")
+    mode = _from_config("mode")
+    push_timeout = _from_config("push_timeout")
+    max_retries = _from_config("max_retries")
+    backoff_seconds = _from_config("backoff_seconds")
+    hub_commit_budget = _from_config("hub_commit_budget")
+    budget_period = _from_config("budget_period")
+    card_fields = _from_config("card_fields")
 
     def preflight(self) -> Optional[str]:
         """Token, write access, repo and card fields before training (chief only; idempotent); returns the repo id
         (:meth:`PushSession.preflight`)."""
         return self.session.preflight()
-
-
-def _signal_name(signum: int) -> str:
-    import signal
-
-    return signal.Signals(signum).name

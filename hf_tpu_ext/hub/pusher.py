@@ -4,9 +4,10 @@
 ``hub_strategy`` mapping of a save's folders to commits, the background queue with retries
 (:class:`~hf_tpu_ext.hub.push_queue.PushQueue`), the card check in the push job, the end-of-run report and
 the cleanup of its staging folders. What a save's commits carry and their titles are
-:func:`hf_tpu_ext.hub.push_policy.plan_save`'s plan, which :meth:`HubPusher.push_save` carries out; when to save
-and the budget are the push session's (:mod:`hf_tpu_ext.hub.push_session`), which the training run and the push
-callbacks use; ``hf-tpu push`` calls :meth:`HubPusher.push_save` directly. The pusher owns the hub layer's one
+:func:`hf_tpu_ext.hub.push_policy.plan_save`'s plan, which :meth:`HubPusher.push_plan` carries out (a backend's
+checkpoint export written into :meth:`HubPusher.staging_folder` is moved into the commit's snapshot, not copied); when
+to save, the plan and the budget are the push session's (:mod:`hf_tpu_ext.hub.push_session`), which the training run
+and the push callbacks use; ``hf-tpu push`` and scripts call :meth:`HubPusher.push_save` (plan and push in one). The pusher owns the hub layer's one
 ``atexit`` hook: every live pusher (a session's too) reports what is pending and cleans up at interpreter exit.
 
 It imports only the standard library, ``huggingface_hub`` and ``hf_tpu_ext.hub``/ground modules: never
@@ -35,10 +36,16 @@ import threading
 import weakref
 from typing import Callable, Optional
 
+from hf_tpu_ext import interrupts
 from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id  # the flag's choices: defined once, with the argument
 from hf_tpu_ext.errors import ArgumentError, HubError
+from hf_tpu_ext.hub import card_guard  # its guard called through the module (tests stand in for it)
+from hf_tpu_ext.hub.card_check import card_expectations, check_card_on_hub, validate_card_file, validate_model_card
+from hf_tpu_ext.hub.card_render import render_model_card
+from hf_tpu_ext.hub.checkpoint_layouts import push_later_command
+from hf_tpu_ext.hub.preflight import endpoint, preflight, resolve_token
 from hf_tpu_ext.hub.push_policy import (CHECKPOINT_PREFIX, DEFAULT_HUB_STRATEGY, OWN_COMMIT, WITH_MODEL,  # noqa: F401
-                                        check_hub_strategy, checkpoint_folder_name, plan_save)
+                                        PushPlan, check_hub_strategy, checkpoint_folder_name, plan_save)
 from hf_tpu_ext.hub.push_queue import REPORT_LIMIT, STAGING_PREFIX, PushQueue, PushReport, note_step
 from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
@@ -51,7 +58,7 @@ __all__ = ["HUB_STRATEGIES", "MODEL_IGNORE_PATTERNS", "LAST_CHECKPOINT", "LAST_C
 # What of an output folder never goes into a model push: optimizer state (TensorFlow checkpoint shards,
 # the Trainer's checkpoint folders), local checkpoint folders, temp and hidden files, pickled arguments.
 MODEL_IGNORE_PATTERNS = ("checkpoints/*", f"{LAST_CHECKPOINT}/*", "checkpoint-*", f"hub-{LAST_CHECKPOINT}/*",
-                         "*.index", "*.data-*", "*.tmp", ".*", "training_args.bin")
+                         "*.index", "*.data-*", "*.tmp", ".*", "training_args.bin", "run_state.json")
 # files under last-checkpoint/ on the Hub that a new checkpoint does not re-upload are deleted in its commit
 # (older ckpt-N shards, rng states of other ranks): what lands there is exactly one checkpoint
 LAST_CHECKPOINT_DELETE_PATTERNS = (f"{LAST_CHECKPOINT}/*",)
@@ -71,8 +78,6 @@ def log_push_report(report: PushReport, repo_id: str, output_dir: Optional[str],
         logger.info("On the Hub: %r (commit %s).", message, oid[:8] if oid else "?")
     missing = [m for m, _ in report.failed] + list(report.pending)
     if missing:
-        from hf_tpu_ext.hub.checkpoint_layouts import push_later_command
-
         logger.error(
             "Not pushed to %s: %s. The local folder %s has everything; push it and its newest checkpoint (what "
             "resumes) later with `%s`.", repo_id, "; ".join(missing), output_dir or "the output folder",
@@ -97,7 +102,6 @@ def _install_hooks(pusher: "HubPusher") -> None:
     """atexit cleanup, and a callback at the first SIGINT/SIGTERM (:func:`hf_tpu_ext.interrupts.on_signal`, which
     outside a training run makes SIGTERM unwind so ``finally``/atexit clean up) that says what is pending."""
     global _atexit_done
-    from hf_tpu_ext import interrupts
 
     with _HOOKS:
         _LIVE.add(pusher)
@@ -212,15 +216,12 @@ class HubPusher:
             return self.repo_id
         if self._closed:
             raise HubError("This HubPusher is closed; create a new one to push again.")
-        from hf_tpu_ext.hub.preflight import preflight, resolve_token
 
         self._token = resolve_token(self._token)
         default_name = os.path.basename(os.path.abspath(self.output_dir)) if self.output_dir else None
         self.repo_id = preflight(self.repo_id, self._token, private=self.private, revision=self.revision,
                                  default_name=default_name)
         if self.card_fields is not None:
-            from hf_tpu_ext.hub.card_check import validate_model_card
-            from hf_tpu_ext.hub.card_render import render_model_card
 
             card = render_model_card(self.output_dir or ".", repo_id=self.repo_id,
                                      summary={"mask_token": "<mask>"}, **self.card_fields)
@@ -269,28 +270,51 @@ class HubPusher:
         if self._closed:
             raise RuntimeError("This HubPusher is closed; create a new one to push again.")
         plan = plan_save(self.hub_strategy, step, final=final, commit_message=commit_message)
-        if not plan.push:  # a strategy that pushes the final state only
-            return
-        self.preflight()
-        step = int(step)
-        from hf_tpu_ext.hub.card_check import validate_card_file
+        if plan.push:  # else a strategy that pushes the final state only
+            self.preflight()
+            self.push_plan(plan, model_folder, checkpoint_folder)
 
+    def staging_folder(self) -> str:
+        """An empty folder in this pusher's staging area for a save's checkpoint (a backend's export writes into
+        it; :meth:`push_plan` with ``staged=True`` then moves it into the commit's snapshot: one copy on disk).
+        Needs :meth:`preflight`; the folder is removed with the staging area if it is never pushed."""
+        if self._queue is None:
+            raise RuntimeError("HubPusher.staging_folder needs preflight() first.")
+        return self._queue.new_staging()
+
+    def push_plan(self, plan: PushPlan, model_folder: Optional[str], checkpoint_folder: Optional[str] = None, *,
+                  staged: bool = False) -> None:
+        """Carry out ``plan`` (:func:`~hf_tpu_ext.hub.push_policy.plan_save`'s, ``plan.push`` true): queue its
+        commits (the model folder, the checkpoint where ``plan.checkpoint`` puts it) and return without waiting.
+
+        Args:
+            plan: the save's :class:`~hf_tpu_ext.hub.push_policy.PushPlan`.
+            model_folder, checkpoint_folder: as in :meth:`push_save` (``checkpoint_folder`` ignored when the plan
+                puts no checkpoint anywhere).
+            staged: ``checkpoint_folder`` is a :meth:`staging_folder`: moved into the snapshot, not copied.
+
+        Raises:
+            RuntimeError: the pusher is closed, or :meth:`preflight` has not run.
+            FileNotFoundError: a folder does not exist.
+        """
+        if self._closed or self._queue is None:
+            raise RuntimeError("This HubPusher is closed or not preflighted; push_plan needs preflight() first.")
+        step, final = plan.step, plan.final
         if final and model_folder is not None:  # what the read-back in finish() expects the Hub to show
-            from hf_tpu_ext.hub.card_check import card_expectations
-
             self._final_card = card_expectations(model_folder)
-
         check_card = functools.partial(validate_card_file, token=self._token)
-        also, delete = [], None
-        if checkpoint_folder is not None and plan.checkpoint == WITH_MODEL:
-            also, delete = [(checkpoint_folder, plan.checkpoint_path)], list(LAST_CHECKPOINT_DELETE_PATTERNS)
-        if model_folder is not None or also:
+        ckpt = checkpoint_folder if plan.checkpoint is not None else None
+        with_model = [(ckpt, plan.checkpoint_path)] if ckpt is not None and plan.checkpoint == WITH_MODEL else []
+        if model_folder is not None or with_model:
+            delete = list(LAST_CHECKPOINT_DELETE_PATTERNS) if with_model else None
             self._queue.submit(model_folder, commit_message=plan.commit_message,
                                ignore_patterns=list(MODEL_IGNORE_PATTERNS), delete_patterns=delete, key="model",
-                               before_upload=check_card, also=also, step=step, final=final, inherit=plan.inherit)
-        if checkpoint_folder is not None and plan.checkpoint == OWN_COMMIT:
-            self._queue.submit(checkpoint_folder, path_in_repo=plan.checkpoint_path,
-                               commit_message=plan.checkpoint_message, key=plan.checkpoint_path, step=step)
+                               before_upload=check_card, step=step, final=final, inherit=plan.inherit,
+                               **{"moved" if staged else "also": with_model})
+        if ckpt is not None and plan.checkpoint == OWN_COMMIT:
+            self._queue.submit(None if staged else ckpt, moved=[(ckpt, "")] if staged else (),
+                               path_in_repo=plan.checkpoint_path, commit_message=plan.checkpoint_message,
+                               key=plan.checkpoint_path, step=step)
         note_step(self.pushed_steps, step)
         if final:
             self._final_step = step
@@ -324,7 +348,6 @@ class HubPusher:
             raise
         self._close_queue(timed_out=report.timed_out)
         log_push_report(self._last_report, self.repo_id, self.output_dir, self._final_step)
-        from hf_tpu_ext import interrupts
 
         if interrupts.received() is None:  # after a signal the grace budget has no room for the read-back's requests
             self._check_card(self._last_report)
@@ -341,24 +364,20 @@ class HubPusher:
     def _hf_api(self):
         if self._api is not None:
             return self._api
-        from huggingface_hub import HfApi, constants
+        from huggingface_hub import HfApi
 
-        return HfApi(endpoint=constants.ENDPOINT, token=self._token)
+        return HfApi(endpoint=endpoint(), token=self._token)
 
     def _keep_card_out_of_lfs(self) -> None:
         """At preflight: a repo whose .gitattributes routes README.md through LFS gets it back as a regular file."""
-        from hf_tpu_ext.hub.card_guard import keep_card_out_of_lfs
-
         try:
-            keep_card_out_of_lfs(self._hf_api(), self.repo_id, self.revision)
+            card_guard.keep_card_out_of_lfs(self._hf_api(), self.repo_id, self.revision)
         except Exception as err:  # the pushes must not depend on it; the read-back will say if the card is lost
             logger.warning("Could not check %s's .gitattributes for README.md (%s).", self.repo_id, type(err).__name__)
 
     def _check_card(self, report: PushReport) -> None:
         """After the final push landed with a README.md: the metadata the Hub parsed must be the card's
         (:func:`hf_tpu_ext.hub.card_check.check_card_on_hub`); problems go to :attr:`card_problems` and the log."""
-        from hf_tpu_ext.hub.card_check import check_card_on_hub
-
         landed = [o for o in report.outcomes if o.status == "pushed" and o.final and o.commit_oid]
         if self._final_card is None or not landed:
             return
@@ -404,8 +423,6 @@ class HubPusher:
             return
         pending = queue.report.pending
         if pending:
-            from hf_tpu_ext.hub.checkpoint_layouts import push_later_command
-
             logger.warning("%s: %d push(es) to %s not finished (%s); push them and the newest checkpoint (what "
                            "resumes) later with `%s`.", why, len(pending), self.repo_id, "; ".join(pending),
                            push_later_command(self.output_dir, self.repo_id, self.revision))

@@ -12,6 +12,7 @@ import re
 from typing import Callable, Optional, Tuple
 
 from hf_tpu_ext.errors import CheckpointError, HubRepoError
+from hf_tpu_ext.hub.preflight import endpoint, hub_call
 
 LAST_CHECKPOINT = "last-checkpoint"
 _SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*)(?:@(?P<rev>[\w.\-/]+))?$")
@@ -73,13 +74,11 @@ def download_last_checkpoint(spec: str, token: Optional[str], local_dir: str,
         HubError: the Hub could not be reached.
         CheckpointError: the repo has no ``last-checkpoint/`` folder.
     """
-    from huggingface_hub import constants, snapshot_download
-
-    from hf_tpu_ext.hub.preflight import hub_call
+    from huggingface_hub import snapshot_download
 
     repo_id, revision = parse_repo_spec(spec)
     hub_call(f"download {LAST_CHECKPOINT}/ of {spec}", snapshot_download, token, repo_id, revision=revision,
-             allow_patterns=[f"{LAST_CHECKPOINT}/*", *also], local_dir=local_dir, token=token, endpoint=constants.ENDPOINT)
+             allow_patterns=[f"{LAST_CHECKPOINT}/*", *also], local_dir=local_dir, token=token, endpoint=endpoint())
     folder = os.path.join(local_dir, LAST_CHECKPOINT)
     if not is_checkpoint(folder):
         raise CheckpointError(

@@ -13,19 +13,19 @@ from __future__ import annotations
 
 import email.utils
 import json
-import os
 import threading
 import time
 from typing import Callable, Dict, Optional
 
-from hf_tpu_ext.hub.preflight import transport_errors
+from hf_tpu_ext.hub.preflight import endpoint, transport_errors
 
 MAX_BACKOFF_SECONDS = 60.0
 # a Retry-After above this is cut to it: a run must not sleep for hours on one header
 MAX_RETRY_AFTER_SECONDS = 300.0
 
 
-def _status(err: BaseException) -> Optional[int]:
+def status_of(err: BaseException) -> Optional[int]:
+    """The HTTP status of a Hub error's response (``None``: no response, e.g. a connection error)."""
     return getattr(getattr(err, "response", None), "status_code", None)
 
 
@@ -33,7 +33,7 @@ def is_retryable(err: BaseException) -> bool:
     """True for errors worth retrying: connection errors, timeouts, HTTP 5xx and 429."""
     if isinstance(err, transport_errors()):
         return True
-    status = _status(err)
+    status = status_of(err)
     return status is not None and (status >= 500 or status == 429)
 
 
@@ -67,15 +67,17 @@ def retry_after_seconds(err: BaseException, now: Optional[float] = None) -> Opti
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
-def _is_unreadable_reply(err: BaseException) -> bool:
+def is_unreadable_reply(err: BaseException) -> bool:
     """An ``upload_folder`` that got a 2xx it could not read (empty body, no ``commitUrl``)."""
     if isinstance(err, (KeyError, json.JSONDecodeError)):
         return True
     return type(err).__name__ == "JSONDecodeError"  # requests' own (may derive from simplejson's)
 
 
-def _describe(err: BaseException) -> str:
-    status = _status(err)
+def describe(err: BaseException) -> str:
+    """One line about a failed Hub call for a log or report: its status and the first line of its message (the
+    caller scrubs the token)."""
+    status = status_of(err)
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"HTTP {status}: {first}" if status is not None else first
 
@@ -111,7 +113,7 @@ _CLOCKS_LOCK = threading.Lock()
 
 def retry_after_for(repo_id: str, repo_type: str = "model") -> RetryAfter:
     """The process-wide :class:`RetryAfter` of ``repo_id`` on the current endpoint (made on first use)."""
-    key = (os.environ.get("HF_ENDPOINT", ""), repo_type, repo_id)
+    key = (endpoint(), repo_type, repo_id)
     with _CLOCKS_LOCK:
         return _CLOCKS.setdefault(key, RetryAfter())
 

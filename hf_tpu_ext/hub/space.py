@@ -21,6 +21,8 @@ import os
 from typing import Dict, Optional
 
 from hf_tpu_ext.errors import HubRepoError
+from hf_tpu_ext.hub.model_ref import hub_url
+from hf_tpu_ext.hub.preflight import endpoint, hub_api, hub_call, preflight, resolve_token, whoami
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -80,8 +82,6 @@ def render_space_readme(model_id: str, space_id: Optional[str] = None, template:
     if len(short) > SHORT_DESCRIPTION_MAX:
         raise HubRepoError(f"short_description is {len(short)} characters; the Hub allows {SHORT_DESCRIPTION_MAX}.")
     card.data.models = [model_id]
-    from hf_tpu_ext.hub.model_ref import hub_url
-
     # the model's link points at the Hub the Space is deployed to (HF_ENDPOINT), not always huggingface.co
     card.text = card.text.replace(f"https://huggingface.co/{TEMPLATE_MODEL_ID}", hub_url(model_id))
     card.text = card.text.replace(TEMPLATE_MODEL_ID, model_id)
@@ -141,15 +141,13 @@ def deploy_space(model_id: str, space_id: str, token: Optional[str] = None, priv
     """
     from huggingface_hub import CommitOperationAdd
 
-    from hf_tpu_ext.hub.preflight import _api, endpoint, hub_call, preflight, resolve_token, whoami
-
     model_id = _validate_id(model_id, "--model_id", need_namespace=True)
     space_id = _validate_id(space_id, "--space_id", need_namespace=False)
     space_files(model_id)  # fail on a broken template before any network call
 
     token = resolve_token(token)
     whoami(token)  # HubAuthError with what to do when missing or rejected
-    api = _api(token)
+    api = hub_api(token)
     hub_call(f"find model {model_id} (push it first, e.g. `hf-tpu push`)", api.repo_info, token, model_id,
              repo_type="model")
     space_id = preflight(space_id, token, private=private, repo_type="space")

@@ -115,14 +115,17 @@ def check_model_refs(model_args, *, remember: bool = False) -> None:
             checks them right after parsing: :mod:`hf_tpu_ext.commands.early_checks`).
 
     Raises:
-        ArgumentError: a missing local path or an invalid repo id.
+        ArgumentError: a missing local path, an invalid repo id, or a local model folder whose weights cannot be
+            read (:func:`hf_tpu_ext.backends.model_files.check_weights_folder`).
         HubRepoError / HubAuthError: a repo id that does not exist or cannot be reached (the endpoint is named).
     """
+    from hf_tpu_ext.backends.model_files import check_weights_folder
     from hf_tpu_ext.hub.model_ref import check_model_ref
 
     refs = _model_refs(model_args)
     for option, value, revision in refs:
-        check_model_ref(value, option, revision=revision)
+        if check_model_ref(value, option, revision=revision) == "local" and option == "--model_name_or_path":
+            check_weights_folder(value, option)  # a truncated copy: one line, not the loader's traceback
     if remember:
         _REMEMBERED_REFS.append(refs)
 

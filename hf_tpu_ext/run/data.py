@@ -80,4 +80,5 @@ def plan_run(training_args, data_args, backend, blocks):
         spe = n // global_batch
     return RunPlan(global_batch_size=global_batch, eval_batch_size=eval_batch,
                    seq_length=data_args.max_seq_length, steps_per_epoch=spe,
-                   total_steps=args.total_steps(spe), num_train_blocks=n, has_eval=has_eval)
+                   total_steps=args.total_steps(spe), num_train_blocks=n, has_eval=has_eval, streaming=streaming,
+                   num_eval_blocks=num_blocks(blocks.get("validation")) if has_eval else 0)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from hf_tpu_ext.best_metric import BestMetric
+from hf_tpu_ext.outputs import last_eval_results
+
 
 def whole_run_train_loss(log_history: List[Dict[str, Any]], start: int = 0) -> Optional[float]:
     """Mean training loss over all steps of the run, from the log history's window means.
@@ -32,22 +35,18 @@ def best_of(log_history: List[Dict[str, Any]], metric: str = "eval_loss", greate
 
     Step 0 (``eval_on_start``) is the untrained baseline and never the best (:mod:`hf_tpu_ext.best_metric`).
     """
-    from hf_tpu_ext.best_metric import BestMetric
-
     return BestMetric(metric, greater_is_better).best_of(log_history)
 
 
 def best_metric_of(training_args) -> Tuple[str, bool]:
     """``(log history key, greater_is_better)`` of ``--metric_for_best_model`` (transformers' names;
     ``eval_loss``, lower is better, when unset)."""
-    from hf_tpu_ext.best_metric import BestMetric
-
     best = BestMetric.from_args(training_args)
     return best.key, best.greater
 
 
 def run_results(log_history: List[Dict[str, Any]], step: int, plan, runtime: float,
-                fit_metrics: Optional[Dict[str, Any]], training_args) -> Dict[str, Any]:
+                fit_metrics: Optional[Dict[str, Any]], training_args, passes: Optional[int] = None) -> Dict[str, Any]:
     """The run's final metrics (``all_results.json``; ``None`` values left out).
 
     Args:
@@ -57,6 +56,9 @@ def run_results(log_history: List[Dict[str, Any]], step: int, plan, runtime: flo
         fit_metrics: this process's segment from ``Backend.fit`` (throughput of the steps it ran, trace counts), or
             ``None``.
         training_args: for the evaluation results (the best one with ``load_best_model_at_end``).
+        passes: with ``--streaming`` (``plan.streaming``), the passes over the stream completed
+            (``Backend.data_passes``): reported as ``stream_passes`` instead of an ``epoch`` (a stream has no length:
+            ``step / max_steps`` would be no epoch).
 
     Returns:
         ``train_loss`` (mean over all steps), ``train_runtime`` (s), ``train_{steps,samples,tokens}_per_second``,
@@ -71,16 +73,16 @@ def run_results(log_history: List[Dict[str, Any]], step: int, plan, runtime: flo
         "train_samples_per_second": step * plan.global_batch_size / runtime if runtime > 0 else None,
         "train_tokens_per_second": step * tokens_per_step / runtime if runtime > 0 else None,
         "global_step": step,
-        "epoch": step / plan.steps_per_epoch,
+        "epoch": None if getattr(plan, "streaming", False) else step / plan.steps_per_epoch,
         "tokens_seen": step * tokens_per_step,
+        "stream_passes": passes if getattr(plan, "streaming", False) else None,
     }
     if fit_metrics:  # this process's segment: throughput of the steps it ran, trace counts
         for k, v in fit_metrics.items():
-            if k not in results or results[k] is None:
+            if k not in results or (results[k] is None and k not in ("epoch", "stream_passes")):
                 results[k] = v
         results["segment_train_runtime"] = fit_metrics.get("train_runtime")
         results["segment_train_tokens_per_second"] = fit_metrics.get("train_tokens_per_second")
-    from hf_tpu_ext.outputs import last_eval_results
 
     results.update(last_eval_results(log_history, training_args))  # the best one with load_best_model_at_end
     return {k: v for k, v in results.items() if v is not None}

@@ -54,15 +54,11 @@ from hf_tpu_ext import interrupts
 from hf_tpu_ext.console import rerun_hint, resume_hint
 from hf_tpu_ext.errors import CheckpointError, HubPushError, OutputDirError, TrainingInterrupted
 from hf_tpu_ext.run import checks, data, files, history, pushes, resume, state
+from hf_tpu_ext.run_lock import SPAWNED_CHILD_ENV, lock_output_dir
 
 logger = logging.getLogger("hf_tpu_ext")
 
 KILL_ENV = interrupts.KILL_ENV
-
-
-def _test_kill(phase: str) -> None:
-    """The test hook of the module doc: SIGKILL this process at ``phase`` when ``HF_TPU_EXT_TEST_KILL_AT`` says so."""
-    interrupts.kill_for_test(phase)
 
 
 def setup_logging(level=logging.INFO):
@@ -107,8 +103,8 @@ class TrainingRun:
         after the arguments' own checks, before anything reads it."""
         check_args = (self.model_args, self.data_args, self.args)
         checks.check_arguments(*check_args)
-        from hf_tpu_ext.run_lock import lock_output_dir
-
+        if getattr(self.args, "config_note", None):  # a JSON config's hub fields left unused by --push_to_hub false
+            logger.info("%s", self.args.config_note)
         # first: a second run on a busy folder is refused before it reads or writes anything there
         self._lock = lock_output_dir(self.args.output_dir)
         checks.check_run(*check_args)
@@ -142,7 +138,10 @@ class TrainingRun:
         Raises:
             CheckpointError: a passed flag contradicts the checkpoint, before any data work.
         """
-        resume.apply_checkpoint_shape(info, self.model_args, self.data_args, self.args, self._shown)
+        shape = resume.run_shape(self.backend, info)
+        for line in resume.apply_checkpoint_shape(info, self.model_args, self.data_args, self.args, self._shown,
+                                                  shape):
+            logger.info("%s", line)
 
     def _resume(self, info) -> int:
         """The run's start: global step (0 for a fresh run), the run state it continues, and (resuming) the log
@@ -238,19 +237,24 @@ class TrainingRun:
         self._saves += 1
         interrupts.kill_for_test("saved", step)  # tests: kill -9 once checkpoint N and its trainer state are written
         if self._saves == 1:
-            _test_kill("train")
-        if self.pusher is not None and step < self.plan.total_steps and self.pusher.admit(step):
-            self._push(step, path, final=False)  # a save the commit budget has no room for is not even exported
+            interrupts.kill_for_test("train")
+        plan = self.pusher.admit(step) if self.pusher is not None and step < self.plan.total_steps else None
+        if plan is not None:  # a save the commit budget has no room for is not even exported
+            self._push(plan, path)
             self._record_pushes(self.pusher.report_dict())
 
-    def _push(self, step: int, checkpoint_path: Optional[str], final: bool) -> None:
-        """Write the model folder and card, then hand them (and the checkpoint) to the push session (it never waits)."""
+    def _push(self, plan, checkpoint_path: Optional[str]) -> None:
+        """Carry out the session's ``plan`` of a save: write the model folder and card (the final push's are
+        written by the export and card phases), then the session queues it with the checkpoint at
+        ``checkpoint_path``, which the backend exports straight into the pusher's staging (it never waits)."""
+        if plan is None:  # the session is closed (or not this process's)
+            return
         out = self.args.output_dir
-        if not final:
+        if not plan.final:
             self.backend.export(out, self.tokenizer)
-            self._write_summary(self._results(step, None))
+            self._write_summary(self._results(plan.step, None))
             self._write_card()
-        pushes.hand_over(self.pusher, self.backend, out, step, checkpoint_path, final)
+        self.pusher.save(plan, out, checkpoint_path=checkpoint_path, export_checkpoint=self.backend.export_checkpoint)
 
     # ------------------------------------------------------------------ results and files
     def _results(self, step: int, fit_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -260,7 +264,8 @@ class TrainingRun:
             # before it recorded them, those its last checkpoint kept (Keras: checkpoint.json fit_metrics)
             fit_metrics = (self.run_state.get("fit_metrics")
                            or getattr(self.backend, "restored_fit_metrics", None) or None)
-        return history.run_results(self.log_history, step, self.plan, runtime, fit_metrics, self.args)
+        passes = self.backend.data_passes(step) if getattr(self.plan, "streaming", False) else None
+        return history.run_results(self.log_history, step, self.plan, runtime, fit_metrics, self.args, passes)
 
     def _summary(self, results: Dict[str, Any]) -> Dict[str, Any]:
         return state.run_summary(self.model_args, self.data_args, self.args, self.backend, self.plan, results,
@@ -271,13 +276,14 @@ class TrainingRun:
         files.write_training_summary(self.args.output_dir, self._summary(results))
 
     def _write_card(self) -> None:
-        files.write_card(self.args, self.pusher.repo_id if self.pusher is not None else self.args.hub_model_id)
+        repo_id = self.pusher.repo_id if self.pusher is not None else self.args.hub_model_id
+        files.write_card(self.model_args, self.args, repo_id)
 
     def export(self, results) -> None:
         """Phase export: the backend's model folder, then the run files (:func:`hf_tpu_ext.run.files.write_run_files`)."""
         out = self.args.output_dir
         self.backend.export(out, self.tokenizer)
-        _test_kill("export")
+        interrupts.kill_for_test("export")
         files.write_run_files(self.model_args, self.data_args, self.args,
                               self._trainer_state(self.step, results["train_runtime"]), results,
                               lambda: self._summary(results), self.log_history)
@@ -286,7 +292,7 @@ class TrainingRun:
     def card(self) -> None:
         """Phase card: ``output_dir/README.md``."""
         self._write_card()
-        _test_kill("card")
+        interrupts.kill_for_test("card")
         self._mark("card")
 
     def _mark(self, phase: str, value: str = "done") -> None:
@@ -388,7 +394,7 @@ class TrainingRun:
                     self.pusher,
                     lambda: self.backend.find_checkpoints(self.args.output_dir) if self.plan is not None else [],
                     self.step, getattr(self, "_start_step", self.step),
-                    lambda step, checkpoint: self._push(step, checkpoint, final=False))
+                    self._push)
                 self._record_pushes(self.pusher.report_dict())
                 if not_pushed:
                     logger.warning("%s: not on the Hub within the %gs grace budget (--save_on_signal_timeout): %s; "
@@ -443,9 +449,10 @@ class TrainingRun:
         if info is not None:
             self._apply_checkpoint_shape(info)
         blocks = self.data(tokenizer_source)
-        _test_kill("data")
+        interrupts.kill_for_test("data")
         plan = self.plan
         start = self._resume(info)
+        resume.check_max_steps(start, plan.total_steps, self.run_state, args, info and self._shown(info.path))
         if start >= plan.total_steps:
             self.run_state.setdefault("phases", {})["train"] = "done"
         todo = [p for p in state.PHASES if self._pending(p)]
@@ -459,6 +466,7 @@ class TrainingRun:
         if start >= plan.total_steps:
             logger.info("The checkpoint is at the run's last step %d; finishing: %s", start, ", ".join(todo))
 
+        files.clear_earlier_events(args, backend)  # before build opens this run's TensorBoard writer
         backend.build(self.model_args, self.data_args, args, self.tokenizer, blocks, plan)
         if info is not None:
             restored = backend.restore(info.path)
@@ -470,7 +478,7 @@ class TrainingRun:
         fit_metrics = None
         if "train" in todo:
             fit_metrics = self.fit(start)
-            _test_kill("checkpoint")
+            interrupts.kill_for_test("checkpoint")
         elif info is not None and "export" in todo:  # killed after the final checkpoint, maybe before its evaluation
             self.final_evaluation(self.prior_runtime)
         return self._after_training(todo, fit_metrics, t_total)
@@ -529,9 +537,9 @@ class TrainingRun:
             self._mark("push", "pushed")
             return
         ckpts = self.backend.find_checkpoints(self.args.output_dir)
-        self._push(self.step, ckpts[0] if ckpts else None, final=True)
+        self._push(self.pusher.admit(self.step, final=True), ckpts[0] if ckpts else None)
         self._record_pushes(self.pusher.report_dict())  # in the report even if this process is killed now
-        _test_kill("push")
+        interrupts.kill_for_test("push")
         # a first signal does not stop the final push: it gets what is left of the grace budget
         interrupts.wait_until(lambda: not self.pusher.report().pending, self.pusher.push_timeout)
         report = self.pusher.finish(timeout=0)
@@ -571,7 +579,7 @@ def _log_done(results: Dict[str, Any], t_total: float) -> None:
 
 def _spawned_run(index, model_args, data_args, training_args):
     """The run in a process started by :meth:`Backend.spawn` (``index``: its ordinal)."""
-    os.environ["HF_TPU_XLA_CHILD"] = "1"
+    os.environ[SPAWNED_CHILD_ENV] = "1"
     setup_logging()
     TrainingRun(model_args, data_args, training_args).run()
 

@@ -11,9 +11,11 @@ import dataclasses
 import logging
 import os
 import tempfile
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from hf_tpu_ext.errors import CheckpointError, IncompleteCheckpointError
+from hf_tpu_ext.model_config import max_sequence_length
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -73,6 +75,28 @@ def check_resume_source(args) -> None:
         return
     if not looks_like_repo_spec(spec):
         raise not_a_resume_source(spec)
+
+
+def check_resume_repo(args) -> None:
+    """A ``--resume_from_checkpoint user/name[@revision]`` names a repo and revision that exist (one bounded Hub
+    request, no framework: ``hf-tpu train`` runs it right after parsing, with the other model references).
+
+    Raises:
+        HubRepoError, HubAuthError: see :func:`hf_tpu_ext.hub.model_ref.check_model_ref` (the repo and revision
+            named, with the endpoint).
+    """
+    from hf_tpu_ext.hub.model_ref import check_model_ref
+    from hf_tpu_ext.hub.resume import looks_like_repo_spec, parse_repo_spec
+
+    spec = args.resume_from_checkpoint
+    if not spec or args.resume_latest or os.path.exists(spec) or os.path.exists(spec + ".index"):
+        return
+    from huggingface_hub import constants
+
+    if looks_like_repo_spec(spec) and not constants.HF_HUB_OFFLINE:  # offline: the download reads the cache
+        repo_id, revision = parse_repo_spec(spec)
+        check_model_ref(repo_id, "--resume_from_checkpoint", revision=revision,
+                        token=getattr(args, "hub_token", None) or None)
 
 
 def find_resume_checkpoint(args, backend, token: Optional[str], tmp_dirs: List[str]):
@@ -171,22 +195,83 @@ def _tokenizer_folder(info, tokenizer_dir: Optional[str]) -> Optional[str]:
     return tokenizer_dir
 
 
-def apply_checkpoint_shape(info, model_args, data_args, training_args, shown: Callable[[str], str]) -> None:
-    """The checkpoint's model shape and block length win over flags left at their defaults (``model_args`` and
-    ``data_args`` are updated in place).
+@dataclasses.dataclass
+class RunShape:
+    """The data-parallel shape a resumed run trains at (see the README's resume table).
+
+    Attributes:
+        replicas: data-parallel devices of every process (``Backend.num_replicas``).
+        processes: processes of the run (JAX processes / TF workers).
+        streaming: whether the checkpoint holds stream positions (``data_state-<i>.json``): ``None`` when the
+            backend's checkpoints do not say (only Keras checkpoints can be streamed).
+        stream_processes: how many processes' positions the checkpoint holds.
+    """
+
+    replicas: int = 1
+    processes: int = 1
+    streaming: Optional[bool] = None
+    stream_processes: int = 0
+
+
+def checkpoint_stream_processes(path: str) -> Optional[int]:
+    """How many ``data_state-<i>.json`` a checkpoint folder holds (0: not streamed); ``None`` for a checkpoint that
+    is not a folder (a TensorFlow ``ckpt-N`` prefix: never streamed)."""
+    if not os.path.isdir(path):
+        return None
+    return sum(1 for n in os.listdir(path) if n.startswith("data_state-") and n.endswith(".json"))
+
+
+def run_shape(backend, info) -> RunShape:
+    """The :class:`RunShape` of a set-up ``backend`` (``None``: one device, one process) resuming ``info``."""
+    if backend is None:
+        return RunShape()
+    try:
+        workers = int(backend.device_summary().get("num_workers") or 1)
+    except Exception:  # noqa: BLE001 (a backend that cannot say before its build: one process)
+        workers = 1
+    streamed = checkpoint_stream_processes(info.path) if backend.name == "keras" else None
+    return RunShape(replicas=int(backend.num_replicas), processes=workers,
+                    streaming=None if streamed is None else streamed > 0, stream_processes=streamed or 0)
+
+
+def apply_checkpoint_shape(info, model_args, data_args, training_args, shown: Callable[[str], str],
+                           shape: Optional[RunShape] = None) -> List[str]:
+    """The checkpoint's model shape, block length, global batch and data source win over flags left at their
+    defaults (``model_args``, ``data_args`` and ``training_args`` are updated in place); a passed flag that
+    changes them is refused, except a new split of the same global batch over devices, processes and
+    accumulation (the batch of a step depends only on the step: data position, epoch, schedule unchanged).
 
     The shape flags (:data:`SHAPE_FLAGS`) left unset take the checkpoint's values; so does
     ``--max_seq_length`` when it was not passed (the checkpoint's length: ``num_input_tokens_seen / (global_step
     * train_batch_size)`` of its trainer state, else its position embeddings less RoBERTa's 2 reserved ones),
-    with ``max_predictions_per_seq`` re-derived unless passed. Only a flag the user passed can contradict it.
+    with ``max_predictions_per_seq`` re-derived unless passed; ``--per_device_train_batch_size`` left at its
+    default becomes the checkpoint's ``train_batch_size`` (global, sequences) / (``shape.replicas`` x
+    ``--gradient_accumulation_steps``); ``--streaming`` left at its default follows the checkpoint.
+
+    Returns:
+        The lines that say what the resume takes from the checkpoint or changes (the caller logs them).
 
     Raises:
-        CheckpointError: a passed flag contradicts the checkpoint (named with both values, the checkpoint by
-            the path or Hub repo id given to --resume_from_checkpoint: ``shown``), before any data work.
+        CheckpointError: a passed flag contradicts the checkpoint, each conflict named with both values (the
+            checkpoint by the path or Hub repo id given to --resume_from_checkpoint: ``shown``), before any data work.
     """
-    saved = info.model_config or {}
-    m = model_args
-    conflicts = []
+    shape = shape or RunShape()
+    conflicts: List[str] = []
+    notes: List[str] = []
+    _apply_model_shape(info, model_args, conflicts)
+    _apply_seq_length(info, model_args, data_args, training_args, conflicts, notes)
+    _apply_global_batch(info, training_args, shape, conflicts, notes)
+    _apply_streaming(info, data_args, training_args, shape, conflicts, notes)
+    if conflicts:
+        where = shown(info.path)
+        raise CheckpointError(
+            f"These flags contradict the checkpoint {where} being resumed: {'; '.join(conflicts)}. Drop them "
+            "(the checkpoint's values are used) or start a new run in another --output_dir.")
+    return notes
+
+
+def _apply_model_shape(info, model_args, conflicts: List[str]) -> None:
+    saved, m = info.model_config or {}, model_args
     for name in SHAPE_FLAGS:
         if saved.get(name) is None:
             continue
@@ -195,29 +280,98 @@ def apply_checkpoint_shape(info, model_args, data_args, training_args, shown: Ca
             conflicts.append(f"--{name} {given} (the checkpoint has {saved[name]})")
         elif given is None and not m.model_name_or_path and not m.config_name:
             setattr(m, name, int(saved[name]))
+
+
+def _apply_seq_length(info, model_args, data_args, training_args, conflicts: List[str], notes: List[str]) -> None:
+    """``--max_seq_length``: the checkpoint's when not passed; a passed other length is refused (tokens seen, the
+    epoch and the data position are counted in blocks of one length; a new length is a new run from the model)."""
+    saved, m = info.model_config or {}, model_args
     positions = saved.get("max_position_embeddings")
-    limit = int(positions) - 2 if positions else None
+    # RoBERTa reserves pad_token_id + 1 rows of its table, BERT/DistilBERT/ModernBERT none (model_config's rule)
+    limit = max_sequence_length(SimpleNamespace(model_type=saved.get("model_type") or "roberta", pad_token_id=1,
+                                                max_position_embeddings=positions)) if positions else None
     length = data_args.max_seq_length
+    trained = checkpoint_seq_length(info.trainer_state)
     if passed(training_args, "max_seq_length", data_args):
-        if limit and length > limit:
+        if trained and length != trained:
+            conflicts.append(f"--max_seq_length {length} (the checkpoint trained at {trained}; a new length is a new "
+                             "run: --model_name_or_path on its exported model)")
+        elif limit and length > limit:
             conflicts.append(f"--max_seq_length {length} (the checkpoint's model holds {limit} tokens)")
         elif limit and length < limit and not m.model_name_or_path and not m.config_name:
             # the default config gets length + 2 positions: keep the checkpoint's, which hold the shorter length
             m.checkpoint_max_position_embeddings = int(positions)
-    else:
-        trained = checkpoint_seq_length(info.trainer_state)
-        target = trained if trained and (not limit or trained <= limit) else (min(length, limit) if limit else None)
-        if target and target != length:
-            data_args.max_seq_length = target
-            if not passed(training_args, "max_predictions_per_seq", data_args):
-                data_args.max_predictions_per_seq = max(1, int(round(target * data_args.mlm_probability)))
-            logger.info("--max_seq_length not given: resuming with the checkpoint's %d (the default is %d).",
-                        target, length)
-    if conflicts:
-        where = shown(info.path)
-        raise CheckpointError(
-            f"These flags contradict the checkpoint {where} being resumed: {'; '.join(conflicts)}. Drop them "
-            "(the checkpoint's values are used) or start a new run in another --output_dir.")
+        return
+    target = trained if trained and (not limit or trained <= limit) else (min(length, limit) if limit else None)
+    if target and target != length:
+        data_args.max_seq_length = target
+        if not passed(training_args, "max_predictions_per_seq", data_args):
+            data_args.max_predictions_per_seq = max(1, int(round(target * data_args.mlm_probability)))
+        notes.append(f"--max_seq_length not given: resuming with the checkpoint's {target} (the default is "
+                     f"{length}).")
+
+
+def _apply_global_batch(info, training_args, shape: RunShape, conflicts: List[str], notes: List[str]) -> None:
+    """The global batch (per-device batch x replicas x accumulation) stays the checkpoint's ``train_batch_size``:
+    the learning-rate schedule, the epoch and the data position are counted in its steps."""
+    args = training_args
+    try:
+        saved = int((info.trainer_state or {}).get("train_batch_size") or 0)
+    except (TypeError, ValueError):
+        saved = 0
+    if saved <= 0:
+        return
+    accumulation = int(getattr(args, "gradient_accumulation_steps", 1) or 1)
+    per_device = int(args.per_device_train_batch_size)
+    split = f"{shape.replicas} device(s) over {shape.processes} process(es) x {accumulation} accumulation step(s)"
+    if per_device * shape.replicas * accumulation == saved:
+        notes.append(f"from step {info.global_step}: global batch {saved} = {per_device} per device x {split} "
+                     "(the checkpoint's).")
+        return
+    derivable = not passed(args, "per_device_train_batch_size", args) and saved % (shape.replicas * accumulation) == 0
+    if derivable:
+        args.per_device_train_batch_size = saved // (shape.replicas * accumulation)
+        notes.append(f"--per_device_train_batch_size not given: resuming with the checkpoint's global batch {saved} "
+                     f"= {args.per_device_train_batch_size} per device x {split}.")
+        return
+    conflicts.append(f"global batch {per_device * shape.replicas * accumulation} (--per_device_train_batch_size "
+                     f"{per_device} x {split}; the checkpoint trained with global batch {saved}: pass a per-device "
+                     "batch and accumulation that multiply to it)")
+
+
+def _apply_streaming(info, data_args, training_args, shape: RunShape, conflicts: List[str], notes: List[str]) -> None:
+    """``--streaming`` follows the checkpoint (its stream positions are per process: the same process count)."""
+    if shape.streaming is None:
+        return
+    given = bool(getattr(data_args, "streaming", False))
+    source = data_args.dataset_name or data_args.train_file
+    if (shape.streaming and not given and not passed(training_args, "streaming", data_args) and source
+            and int(getattr(training_args, "max_steps", 0) or 0) > 0):
+        data_args.streaming = given = True
+        notes.append("--streaming not given: resuming the checkpoint's stream (--streaming true).")
+    if given != shape.streaming:
+        conflicts.append(f"--streaming {str(given).lower()} (the checkpoint was trained with --streaming "
+                         f"{str(shape.streaming).lower()})")
+    elif given and shape.stream_processes != shape.processes:
+        conflicts.append(f"{shape.processes} process(es) (the checkpoint's stream positions are of "
+                         f"{shape.stream_processes}: a stream resumes with the same process count)")
+
+
+def check_max_steps(start: int, total_steps: int, run_state: Dict[str, Any], training_args,
+                    shown: Optional[str]) -> None:
+    """A run resumed at global step ``start`` whose training is not done must end at or after it.
+
+    Raises:
+        CheckpointError: ``total_steps`` (``--max_steps``, or the epochs' steps) is below ``start`` while the
+            checkpoint's run had more steps to train (a finished run's rerun is said by the run: nothing to do).
+    """
+    if shown is None or start <= total_steps or (run_state.get("phases") or {}).get("train") == "done":
+        return
+    args = training_args
+    asked = (f"--max_steps {args.max_steps}" if int(getattr(args, "max_steps", -1) or -1) > 0
+             else f"--num_train_epochs {args.num_train_epochs} ({total_steps} steps)")
+    raise CheckpointError(f"{asked} ends before the checkpoint {shown} (global step {start}): pass --max_steps {start} "
+                          "or more to finish that run, or resume an earlier checkpoint.")
 
 
 def resumed_history(info, output_dir: str, start: int) -> Tuple[Optional[List[Dict[str, Any]]], Optional[float]]:

@@ -13,6 +13,12 @@ import os
 import signal
 from typing import Any, Callable, Dict, List, Optional
 
+from hf_tpu_ext.fileio import atomic_write_text
+from hf_tpu_ext.flops import flops_per_token
+from hf_tpu_ext.hub.model_card import initialization_fields
+from hf_tpu_ext.outputs import TrainerState, build_training_summary
+from hf_tpu_ext.run.history import best_metric_of, best_of
+
 PHASES = ("train", "export", "card", "push", "space")
 RUN_STATE_NAME = "run_state.json"
 
@@ -29,8 +35,6 @@ def read_run_state(output_dir: str) -> Dict[str, Any]:
 
 def write_json(path: str, data) -> None:
     """``data`` as indented, key-sorted JSON at ``path``, atomically (:func:`hf_tpu_ext.fileio.atomic_write_text`)."""
-    from hf_tpu_ext.fileio import atomic_write_text
-
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
@@ -106,9 +110,6 @@ def trainer_state(step: int, runtime: float, plan, training_args, data_args, log
             FLOPs; a config without the fields FLOPs need gives ``total_flos`` 0). best_model_checkpoint: the
             backend's, or ``None``.
     """
-    from hf_tpu_ext.flops import flops_per_token
-    from hf_tpu_ext.outputs import TrainerState
-    from hf_tpu_ext.run.history import best_metric_of, best_of
 
     args = training_args
     metric, greater = best_metric_of(args)
@@ -131,11 +132,9 @@ def trainer_state(step: int, runtime: float, plan, training_args, data_args, log
 def run_summary(model_args, data_args, training_args, backend, plan, results: Dict[str, Any],
                 log_history: List[Dict[str, Any]], description: str, mask_token: str, run_state: Dict[str, Any],
                 push_report: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """``training_summary.json`` of the run (:func:`hf_tpu_ext.outputs.build_training_summary`: what the model card
-    needs) from its ``results`` (:func:`hf_tpu_ext.run.history.run_results`), the backend's model and device
+    """``training_summary.json`` of the run (:class:`hf_tpu_ext.outputs.TrainingSummary`'s fields, built by
+    :func:`hf_tpu_ext.outputs.build_training_summary`: what the model card needs) from its ``results`` (:func:`hf_tpu_ext.run.history.run_results`), the backend's model and device
     summaries, and ``hub_pushes``: the merged push report of every process (when pushing)."""
-    from hf_tpu_ext.hub.model_card import initialization_fields
-    from hf_tpu_ext.outputs import build_training_summary
 
     fields = backend.model_summary()
     summary = build_training_summary(
@@ -150,9 +149,32 @@ def run_summary(model_args, data_args, training_args, backend, plan, results: Di
         steps_per_execution=fields.get("steps_per_execution", 1),
         compiler=fields.get("compiler") or run_state.get("compiler"),
         initialization=initialization_fields(model_args.model_name_or_path), precision=fields.get("precision"))
+    if getattr(plan, "num_eval_blocks", 0):
+        summary["evaluation"] = evaluation_fields(data_args, plan)
+    if getattr(plan, "streaming", False):  # a stream has no epochs: its passes over the data, when counted
+        summary.update(epoch=None, stream_passes=results.get("stream_passes"))
     if push_report is not None:
         summary["hub_pushes"] = push_report
     return summary
+
+
+def evaluation_fields(data_args, plan) -> Dict[str, Any]:
+    """``training_summary.json`` ``evaluation``: what each evaluation reads, for the card's sentence: ``data`` (in
+    words: the ``--validation_file``, the Hub dataset's validation data, or the share held out of the training
+    text), ``blocks`` (sequences) and ``tokens`` (``blocks x max_seq_length``)."""
+    from hf_tpu_ext.data.loading import describe_data_source
+
+    if data_args.validation_file:
+        name = data_args.validation_file.rstrip("/")
+        data = f"the validation file {name if '://' in name else os.path.basename(name)}"
+    elif data_args.dataset_name:
+        data = f"the validation data of {describe_data_source(data_args)}"
+    else:
+        data = f"{data_args.validation_split_percentage}% of {describe_data_source(data_args)}, held out of training"
+    if getattr(data_args, "max_eval_samples", None) or getattr(plan, "streaming", False):
+        data = f"the first blocks of {data}"
+    blocks = int(plan.num_eval_blocks)
+    return {"data": data, "blocks": blocks, "tokens": blocks * int(plan.seq_length)}
 
 
 def interrupted_fields(signum: int, step: int, checkpoints: List[str], output_dir: str, grace: float,

@@ -50,7 +50,7 @@ def test_an_unreachable_hub_is_one_line_under_the_installed_http_stack(monkeypat
     endpoint = f"http://127.0.0.1:{port}"
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setattr(preflight, "endpoint", lambda: endpoint)
-    monkeypatch.setattr(preflight, "_api", lambda token: __import__("huggingface_hub").HfApi(endpoint=endpoint))
+    monkeypatch.setattr(preflight, "hub_api", lambda token: __import__("huggingface_hub").HfApi(endpoint=endpoint))
     token = "hf_unreachable_secret_0123456789"
     with pytest.raises(HubError) as err:
         preflight._ask_whoami(token)

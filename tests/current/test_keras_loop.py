@@ -142,4 +142,5 @@ def test_no_steady_rate_before_a_call_without_compilation_and_first_step_is_the_
     assert entry["tokens_per_second"] == 1000.0 and entry["mfu"] == 0.5
     assert _format_entry(entry).endswith("| steady 1,000 tokens/s (median training step; compilation, evaluation "
                                          "and checkpoints excluded), MFU 50.0%")
+    assert _format_entry(entry, explain=False).endswith("lr 5e-05 | steady 1,000 tokens/s, MFU 50.0%")  # later lines
     assert meter.first_step == 4.0 and meter.steady_rate() == 1000.0

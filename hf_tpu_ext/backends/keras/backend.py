@@ -280,8 +280,10 @@ class KerasBackend(BackendDefaults):
         opt_vars = {f"{i:05d}/{var.path}": value for i, (var, value) in enumerate(zip(self.optimizer.variables, opt))}
         return model_vars, opt_vars
 
-    def save(self, step: int) -> Optional[str]:
-        """Checkpoint the state at ``step`` (process 0 writes; every process takes part in the device read)."""
+    def save(self, step: int, fields: Optional[Dict[str, Any]] = None) -> Optional[str]:
+        """Checkpoint the state at ``step`` (process 0 writes; every process takes part in the device read) with the
+        loop's ``fields`` (:meth:`~hf_tpu_ext.backends.loop.StepLoop.checkpoint_fields`: ``loss_window``,
+        ``fit_metrics``, to which this backend adds its XLA compile counts)."""
         from hf_tpu_ext.backends.keras.checkpoint import MODEL_CONFIG_FIELDS, save_checkpoint
 
         model_vars, opt_vars = self._named_state()
@@ -299,11 +301,9 @@ class KerasBackend(BackendDefaults):
                 "keras_version": _version("keras"), "optim": args.optim}
         if _version("keras-hub") != "?":  # only where installed
             meta["keras_hub_version"] = _version("keras-hub")
-        loop = getattr(self, "_loop", None)
-        if loop is not None:  # the logging window and what this process measured (backends/keras/loop.py)
-            from hf_tpu_ext.backends.keras.loop import checkpoint_fields
-
-            meta.update(checkpoint_fields(loop, self._fit_metrics(step)))
+        meta.update(fields or {})  # the loop's: the logging window and what this process measured
+        if "fit_metrics" in meta:
+            meta["fit_metrics"] = {**meta["fit_metrics"], **self._compile_figures()}
         return save_checkpoint(args.output_dir, step, model_vars, opt_vars, meta, keep=args.save_total_limit,
                                extra_files=data_states)
 
@@ -397,7 +397,7 @@ class KerasBackend(BackendDefaults):
                                      self.precision.bf16, self.num_replicas, self.is_chief, per="device")
         # the logging window of the checkpoint resumed from: the next entry averages the same steps as without a
         # stop; the restored checkpoint (start_step) is never written again
-        loop = self._loop = StepLoop(trainer, args, plan, cb, log_history, step,
+        loop = StepLoop(trainer, args, plan, cb, log_history, step,
                                      restored_loss_window(self._restored_meta, step), self.mfu_of, best=self.best,
                                      saved_step=step, is_chief=self.is_chief, trackio=self.trackio)
         compiles = self._compiles = CompileCounter("train_step")
@@ -417,18 +417,15 @@ class KerasBackend(BackendDefaults):
 
             load_best(self)
         self.final_logs = loop.logs
-        return self._fit_metrics(step)
+        return {**loop.results(step), "first_step_seconds": loop.meter.first_step, **self._compile_figures()}
 
-    def _fit_metrics(self, step: int) -> Dict[str, Any]:
-        """The segment's figures so far (:meth:`StepLoop.results`), its first step and XLA compilations."""
+    def _compile_figures(self) -> Dict[str, Any]:
+        """The train step's XLA compilations in this segment (``xla_step_compilations``: 1 = compiled once) and
+        their seconds."""
         compiles = self._compiles
         count = (int(self.trainer.train_step.experimental_get_tracing_count()) if self.on_tensorflow
                  else compiles.count)
-        return {**self._loop.results(step),
-                "first_step_seconds": self._loop.meter.first_step,
-                # XLA compilations of the train step in this segment (1 = compiled once)
-                "xla_step_compilations": int(count),
-                "xla_step_compile_seconds": round(float(compiles.seconds), 3)}
+        return {"xla_step_compilations": int(count), "xla_step_compile_seconds": round(float(compiles.seconds), 3)}
 
     def end_training(self, logs: Dict[str, Any]) -> None:
         cb = getattr(self, "callbacks", None)
@@ -446,6 +443,11 @@ class KerasBackend(BackendDefaults):
 
     def model_config(self):
         return self.config
+
+    def data_passes(self, step: int):
+        from hf_tpu_ext.backends.keras.stream_state import stream_passes
+
+        return stream_passes(self, step)  # --streaming: the stream's own pass count
 
     def model_summary(self) -> Dict[str, Any]:
         from hf_tpu_ext.backends.keras.optimization import optimizer_description

@@ -10,7 +10,7 @@ A checkpoint folder holds (all float32 as trained):
   transformers config), the data position (``seed``, ``global_batch_size``, ``num_train_blocks``: the batches
   of every step follow from them, see :mod:`hf_tpu_ext.data.numpy_batches`), ``keras_backend``, ``dtype_policy``,
   ``loss_window`` (``{"loss_sum", "steps"}``: the logging window so far) and ``fit_metrics`` (what the training
-  process measured up to the save; :func:`~hf_tpu_ext.backends.keras.loop.checkpoint_fields`);
+  process measured up to the save; :meth:`~hf_tpu_ext.backends.loop.StepLoop.checkpoint_fields`);
 * ``trainer_state.json``: the run's trainer state, written by the training run after the save;
 * with ``--streaming``, ``data_state-<process index>.json``: each process's stream position
   (:mod:`hf_tpu_ext.data.streaming`), gathered to process 0 and written with the rest before the rename.

@@ -152,9 +152,10 @@ class KerasTrainer:
             self.b.summary_writer.scalars(entry)
 
     # ------------------------------------------------------------------ saves and signals
-    def save(self, step: int) -> None:
-        """``checkpoint-<step>/`` (process 0 writes), then the run's ``on_save`` (its trainer state completes it)."""
-        path = self.b.save(step)
+    def save(self, step: int, fields: Dict[str, Any]) -> None:
+        """``checkpoint-<step>/`` (process 0 writes) with the loop's ``fields``, then the run's ``on_save`` (its
+        trainer state completes it)."""
+        path = self.b.save(step, fields)
         if path is not None:
             interrupts.kill_for_test("checkpoint_weights", step)  # weights written, trainer state not yet
             self.on_save(step, path)
@@ -177,14 +178,3 @@ class KerasTrainer:
             logger.info("another process received a signal: stopping at step %d with it", self.step)
             interrupts.record(signal.SIGTERM)
         return seen
-
-
-def checkpoint_fields(loop, fit_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """``checkpoint.json`` fields of a save during ``loop`` (a :class:`~hf_tpu_ext.backends.loop.StepLoop`):
-    ``loss_window`` and (once a step was timed) ``fit_metrics`` (JSON numbers and strings only), so a resume off
-    a logging boundary logs the same means and a resume that only finishes the export still reports them."""
-    fields: Dict[str, Any] = loop.meter.window_fields()
-    if fit_metrics and loop.meter.first_step is not None:
-        fields["fit_metrics"] = {k: v for k, v in fit_metrics.items()
-                                 if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
-    return fields

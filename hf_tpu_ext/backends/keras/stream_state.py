@@ -77,3 +77,17 @@ def restore_data_state(backend, path: str, step: int) -> None:
         backend.train_batches.restore(text, step, file)
     except DataError as err:
         raise CheckpointError(str(err)) from None
+
+
+def stream_passes(backend, step: int):
+    """The passes over this process's slice completed after ``step`` steps (its position's ``pass`` number: passes
+    are counted from 0 and a new one starts when one ends), or ``None`` without ``--streaming`` or when that step's
+    position is no longer kept."""
+    import json
+
+    if not _streaming(backend):
+        return None
+    try:
+        return int(json.loads(backend.train_batches.state_at(step))["state"]["pass"])
+    except (DataError, KeyError, TypeError, ValueError):
+        return None

@@ -312,8 +312,8 @@ class TFTrainer:
         # a NumPy step, not a Python int: see uncached_scalar (one cached tensor per step was ~1 KB per step)
         return float(self.lr_schedule(uncached_scalar(step)))
 
-    def save(self, step: int) -> None:
-        self._save(step)
+    def save(self, step: int, fields: Dict[str, Any]) -> None:
+        self._save(step, fields)
 
     def keep_best(self, step: int, key: str, value: float) -> None:
         self._save_best(step)
@@ -429,16 +429,16 @@ class TFTrainer:
         was written at ``step``, else ``(0.0, 0)`` (a fresh run, or a checkpoint written before the window was kept)."""
         return restored_loss_window(getattr(self.checkpointer, "restored_sidecar", None), step)
 
-    def _save(self, step: int):
-        """One checkpoint as one unit: weights + optimizer + sidecar (with the logging window), then
+    def _save(self, step: int, fields: Dict[str, Any]):
+        """One checkpoint as one unit: weights + optimizer + sidecar (with the loop's logging window, ``fields``
+        of :meth:`~hf_tpu_ext.backends.loop.StepLoop.checkpoint_fields`), then
         ``on_save`` (the run writes the checkpoint's trainer state: that completes it, and pushes), then the
         ``checkpoint`` state file and the rotation (see :mod:`~hf_tpu_ext.backends.tensorflow.checkpoint`)."""
         if self.checkpointer is None:
             return
         # every worker saves (MultiWorkerMirroredStrategy needs all of them); non-chiefs write to a temp dir
-        loop = getattr(self, "loop", None)
-        window = loop.meter.window_fields() if loop is not None else {"loss_window": {"loss_sum": 0.0, "steps": 0}}
-        path = self.checkpointer.write(step, epoch=step / self.steps_per_epoch, extra=window,
+        path = self.checkpointer.write(step, epoch=step / self.steps_per_epoch,
+                                       extra={"loss_window": fields["loss_window"]},
                                        with_state=self.on_save is not None and self.info.is_chief)
         interrupts.kill_for_test("checkpoint_weights", step)  # weights written, trainer state not yet
         if self.on_save is not None:

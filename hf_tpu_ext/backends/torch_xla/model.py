@@ -67,7 +67,7 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
 
 
 def _without_torch_compile(model):
-    """Turn off ModernBERT's ``reference_compile`` (unset, its model ``torch.compile``\ s the embeddings and MLP
+    """Turn off ModernBERT's ``reference_compile`` (unset, its model ``torch.compile`` call on the embeddings and MLP
     on any device but CPU/MPS, and dynamo's fake tensors fail on XLA lazy tensors: ``Cannot call numel() on tensor
     with symbolic sizes``); XLA compiles the whole step anyway. Other configs have no such field."""
     if hasattr(model.config, "reference_compile"):

@@ -174,9 +174,12 @@ def wants_spawn(training_args) -> int:
     Only TPUs: on PJRT CPU (``CPU_NUM_DEVICES``) torch_xla runs one thread per device inside one process,
     which the data and tokenizer code here are not made for. ``HF_TPU_XLA_NO_SPAWN=1`` turns it off.
     """
-    if os.environ.get("HF_TPU_XLA_CHILD") or os.environ.get("HF_TPU_XLA_NO_SPAWN"):
+    from hf_tpu_ext.backends.torch_xla.device import default_pjrt_device
+    from hf_tpu_ext.run_lock import spawned_child
+
+    if spawned_child() or os.environ.get("HF_TPU_XLA_NO_SPAWN"):
         return 0
-    if os.environ.get("PJRT_DEVICE", "") != "TPU":
+    if default_pjrt_device() != "TPU":
         return 0
     try:
         from torch_xla._internal import tpu

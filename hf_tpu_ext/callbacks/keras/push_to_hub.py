@@ -60,7 +60,7 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
                             save_strategy, save_steps, push_timeout=push_timeout, max_retries=max_retries,
                             backoff_seconds=backoff_seconds, hub_commit_budget=hub_commit_budget, card_fields=card_fields)
         self.session = PushSession(config, is_chief=process_index() == 0)
-        self.output_dir, self.report = config.output_dir, None
+        self.report = None  # output_dir: the session's
         # the latest logs (card); loss samples and epoch logs (loss curve, the checkpoints' trainer_state.json)
         self._logs, self.history = {}, FitHistory()  # type: Dict[str, Any], FitHistory
         self._step0 = self._steps = self._epoch = 0
@@ -77,7 +77,8 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
         """
         s, step = self.session, self._step0 + self._steps
         # a save at the last step coalesces into the final push (one commit, not two: PushSession.admit)
-        if not (final or s.due(step)) or not s.admit(step, final, max_steps=self._max_steps() or None):
+        plan = s.admit(step, final, max_steps=self._max_steps() or None) if final or s.due(step) else None
+        if plan is None:
             return None
         model, params = self.model, getattr(self, "params", None) or {}  # on JAX the property syncs the variables
         epoch, facts = fit_epoch(params, step, self._epoch), card_facts_of(model, step)
@@ -86,11 +87,11 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
         write_model_card(model, self.output_dir, self.history, s.repo_id, step=step, epoch=epoch, logs=self._logs,
                          final=final, max_steps=self._max_steps() or None, facts=facts, **s.config.card_fields)
         checkpoint = self._last_checkpoint if step == self._last_save else None
-        if checkpoint is None and s.wants_checkpoint(final):
+        if checkpoint is None and plan.checkpoint is not None:
             checkpoint = save_checkpoint(model, os.path.join(self.output_dir, "checkpoints", f"checkpoint-{step}"))
             s.write_trainer_state(checkpoint, step, epoch=epoch, max_steps=self._max_steps(), known_only=True,
                                   state=session_trainer_state(self.history, s, params, self._step0, facts, epoch_numbers=True))
-        s.save(self.output_dir, step=step, checkpoint_folder=checkpoint, final=final)
+        s.save(plan, self.output_dir, checkpoint_folder=checkpoint)
         if self._last_checkpoint and self._last_checkpoint != checkpoint:  # keep only the newest locally
             shutil.rmtree(self._last_checkpoint, ignore_errors=True)
         self._last_checkpoint = checkpoint

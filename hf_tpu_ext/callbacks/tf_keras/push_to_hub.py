@@ -67,7 +67,7 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
                             save_strategy, save_steps, save_best_only, monitor, mode, push_timeout, max_retries,
                             backoff_seconds, hub_commit_budget, card_fields=card_fields)
         self.session = PushSession(config, pusher=pusher)
-        self.output_dir, self.tokenizer, self.checkpointer = config.output_dir, tokenizer, checkpointer
+        self.tokenizer, self.checkpointer = tokenizer, checkpointer  # output_dir: the session's
         self.summary_fn, self.save_fn, self.max_steps, self.trainer_state_fn = summary_fn, save_fn, max_steps, trainer_state_fn
         self._owns_pusher, self.report, self.history, self._step0 = pusher is None, None, FitHistory(), 0
 
@@ -112,7 +112,8 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
         if not final and not s.due(step, logs):
             return
         prefix = self._checkpoint(step) if s.wants_checkpoint(final) else None
-        if not s.admit(step, final, max_steps=self._max_steps()):  # the last step's save: in the final push
+        plan = s.admit(step, final, max_steps=self._max_steps())
+        if plan is None:  # not pushed now (e.g. the last step's save: in the final push)
             return
         (self.save_fn or save_model_folder)(self.model, self.output_dir, self.tokenizer)
         if self.summary_fn is None and self.trainer_state_fn is None:  # a drop-in fit (hf-tpu train writes its own)
@@ -128,7 +129,7 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
                                   known_only=self.trainer_state_fn is None,  # fit's: what it knew, no placeholder
                                   state=self.trainer_state_fn() if self.trainer_state_fn else session_trainer_state(
                                       self.history, s, getattr(self, "params", None), self._step0, facts))
-        s.save(self.output_dir, step=step, checkpoint_folder=folder, final=final)
+        s.save(plan, self.output_dir, checkpoint_folder=folder)
 
     def _max_steps(self) -> int:
         params = getattr(self, "params", None) or {}

@@ -92,9 +92,9 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
             logger.warning("on_save at step %d: no %s; nothing pushed.", step, checkpoint)
             return
         self._last_checkpoint = (checkpoint, step)
-        if self.session.admit(step):
+        if (plan := self.session.admit(step)) is not None:
             self._write(checkpoint)
-            self.session.save(self.output_dir, step=step, checkpoint_folder=checkpoint)
+            self.session.save(plan, self.output_dir, checkpoint_folder=checkpoint)
 
     def on_train_end(self, args, state, control, model=None, **kwargs):
         self._remember(args, state)
@@ -138,13 +138,13 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
             The :class:`~hf_tpu_ext.hub.push_queue.PushReport` (``None`` on non-chief processes); its
             ``final_pushed`` says whether the final state landed.
         """
-        if self._finished or not self.session.admit(int(step), final=True):
+        if self._finished or (plan := self.session.admit(int(step), final=True)) is None:
             return self.report
         self._finished, (checkpoint, saved) = True, self._last_checkpoint
         checkpoint = checkpoint if saved == int(step) else None  # the Trainer saved the final state already
         if write:
             self._write(checkpoint, model)
-        self.session.save(self.output_dir, step=int(step), checkpoint_folder=checkpoint, final=True)
+        self.session.save(plan, self.output_dir, checkpoint_folder=checkpoint)
         self.report = self.session.finish() if self._owns_pusher else self.session.report()
         return self.report
 

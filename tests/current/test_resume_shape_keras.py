@@ -1,0 +1,157 @@
+"""The run's shape on resume (README, "Resuming: the run's shape"), every row of the table on the Keras backend.
+
+One tiny run (session fixture) trains 4 steps at global batch 16 (``--per_device_train_batch_size 16`` on one
+device) and 32 tokens per block, with a linear learning-rate schedule; each row resumes a copy of its folder to
+step 6. Flags left at their defaults take the checkpoint's values; the same global batch split another way is
+accepted with one line; another global batch, another ``--max_seq_length`` or another data source is refused in one
+line naming both values, before anything is written. The first resumed step's learning rate, epoch and the tokens
+seen are checked against numbers computed here. Rows that need several processes or a streamed checkpoint are
+checked on :func:`hf_tpu_ext.run.resume.apply_checkpoint_shape` with the :class:`RunShape` such a run has.
+"""
+
+import json
+import logging
+import os
+import shutil
+
+import pytest
+
+pytest.importorskip("jax")
+if os.environ.get("KERAS_BACKEND", "jax") != "jax":
+    pytest.skip("--backend keras runs on KERAS_BACKEND=jax", allow_module_level=True)
+
+BATCH, LENGTH, BLOCKS, LR = 16, 32, 128, 1e-3
+STEPS_PER_EPOCH = BLOCKS // BATCH  # 8
+
+
+def _args(output_dir, *extra, steps=6):
+    """A tiny run; the batch and block length are given by the caller (the fixture) or left to the checkpoint."""
+    return ["--backend", "keras", "--output_dir", str(output_dir),
+            "--hidden_size", "32", "--num_hidden_layers", "1", "--num_attention_heads", "2",
+            "--intermediate_size", "64", "--vocab_size", "300", "--max_train_samples", str(BLOCKS),
+            "--do_eval", "false", "--logging_steps", "1", "--learning_rate", str(LR), "--lr_scheduler_type", "linear",
+            "--max_steps", str(steps), "--save_steps", "4", "--seed", "7", "--disable_tqdm", "true", *extra]
+
+
+def _train(args):
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run import train
+
+    return train(*parse_args(list(map(str, args))))
+
+
+@pytest.fixture(scope="session")
+def four_steps(tmp_path_factory):
+    out = tmp_path_factory.mktemp("shape") / "run"
+    _train(_args(out, "--per_device_train_batch_size", BATCH, "--max_seq_length", LENGTH, steps=4))
+    return out
+
+
+def _copy(four_steps, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(four_steps, out)
+    return out
+
+
+def _assert_resumed_true(out):
+    """Steps 5-6 at the checkpoint's shape: global batch 16, 32 tokens; schedule, epoch and tokens counted so."""
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert (state["global_step"], state["train_batch_size"]) == (6, BATCH)
+    first = next(e for e in state["log_history"] if e.get("step") == 5 and "learning_rate" in e)
+    assert first["learning_rate"] == pytest.approx(LR * (6 - 5) / 6, rel=1e-5)  # linear, no warmup, 6 steps
+    assert first["epoch"] == pytest.approx(5 / STEPS_PER_EPOCH)
+    results = json.loads((out / "all_results.json").read_text())
+    assert results["tokens_seen"] == 6 * BATCH * LENGTH == state["num_input_tokens_seen"]
+    assert results["epoch"] == pytest.approx(6 / STEPS_PER_EPOCH)
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert (summary["global_batch_size"], summary["max_seq_length"], summary["tokens_seen"]) == (BATCH, LENGTH, 3072)
+    assert "| Tokens seen | 3,072 |" in (out / "README.md").read_text()
+
+
+def test_flags_left_at_their_defaults_take_the_checkpoints_batch_and_length(four_steps, tmp_path, hf_log):
+    out = _copy(four_steps, tmp_path)
+    with hf_log.at_level(logging.INFO, logger="hf_tpu_ext"):
+        _train(_args(out, "--resume_from_checkpoint", "true"))
+    _assert_resumed_true(out)
+    lines = [r.getMessage() for r in hf_log.records]
+    assert ("--per_device_train_batch_size not given: resuming with the checkpoint's global batch 16 = 16 per device "
+            "x 1 device(s) over 1 process(es) x 1 accumulation step(s).") in lines
+    assert "--max_seq_length not given: resuming with the checkpoint's 32 (the default is 128)." in lines
+
+
+def test_the_same_global_batch_split_another_way_is_accepted_with_one_line(four_steps, tmp_path, hf_log):
+    out = _copy(four_steps, tmp_path)
+    with hf_log.at_level(logging.INFO, logger="hf_tpu_ext"):
+        _train(_args(out, "--resume_from_checkpoint", "true", "--per_device_train_batch_size", "8",
+                     "--gradient_accumulation_steps", "2", "--max_seq_length", LENGTH))
+    _assert_resumed_true(out)
+    assert ("from step 4: global batch 16 = 8 per device x 1 device(s) over 1 process(es) x 2 accumulation step(s) "
+            "(the checkpoint's).") in [r.getMessage() for r in hf_log.records]
+
+
+@pytest.mark.parametrize("flags, conflict", [
+    (["--per_device_train_batch_size", "8"],
+     "global batch 8 (--per_device_train_batch_size 8 x 1 device(s) over 1 process(es) x 1 accumulation step(s); "
+     "the checkpoint trained with global batch 16: pass a per-device batch and accumulation that multiply to it)"),
+    (["--max_seq_length", "16"],
+     "--max_seq_length 16 (the checkpoint trained at 32; a new length is a new run: --model_name_or_path on its "
+     "exported model)"),
+])
+def test_another_value_is_refused_naming_both_before_anything_is_written(four_steps, tmp_path, flags, conflict):
+    from hf_tpu_ext.errors import CheckpointError
+
+    out = _copy(four_steps, tmp_path)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    with pytest.raises(CheckpointError) as err:
+        _train(_args(out, "--resume_from_checkpoint", "true", *flags))
+    assert str(err.value) == (f"These flags contradict the checkpoint {out / 'checkpoint-4'} being "
+                              f"resumed: {conflict}. Drop them (the checkpoint's values are used) or start a new run "
+                              "in another --output_dir.")
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name != ".hf-tpu-train.lock"} == {
+        p: t for p, t in before.items() if p.name != ".hf-tpu-train.lock"}
+
+
+def _info(path, batch=16):
+    from hf_tpu_ext.backends.base import CheckpointInfo
+
+    return CheckpointInfo(path=str(path), global_step=4, model_config={"max_position_embeddings": LENGTH + 2},
+                          trainer_state={"global_step": 4, "train_batch_size": batch,
+                                         "num_input_tokens_seen": 4 * batch * LENGTH})
+
+
+def _apply(path, argv, shape):
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run.resume import apply_checkpoint_shape
+
+    model_args, data_args, args = parse_args(["--output_dir", str(path), "--resume_from_checkpoint", "true",
+                                              "--max_steps", "6", *argv])
+    return apply_checkpoint_shape(_info(path), model_args, data_args, args, str, shape), data_args, args
+
+
+def test_a_grown_slice_keeps_the_global_batch_and_a_stream_its_process_count(tmp_path):
+    from hf_tpu_ext.errors import CheckpointError
+    from hf_tpu_ext.run.resume import RunShape
+
+    # 2 processes of 2 devices each: the per-device batch left at its default is 16 / 4
+    notes, _, args = _apply(tmp_path, [], RunShape(replicas=4, processes=2))
+    assert args.per_device_train_batch_size == 4
+    assert notes[-1] == ("--per_device_train_batch_size not given: resuming with the checkpoint's global batch 16 = 4 "
+                         "per device x 4 device(s) over 2 process(es) x 1 accumulation step(s).")
+    with pytest.raises(CheckpointError, match=r"global batch 48 \(--per_device_train_batch_size 16 x 3 device"):
+        _apply(tmp_path, ["--per_device_train_batch_size", "16"], RunShape(replicas=3, processes=3))
+    with pytest.raises(CheckpointError, match=r"resumed: global batch 24 \(--per_device_train_batch_size 8 x 3 "):
+        _apply(tmp_path, [], RunShape(replicas=3, processes=3))  # 16 does not divide over 3 devices
+    # a streamed checkpoint (one process's position): --streaming left unset follows it; 2 processes are refused
+    stream = ["--train_file", "c.txt", "--tokenizer_name", "t"]
+    notes, data_args, _ = _apply(tmp_path, stream, RunShape(streaming=True, stream_processes=1))
+    assert data_args.streaming is True
+    assert notes[-1] == "--streaming not given: resuming the checkpoint's stream (--streaming true)."
+    with pytest.raises(CheckpointError, match=r"resumed: 2 process\(es\) \(the checkpoint's stream positions are of 1: "
+                                              r"a stream resumes with the same process count\)\. Drop them"):
+        _apply(tmp_path, stream, RunShape(replicas=2, processes=2, streaming=True, stream_processes=1))
+    with pytest.raises(CheckpointError, match=r"resumed: --streaming false \(the checkpoint was trained with "
+                                              r"--streaming true\)"):
+        _apply(tmp_path, [*stream, "--streaming", "false"], RunShape(streaming=True, stream_processes=1))
+    with pytest.raises(CheckpointError, match=r"resumed: --streaming true \(the checkpoint was trained with "
+                                              r"--streaming false\)"):
+        _apply(tmp_path, [*stream, "--streaming", "true"], RunShape(streaming=False))
