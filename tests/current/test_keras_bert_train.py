@@ -27,6 +27,8 @@ TOLERANCE = 1e-4  # float32, two implementations of the same math
 WORDS = ("the quick brown fox jumps over a lazy dog while seven tiny robots sing about rivers mountains and old "
          "lighthouse keeper counts ships under bright silver moon").split()
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+#: --probe_file in BERT's spelling
+PROBES = "the quick brown [MASK] jumps => fox\nseven tiny [MASK] sing => robots\nthe lazy [MASK] => dog\n"
 
 
 #: model_type -> (config class and sizes, masked-LM class, tokenizer class, a weight the run must move)
@@ -77,10 +79,12 @@ def trained(request, tmp_path_factory):
     tokenizer.save_pretrained(root / "start")
     rng = np.random.default_rng(0)
     (root / "train.txt").write_text("\n".join(" ".join(rng.choice(WORDS, size=10)) for _ in range(600)))
+    (root / "probes.txt").write_text(PROBES, encoding="utf-8")
     args = ["--backend", "keras", "--model_name_or_path", root / "start", "--train_file", root / "train.txt",
             "--output_dir", root / "out", "--max_seq_length", "32", "--per_device_train_batch_size", "8",
             "--per_device_eval_batch_size", "4",
             "--learning_rate", "1e-3", "--max_steps", "20", "--save_steps", "10", "--logging_steps", "5",
+            "--eval_steps", "10", "--probe_file", root / "probes.txt",
             "--seed", "7", "--disable_tqdm", "true"]
     train(*parse_args(list(map(str, args))))
     return kind, root / "start", root / "out"
@@ -115,6 +119,15 @@ def test_export_is_the_class_with_the_keras_logits(trained):
         theirs = exported(input_ids=torch.tensor(ids, dtype=torch.long),
                           attention_mask=torch.tensor(mask, dtype=torch.long)).logits.numpy()
     assert np.abs(ours - theirs)[mask.astype(bool)].max() <= TOLERANCE
+
+
+def test_probe_file_with_bert_mask_is_scored_at_each_evaluation(trained):
+    _, _, out = trained
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    probed = [(e["step"], e["probe_n"]) for e in history if "probe_n" in e]
+    assert probed == [(10, 3), (20, 3)]
+    last = [e for e in history if "probe_n" in e][-1]
+    assert 0.0 <= last["probe_top1"] <= last["probe_top5"] <= 1.0 and 0.0 < last["probe_mrr"] <= 1.0
 
 
 def test_fill_mask_pipeline_answers(trained):
