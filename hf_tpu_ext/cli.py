@@ -119,7 +119,8 @@ def _main(argv=None) -> int:
     if name not in COMMANDS:
         print(unknown_command_message(name), file=sys.stderr)
         return 2
-    from hf_tpu_ext.console import VERBOSE_LEVELS, drop_import_notices, filter_native_stderr, requested_log_level
+    from hf_tpu_ext.console import (VERBOSE_LEVELS, drop_import_notices, filter_native_stderr, filter_native_stdout,
+                                    multi_process_environment, requested_log_level)
 
     if requested_log_level(rest) not in VERBOSE_LEVELS:
         drop_import_notices()  # before anything imports transformers (it logs "PyTorch was not found" then)
@@ -128,17 +129,21 @@ def _main(argv=None) -> int:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         if console_script:
             filter_native_stderr()
+            if name == "train" and multi_process_environment():
+                filter_native_stdout()  # gloo's "[Gloo] Rank 0 is connected to ..." lines, per process
     if console_script:
         import hf_tpu_ext.console as console
 
         console.whole_process = True  # an interrupted command may end the process at once (console.exit_now)
     module = importlib.import_module(COMMANDS[name][0])
+    from hf_tpu_ext.distributed import agreed_exit_status
+
     try:
         code = int(module.main(rest) or 0)
     except HfTpuExtError as err:
         print(f"hf-tpu {name}: error: {err}", file=sys.stderr)
-        return 1
-    return code
+        code = 1
+    return agreed_exit_status(code)  # the processes of one run end with its status (process 0's)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -157,8 +157,9 @@ def requested_log_level(argv: List[str]) -> str:
     return str(level).lower() if level else "passive"
 
 
-def _pump(read_fd: int, write_fd: int) -> None:
-    """Copy ``read_fd`` to ``write_fd`` line by line, leaving out C++ log lines, until end of file."""
+def _pump(read_fd: int, write_fd: int, native=NATIVE_LOG_LINE) -> None:
+    """Copy ``read_fd`` to ``write_fd`` line by line, leaving out the lines ``native`` matches (C++ log lines),
+    until end of file."""
     pending = b""
     skipping = False  # inside a multi-line C++ message
     while True:
@@ -172,7 +173,7 @@ def _pump(read_fd: int, write_fd: int) -> None:
         *lines, pending = pending.split(b"\n")
         out = []
         for line in lines:
-            if NATIVE_LOG_LINE.match(line):
+            if native.match(line):
                 skipping = True
                 continue
             if skipping and line.startswith(b"To enable the following instructions"):
@@ -184,7 +185,7 @@ def _pump(read_fd: int, write_fd: int) -> None:
             pending = b""
         if out:
             os.write(write_fd, b"".join(out))
-    if pending and not NATIVE_LOG_LINE.match(pending):
+    if pending and not native.match(pending):
         os.write(write_fd, pending)
 
 
@@ -199,35 +200,64 @@ def filter_native_stderr() -> bool:
         True when the filter is in place; False where it cannot be (no ``os.fork``, e.g. Windows, or fd 2
         closed): nothing is changed then.
     """
-    if not hasattr(os, "fork"):
+    stream = _filter_fd(2, NATIVE_LOG_LINE, sys.stderr, line_buffering=True)
+    if stream is None:
         return False
+    sys.stderr = stream
+    return True
+
+
+#: what C++ libraries write to stdout in a multi-process JAX run: gloo's "[Gloo] Rank 0 is connected to 1 peer
+#: ranks. Expected number of connected peer ranks is : 1", once per collective group and process
+#: (two gloo threads' writes may interleave, leaving a line's tail without its "[Gloo] Rank " head)
+NATIVE_STDOUT_LINE = re.compile(rb"^\[Gloo\] |.*Expected number of connected peer ranks is : \d+$")
+
+
+def filter_native_stdout() -> bool:
+    """Leave gloo's connection lines (:data:`NATIVE_STDOUT_LINE`) out of this process' stdout (fd 1), as
+    :func:`filter_native_stderr` does for fd 2: ``sys.stdout`` keeps writing to the original fd 1 directly.
+
+    Returns:
+        True when the filter is in place; False where it cannot be (nothing changed).
+    """
+    stream = _filter_fd(1, NATIVE_STDOUT_LINE, sys.stdout, line_buffering=_isatty(sys.stdout))
+    if stream is None:
+        return False
+    sys.stdout = stream
+    return True
+
+
+def _filter_fd(fd: int, native, current, line_buffering: bool):
+    """Point ``fd`` at a pipe drained by a forked filter process that drops the lines ``native`` matches; return
+    a text stream on a duplicate of the original ``fd`` for Python's own writes (``None``: not possible)."""
+    if not hasattr(os, "fork"):
+        return None
     try:
-        sys.stderr.flush()
-        original = os.dup(2)
+        current.flush()
+        original = os.dup(fd)
         read_fd, write_fd = os.pipe()
         pid = os.fork()
     except (OSError, ValueError, AttributeError):
-        return False
+        return None
     if pid == 0:  # the filter process
         status = 0
         try:
             import signal
 
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the command, not its stderr
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the command, not its output
             os.close(write_fd)
-            os.dup2(original, 2)
-            _pump(read_fd, original)
+            os.dup2(original, fd)
+            _pump(read_fd, original, native)
         except BaseException:
             status = 1
         finally:
             os._exit(status)
     os.close(read_fd)
-    os.dup2(write_fd, 2)
+    os.dup2(write_fd, fd)
     os.close(write_fd)
-    encoding = getattr(sys.stderr, "encoding", None) or "utf-8"
-    sys.stderr = io.TextIOWrapper(io.FileIO(original, "w"), encoding=encoding, errors="backslashreplace",
-                                  line_buffering=True)
-    return True
+    encoding = getattr(current, "encoding", None) or "utf-8"
+    return io.TextIOWrapper(io.FileIO(original, "w"), encoding=encoding, errors="backslashreplace",
+                            line_buffering=line_buffering)
 
 
 class _DropMessage(logging.Filter):
@@ -380,25 +410,74 @@ def _is_resume_flag(arg: str) -> bool:
     return arg.split("=", 1)[0].replace("-", "_") in ("__resume_from_checkpoint", "__overwrite_output_dir")
 
 
-def resume_hint(argv: Optional[List[str]] = None, secrets: tuple = ()) -> str:
+#: the variables that make one ``hf-tpu train`` a process of a multi-process JAX run, in the order a hint names them
+#: (``JAX_NUM_CPU_DEVICES``: the devices each process simulates on a CPU; the global batch counts them)
+PROCESS_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_NUM_CPU_DEVICES",
+                     "HF_TPU_JAX_DISTRIBUTED")
+
+
+def multi_process_environment(environ=None) -> bool:
+    """Whether this ``hf-tpu train`` is one process of several (:data:`PROCESS_VARIABLES` ask for JAX's start)."""
+    env = os.environ if environ is None else environ
+    return any(str(env.get(k, "")).strip() for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
+                                                      "HF_TPU_JAX_DISTRIBUTED"))
+
+
+def process_prefix(environ=None) -> str:
+    """What a rerun of one process of a multi-process run must say before ``hf-tpu train``, so that it joins the
+    same processes with the same global batch (a bare command resumed on one process, with a quarter of the batch):
+
+    - ``JAX_NUM_PROCESSES`` above 1: ``on each process i = 0 .. N-1: JAX_COORDINATOR_ADDRESS=... JAX_NUM_PROCESSES=N
+      JAX_PROCESS_ID=$i [JAX_NUM_CPU_DEVICES=...] `` (``$i`` left for the shell of each process);
+    - JAX finds the cluster (``HF_TPU_JAX_DISTRIBUTED=1``, or a coordinator alone: Slurm, Open MPI): ``the same
+      commands on every host: <the variables set> ``;
+    - one process: ``JAX_NUM_CPU_DEVICES=... `` where set, else ``""``.
+    """
+    env = os.environ if environ is None else environ
+    given = {k: str(env.get(k, "")).strip() for k in PROCESS_VARIABLES}
+    count = given["JAX_NUM_PROCESSES"]
+    several = count.isdigit() and int(count) > 1
+    if not several and not (given["JAX_COORDINATOR_ADDRESS"] or given["HF_TPU_JAX_DISTRIBUTED"]):
+        devices = given["JAX_NUM_CPU_DEVICES"]  # one process: its simulated devices are still its global batch
+        return f"JAX_NUM_CPU_DEVICES={shlex.quote(devices)} " if devices else ""
+    words = [f"{k}={shlex.quote(v)}" if k != "JAX_PROCESS_ID" or not several else f"{k}=$i"
+             for k, v in given.items() if v]
+    if several:
+        return f"on each process i = 0 .. {int(count) - 1}: " + " ".join(words) + " "
+    return "the same commands on every host: " + " ".join(words) + " "
+
+
+def resume_hint(argv: Optional[List[str]] = None, secrets: tuple = (), environ=None) -> str:
     """``hf-tpu train <same flags> --resume_from_checkpoint true``: without the token flags in any spelling
     (``--hub_token``, ``--hub-token``, with ``=`` or not; the token comes from ``HF_TOKEN`` or the login again),
-    and with any ``secrets`` value found elsewhere replaced by ``<redacted>``."""
+    and with any ``secrets`` value found elsewhere replaced by ``<redacted>``. A process of a multi-process run
+    is told the environment each process needs (:func:`process_prefix`), never a one-process command that would
+    resume with another global batch."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "train":
         argv = argv[1:]
     kept = redact_argv(_without_flags(argv, _is_resume_flag), secrets)
-    return "hf-tpu train " + " ".join(shlex.quote(a) for a in kept + ["--resume_from_checkpoint", "true"])
+    return (process_prefix(environ) + "hf-tpu train "
+            + " ".join(shlex.quote(a) for a in kept + ["--resume_from_checkpoint", "true"]))
 
 
-def rerun_hint(argv: Optional[List[str]] = None, secrets: tuple = (), output_dir_has_files: bool = False) -> str:
+def rerun_hint(argv: Optional[List[str]] = None, secrets: tuple = (), output_dir_has_files: bool = False,
+               environ=None) -> str:
     """``hf-tpu train <same flags>`` for a run stopped before its first checkpoint (nothing to resume from),
-    redacted as :func:`resume_hint`; with ``--overwrite_output_dir true`` added when the run left files in its
-    output folder and the flags neither overwrite nor resume (the rerun would be refused as "not empty")."""
+    redacted as :func:`resume_hint`, with its process environment (:func:`process_prefix`); with
+    ``--overwrite_output_dir true`` added when the run left files in its output folder and the flags neither
+    overwrite nor resume (the rerun would be refused as "not empty")."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "train":
         argv = argv[1:]
     kept = redact_argv(argv, secrets)
     if output_dir_has_files and not any(_is_resume_flag(a) for a in argv):
         kept += ["--overwrite_output_dir", "true"]
-    return "hf-tpu train " + " ".join(shlex.quote(a) for a in kept)
+    return process_prefix(environ) + "hf-tpu train " + " ".join(shlex.quote(a) for a in kept)
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # closed or replaced by a test's capture
+        return False

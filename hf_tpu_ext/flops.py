@@ -264,20 +264,27 @@ def cpu_peak(dtype: str = "float32", cpuinfo_text: Optional[str] = None, cores: 
 
 
 def device_peak(device_kind: Optional[str], dtype: str = "float32", *, cpuinfo_text: Optional[str] = None,
-                cores: Optional[int] = None) -> Peak:
+                cores: Optional[int] = None, cpu_devices: int = 1) -> Peak:
     """The peak MFU divides by, for one device (one replica): a TPU/GPU datasheet value or the CPU formula.
 
     Args:
         device_kind: ``"CPU"`` (any name containing "cpu"), a TPU/GPU name (:func:`known_peak_flops`), or None.
         dtype: the compute dtype (``"float32"``, ``"bfloat16"``...).
         cpuinfo_text, cores: passed to :func:`cpu_peak` (tests).
+        cpu_devices: the devices this process splits the CPU into (``JAX_NUM_CPU_DEVICES``, TensorFlow's logical
+            CPUs): they share its cores, so each has the CPU's peak divided by their count (4 simulated devices
+            each given the whole CPU's peak made MFU read a quarter of the truth). Ignored for accelerators.
 
     Returns:
         :class:`Peak` (``flops`` None with the reason in ``source`` for an unknown device).
     """
     kind = (device_kind or "").strip()
     if "cpu" in kind.lower():
-        return cpu_peak(dtype, cpuinfo_text=cpuinfo_text, cores=cores)
+        peak = cpu_peak(dtype, cpuinfo_text=cpuinfo_text, cores=cores)
+        shared = max(1, int(cpu_devices))
+        if peak.flops is None or shared == 1:
+            return peak
+        return Peak(peak.flops / shared, f"{peak.source}, shared by the {shared} devices on this CPU")
     found = _datasheet(kind)
     if found is not None:
         half = _is_half(dtype)

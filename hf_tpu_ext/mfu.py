@@ -52,7 +52,8 @@ class MFUMeter:
 
 
 def make_mfu_meter(flops_per_token: Optional[float], device_kind: str, bf16: bool, replicas: int,
-                   is_chief: bool = True, why: Optional[str] = None, per: str = "replica") -> MFUMeter:
+                   is_chief: bool = True, why: Optional[str] = None, per: str = "replica",
+                   cpu_devices: int = 1) -> MFUMeter:
     """The run's :class:`MFUMeter`; the chief logs one line saying which peak, or why MFU is left out.
 
     Args:
@@ -62,10 +63,12 @@ def make_mfu_meter(flops_per_token: Optional[float], device_kind: str, bf16: boo
         replicas: data-parallel replicas; is_chief: this process logs.
         why: a reason known already to leave MFU out (e.g. the FLOP count failed).
         per: the unit one peak belongs to, in the log line (``"replica"``, ``"device"``).
+        cpu_devices: the devices this process splits its CPU into (they share its peak, see
+            :func:`hf_tpu_ext.flops.device_peak`).
     """
     from hf_tpu_ext.flops import device_peak
 
-    peak = device_peak(device_kind, "bfloat16" if bf16 is True else "float32")
+    peak = device_peak(device_kind, "bfloat16" if bf16 is True else "float32", cpu_devices=cpu_devices)
     if why is None and not flops_per_token:
         why = "MFU left out: no FLOP count for this model config"
     if why is None and not peak.flops:

@@ -320,6 +320,30 @@ def test_cycle_check_finds_lazy_and_relative_cycles():
     assert len(failures) == 2
 
 
+# ============================================================================================ framework-free ground
+#: deep-learning frameworks (and their runtimes) a ground module must never import
+FRAMEWORKS = ("jax", "jaxlib", "tensorflow", "tf_keras", "keras", "torch", "torch_xla", "flax")
+
+
+def framework_imports(source: str, filename: str) -> List[str]:
+    """``"<module> (line N)"`` for every import of a :data:`FRAMEWORKS` module in ``source``, in a function too."""
+    found = []
+    for node, _ in _imports([ast.parse(source, filename=filename)]):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if not node.level else [])
+        found += [f"{n} (line {node.lineno})" for n in names if n.split(".")[0] in FRAMEWORKS]
+    return found
+
+
+def test_distributed_imports_no_framework():
+    """``hf_tpu_ext/distributed.py`` answers every backend's "which process am I" without loading a framework: JAX's
+    multi-process code is ``backends/keras/processes.py``'s (issue 41 item 4)."""
+    source = (REPO_ROOT / "hf_tpu_ext" / "distributed.py").read_text()
+    assert framework_imports(source, "distributed.py") == []
+    assert framework_imports("def f():\n    import jax.numpy as jnp\n    from jax._src import distributed\n",
+                             "x.py") == ["jax.numpy (line 2)", "jax._src (line 3)"]
+
+
 # ============================================================================================ the save path's direction
 def backend_packages() -> List[str]:
     """The backends: every folder of modules under ``hf_tpu_ext/backends/`` (``hf_tpu_ext.backends.keras``, ...)."""

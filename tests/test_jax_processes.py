@@ -1,11 +1,11 @@
 """A multi-process JAX run's host-side parts, without JAX or processes: the lost-process watch
-(hf_tpu_ext.distributed.LostProcessWatch) on a fake key-value store and clock, and the run lock of a host that
+(hf_tpu_ext.backends.keras.processes.LostProcessWatch) on a fake key-value store and clock, and the run lock of a host that
 learns its id from jax.distributed.initialize (hf_tpu_ext.run_lock.PendingRunLock). The real kill -9 and the
 2-process runs are tests/current/test_keras_multiprocess.py."""
 
 import pytest
 
-from hf_tpu_ext.distributed import HEARTBEAT_KEY_PREFIX, LostProcessWatch
+from hf_tpu_ext.backends.keras.processes import HEARTBEAT_KEY_PREFIX, LostProcessWatch
 
 
 class FakeStore:
@@ -201,7 +201,7 @@ def test_the_abort_reporter_names_a_lost_coordinator_after_jax_aborts(tmp_path, 
     (tmp_path / "checkpoint-5").mkdir()
     (tmp_path / "checkpoint-5" / "trainer_state.json").write_text("{}")
     address = _closed_port_address()
-    code = ("import os, sys\nfrom hf_tpu_ext.distributed import start_abort_reporter, _tell_reporter\n"
+    code = ("import os, sys\nfrom hf_tpu_ext.backends.keras.processes import start_abort_reporter, _tell_reporter\n"
             f"fd = start_abort_reporter({address!r}, 2, {str(tmp_path)!r})\n"
             f"if {ending!r} == 'exited':\n    _tell_reporter(fd)\n    sys.exit(0)\nos.abort()\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -229,7 +229,7 @@ def test_the_abort_reporter_stays_quiet_after_another_ending():
     import subprocess
     import sys
 
-    code = ("import os\nfrom hf_tpu_ext.distributed import start_abort_reporter\n"
+    code = ("import os\nfrom hf_tpu_ext.backends.keras.processes import start_abort_reporter\n"
             f"start_abort_reporter({_closed_port_address()!r}, 2, '')\nos._exit(143)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stderr) == (143, "")
@@ -257,7 +257,7 @@ def test_a_peer_killed_while_this_process_exits_is_lost_at_once():
     whose liveness port refuses is lost without waiting out the time-out; one that exited or answers is not."""
     import socket
 
-    from hf_tpu_ext.distributed import ALIVE_KEY_PREFIX
+    from hf_tpu_ext.backends.keras.processes import ALIVE_KEY_PREFIX
 
     store, clock = FakeStore(), Clock()
     w0, w1 = _pair(store, clock)
@@ -275,3 +275,15 @@ def test_a_peer_killed_while_this_process_exits_is_lost_at_once():
         "host (with --resume_from_checkpoint true) to resume.")
     w1.mark_exited()  # ended on purpose: its port closes after it said so
     assert w0.lost_at_exit() is None
+
+
+@pytest.mark.parametrize("watch", [1, 10, 30, 61.5])
+def test_jax_heartbeat_time_out_leaves_the_verdict_to_the_watch(watch):
+    """XLA's agent beats every half time-out, so JAX can declare a killed process dead half its time-out after the
+    kill: that half must come a margin after the watch's time-out (30 s watch: JAX at 90 s, earliest verdict 45 s;
+    at 45 s, as before, JAX aborted first in about a third of the kills)."""
+    from hf_tpu_ext.backends.keras.processes import JAX_HEARTBEAT_MARGIN, jax_heartbeat_timeout
+
+    assert jax_heartbeat_timeout(30) == 90
+    assert jax_heartbeat_timeout(watch) / 2 >= watch + JAX_HEARTBEAT_MARGIN
+    assert isinstance(jax_heartbeat_timeout(watch), int)

@@ -219,3 +219,24 @@ def test_summary_carries_the_rates_and_mfu_or_why_not():
 
 def test_no_probe_cache_is_left():
     assert not hasattr(flops, "_peak_cache_path")  # the load-dependent probe no longer divides MFU
+
+
+def test_simulated_cpu_devices_share_the_cpus_peak(caplog):
+    """JAX_NUM_CPU_DEVICES=2: the 2 devices of a process share its CPU, so each has half the CPU's peak (issue 43:
+    each simulated device was given the whole CPU's peak, so MFU read 2-3%)."""
+    from hf_tpu_ext.mfu import make_mfu_meter
+
+    whole = device_peak("CPU", "float32", cpuinfo_text=ZEN3_AVX2, cores=2)
+    shared = device_peak("cpu", "float32", cpuinfo_text=ZEN3_AVX2, cores=2, cpu_devices=2)
+    assert shared == Peak(2 * 2.445406e9 * 32 / 2, "CPU formula: 2 cores x 2.45 GHz x 32 FLOP/cycle (AVX2 FMA, "
+                                                  "float32), shared by the 2 devices on this CPU")
+    assert device_peak("CPU", cpuinfo_text=ZEN3_AVX2, cores=2, cpu_devices=1) == whole
+    # an accelerator's datasheet value is its own, whatever the count
+    assert device_peak("TPU v4", "bfloat16", cpu_devices=4) == device_peak("TPU v4", "bfloat16")
+    # the meter: 1,000 tokens/s on each of 4 devices at 1e6 FLOP/token against half the CPU per device
+    caplog.set_level(logging.INFO, logger="hf_tpu_ext")
+    meter = make_mfu_meter(1e6, "CPU", False, replicas=4, per="device", cpu_devices=2)
+    per_device_peak = flops.cpu_peak("float32").flops / 2
+    assert meter.peak.flops == per_device_peak
+    assert meter(4000.0) == pytest.approx(1000.0 * 1e6 / per_device_peak)
+    assert "shared by the 2 devices on this CPU" in caplog.text

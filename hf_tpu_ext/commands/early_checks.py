@@ -33,10 +33,12 @@ def check_before_imports(model_args, data_args, training_args) -> None:
         ArgumentError: a ``model_type`` the backend does not train (:func:`hf_tpu_ext.run.checks.check_model_type`),
             ``pytorch_model.bin`` weights only without torch (:func:`hf_tpu_ext.run.checks.check_weight_files`).
         HubAuthError, HubRepoError, HubError: see :func:`check_push_token`.
+        BackendError: see :func:`check_process_environment`.
     """
     from hf_tpu_ext.run.checks import check_data_files, check_model_refs, check_model_type, check_weight_files
     from hf_tpu_ext.run.resume import check_resume_repo, check_resume_source
 
+    check_process_environment(training_args)  # before any request: a slice's host missing a variable
     check_resume_source(training_args)  # a path that does not exist (no Hub request)
     check_model_refs(model_args, remember=True)  # a missing model is named before transformers (and torch) load
     check_resume_repo(training_args)  # a Hub repo or revision that does not exist
@@ -68,3 +70,23 @@ def check_push_token(training_args) -> None:
     from hf_tpu_ext.run.pushes import push_repo
 
     check_push_access(push_repo(training_args), resolve_token(training_args.hub_token), remember=True)
+
+
+def check_process_environment(training_args) -> None:
+    """With ``--backend keras`` (or the default backend): bad or half ``JAX_*`` multi-process variables
+    (:func:`hf_tpu_ext.backends.keras.processes.jax_distributed_arguments`; no JAX imported), refused before
+    anything starts: a host of a slice that misses ``JAX_COORDINATOR_ADDRESS`` would otherwise train a model of
+    its own.
+
+    Raises:
+        BackendError: one line naming the variables and what to set.
+    """
+    if getattr(training_args, "backend", None) not in (None, "keras"):
+        return
+    from hf_tpu_ext.backends.keras.processes import jax_distributed_arguments
+    from hf_tpu_ext.errors import BackendError
+
+    try:
+        jax_distributed_arguments()
+    except ValueError as err:
+        raise BackendError(str(err)) from None

@@ -50,6 +50,18 @@ def saved_line(output_dir: str) -> str:
     return line
 
 
+def one_run_terminal() -> None:
+    """The package's log lines through :class:`hf_tpu_ext.distributed.ProcessLines`: a slice's processes print
+    process 0's lines once, and another process only its own warnings and errors, tagged ``[process i]``."""
+    import logging
+
+    from hf_tpu_ext.distributed import ProcessLines
+
+    for handler in logging.getLogger("hf_tpu_ext").handlers:
+        if not any(isinstance(f, ProcessLines) for f in handler.filters):
+            handler.addFilter(ProcessLines())
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # the one look before parsing (console.peek_argument: flags and a leading JSON config); everything else,
@@ -64,6 +76,7 @@ def main(argv=None) -> int:
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.commands.early_checks import check_before_imports
     from hf_tpu_ext.console import console_session
+    from hf_tpu_ext.distributed import is_main_process
     from hf_tpu_ext.errors import TrainingInterrupted
     from hf_tpu_ext.run import train
 
@@ -75,9 +88,11 @@ def main(argv=None) -> int:
     lock = lock_output_dir(training_args.output_dir)
     try:
         with console_session(training_args.log_level):  # log lines above the progress bar, no Hub upload bars
+            one_run_terminal()
             results = train(model_args, data_args, training_args, argv=argv)
     except TrainingInterrupted as err:
-        print(str(err), file=sys.stderr, flush=True)
+        if is_main_process():  # the others stopped at the same step: process 0's line says it for all
+            print(str(err), file=sys.stderr, flush=True)
         import hf_tpu_ext.console as console
 
         if console.whole_process:  # checkpoints, push report and staging folders are settled: skip TF's teardown
@@ -100,7 +115,8 @@ def main(argv=None) -> int:
 
     # the run is complete: a signal now has nothing to save
     with interrupts.finished(then=late if console.whole_process else None) as after:
-        if not sys.stdout.isatty():  # a script reads the results from stdout; a terminal has all_results.json
+        # a script reads the results from stdout (a terminal has all_results.json); one run, one result: process 0's
+        if not sys.stdout.isatty() and is_main_process():
             print(json.dumps({k: v for k, v in results.items() if isinstance(v, (int, float))}), flush=True)
         line = saved_line(training_args.output_dir)
         if line:  # the run's last line: where the model is (and the repo)

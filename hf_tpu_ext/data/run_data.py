@@ -28,7 +28,9 @@ def load_or_train_tokenizer(model_args, data_args, raw_datasets, tokenizer_sourc
         TokenizerError: it cannot be loaded or has no mask token.
     """
     from hf_tpu_ext.data.blocks import column_texts
-    from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer, train_tokenizer
+    from hf_tpu_ext.data.tokenizer import (check_mlm_tokenizer, load_tokenizer, tokenizer_from_text, tokenizer_to_text,
+                                           train_tokenizer)
+    from hf_tpu_ext.distributed import from_main_process
 
     if tokenizer_source:
         tok = load_tokenizer(tokenizer_source)
@@ -38,9 +40,17 @@ def load_or_train_tokenizer(model_args, data_args, raw_datasets, tokenizer_sourc
     else:
         t0 = time.perf_counter()
         model_type = getattr(model_args, "model_type", "roberta")
-        tok = train_tokenizer(model_type, column_texts(raw_datasets["train"]), vocab_size=model_args.vocab_size,
-                              model_max_length=data_args.max_seq_length,
-                              do_lower_case=getattr(model_args, "do_lower_case", True))
+        made = []
+
+        def train() -> str:
+            made.append(train_tokenizer(model_type, column_texts(raw_datasets["train"]),
+                                        vocab_size=model_args.vocab_size, model_max_length=data_args.max_seq_length,
+                                        do_lower_case=getattr(model_args, "do_lower_case", True)))
+            return tokenizer_to_text(made[0])
+
+        # several processes: process 0 trains it, the others read its files (one tokenizer, trained once)
+        text = from_main_process("tokenizer", train)
+        tok = made[0] if made else tokenizer_from_text(text)
         logger.info("trained a %s tokenizer (%s) of %d tokens in %.1fs", model_type, type(tok).__name__, len(tok),
                     time.perf_counter() - t0)
     check_mlm_tokenizer(tok)

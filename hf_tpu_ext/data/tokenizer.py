@@ -51,8 +51,7 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length:
     Raises:
         TokenizerError: ``vocab_size`` is too small for the byte alphabet and special tokens.
     """
-    from tokenizers import AddedToken, ByteLevelBPETokenizer, processors
-    from transformers import RobertaTokenizerFast
+    from tokenizers import ByteLevelBPETokenizer, processors
 
     if vocab_size < 256 + len(SPECIAL_TOKENS):
         raise TokenizerError(f"vocab_size {vocab_size} cannot hold the 256 byte symbols and 5 special tokens; use >= 300.")
@@ -75,6 +74,36 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length:
         trim_offsets=True,
         add_prefix_space=False,
     )
+    return _roberta_fast(backend, model_max_length)
+
+
+def tokenizer_to_text(tokenizer) -> str:
+    """A trained tokenizer's ``save_pretrained`` files as one JSON text (``{file name: content}``): what process 0
+    of a multi-process run hands the others (one tokenizer, trained once). Read back by :func:`tokenizer_from_text`."""
+    import json
+
+    with tempfile.TemporaryDirectory() as folder:
+        names = save_tokenizer_files(tokenizer, folder)
+        return json.dumps({n: open(os.path.join(folder, n), encoding="utf-8").read() for n in names})
+
+
+def tokenizer_from_text(text: str):
+    """The tokenizer :func:`tokenizer_to_text` wrote (``AutoTokenizer.from_pretrained`` of its files)."""
+    import json
+
+    with tempfile.TemporaryDirectory() as folder:
+        for name, content in json.loads(text).items():
+            os.makedirs(os.path.dirname(os.path.join(folder, name)), exist_ok=True)
+            with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+                f.write(content)
+        return load_tokenizer(folder)
+
+
+def _roberta_fast(backend, model_max_length: int):
+    """``RobertaTokenizerFast`` around a trained byte-level BPE ``tokenizers.Tokenizer`` (RoBERTa's special tokens)."""
+    from tokenizers import AddedToken
+    from transformers import RobertaTokenizerFast
+
     return RobertaTokenizerFast(
         tokenizer_object=backend,
         model_max_length=int(model_max_length),

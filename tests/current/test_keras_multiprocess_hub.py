@@ -45,3 +45,18 @@ def test_two_processes_push_from_process_0_once_per_save_and_the_signal_save(loo
     files = loopback_hub.server.files(REPO)
     assert json.loads(files["trainer_state.json"])["global_step"] == 10
     assert files["model.safetensors"] == (out / "model.safetensors").read_bytes()  # the final model, process 0's
+
+
+def test_a_refused_final_push_is_exit_1_in_every_process(loopback_hub, tmp_path):
+    """Issue 43 item 3: process 0's final push refused (403 on every commit: a quota, a revoked write) ends the run
+    with exit 1 in both processes; process 1, with nothing wrong of its own, waits for process 0's status and says
+    so in one tagged line (it used to exit 0, 42 s before process 0 knew)."""
+    out = tmp_path / "run"
+    repo = "alice/keras-two-processes-refused"
+    loopback_hub.server.fail_next(1000, status=403, route="commit")
+    push = ("--push_to_hub", "true", "--hub_model_id", repo, "--hub_token", loopback_hub.token)
+    (rc0, err0), (rc1, err1) = finish(start_cluster([out, out], devices=1, extra=push))
+    assert (rc0, rc1) == (1, 1), err0[-3000:] + err1[-3000:]
+    assert err1.strip().splitlines()[-1] == ("hf-tpu train: error: [process 1] process 0 ended the run with exit "
+                                            "status 1 (its lines say why); this process ends with it."), err1[-3000:]
+    assert "model saved to" not in err1 and (out / "model.safetensors").is_file()

@@ -35,6 +35,7 @@ from hf_tpu_ext.backends.keras.architectures import architecture_for
 from hf_tpu_ext.backends.keras.best import load_best, restore_best
 from hf_tpu_ext.backends.keras.checkpoint import (STATE_NAME, export_checkpoint_folder, find_checkpoints,
                                                   is_checkpoint_folder, remove_incomplete)
+from hf_tpu_ext.backends.keras.processes import maybe_initialize_distributed
 from hf_tpu_ext.backends.keras.events import EventWriter
 from hf_tpu_ext.backends.keras.export import export_masked_lm
 from hf_tpu_ext.backends.keras.loop import KerasTrainer
@@ -60,35 +61,13 @@ logger = logging.getLogger("hf_tpu_ext")
 
 #: checkpoint keys of the model's non-trainable variables (by position)
 NON_TRAINABLE_PREFIX = "non_trainable/"
-#: ``HF_TPU_JAX_DISTRIBUTED=1``: this process is one of several (one per host of a TPU slice)
-DISTRIBUTED_SWITCH = "HF_TPU_JAX_DISTRIBUTED"
 
 
-def maybe_initialize_distributed() -> bool:
-    """``jax.distributed.initialize()`` when the environment asks for several processes; True when it did.
+def _local_device_count() -> int:
+    """This process's devices (on a CPU, the simulated devices that share its cores: MFU's peak per device)."""
+    import jax
 
-    Asked for by ``HF_TPU_JAX_DISTRIBUTED=1`` (JAX then finds the cluster itself: Cloud TPU slices through their
-    metadata, Slurm, Open MPI), by ``JAX_COORDINATOR_ADDRESS`` (with ``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID``,
-    JAX's own variables), or by ``TPU_WORKER_HOSTNAMES``/``TPU_PROCESS_ADDRESSES`` naming more than one host.
-    Must run before anything touches the devices (``jax.devices()``).
-
-    Raises:
-        BackendError: bad ``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID``
-            (:func:`hf_tpu_ext.distributed.jax_distributed_arguments`), or the processes did not all join within
-            the time-out (the coordinator named): one line, before any compute.
-    """
-    from hf_tpu_ext.distributed import JAX_COORDINATOR_ADDRESS, initialize_jax_distributed
-
-    hosts = [h for v in ("TPU_PROCESS_ADDRESSES", "TPU_WORKER_HOSTNAMES")
-             for h in os.environ.get(v, "").split(",") if h.strip()]
-    asked = os.environ.get(DISTRIBUTED_SWITCH, "").lower() in ("1", "true", "yes")
-    if not (asked or os.environ.get(JAX_COORDINATOR_ADDRESS) or len(hosts) > 1):
-        return False
-    try:
-        initialize_jax_distributed()
-    except ValueError as err:
-        raise BackendError(str(err)) from None
-    return True
+    return jax.local_device_count()
 
 
 class KerasBackend(BackendDefaults):
@@ -394,7 +373,8 @@ class KerasBackend(BackendDefaults):
         cb = keras.callbacks.CallbackList(list(callbacks), add_history=False, add_progbar=False, model=self.model,
                                           epochs=max(1, math.ceil(total / spe)), steps=spe, verbose=0)
         self.mfu_of = make_mfu_meter(self.flops_per_token, "CPU" if self.accelerator == "CPU" else self.device_kind,
-                                     self.precision.bf16, self.num_replicas, self.is_chief, per="device")
+                                     self.precision.bf16, self.num_replicas, self.is_chief, per="device",
+                                     cpu_devices=_local_device_count())
         # the logging window of the checkpoint resumed from: the next entry averages the same steps as without a
         # stop; the restored checkpoint (start_step) is never written again
         loop = StepLoop(trainer, args, plan, cb, log_history, step,

@@ -23,6 +23,7 @@ from hf_tpu_ext.backends.keras.best import keep_best
 from hf_tpu_ext.backends.keras.step import (jit_eval_step, jit_train_step, make_eval_step, make_multi_step,
                                             make_train_step, split_micro_batches, state_to_host)
 from hf_tpu_ext.data.numpy_batches import Prefetcher
+from hf_tpu_ext.distributed import OWN_LINE
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -175,6 +176,7 @@ class KerasTrainer:
         if placement is not None:
             seen = placement.any_process(seen)
         if seen and interrupts.received() is None:
-            logger.info("another process received a signal: stopping at step %d with it", self.step)
+            logger.info("another process received a signal: stopping at step %d with it", self.step,
+                        extra=OWN_LINE)  # only this process knows: tagged [process i] on the others
             interrupts.record(signal.SIGTERM)
         return seen

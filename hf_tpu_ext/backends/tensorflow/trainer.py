@@ -387,8 +387,9 @@ class TFTrainer:
             why = f"MFU left out: no FLOP count for this model config ({err})"
         # the GPU's name; a TPU's generation where the TPU VM states it (TPU_ACCELERATOR_TYPE)
         kind = _gpu_kind() if self.info.accelerator in ("GPU", "TPU") else self.info.accelerator
-        return make_mfu_meter(fpt, kind, getattr(self.args, "bf16", False) is True,
-                              self.strategy.num_replicas_in_sync, self.info.is_chief, why=why)
+        replicas = self.strategy.num_replicas_in_sync  # on a CPU, --split_cpu's logical devices share its peak
+        return make_mfu_meter(fpt, kind, getattr(self.args, "bf16", False) is True, replicas, self.info.is_chief,
+                              why=why, cpu_devices=max(1, replicas // max(1, int(self.info.num_workers or 1))))
 
     # ------------------------------------------------------------------ best model
     def _best_prefix(self) -> str:
