@@ -26,6 +26,20 @@ def test_wordpiece_tokenizer_for_bert(tmp_path, do_lower_case):
     assert BertTokenizerFast.from_pretrained(str(tmp_path)).vocab_size == len(loaded)
 
 
+def test_wordpiece_ids_follow_the_tokens_not_the_trainers_hash_order():
+    """The trainer numbers equal-count tokens in hash-map order; the ids are renumbered (specials first, then
+    sorted), so trainings that find one token set (two processes of a run, a rerun) agree on every id."""
+    from hf_tpu_ext.data.tokenizer import train_tokenizer
+
+    trained = train_tokenizer("bert", TEXTS, 300, 64)
+    vocab = trained.get_vocab()
+    ordered = sorted(vocab, key=vocab.get)
+    assert ordered[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] and ordered[5:] == sorted(ordered[5:])
+    assert sorted(vocab.values()) == list(range(len(vocab)))
+    tokens = trained.convert_ids_to_tokens(trained("Quick Café [MASK] fox")["input_ids"])
+    assert tokens == ["[CLS]", "quick", "cafe", "[MASK]", "fox", "[SEP]"]
+
+
 def test_modernbert_tokenizer(tmp_path):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 

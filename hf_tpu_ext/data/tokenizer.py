@@ -147,11 +147,26 @@ def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int, model_max_l
                                   special_tokens=list(BERT_SPECIAL_TOKENS), show_progress=False)
     _log_trained_size(vocab_size, wordpiece.get_vocab_size())
     backend = wordpiece._tokenizer  # its post-processor is set at construction only when a vocabulary is given
+    _number_deterministically(backend)
     backend.post_processor = processors.BertProcessing(("[SEP]", backend.token_to_id("[SEP]")),
                                                        ("[CLS]", backend.token_to_id("[CLS]")))
     return BertTokenizerFast(tokenizer_object=backend, model_max_length=int(model_max_length),
                              do_lower_case=bool(do_lower_case), unk_token="[UNK]", sep_token="[SEP]",
                              pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
+
+
+def _number_deterministically(backend) -> None:
+    """Renumber a trained WordPiece vocabulary: the special tokens keep their ids, the other tokens follow in
+    sorted order. The trainer numbers tokens of equal count in hash-map order, which differs between processes
+    (two processes of one run, or a run and its rerun, would otherwise disagree on ids); WordPiece encodes by
+    longest match over the token set, so the numbering changes no tokenization."""
+    from tokenizers.models import WordPiece
+
+    vocab = backend.get_vocab()
+    specials = sorted((t for t in BERT_SPECIAL_TOKENS if t in vocab), key=vocab.get)
+    ordered = specials + sorted(t for t in vocab if t not in BERT_SPECIAL_TOKENS)
+    backend.model = WordPiece({t: i for i, t in enumerate(ordered)}, unk_token="[UNK]",
+                              max_input_chars_per_word=backend.model.max_input_chars_per_word)
 
 
 def train_modernbert_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int):

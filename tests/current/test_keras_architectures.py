@@ -93,3 +93,41 @@ def test_a_new_architecture_needs_only_its_module_and_registry_rows(toy_register
     assert isinstance(loaded_config, ToyConfig)
     for a, b in zip(model.weights, loaded.weights):
         assert a.path == b.path and np.array_equal(np.asarray(a.value), np.asarray(b.value)), a.path
+
+
+def test_roberta_attention_is_the_shared_one_under_its_checkpoint_paths(monkeypatch):
+    from hf_tpu_ext.backends.keras.architectures import attention, encoder
+
+    config = transformers.RobertaConfig(**SIZES)
+    model = build_masked_lm(config, seed=0)
+    block = model.backbone.transformer_layers[0]
+    assert type(block.self_attention) is encoder.SelfAttention
+    assert type(model.masked_lm_head) is encoder.MaskedLMHead
+    # the paths (checkpoint keys) and order (optimizer slots) keras.layers.MultiHeadAttention's RoBERTa wrote
+    attention_paths = [f"roberta_backbone/transformer_layer_0/self_attention/{part}/{kind}"
+                       for part in ("query", "key", "value", "attention_output") for kind in ("kernel", "bias")]
+    paths = [w.path for w in model.weights]
+    assert paths[4:12] == attention_paths
+    assert paths[:4] == ["roberta_backbone/position_embeddings", "roberta_backbone/token_embedding/embeddings",
+                         "roberta_backbone/embeddings_layer_norm/gamma", "roberta_backbone/embeddings_layer_norm/beta"]
+    assert paths[-5:] == ["mlm_head/bias", "mlm_head/dense/kernel", "mlm_head/dense/bias",
+                          "mlm_head/layer_norm/gamma", "mlm_head/layer_norm/beta"]
+    assert len(paths) == 4 + 2 * 16 + 5
+    # independently initialized projections (a shared Keras initializer instance would make them equal)
+    kernels = [np.asarray(getattr(block.self_attention, n).kernel) for n in ("query", "key", "value")]
+    assert not np.array_equal(kernels[0], kernels[1]) and not np.array_equal(kernels[1], kernels[2])
+    assert 0.01 < float(np.std(kernels[0])) < 0.02  # truncated normal, stddev 0.02
+    # every attention call goes through attend (one implementation for every architecture)
+    calls = []
+    original = encoder.attend
+
+    def counting(*args, **kwargs):
+        calls.append(tuple(args[0].shape))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(encoder, "attend", counting)
+    batch = {"token_ids": np.full((2, 8), 5, "int32"), "padding_mask": np.ones((2, 8), "int32"),
+             "mask_positions": np.zeros((2, 1), "int32")}
+    assert tuple(model(batch).shape) == (2, 1, 300)
+    assert calls == [(2, 8, 4, 8)] * 2
+    assert attention.attend is original

@@ -1,10 +1,12 @@
-"""`hf-tpu train --model_name_or_path <a tiny saved BertForMaskedLM folder>` on the Keras backend, end to end.
+"""`hf-tpu train --model_name_or_path <a tiny saved BertForMaskedLM / DistilBertForMaskedLM folder>` on the Keras
+backend, end to end (each test runs for both, ``model_type`` bert and distilbert).
 
-The folder holds a random-init ``BertForMaskedLM`` (2 layers, hidden 32) and a ``BertTokenizerFast`` built here
-with the ``tokenizers`` library from a small WordPiece vocabulary (no network). After 20 steps the output folder:
-``AutoModelForMaskedLM`` loads it as a ``BertForMaskedLM`` whose weights moved from the start, its logits equal
-the trained Keras model's (its variables from the last checkpoint; float32, 1e-4) at every real token of a
-right-padded batch, and ``pipeline("fill-mask")`` answers a ``[MASK]`` sentence.
+The folder holds a random-init ``BertForMaskedLM`` or ``DistilBertForMaskedLM`` (2 layers, hidden 32) and a
+``BertTokenizerFast`` / ``DistilBertTokenizerFast`` built here with the ``tokenizers`` library from a small
+WordPiece vocabulary (no network). After 20 steps the output folder: ``AutoModelForMaskedLM`` loads it as the same
+class, whose weights moved from the start, its logits equal the trained Keras model's (its variables from the last
+checkpoint; float32, 1e-4) at every real token of a right-padded batch, and ``pipeline("fill-mask")`` answers a
+``[MASK]`` sentence.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu .venv-current/bin/python -m pytest -q
 tests/current/test_keras_bert_train.py``.
@@ -25,10 +27,24 @@ TOLERANCE = 1e-4  # float32, two implementations of the same math
 WORDS = ("the quick brown fox jumps over a lazy dog while seven tiny robots sing about rivers mountains and old "
          "lighthouse keeper counts ships under bright silver moon").split()
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+#: --probe_file in BERT's spelling
+PROBES = "the quick brown [MASK] jumps => fox\nseven tiny [MASK] sing => robots\nthe lazy [MASK] => dog\n"
 
 
-def bert_tokenizer(max_length):
-    """A ``BertTokenizerFast`` (lower-casing, BERT pre-tokenizer, ``[CLS] A [SEP]``) over :data:`WORDS` plus
+#: model_type -> (config class and sizes, masked-LM class, tokenizer class, a weight the run must move)
+KINDS = {
+    "bert": (lambda vocab, pad: transformers.BertConfig(
+        vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, pad_token_id=pad),
+        "BertForMaskedLM", "BertTokenizerFast", "bert.encoder.layer.0.attention.self.query.weight"),
+    "distilbert": (lambda vocab, pad: transformers.DistilBertConfig(
+        vocab_size=vocab, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64, pad_token_id=pad),
+        "DistilBertForMaskedLM", "DistilBertTokenizerFast", "distilbert.transformer.layer.0.attention.q_lin.weight"),
+}
+
+
+def bert_tokenizer(max_length, cls_name="BertTokenizerFast"):
+    """A ``BertTokenizerFast`` or ``DistilBertTokenizerFast`` (``cls_name``; lower-casing, BERT pre-tokenizer, ``[CLS] A [SEP]``) over :data:`WORDS` plus
     letters and their ``##`` continuations, built with ``tokenizers`` (no download)."""
     from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
     from tokenizers.models import WordPiece
@@ -42,46 +58,48 @@ def bert_tokenizer(max_length):
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
     tok.decoder = decoders.WordPiece()
-    return transformers.BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+    return getattr(transformers, cls_name)(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
                                           cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
                                           model_max_length=max_length)
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """(start folder, output folder) of a 20-step run continuing a tiny BERT."""
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def trained(request, tmp_path_factory):
+    """(model_type, start folder, output folder) of a 20-step run continuing a tiny BERT / DistilBERT."""
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.run import train
 
-    root = tmp_path_factory.mktemp("bert_train")
-    tokenizer = bert_tokenizer(32)
-    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
-                                     num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
-                                     pad_token_id=tokenizer.pad_token_id)
+    kind = request.param
+    make_config, model_class, tokenizer_class, _ = KINDS[kind]
+    root = tmp_path_factory.mktemp(f"{kind}_train")
+    tokenizer = bert_tokenizer(32, tokenizer_class)
+    config = make_config(len(tokenizer), tokenizer.pad_token_id)
     torch.manual_seed(0)
-    transformers.BertForMaskedLM(config).save_pretrained(root / "start")
+    getattr(transformers, model_class)(config).save_pretrained(root / "start")
     tokenizer.save_pretrained(root / "start")
     rng = np.random.default_rng(0)
     (root / "train.txt").write_text("\n".join(" ".join(rng.choice(WORDS, size=10)) for _ in range(600)))
+    (root / "probes.txt").write_text(PROBES, encoding="utf-8")
     args = ["--backend", "keras", "--model_name_or_path", root / "start", "--train_file", root / "train.txt",
             "--output_dir", root / "out", "--max_seq_length", "32", "--per_device_train_batch_size", "8",
             "--per_device_eval_batch_size", "4",
             "--learning_rate", "1e-3", "--max_steps", "20", "--save_steps", "10", "--logging_steps", "5",
+            "--eval_steps", "10", "--probe_file", root / "probes.txt",
             "--seed", "7", "--disable_tqdm", "true"]
     train(*parse_args(list(map(str, args))))
-    return root / "start", root / "out"
+    return kind, root / "start", root / "out"
 
 
-def test_export_is_a_bert_with_the_keras_logits(trained):
-    start, out = trained
+def test_export_is_the_class_with_the_keras_logits(trained):
+    kind, start, out = trained
+    _, model_class, _, moved = KINDS[kind]
     config = json.loads((out / "config.json").read_text())
-    assert config["architectures"] == ["BertForMaskedLM"] and config["model_type"] == "bert"
+    assert config["architectures"] == [model_class] and config["model_type"] == kind
     exported = transformers.AutoModelForMaskedLM.from_pretrained(out).eval()
-    assert type(exported).__name__ == "BertForMaskedLM"
+    assert type(exported).__name__ == model_class
     before = transformers.AutoModelForMaskedLM.from_pretrained(start).state_dict()
     after = exported.state_dict()
-    assert not torch.equal(before["bert.encoder.layer.0.attention.self.query.weight"],
-                           after["bert.encoder.layer.0.attention.self.query.weight"])  # it trained
+    assert not torch.equal(before[moved], after[moved])  # it trained
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     enc = tokenizer(["the quick brown fox jumps", "seven tiny robots sing about old ships under the moon"],
@@ -92,7 +110,7 @@ def test_export_is_a_bert_with_the_keras_logits(trained):
     from safetensors.numpy import load_file
 
     saved = load_file(str(out / "checkpoint-20" / "model_state.safetensors"))
-    model = get_architecture("bert").build(exported.config, "float32")
+    model = get_architecture(kind).build(exported.config, "float32")
     for variable in model.trainable_variables:
         variable.assign(saved[variable.path])
     positions = np.tile(np.arange(ids.shape[1], dtype="int32"), (2, 1))
@@ -103,9 +121,45 @@ def test_export_is_a_bert_with_the_keras_logits(trained):
     assert np.abs(ours - theirs)[mask.astype(bool)].max() <= TOLERANCE
 
 
+def test_probe_file_with_bert_mask_is_scored_at_each_evaluation(trained):
+    _, _, out = trained
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    probed = [(e["step"], e["probe_n"]) for e in history if "probe_n" in e]
+    assert probed == [(10, 3), (20, 3)]
+    last = [e for e in history if "probe_n" in e][-1]
+    assert 0.0 <= last["probe_top1"] <= last["probe_top5"] <= 1.0 and 0.0 < last["probe_mrr"] <= 1.0
+
+
 def test_fill_mask_pipeline_answers(trained):
-    _, out = trained
+    _, _, out = trained
     fill = transformers.pipeline("fill-mask", model=str(out), tokenizer=str(out))
     answers = fill("the quick brown [MASK] jumps", top_k=3)
     assert len(answers) == 3 and all(a["token_str"] and "[MASK]" not in a["sequence"] for a in answers)
     assert fill.tokenizer.mask_token == "[MASK]"
+
+
+def test_demo_predictor_and_probe_fill_the_mask_token(trained, tmp_path, capsys):
+    """The demo's predictor and ``hf-tpu probe`` on the export: BERT's ``[MASK]`` (and ``<mask>``, rewritten to
+    it) is filled with the same ranking ``pipeline("fill-mask")`` gives."""
+    from hf_tpu_ext import cli
+    from hf_tpu_ext.fill_mask import FillMaskPredictor
+    from hf_tpu_ext.probes import parse_probes
+
+    _, _, out = trained
+    predictor = FillMaskPredictor(str(out), backend="torch")
+    assert predictor.mask_token == "[MASK]"
+    fill = transformers.pipeline("fill-mask", model=str(out), tokenizer=str(out))
+    expected = [a["token"] for a in fill("the quick brown [MASK] jumps", top_k=3)]
+    for spelling in ("[MASK]", "<mask>", "[mask]"):
+        result = predictor.predict(f"the quick brown {spelling} jumps", 3)
+        assert result["ok"] is True and result["mask_token"] == "[MASK]" and len(result["masks"]) == 1
+        assert [c["token"] for c in result["masks"][0]] == expected
+        assert "[MASK]" not in result["filled"]
+
+    path = tmp_path / "probes.txt"
+    path.write_text("the quick brown [MASK] jumps => fox\nseven tiny <mask> sing => robots\n", encoding="utf-8")
+    assert cli.main(["probe", str(out), str(path), "--json", "--ranks"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    direct = predictor.score_probes(parse_probes(path.read_text(encoding="utf-8")))
+    assert report["n"] == 2 and report["skipped"] == []
+    assert report["ranks"] == direct.ranks and all(r >= 1 for r in direct.ranks)

@@ -7,7 +7,9 @@ devices trains (losses and weights to 1e-5) with only process 0 writing files; a
 a step apart) stops both at one step with one checkpoint and exit 143, and the same commands resume; a SIGKILL
 of one makes the other exit 1 within 60 s with one line naming the lost process and the last checkpoint, and the
 same commands resume. Bad input (a process id not below the count, a coordinator that
-does not answer) gets one line and writes nothing.
+does not answer) gets one line and writes nothing. The same equalities hold for the other architectures
+(``--model_type bert`` and ``modernbert``): 2 x 2 = 1 x 4, and a single process killed (SIGKILL) after a
+checkpoint and rerun with ``--resume_from_checkpoint true`` logs the uninterrupted run's per-step losses.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu python -m pytest tests/current``.
 """
@@ -30,6 +32,9 @@ if os.environ.get("KERAS_BACKEND", "jax") != "jax":
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 STEPS = 10
+#: --model_type -> its extra arguments (ModernBERT: a local window shorter than the 32-token blocks, so it matters)
+ARCHITECTURE_ARGS = {"bert": ("--model_type", "bert"),
+                     "modernbert": ("--model_type", "modernbert", "--config_overrides", "local_attention=16")}
 
 
 def mp_args(output_dir, *extra):
@@ -300,3 +305,42 @@ def test_process_variables_become_initialize_arguments():
                                       "HF_TPU_JAX_SHUTDOWN_TIMEOUT": "600"}) == {
         "num_processes": 4, "process_id": 3, "initialization_timeout": 20, "heartbeat_timeout_seconds": 10,
         "shutdown_timeout_seconds": 600}
+
+
+@pytest.fixture(scope="module", params=sorted(ARCHITECTURE_ARGS))
+def architecture_runs(request, tmp_path_factory):
+    """Per --model_type, side by side: 1 process x 4 devices, 2 processes x 2 devices, and 1 x 4 killed (SIGKILL)
+    at step 5 after checkpoint-3 then rerun with --resume_from_checkpoint true."""
+    kind, root = request.param, tmp_path_factory.mktemp(f"mp_{request.param}")
+    arch, every3 = ARCHITECTURE_ARGS[kind], ("--save_steps", "3")
+    one = _start(mp_args(root / "one", *arch), JAX_NUM_CPU_DEVICES=4)
+    killed = _start(mp_args(root / "killed", *arch, *every3), JAX_NUM_CPU_DEVICES=4,
+                    HF_TPU_EXT_TEST_KILL_AT="train_step@5")
+    pair = start_cluster([root / "p0", root / "p1"], extra=arch)
+    results = finish([one, *pair])
+    for rc, err in results:
+        assert rc == 0, err[-4000:]
+    assert finish([killed])[0][0] == -9
+    assert sorted(p.name for p in (root / "killed").glob("checkpoint-*")) == ["checkpoint-3"]
+    resumed = finish([_start(mp_args(root / "killed", *arch, *every3, "--resume_from_checkpoint", "true"),
+                             JAX_NUM_CPU_DEVICES=4)])[0]
+    assert resumed[0] == 0, resumed[1][-4000:]
+    return kind, root, resumed[1]
+
+
+def test_each_architecture_trains_the_same_on_2x2_and_after_a_kill(architecture_runs):
+    kind, root, resumed_err = architecture_runs
+    ref = _losses(root / "one")
+    assert [s for s, _ in ref] == list(range(1, STEPS + 1))
+    np.testing.assert_allclose([l for _, l in _losses(root / "p0")], [l for _, l in ref], atol=1e-5, rtol=0)
+    assert not (root / "p1").exists()
+    assert "checkpoint-3 at global step 3" in resumed_err
+    np.testing.assert_allclose([l for _, l in _losses(root / "killed")], [l for _, l in ref], atol=1e-5, rtol=0)
+    w_ref = _weights(root / "one")
+    for folder in ("p0", "killed"):
+        w = _weights(root / folder)
+        assert sorted(w) == sorted(w_ref)
+        for name in w_ref:
+            np.testing.assert_allclose(w[name], w_ref[name], atol=1e-5, rtol=0, err_msg=f"{folder}: {name}")
+    config = json.loads((root / "one" / "config.json").read_text())
+    assert config["model_type"] == kind

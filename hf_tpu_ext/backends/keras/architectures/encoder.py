@@ -46,22 +46,27 @@ class SelfAttention(layers.Layer):
         num_heads: heads (``hidden_dim % num_heads == 0``).
         hidden_dim: model width ``H``.
         attention_dropout: rate on the attention probabilities.
+        output_name: the output projection's layer name (its variables' path): ``"output_dense"`` (BERT,
+            DistilBERT); RoBERTa passes ``"attention_output"``, the name ``keras.layers.MultiHeadAttention`` gave
+            it, so checkpoints written before RoBERTa used this layer keep loading.
 
     Call: ``(x [B, L, H], attention_mask bool [B, 1, 1, L] (True = a real key), training)`` -> ``[B, L, H]``.
     """
 
-    def __init__(self, num_heads: int, hidden_dim: int, attention_dropout: float, **kwargs):
+    def __init__(self, num_heads: int, hidden_dim: int, attention_dropout: float, output_name: str = "output_dense",
+                 **kwargs):
         super().__init__(**kwargs)
         policy = self.dtype_policy
         self.num_heads, self.hidden_dim = int(num_heads), int(hidden_dim)
         self.head_dim = self.hidden_dim // self.num_heads
-        projection = dict(output_shape=(None, self.num_heads, self.head_dim), bias_axes="nh",
-                          kernel_initializer=_initializer(), dtype=policy)
-        self.query = layers.EinsumDense("btd,dnh->btnh", name="query", **projection)
-        self.key = layers.EinsumDense("btd,dnh->btnh", name="key", **projection)
-        self.value = layers.EinsumDense("btd,dnh->btnh", name="value", **projection)
+        # one initializer each: a Keras initializer instance draws the same values at every call, so a shared
+        # one would start query, key and value equal
+        self.query, self.key, self.value = (
+            layers.EinsumDense("btd,dnh->btnh", output_shape=(None, self.num_heads, self.head_dim), bias_axes="nh",
+                               kernel_initializer=_initializer(), dtype=policy, name=name)
+            for name in ("query", "key", "value"))
         self.output_dense = layers.EinsumDense("btnh,nhd->btd", output_shape=(None, self.hidden_dim), bias_axes="d",
-                                               kernel_initializer=_initializer(), dtype=policy, name="output_dense")
+                                               kernel_initializer=_initializer(), dtype=policy, name=output_name)
         self.probs_dropout = layers.Dropout(float(attention_dropout), dtype=policy, name="attention_probs_dropout")
 
     def build(self, input_shape):

@@ -8,6 +8,11 @@ Keras backend's step (``stateless_call``, the counter-based dropout of ``dropout
 runs it unchanged. Every layer is named, so variable paths (``roberta_backbone/transformer_layer_0/
 self_attention/query/kernel``, ...) are the same in every process.
 
+Attention is :class:`.encoder.SelfAttention` (BERT's), so :func:`.attention.attend`
+(``keras.ops.dot_product_attention``; its module doc says which implementation runs on CPU, GPU and TPU), under
+the variable paths ``keras.layers.MultiHeadAttention`` gave them before (``self_attention/{query,key,value,
+attention_output}/{kernel,bias}``): earlier checkpoints load unchanged. The head is :class:`.encoder.MaskedLMHead`.
+
 Shape mapping from a transformers ``RobertaConfig`` (:func:`backbone_kwargs`): ``vocabulary_size = vocab_size``,
 ``num_layers = num_hidden_layers``, ``num_heads = num_attention_heads``, ``hidden_dim = hidden_size``,
 ``intermediate_dim = intermediate_size``, ``dropout = hidden_dropout_prob``, ``attention_dropout =
@@ -42,9 +47,11 @@ import numpy as np
 from keras import layers, ops
 
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
+from hf_tpu_ext.backends.keras.architectures.encoder import MaskedLMHead, SelfAttention
 from hf_tpu_ext.backends.keras.architectures.layouts import (LINEAR, OUT_KERNEL, QKV_BIAS, QKV_KERNEL, SAME,
                                                             attribute, from_hf, hf_shape, take, to_hf,
                                                             variable_numpy)
+from hf_tpu_ext.backends.keras.architectures.name_table import normalized_names
 from hf_tpu_ext.errors import CheckpointError
 from hf_tpu_ext.flops import flops_per_token as encoder_flops_per_token
 from hf_tpu_ext.model_config import DEFAULT_SMALL_CONFIG
@@ -55,6 +62,8 @@ logger = logging.getLogger("hf_tpu_ext")
 TRANSFORMERS_CLASSES = {"roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM",
                         "camembert": "CamembertForMaskedLM"}
 BASE_PREFIX = "roberta."
+#: a bare ``RobertaModel``'s name prefixes (they get :data:`BASE_PREFIX` on import)
+BARE_PREFIXES = ("embeddings.", "encoder.", "pooler.")
 
 #: keras-hub's and transformers' default RoBERTa LayerNorm epsilon
 LAYER_NORM_EPSILON = 1e-5
@@ -75,7 +84,7 @@ class RobertaLayer(layers.Layer):
         dropout: rate after the attention output and the feed-forward output (transformers' hidden_dropout_prob).
         attention_dropout: rate on the attention probabilities (attention_probs_dropout_prob).
 
-    Call: ``(x float [B, L, H], attention_mask bool [B, 1, L])`` -> ``[B, L, H]``.
+    Call: ``(x float [B, L, H], attention_mask bool [B, 1, 1, L] (True = a real key))`` -> ``[B, L, H]``.
     """
 
     def __init__(self, num_heads: int, hidden_dim: int, intermediate_dim: int, dropout: float,
@@ -83,9 +92,10 @@ class RobertaLayer(layers.Layer):
         super().__init__(**kwargs)
         policy = self.dtype_policy
         self.hidden_dim = int(hidden_dim)
-        self.self_attention = layers.MultiHeadAttention(
-            num_heads=int(num_heads), key_dim=int(hidden_dim) // int(num_heads), dropout=float(attention_dropout),
-            kernel_initializer=_initializer(), dtype=policy, name="self_attention")
+        # the attention every architecture here shares (.attention.attend); its variables keep the paths
+        # keras.layers.MultiHeadAttention gave them (self_attention/{query,key,value,attention_output}/...)
+        self.self_attention = SelfAttention(int(num_heads), int(hidden_dim), float(attention_dropout),
+                                            output_name="attention_output", dtype=policy, name="self_attention")
         self.self_attention_dropout = layers.Dropout(float(dropout), dtype=policy, name="self_attention_dropout")
         self.self_attention_layer_norm = layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, dtype=policy,
                                                                    name="self_attention_layer_norm")
@@ -99,7 +109,7 @@ class RobertaLayer(layers.Layer):
                                                            name="feedforward_layer_norm")
 
     def build(self, input_shape):
-        self.self_attention.build(input_shape, input_shape)
+        self.self_attention.build(input_shape)
         self.self_attention_layer_norm.build(input_shape)
         self.intermediate_dense.build(input_shape)
         self.output_dense.build(tuple(input_shape[:-1]) + (self.intermediate_dense.units,))
@@ -107,7 +117,7 @@ class RobertaLayer(layers.Layer):
         self.built = True
 
     def call(self, x, attention_mask=None, training=False):
-        attended = self.self_attention(x, x, attention_mask=attention_mask, training=training)
+        attended = self.self_attention(x, attention_mask, training=training)
         x = self.self_attention_layer_norm(x + self.self_attention_dropout(attended, training=training))
         hidden = self.output_dense(self.intermediate_dense(x))
         return self.output_layer_norm(x + self.output_dropout(hidden, training=training))
@@ -158,45 +168,15 @@ class RobertaBackbone(layers.Layer):
         positions = ops.cast(self.position_embeddings[:length], self.compute_dtype)
         x = self.token_embedding(token_ids) + positions[None]
         x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
-        # keras-hub's padding mask: a query attends to the real keys only ([B, 1, L], broadcast over queries)
-        attention_mask = ops.expand_dims(ops.cast(padding_mask, "bool"), axis=1)
+        # a query attends to the real keys only: [B, 1 (heads), 1 (queries), L]
+        attention_mask = ops.cast(padding_mask, "bool")[:, None, None, :]
         for layer in self.transformer_layers:
             x = layer(x, attention_mask=attention_mask, training=training)
         return x
 
 
-class RobertaMaskedLMHead(layers.Layer):
-    """transformers' ``RobertaLMHead`` at given positions: ``LN(gelu(dense(x))) @ E^T + bias``.
-
-    ``E`` (the token embedding, ``[V, H]``) is passed to :meth:`call`, not held, so the tie is one variable.
-
-    Call: ``(x [B, L, H], mask_positions int [B, P], embeddings [V, H])`` -> logits ``[B, P, V]``.
-    """
-
-    def __init__(self, vocabulary_size: int, hidden_dim: int, **kwargs):
-        super().__init__(**kwargs)
-        policy = self.dtype_policy
-        self.vocabulary_size, self.hidden_dim = int(vocabulary_size), int(hidden_dim)
-        self.dense = layers.Dense(self.hidden_dim, activation="gelu", kernel_initializer=_initializer(),
-                                  dtype=policy, name="dense")
-        self.layer_norm = layers.LayerNormalization(epsilon=LAYER_NORM_EPSILON, dtype=policy, name="layer_norm")
-
-    def build(self, input_shape=None):
-        self.dense.build((None, None, self.hidden_dim))
-        self.layer_norm.build((None, None, self.hidden_dim))
-        self.bias = self.add_weight(shape=(self.vocabulary_size,), initializer="zeros", name="bias")
-        self.built = True
-
-    def call(self, x, mask_positions, embeddings):
-        index = ops.expand_dims(ops.cast(mask_positions, "int32"), axis=-1)
-        x = ops.take_along_axis(x, index, axis=1)
-        x = self.layer_norm(self.dense(x))
-        logits = ops.matmul(x, ops.transpose(ops.cast(embeddings, x.dtype)))
-        return logits + ops.cast(self.bias, x.dtype)
-
-
 class RobertaMaskedLM(keras.Model):
-    """The masked LM: ``backbone`` (:class:`RobertaBackbone`) and ``masked_lm_head`` (:class:`RobertaMaskedLMHead`),
+    """The masked LM: ``backbone`` (:class:`RobertaBackbone`) and ``masked_lm_head`` (:class:`.encoder.MaskedLMHead`, the head BERT shares),
     built on construction (``stateless_call`` needs no first call).
 
     Args: as :class:`RobertaBackbone`, plus ``dtype`` (a Keras dtype policy name) and ``name``.
@@ -212,7 +192,8 @@ class RobertaMaskedLM(keras.Model):
         self.backbone = RobertaBackbone(vocabulary_size, num_layers, num_heads, hidden_dim, intermediate_dim,
                                         max_sequence_length, dropout, attention_dropout, dtype=policy,
                                         name="roberta_backbone")
-        self.masked_lm_head = RobertaMaskedLMHead(vocabulary_size, hidden_dim, dtype=policy, name="mlm_head")
+        self.masked_lm_head = MaskedLMHead(vocabulary_size, hidden_dim, LAYER_NORM_EPSILON, dtype=policy,
+                                           name="mlm_head")
         self.backbone.build()
         self.masked_lm_head.build()
         self.built = True
@@ -236,7 +217,7 @@ EMBEDDING_TABLE = (
 )
 BLOCK_TABLE = tuple(
     [(f"roberta.encoder.layer.{{i}}.attention.self.{n}.{w}", f"_self_attention_layer.{n}_dense.{k}",
-      f"self_attention.{n}_dense.{k}", kind)
+      f"self_attention.{n}.{k}", kind)
      for n in ("query", "key", "value") for w, k, kind in (("weight", "kernel", QKV_KERNEL), ("bias", "bias", QKV_BIAS))]
     + [(f"roberta.encoder.layer.{{i}}.{hf}", hub, own, kind) for hf, hub, own, kind in (
         ("attention.output.dense.weight", "_self_attention_layer.output_dense.kernel",
@@ -331,21 +312,6 @@ def state_dict(masked_lm, config=None) -> Dict[str, np.ndarray]:
     return dict(sorted(state.items()))
 
 
-def _normalized_names(state: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    """A bare ``RobertaModel``'s names (``embeddings.*``, ``encoder.*``) get the ``roberta.`` prefix; old
-    checkpoints' LayerNorm ``gamma``/``beta`` become ``weight``/``bias`` (transformers renames them on load too)."""
-    out = {}
-    for name, array in state.items():
-        if name.endswith(".gamma"):
-            name = name[: -len("gamma")] + "weight"
-        elif name.endswith(".beta"):
-            name = name[: -len("beta")] + "bias"
-        if name.startswith(("embeddings.", "encoder.", "pooler.")):
-            name = BASE_PREFIX + name
-        out[name] = array
-    return out
-
-
 def check_config(config) -> None:
     """Raise ``CheckpointError`` when a transformers config is not one these layers can hold.
 
@@ -388,7 +354,7 @@ def assign(masked_lm, state: Dict[str, np.ndarray], config) -> None:
         CheckpointError: unsupported config (:func:`check_config`), a backbone weight missing, or another shape.
     """
     check_config(config)
-    state = _normalized_names(state)
+    state = normalized_names(state, BASE_PREFIX, BARE_PREFIXES)
     missing_head = []
     for name, var, kind in parameter_table(masked_lm):
         shape = tuple(var.shape)
