@@ -222,7 +222,8 @@ class TrainingRun:
 
     def _trainer_state(self, step: int, runtime: float):
         return state.trainer_state(step, runtime, self.plan, self.args, self.data_args, self.log_history,
-                                   self.backend.model_config, getattr(self.backend, "best_model_checkpoint", None))
+                                   self.backend.model_config, getattr(self.backend, "best_model_checkpoint", None),
+                                   state.backend_flops_per_token(self.backend))
 
     def checkpoint(self, step: int, path: str) -> None:
         """After every checkpoint (the backend's ``on_save``): its trainer state, ``output_dir/trainer_state.json``,

@@ -100,15 +100,26 @@ def record_push_report(run_state: Dict[str, Any], process_id: str, report: Dict[
     return merge_push_reports([h.get("report") for h in history])
 
 
+def backend_flops_per_token(backend) -> Optional[float]:
+    """The FLOPs per token the backend counts for its model (its run context's ``flops_per_token``: the
+    architecture's own count on the Keras backend), or None before the model is built or where it has none."""
+    try:
+        return getattr(backend.run_context(), "flops_per_token", None)
+    except AttributeError:  # no model built yet (a resume that only exports): the formula's count is used
+        return None
+
+
 def trainer_state(step: int, runtime: float, plan, training_args, data_args, log_history: List[Dict[str, Any]],
-                  model_config: Callable[[], Any], best_model_checkpoint: Optional[str]):
+                  model_config: Callable[[], Any], best_model_checkpoint: Optional[str],
+                  model_flops_per_token: Optional[float] = None):
     """The :class:`~hf_tpu_ext.outputs.TrainerState` saved with the checkpoint of global step ``step``.
 
     Args:
         runtime: training seconds so far (every process of the run). plan: the run's
             :class:`~hf_tpu_ext.backends.base.RunPlan`. model_config: returns the backend's model config (for
             FLOPs; a config without the fields FLOPs need gives ``total_flos`` 0). best_model_checkpoint: the
-            backend's, or ``None``.
+            backend's, or ``None``. model_flops_per_token: the backend's own count (the architecture's: ModernBERT's
+            local layers count their window), else the encoder formula of :func:`hf_tpu_ext.flops.flops_per_token`.
     """
 
     args = training_args
@@ -116,8 +127,8 @@ def trainer_state(step: int, runtime: float, plan, training_args, data_args, log
     best, best_step = best_of(log_history, metric, greater)
     tokens = step * plan.global_batch_size * plan.seq_length
     try:
-        flops = tokens * flops_per_token(model_config(), data_args.max_seq_length,
-                                         data_args.max_predictions_per_seq / data_args.max_seq_length)
+        flops = tokens * (model_flops_per_token or flops_per_token(
+            model_config(), data_args.max_seq_length, data_args.max_predictions_per_seq / data_args.max_seq_length))
     except Exception:  # a config without the fields flops needs: leave it out
         flops = 0.0
     return TrainerState(
