@@ -252,10 +252,12 @@ def test_throughput_from_run_and_validation():
     from hf_tpu_ext.flops import flops_per_token
 
     cfg = SimpleNamespace(hidden_size=64, num_hidden_layers=2, intermediate_size=128, vocab_size=300)
-    run = SimpleNamespace(global_batch_size=32, seq_length=64, num_replicas=4, model_config=cfg,
-                          data_args=SimpleNamespace(max_predictions_per_seq=10),
-                          training_args=SimpleNamespace(bf16=True, logging_steps=7),
-                          strategy_info=SimpleNamespace(device_kind="TPU v4"))
+    from hf_tpu_ext.run_context import RunContext
+
+    run = RunContext(global_batch_size=32, seq_length=64, num_replicas=4, model_config=cfg,
+                     data_args=SimpleNamespace(max_predictions_per_seq=10),
+                     training_args=SimpleNamespace(bf16=True, logging_steps=7),  # no plan: an explicit --bf16 true
+                     strategy_info=SimpleNamespace(device_kind="TPU v4"))
     cb = ThroughputCallback.from_run(run)
     assert (cb.global_batch_size, cb.seq_length, cb.num_replicas, cb.log_every) == (32, 64, 4, 0)  # hf-tpu train logs the one figure itself
     assert cb.flops_per_token == flops_per_token(cfg, 64, masked_fraction=10 / 64)
