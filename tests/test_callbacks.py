@@ -413,10 +413,10 @@ def test_mfu_above_the_peak_is_left_out_with_one_warning(monkeypatch):
 
     config = RobertaConfig(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                            intermediate_size=128)
-    fake = SimpleNamespace(model=SimpleNamespace(config=config), seq_length=32, args=SimpleNamespace(bf16=False),
-                           info=SimpleNamespace(accelerator="CPU", is_chief=True),
+    fake = SimpleNamespace(model=SimpleNamespace(config=config), seq_length=32, args=SimpleNamespace(), bf16=False,
+                           info=SimpleNamespace(accelerator="CPU", is_chief=True, num_workers=1),
                            strategy=SimpleNamespace(num_replicas_in_sync=1))
-    monkeypatch.setattr(flops, "device_peak", lambda kind, dtype: flops.Peak(1e9, "a test peak"))
+    monkeypatch.setattr(flops, "device_peak", lambda kind, dtype, **_: flops.Peak(1e9, "a test peak"))
     warnings = []
     monkeypatch.setattr(trainer_module.logger, "warning", lambda msg, *a: warnings.append(msg % a))
     mfu = TFTrainer._mfu_function(fake, None)

@@ -253,7 +253,7 @@ class TensorFlowBackend(BackendDefaults):
                                  plan.seq_length, checkpointer=self.checkpointer, callbacks=callbacks,
                                  start_step=start_step, log_history=log_history, summary_writer=self.summary_writer,
                                  trackio=self.trackio, on_save=on_save,
-                                 jit_compile=self.precision.jit_compile,
+                                 jit_compile=self.precision.jit_compile, bf16=self.precision.bf16,
                                  fuse_elementwise=self.precision.fuse_elementwise, compiler_note=self.compiler_note)
         if self.is_chief:
             # one level of parentheses at most: the compiler path may hold "(oneDNN)", the reason none

@@ -74,6 +74,8 @@ class TFTrainer:
         trackio: the ``trackio`` module, initialised, for ``--report_to trackio`` (None: not used).
         log_history: list the log entries are appended to (kept, not copied).
         on_save: ``on_save(global_step, checkpoint_prefix)`` after every checkpoint (all processes).
+        jit_compile, bf16: the run's :class:`hf_tpu_ext.precision.PrecisionPlan` decisions (the XLA step or
+            TensorFlow's kernels; bf16 compute, also the MFU peak's dtype).
         fuse_elementwise: on TensorFlow's kernels (``jit_compile`` false), the run fuses the element-wise ops
             between them with XLA (:mod:`hf_tpu_ext.backends.tensorflow.fusion`; the caller switches it on around
             :meth:`train`): dropout then takes the XLA step's counter-based masks, which fuse too.
@@ -84,9 +86,11 @@ class TFTrainer:
     def __init__(self, model, optimizer, lr_schedule, training_args, strategy_info, make_train_dataset,
                  eval_dataset, eval_steps, steps_per_epoch, total_steps, seq_length, checkpointer=None,
                  callbacks=(), start_step: int = 0, log_history=None, summary_writer=None, trackio=None,
-                 on_save=None, jit_compile: bool = True, fuse_elementwise: bool = False, compiler_note: str = ""):
+                 on_save=None, jit_compile: bool = True, bf16: bool = False, fuse_elementwise: bool = False,
+                 compiler_note: str = ""):
         self.model = model
-        self.jit_compile = bool(jit_compile)  # the precision plan's (--jit_compile unset: resolved), not the args'
+        # the precision plan's decisions (--jit_compile unset and --bf16 auto resolved), not the arguments'
+        self.jit_compile, self.bf16 = bool(jit_compile), bool(bf16)
         self.fuse_elementwise = bool(fuse_elementwise) and not self.jit_compile
         self.compiler_note = compiler_note
         self.optimizer = optimizer
@@ -389,8 +393,9 @@ class TFTrainer:
         # the GPU's name; a TPU's generation where the TPU VM states it (TPU_ACCELERATOR_TYPE)
         kind = _gpu_kind() if self.info.accelerator in ("GPU", "TPU") else self.info.accelerator
         replicas = self.strategy.num_replicas_in_sync  # on a CPU, --split_cpu's logical devices share its peak
-        return make_mfu_meter(fpt, kind, getattr(self.args, "bf16", False) is True, replicas, self.info.is_chief,
-                              why=why, cpu_devices=max(1, replicas // max(1, int(self.info.num_workers or 1))))
+        workers = int(getattr(self.info, "num_workers", 1) or 1)
+        return make_mfu_meter(fpt, kind, self.bf16, replicas, self.info.is_chief, why=why,
+                              cpu_devices=max(1, replicas // workers))
 
     # ------------------------------------------------------------------ best model
     def _best_prefix(self) -> str:

@@ -81,7 +81,8 @@ class ThroughputCallback(ThroughputMeter, tf_keras.callbacks.Callback):
         fraction = min(1.0, predictions / run.seq_length) if predictions else None
         fpt = flops_per_token(run.model_config, run.seq_length, masked_fraction=fraction) if run.model_config else None
         kind = getattr(getattr(run, "strategy_info", None), "device_kind", None) or default_device_kind()
-        peak = device_peak(kind, run.compute_dtype)
+        dtype = run.compute_dtype
+        peak = device_peak(kind, dtype)
         callback = cls(
             global_batch_size=run.global_batch_size,
             seq_length=run.seq_length,
