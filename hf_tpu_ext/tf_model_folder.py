@@ -82,7 +82,7 @@ def pytorch_state_dict(model) -> Dict[str, np.ndarray]:
     return state
 
 
-def _pytorch_config(model):
+def pytorch_config(model):
     """A copy of the model's config with PyTorch ``architectures`` (``TFRobertaForMaskedLM`` -> ``RobertaForMaskedLM``)."""
     import copy
 
@@ -123,7 +123,7 @@ def save_model_folder(model, output_dir: str, tokenizer=None, *, tf_weights: boo
 
     os.makedirs(output_dir, exist_ok=True)
     state = pytorch_state_dict(model)
-    config = _pytorch_config(model)
+    config = pytorch_config(model)
     written = []
 
     atomic_write(os.path.join(output_dir, SAFE_WEIGHTS_NAME), lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))

@@ -215,12 +215,12 @@ def _dataset(seq_len, batches=4, batch=4):
 
 # ---------------------------------------------------------------------------------------------- throughput
 def test_weighted_median():
-    from hf_tpu_ext.callbacks.tf_keras.throughput import _weighted_median
+    from hf_tpu_ext.step_window import weighted_median
 
-    assert _weighted_median([]) is None
-    assert _weighted_median([(3.0, 1), (1.0, 1), (2.0, 1)]) == 2.0
-    assert _weighted_median([(1.0, 1), (2.0, 1)]) == 1.5
-    assert _weighted_median([(1.0, 1), (5.0, 3)]) == 5.0  # one call of 3 steps outweighs one step
+    assert weighted_median([]) is None
+    assert weighted_median([(3.0, 1), (1.0, 1), (2.0, 1)]) == 2.0
+    assert weighted_median([(1.0, 1), (2.0, 1)]) == 1.5
+    assert weighted_median([(1.0, 1), (5.0, 3)]) == 5.0  # one call of 3 steps outweighs one step
 
 
 def test_throughput_counts_steps_per_execution(monkeypatch):

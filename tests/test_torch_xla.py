@@ -209,7 +209,7 @@ def _tiny_trainer(out, callbacks, steps=8, save_steps=3, config_dir=None, loggin
 
     from hf_tpu_ext.args import TrainingArguments
     from hf_tpu_ext.backends.torch_xla.data import BlocksDataset, StaticMaskingCollator
-    from hf_tpu_ext.backends.torch_xla.trainer import _trainer_class, hf_training_arguments
+    from hf_tpu_ext.backends.torch_xla.trainer import trainer_class, hf_training_arguments
 
     config = AutoConfig.from_pretrained(config_dir)
     torch.manual_seed(0)
@@ -221,7 +221,7 @@ def _tiny_trainer(out, callbacks, steps=8, save_steps=3, config_dir=None, loggin
                              save_total_limit=2)
     hf_args = hf_training_arguments(ours, steps, report_to=[])
     collator = StaticMaskingCollator(4, config.vocab_size, [0, 1, 2, 3, 4], 5, seed=1)
-    return _trainer_class()(model=model, args=hf_args, train_dataset=BlocksDataset(blocks), data_collator=collator,
+    return trainer_class()(model=model, args=hf_args, train_dataset=BlocksDataset(blocks), data_collator=collator,
                             callbacks=callbacks, max_predictions=5)
 
 

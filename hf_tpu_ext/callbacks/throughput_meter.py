@@ -48,10 +48,6 @@ def card_facts_of(model, step: Optional[int] = None) -> Dict[str, Any]:
     return meter.card_facts(step) if meter is not None else {}
 
 
-#: the median over ``(seconds per step, steps)`` pairs (kept under this name for the callbacks that import it)
-_weighted_median = weighted_median
-
-
 class ThroughputMeter:
     """Samples/s, tokens/s, median step time and MFU from Keras batch hooks (see the framework classes).
 
@@ -145,7 +141,7 @@ class ThroughputMeter:
     def _steady_rates(self) -> Dict[str, float]:
         """Rates of the median step after warm-up (``hf-tpu train``'s steady definition: tokens per step over the
         median step time of the last calls; the mean since warm-up where no call is recorded)."""
-        median = _weighted_median(self._calls)
+        median = weighted_median(self._calls)
         if median is None:
             return self._rates(self._measured_steps, self._measured_seconds)
         return self._rates(1, median)
@@ -238,7 +234,7 @@ class ThroughputMeter:
                 self._next_log = (now // self.log_every + 1) * self.log_every
             if now >= self._next_log:
                 self._next_log = (now // self.log_every + 1) * self.log_every
-                median = _weighted_median(self._calls)
+                median = weighted_median(self._calls)
                 if logs is not None and median is not None:
                     logs["step_time_ms_median"] = median * 1e3
                 rates = self._steady_rates() if self._measured_steps else self._rates(steps, seconds)
@@ -253,7 +249,7 @@ class ThroughputMeter:
         if logs is None:
             return
         if self._epoch_steps:  # the epoch's median step: a save or push inside a batch hook does not drag it down
-            median = _weighted_median(self._epoch_calls)
+            median = weighted_median(self._epoch_calls)
             logs.update(self._rates(1, median) if median is not None else self._rates(self._epoch_steps, self._epoch_seconds))
             logs["step_time_ms_median"] = (median if median is not None else self._epoch_seconds / self._epoch_steps) * 1e3
         elif self._epoch_all_steps:  # only warm-up steps in this epoch: report them rather than nothing
@@ -278,7 +274,7 @@ class ThroughputMeter:
         }
         if steps:
             summary.update(self._steady_rates() if self._measured_steps else self._rates(steps, seconds))
-            median = _weighted_median(self._calls)
+            median = weighted_median(self._calls)
             summary["step_time_ms_median"] = (median if median is not None else seconds / steps) * 1e3
             summary["step_time_ms_mean"] = seconds / steps * 1e3
         if "mfu" in summary and not math.isfinite(summary["mfu"]):

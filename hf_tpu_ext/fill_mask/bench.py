@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from hf_tpu_ext import probes
 from hf_tpu_ext.fill_mask import report
-from hf_tpu_ext.fill_mask.predictor import FillMaskPredictor, _empty_result
+from hf_tpu_ext.fill_mask.predictor import FillMaskPredictor, empty_result
 from hf_tpu_ext.fill_mask.revisions import ModelCache, hub_step, is_local_model, list_revisions, step_from_title
 
 REVISION_ENV = "MODEL_REVISION"
@@ -167,7 +167,7 @@ class FillMaskBench:
             try:
                 predictor, info = self.predictor(model or "", revision or "")
             except Exception as err:
-                results[i] = _empty_result(str(err), model=model or self.model, revision={"value": revision})
+                results[i] = empty_result(str(err), model=model or self.model, revision={"value": revision})
                 continue
             key = (id(predictor), info["value"])
             loaded[key] = (predictor, info)
@@ -177,7 +177,7 @@ class FillMaskBench:
             try:
                 answers = predictor.predict_many([(requests[i][0], requests[i][1], requests[i][2] or None) for i in idx])
             except Exception as err:  # keep answering with a message, not a traceback
-                answers = [_empty_result(f"Prediction failed: {type(err).__name__}: {err}",
+                answers = [empty_result(f"Prediction failed: {type(err).__name__}: {err}",
                                          mask_token=predictor.mask_token, backend=predictor.backend,
                                          max_length=predictor.max_length)] * len(idx)
             for i, answer in zip(idx, answers):

@@ -141,7 +141,7 @@ RESULT_KEYS = ("ok", "message", "masks", "filled", "text", "top_k", "rejected_ta
                "max_length", "mask_token", "backend", "model", "revision")
 
 
-def _empty_result(message: str, **extra: Any) -> Dict[str, Any]:
+def empty_result(message: str, **extra: Any) -> Dict[str, Any]:
     """A result without predictions (``ok=False``), with every key of :data:`RESULT_KEYS` present."""
     result: Dict[str, Any] = dict.fromkeys(RESULT_KEYS)
     result.update(ok=False, message=message, masks=[], rejected_targets=[], targets=[])
@@ -289,23 +289,23 @@ class FillMaskPredictor:
         """Validate one request; returns an ``ok=False`` result, or a dict with what the forward pass needs."""
         common = {"mask_token": self.mask_token, "backend": self.backend, "max_length": self.max_length}
         if text is None or not str(text).strip():
-            return _empty_result(
+            return empty_result(
                 f"Empty input: type a sentence with {self.mask_token} where a word is missing, "
                 f"e.g. 'Paris is the {self.mask_token} of France.'", **common)
         text = self.normalize(str(text))
         if self.mask_token not in text:
-            return _empty_result(
+            return empty_result(
                 f"No mask in the input: put {self.mask_token} (or [MASK]) where the missing word goes, "
                 f"e.g. '{text.strip()} {self.mask_token}'.", text=text, **common)
         k, problem = parse_top_k(top_k)
         if problem:
-            return _empty_result(problem, text=text, **common)
+            return empty_result(problem, text=text, **common)
 
         input_ids = self.tokenizer(text, verbose=False)["input_ids"]
         num_tokens = len(input_ids)
         common["num_tokens"] = num_tokens
         if num_tokens > self.max_length:
-            return _empty_result(
+            return empty_result(
                 f"Input too long: it is {num_tokens} tokens (with {self.tokenizer.bos_token or 'start'} and "
                 f"{self.tokenizer.eos_token or 'end'}), this model reads at most {self.max_length}. "
                 f"Shorten it by {num_tokens - self.max_length} tokens.", text=text, **common)
@@ -322,7 +322,7 @@ class FillMaskPredictor:
         if rejected:
             notes.append("Not scored: " + "; ".join(f"{r['target']!r} ({r['reason']})" for r in rejected) + ".")
         if rejected and not target_ids:
-            return _empty_result(
+            return empty_result(
                 " ".join(notes) + " None of the targets can be scored: give words that are one token, or clear targets.",
                 text=text, **common)
 

@@ -47,7 +47,7 @@ from hf_tpu_ext.backends.model_files import (  # noqa: F401
 from hf_tpu_ext.errors import ArgumentError, CheckpointError
 # The TF model -> PyTorch-named folder writer is neutral ground (the tf_keras push callback writes the same
 # folder and may not import a backend); the names stay importable here.
-from hf_tpu_ext.tf_model_folder import _pytorch_config, pytorch_state_dict, save_model_folder  # noqa: F401
+from hf_tpu_ext.tf_model_folder import pytorch_config, pytorch_state_dict, save_model_folder  # noqa: F401
 
 logger = logging.getLogger(__name__)
 

@@ -236,7 +236,7 @@ class TorchXLABackend(BackendDefaults):
         from hf_tpu_ext.backends.torch_xla.data import masking_epoch_callback
         from hf_tpu_ext.metrics.xla_compiles import compile_counts
         from hf_tpu_ext import interrupts
-        from hf_tpu_ext.backends.torch_xla.trainer import (_trainer_class, hf_training_arguments, host_barrier,
+        from hf_tpu_ext.backends.torch_xla.trainer import (trainer_class, hf_training_arguments, host_barrier,
                                                            save_on_signal_callback)
 
         args, plan = self.args, self.plan
@@ -250,7 +250,7 @@ class TorchXLABackend(BackendDefaults):
         hf_args = hf_training_arguments(args, plan.total_steps, bf16=self.precision.bf16, eval_strategy=args.eval_strategy if plan.has_eval else "no",
                                         eval_on_start=bool(getattr(args, "eval_on_start", False)) and plan.has_eval)
         host_barrier(args.output_dir, f"ready-{os.getppid()}", self.info.process_index, self.info.world_size)
-        self.trainer = trainer = _trainer_class()(
+        self.trainer = trainer = trainer_class()(
             model=self.model, args=hf_args, train_dataset=self.train_ds, eval_dataset=self.eval_ds,
             data_collator=self.train_collator, eval_collator=self.eval_collator,
             callbacks=[*callbacks, masking_epoch_callback(self.train_collator), _SaveHook(), save_on_signal_callback()],

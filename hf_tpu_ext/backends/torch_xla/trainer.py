@@ -95,7 +95,7 @@ def optimizer_description(args) -> str:
     return text + f", {args.lr_scheduler_type} learning-rate schedule"
 
 
-def _trainer_class():
+def trainer_class():
     """:class:`MaskedLMTrainer`, defined on first use so importing this module does not import torch."""
     global MaskedLMTrainer
     if "MaskedLMTrainer" in globals():

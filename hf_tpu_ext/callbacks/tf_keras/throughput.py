@@ -5,7 +5,7 @@ from __future__ import annotations
 import tf_keras
 
 from hf_tpu_ext.callbacks import register_callback
-from hf_tpu_ext.callbacks.throughput_meter import ThroughputMeter, _weighted_median  # noqa: F401  (re-export)
+from hf_tpu_ext.callbacks.throughput_meter import ThroughputMeter
 
 
 
