@@ -317,14 +317,12 @@ def test_resume_position_limit_follows_the_model_type(tmp_path):
     run = _resume_run(tmp_path, "--resume_from_checkpoint", str(folder), "--max_seq_length", "512")
     run._apply_checkpoint_shape(info)
     assert run.data_args.max_seq_length == 512
-    run = _resume_run(tmp_path, "--resume_from_checkpoint", str(folder), "--max_seq_length", "513")
-    with pytest.raises(CheckpointError, match=r"--max_seq_length 513 \(the checkpoint's model holds 512 tokens\)"):
-        run._apply_checkpoint_shape(info)
-    info = CheckpointInfo(path=str(folder), global_step=4, trainer_state=None,
-                          model_config={"hidden_size": 64, "max_position_embeddings": 514})  # RoBERTa's: 512 + 2
-    run = _resume_run(tmp_path, "--resume_from_checkpoint", str(folder), "--max_seq_length", "513")
-    with pytest.raises(CheckpointError, match=r"--max_seq_length 513 \(the checkpoint's model holds 512 tokens\)"):
-        run._apply_checkpoint_shape(info)
+    roberta = CheckpointInfo(path=str(folder), global_step=4, trainer_state=None,
+                             model_config={"hidden_size": 64, "max_position_embeddings": 514})  # RoBERTa's: 512 + 2
+    for checkpoint in (info, roberta):
+        run = _resume_run(tmp_path, "--resume_from_checkpoint", str(folder), "--max_seq_length", "513")
+        with pytest.raises(CheckpointError, match=r"--max_seq_length 513 \(the checkpoint's model holds 512 tokens"):
+            run._apply_checkpoint_shape(checkpoint)
 
 
 def test_tpu_name_local_off_a_tpu():
