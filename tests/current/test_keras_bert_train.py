@@ -65,7 +65,8 @@ def bert_tokenizer(max_length, cls_name="BertTokenizerFast"):
 
 @pytest.fixture(scope="module", params=sorted(KINDS))
 def trained(request, tmp_path_factory):
-    """(model_type, start folder, output folder) of a 20-step run continuing a tiny BERT / DistilBERT."""
+    """(model_type, start folder, output folder, command line) of a 20-step run continuing a tiny BERT / DistilBERT
+    (``--eval_on_start``: a first evaluation of the starting weights)."""
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.run import train
 
@@ -85,13 +86,13 @@ def trained(request, tmp_path_factory):
             "--per_device_eval_batch_size", "4",
             "--learning_rate", "1e-3", "--max_steps", "20", "--save_steps", "10", "--logging_steps", "5",
             "--eval_steps", "10", "--probe_file", root / "probes.txt",
-            "--seed", "7", "--disable_tqdm", "true"]
+            "--seed", "7", "--disable_tqdm", "true", "--eval_on_start", "true"]
     train(*parse_args(list(map(str, args))))
-    return kind, root / "start", root / "out"
+    return kind, root / "start", root / "out", args
 
 
 def test_export_is_the_class_with_the_keras_logits(trained):
-    kind, start, out = trained
+    kind, start, out, _ = trained
     _, model_class, _, moved = KINDS[kind]
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == [model_class] and config["model_type"] == kind
@@ -122,16 +123,16 @@ def test_export_is_the_class_with_the_keras_logits(trained):
 
 
 def test_probe_file_with_bert_mask_is_scored_at_each_evaluation(trained):
-    _, _, out = trained
+    _, _, out, _ = trained
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     probed = [(e["step"], e["probe_n"]) for e in history if "probe_n" in e]
-    assert probed == [(10, 3), (20, 3)]
+    assert probed == [(0, 3), (10, 3), (20, 3)]
     last = [e for e in history if "probe_n" in e][-1]
     assert 0.0 <= last["probe_top1"] <= last["probe_top5"] <= 1.0 and 0.0 < last["probe_mrr"] <= 1.0
 
 
 def test_fill_mask_pipeline_answers(trained):
-    _, _, out = trained
+    _, _, out, _ = trained
     fill = transformers.pipeline("fill-mask", model=str(out), tokenizer=str(out))
     answers = fill("the quick brown [MASK] jumps", top_k=3)
     assert len(answers) == 3 and all(a["token_str"] and "[MASK]" not in a["sequence"] for a in answers)
@@ -145,7 +146,7 @@ def test_demo_predictor_and_probe_fill_the_mask_token(trained, tmp_path, capsys)
     from hf_tpu_ext.fill_mask import FillMaskPredictor
     from hf_tpu_ext.probes import parse_probes
 
-    _, _, out = trained
+    _, _, out, _ = trained
     predictor = FillMaskPredictor(str(out), backend="torch")
     assert predictor.mask_token == "[MASK]"
     fill = transformers.pipeline("fill-mask", model=str(out), tokenizer=str(out))
@@ -163,3 +164,15 @@ def test_demo_predictor_and_probe_fill_the_mask_token(trained, tmp_path, capsys)
     direct = predictor.score_probes(parse_probes(path.read_text(encoding="utf-8")))
     assert report["n"] == 2 and report["skipped"] == []
     assert report["ranks"] == direct.ranks and all(r >= 1 for r in direct.ranks)
+
+
+def test_first_evaluation_is_transformers_masked_lm_loss(trained):
+    """``--eval_on_start``: the step-0 ``eval_loss`` (the Keras model of the starting folder, before any step)
+    equals transformers' own loss on the same masked evaluation batches (float32 both; relative 1e-4)."""
+    from mlm_reference import transformers_eval_loss
+
+    _, start, out, args = trained
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    first = [e for e in history if "eval_loss" in e][0]
+    assert first["step"] == 0
+    assert first["eval_loss"] == pytest.approx(transformers_eval_loss(args, start), rel=1e-4)
