@@ -38,3 +38,24 @@ def transformers_eval_loss(argv, folder) -> float:
         loss -= float((picked * weights).sum())
         count += float(weights.sum())
     return loss / count
+
+
+def rerun(argv, output_dir, *extra):
+    """Run ``hf-tpu train`` again with the command line ``argv`` into ``output_dir`` (its ``--output_dir``
+    replaced), ``extra`` flags appended (argparse: a repeated flag's last value wins); returns ``(log_history,
+    training_summary)`` of the new folder."""
+    import json
+
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run import train
+
+    argv = [str(a) for a in argv]
+    argv[argv.index("--output_dir") + 1] = str(output_dir)
+    train(*parse_args(argv + [str(a) for a in extra]))
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    return state["log_history"], json.loads((output_dir / "training_summary.json").read_text())
+
+
+def step_losses(log_history) -> dict:
+    """``{step: loss}`` of the training logs in ``log_history`` (trainer_state.json's)."""
+    return {e["step"]: e["loss"] for e in log_history if "loss" in e}

@@ -24,7 +24,7 @@ if os.environ.get("KERAS_BACKEND", "jax") != "jax":
 
 TOLERANCE = 1e-4
 
-from mlm_reference import transformers_eval_loss  # noqa: E402
+from mlm_reference import rerun, step_losses, transformers_eval_loss  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def continued(tmp_path_factory):
     out = root / "run"
     argv = ["--backend", "keras", "--model_name_or_path", str(start), "--output_dir", str(out),
             "--max_seq_length", "32", "--per_device_train_batch_size", "8", "--per_device_eval_batch_size", "8",
-            "--max_train_samples", "256", "--max_eval_samples", "32", "--max_steps", "20", "--logging_steps", "5",
+            "--max_train_samples", "256", "--max_eval_samples", "32", "--max_steps", "20", "--logging_steps", "1",
             "--learning_rate", "3e-3", "--seed", "7", "--disable_tqdm", "true", "--eval_on_start", "true"]
     results = train(*parse_args(argv))
     return start, out, results, argv
@@ -162,3 +162,57 @@ def test_continues_a_pushed_modernbert_from_its_commit(continued, loopback_hub, 
     card = (tmp_path / "again" / "README.md").read_text()
     assert "base_model: alice/x" in card
     assert json.loads((tmp_path / "again" / "training_summary.json").read_text())["base_model"] == "alice/x"
+
+
+def test_pushed_card_names_the_architecture(continued, loopback_hub, capsys):
+    """``hf-tpu push`` of the run's folder: the card on the Hub names ``ModernBertForMaskedLM``."""
+    from hf_tpu_ext.cli import main
+
+    _, out, _, _ = continued
+    assert main(["push", str(out), "--hub_model_id", "alice/modernbert-run", "--hub_token", loopback_hub.token]) == 0
+    capsys.readouterr()
+    (last,) = loopback_hub.server.commits("alice/modernbert-run")[-1:]
+    card = last["files"]["README.md"].decode()
+    assert "ModernBertForMaskedLM" in card and "RobertaForMaskedLM" not in card
+
+
+#: --steps_per_execution 2 against 1: the same fp32 steps, compiled as one scan of 2 instead of one step; the
+#: measured gap is float rounding (relative, per logged step loss)
+SPE_TOLERANCE = 1e-4
+
+
+def test_steps_per_execution_2_gives_the_same_step_losses(continued, tmp_path):
+    """``--steps_per_execution 2`` (logs at call boundaries: steps 2, 4, ..., each the mean of its call's 2 steps)
+    equals the mean of the same 2 steps of the one-step-per-call run, logged every step."""
+    _, out, _, argv = continued
+    history, summary = rerun(argv, tmp_path / "spe2", "--steps_per_execution", "2")
+    ours = step_losses(history)
+    theirs = step_losses(json.loads((out / "trainer_state.json").read_text())["log_history"])
+    assert sorted(ours) == list(range(2, 21, 2)) and sorted(theirs) == list(range(1, 21))
+    np.testing.assert_allclose([ours[s] for s in range(2, 21, 2)],
+                               [(theirs[s - 1] + theirs[s]) / 2 for s in range(2, 21, 2)], rtol=SPE_TOLERANCE)
+    assert summary["steps_per_execution"] == 2
+
+
+def test_bf16_trains(continued, tmp_path):
+    """``--bf16 true``: finite losses that fall, the summary's precision ``bf16 mixed``."""
+    _, out, _, argv = continued
+    history, summary = rerun(argv, tmp_path / "bf16", "--bf16", "true", "--max_steps", "10")
+    losses = step_losses(history)
+    assert sorted(losses) == list(range(1, 11)) and np.isfinite(list(losses.values())).all()
+    assert summary["precision"] == "bf16 mixed" and summary["global_step"] == 10
+
+
+def test_streaming_trains_and_exports(continued, tmp_path):
+    """``--streaming`` (a text file of the default corpus, read as an IterableDataset) trains 10 steps and exports
+    the class."""
+    from hf_tpu_ext.data.corpus import default_corpus_texts
+
+    _, out, _, argv = continued
+    (tmp_path / "train.txt").write_text("\n".join(default_corpus_texts()), encoding="utf-8")
+    cut = argv.index("--max_train_samples")  # a stream is read for --max_steps batches instead
+    history, summary = rerun(argv[:cut] + argv[cut + 2:], tmp_path / "stream", "--streaming", "true",
+                             "--max_steps", "10", "--train_file", tmp_path / "train.txt")
+    assert sorted(step_losses(history)) == list(range(1, 11)) and summary["global_step"] == 10
+    model = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "stream")
+    assert type(model).__name__ == "ModernBertForMaskedLM"
