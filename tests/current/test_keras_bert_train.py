@@ -6,7 +6,8 @@ The folder holds a random-init ``BertForMaskedLM`` or ``DistilBertForMaskedLM`` 
 WordPiece vocabulary (no network). After 20 steps the output folder: ``AutoModelForMaskedLM`` loads it as the same
 class, whose weights moved from the start, its logits equal the trained Keras model's (its variables from the last
 checkpoint; float32, 1e-4) at every real token of a right-padded batch, and ``pipeline("fill-mask")`` answers a
-``[MASK]`` sentence.
+``[MASK]`` sentence. The step-0 evaluation (``--eval_on_start``) is transformers' masked-LM loss; for bert, short
+reruns check ``--steps_per_execution 2``, ``--bf16 true`` and ``--streaming``.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu .venv-current/bin/python -m pytest -q
 tests/current/test_keras_bert_train.py``.

@@ -4,7 +4,9 @@ A tiny random ModernBERT (transformers 5: hidden 32, 3 layers, 2 heads, ``local_
 ``--max_seq_length`` 32, so the window matters) with a byte-level BPE tokenizer continues pre-training for 20 steps;
 the export is a ``ModernBertForMaskedLM`` folder that ``AutoModelForMaskedLM`` loads with the trained weights (the
 Keras model read back from it gives transformers' logits, max abs difference <= 1e-4, on a right-padded batch) and
-that ``pipeline("fill-mask")`` answers from.
+that ``pipeline("fill-mask")`` answers from. Issue 42's guarantees on the same run: its ``--eval_on_start`` loss is
+transformers' (tests/mlm_reference.py), it continues from a pushed commit (``--model_revision``), and short reruns
+check ``--steps_per_execution 2``, ``--bf16 true`` and ``--streaming``.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu .venv-current/bin/python -m pytest -q
 tests/current/test_keras_modernbert_run.py``.
