@@ -6,7 +6,8 @@ The folder holds a random-init ``BertForMaskedLM`` or ``DistilBertForMaskedLM`` 
 WordPiece vocabulary (no network). After 20 steps the output folder: ``AutoModelForMaskedLM`` loads it as the same
 class, whose weights moved from the start, its logits equal the trained Keras model's (its variables from the last
 checkpoint; float32, 1e-4) at every real token of a right-padded batch, and ``pipeline("fill-mask")`` answers a
-``[MASK]`` sentence.
+``[MASK]`` sentence. The step-0 evaluation (``--eval_on_start``) is transformers' masked-LM loss; for bert, short
+reruns check ``--steps_per_execution 2``, ``--bf16 true`` and ``--streaming``.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu .venv-current/bin/python -m pytest -q
 tests/current/test_keras_bert_train.py``.
@@ -65,7 +66,8 @@ def bert_tokenizer(max_length, cls_name="BertTokenizerFast"):
 
 @pytest.fixture(scope="module", params=sorted(KINDS))
 def trained(request, tmp_path_factory):
-    """(model_type, start folder, output folder) of a 20-step run continuing a tiny BERT / DistilBERT."""
+    """(model_type, start folder, output folder, command line) of a 20-step run continuing a tiny BERT / DistilBERT
+    (``--eval_on_start``: a first evaluation of the starting weights)."""
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.run import train
 
@@ -83,15 +85,15 @@ def trained(request, tmp_path_factory):
     args = ["--backend", "keras", "--model_name_or_path", root / "start", "--train_file", root / "train.txt",
             "--output_dir", root / "out", "--max_seq_length", "32", "--per_device_train_batch_size", "8",
             "--per_device_eval_batch_size", "4",
-            "--learning_rate", "1e-3", "--max_steps", "20", "--save_steps", "10", "--logging_steps", "5",
+            "--learning_rate", "1e-3", "--max_steps", "20", "--save_steps", "10", "--logging_steps", "1",
             "--eval_steps", "10", "--probe_file", root / "probes.txt",
-            "--seed", "7", "--disable_tqdm", "true"]
+            "--seed", "7", "--disable_tqdm", "true", "--eval_on_start", "true"]
     train(*parse_args(list(map(str, args))))
-    return kind, root / "start", root / "out"
+    return kind, root / "start", root / "out", args
 
 
 def test_export_is_the_class_with_the_keras_logits(trained):
-    kind, start, out = trained
+    kind, start, out, _ = trained
     _, model_class, _, moved = KINDS[kind]
     config = json.loads((out / "config.json").read_text())
     assert config["architectures"] == [model_class] and config["model_type"] == kind
@@ -122,16 +124,16 @@ def test_export_is_the_class_with_the_keras_logits(trained):
 
 
 def test_probe_file_with_bert_mask_is_scored_at_each_evaluation(trained):
-    _, _, out = trained
+    _, _, out, _ = trained
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     probed = [(e["step"], e["probe_n"]) for e in history if "probe_n" in e]
-    assert probed == [(10, 3), (20, 3)]
+    assert probed == [(0, 3), (10, 3), (20, 3)]
     last = [e for e in history if "probe_n" in e][-1]
     assert 0.0 <= last["probe_top1"] <= last["probe_top5"] <= 1.0 and 0.0 < last["probe_mrr"] <= 1.0
 
 
 def test_fill_mask_pipeline_answers(trained):
-    _, _, out = trained
+    _, _, out, _ = trained
     fill = transformers.pipeline("fill-mask", model=str(out), tokenizer=str(out))
     answers = fill("the quick brown [MASK] jumps", top_k=3)
     assert len(answers) == 3 and all(a["token_str"] and "[MASK]" not in a["sequence"] for a in answers)
@@ -145,7 +147,7 @@ def test_demo_predictor_and_probe_fill_the_mask_token(trained, tmp_path, capsys)
     from hf_tpu_ext.fill_mask import FillMaskPredictor
     from hf_tpu_ext.probes import parse_probes
 
-    _, _, out = trained
+    _, _, out, _ = trained
     predictor = FillMaskPredictor(str(out), backend="torch")
     assert predictor.mask_token == "[MASK]"
     fill = transformers.pipeline("fill-mask", model=str(out), tokenizer=str(out))
@@ -163,3 +165,93 @@ def test_demo_predictor_and_probe_fill_the_mask_token(trained, tmp_path, capsys)
     direct = predictor.score_probes(parse_probes(path.read_text(encoding="utf-8")))
     assert report["n"] == 2 and report["skipped"] == []
     assert report["ranks"] == direct.ranks and all(r >= 1 for r in direct.ranks)
+
+
+def test_first_evaluation_is_transformers_masked_lm_loss(trained):
+    """``--eval_on_start``: the step-0 ``eval_loss`` (the Keras model of the starting folder, before any step)
+    equals transformers' own loss on the same masked evaluation batches (float32 both; relative 1e-4)."""
+    from mlm_reference import transformers_eval_loss
+
+    _, start, out, args = trained
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    first = [e for e in history if "eval_loss" in e][0]
+    assert first["step"] == 0
+    assert first["eval_loss"] == pytest.approx(transformers_eval_loss(args, start), rel=1e-4)
+
+
+def test_flops_and_mfu_use_the_architecture_count(trained):
+    """trainer_state.json's ``total_flos`` is tokens seen x the architecture's own FLOPs per token (the
+    architecture plug-in's count, the head at the masked positions only), and the summary's MFU divides by it."""
+    kind, _, out, _ = trained
+    config = transformers.AutoConfig.from_pretrained(out)
+    state = json.loads((out / "trainer_state.json").read_text())
+    summary = json.loads((out / "training_summary.json").read_text())
+    own = get_architecture(kind).flops_per_token(config, 32, summary["hyperparameters"]["max_predictions_per_seq"] / 32)
+    assert state["num_input_tokens_seen"] == 20 * 8 * 32
+    assert state["total_flos"] == pytest.approx(20 * 8 * 32 * own)
+    # MFU = steady tokens/s x the same count / the peak of the one CPU replica (float32)
+    assert summary["precision"] == "float32" and summary["mfu_peak_flops"] > 0
+    assert summary["mfu"] == pytest.approx(summary["steady_tokens_per_second"] * own / summary["mfu_peak_flops"],
+                                           rel=1e-3)
+
+
+def test_pushed_card_names_the_architecture(trained, loopback_hub, capsys):
+    """``hf-tpu push`` of the run's folder: the card on the Hub names the trained class."""
+    from hf_tpu_ext.cli import main
+
+    kind, _, out, _ = trained
+    _, model_class, _, _ = KINDS[kind]
+    assert main(["push", str(out), "--hub_model_id", f"alice/{kind}-run", "--hub_token", loopback_hub.token]) == 0
+    capsys.readouterr()
+    (last,) = loopback_hub.server.commits(f"alice/{kind}-run")[-1:]
+    card = last["files"]["README.md"].decode()
+    assert model_class in card and "RobertaForMaskedLM" not in card
+    assert json.loads(last["files"]["config.json"])["architectures"] == [model_class]
+
+
+#: --steps_per_execution 2 against 1: the same fp32 steps, compiled as one scan of 2 instead of one step; the
+#: measured gap is float rounding (relative, per logged step loss)
+SPE_TOLERANCE = 1e-4
+
+
+def test_steps_per_execution_2_gives_the_same_step_losses(trained, tmp_path):
+    """``--steps_per_execution 2`` (logs at call boundaries: steps 2, 4, ..., each the mean of its call's 2 steps)
+    equals the mean of the same 2 steps of the one-step-per-call run, logged every step."""
+    from mlm_reference import rerun, step_losses
+
+    kind, _, out, argv = trained
+    if kind != "bert":
+        pytest.skip("the issue's list is bert and modernbert; distilbert's run is left out for CI time")
+    history, summary = rerun(argv, tmp_path / "spe2", "--steps_per_execution", "2")
+    ours = step_losses(history)
+    theirs = step_losses(json.loads((out / "trainer_state.json").read_text())["log_history"])
+    assert sorted(ours) == list(range(2, 21, 2)) and sorted(theirs) == list(range(1, 21))
+    np.testing.assert_allclose([ours[s] for s in range(2, 21, 2)],
+                               [(theirs[s - 1] + theirs[s]) / 2 for s in range(2, 21, 2)], rtol=SPE_TOLERANCE)
+    assert summary["steps_per_execution"] == 2
+
+
+def test_bf16_trains(trained, tmp_path):
+    """``--bf16 true``: finite losses that fall, the summary's precision ``bf16 mixed``."""
+    from mlm_reference import rerun, step_losses
+
+    kind, _, out, argv = trained
+    if kind != "bert":
+        pytest.skip("the issue's list is bert and modernbert; distilbert's run is left out for CI time")
+    history, summary = rerun(argv, tmp_path / "bf16", "--bf16", "true", "--max_steps", "10")
+    losses = step_losses(history)
+    assert sorted(losses) == list(range(1, 11)) and np.isfinite(list(losses.values())).all()
+    assert summary["precision"] == "bf16 mixed" and summary["global_step"] == 10
+
+
+def test_streaming_trains_and_exports(trained, tmp_path):
+    """``--streaming``: the text file read as an IterableDataset trains 10 steps and exports the class."""
+    from mlm_reference import rerun, step_losses
+
+    kind, _, out, argv = trained
+    if kind != "bert":
+        pytest.skip("the issue's list is bert and modernbert; distilbert's run is left out for CI time")
+    history, summary = rerun(argv, tmp_path / "stream", "--streaming", "true", "--max_steps", "10")
+    assert sorted(step_losses(history)) == list(range(1, 11)) and summary["global_step"] == 10
+    model = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "stream")
+    assert type(model).__name__ == "BertForMaskedLM"
