@@ -76,8 +76,10 @@ class _RecordingPusher:
     def set_rate_limit_listener(self, listener):
         pass
 
-    def push_save(self, model_folder, **kwargs):
-        self.saves.append((model_folder, kwargs))
+    def push_plan(self, plan, model_folder, checkpoint_folder=None, *, staged=False):
+        """What the push session hands over: the save's one :class:`~hf_tpu_ext.hub.push_policy.PushPlan`."""
+        self.saves.append((model_folder, {"step": plan.step, "checkpoint_folder": checkpoint_folder,
+                                          "final": plan.final, "commit_message": plan.commit_message}))
 
     def log_pending(self, why):
         pass
