@@ -59,3 +59,17 @@ def rerun(argv, output_dir, *extra):
 def step_losses(log_history) -> dict:
     """``{step: loss}`` of the training logs in ``log_history`` (trainer_state.json's)."""
     return {e["step"]: e["loss"] for e in log_history if "loss" in e}
+
+
+def check_steps_per_execution_2(argv, out, folder, rtol: float) -> None:
+    """A rerun of ``argv`` with ``--steps_per_execution 2`` into ``folder`` logs at steps 2, 4, ..., 20 the mean of
+    the same two steps of the one-step-per-call run in ``out`` (logged every step), within ``rtol``."""
+    import json
+
+    history, summary = rerun(argv, folder, "--steps_per_execution", "2")
+    ours = step_losses(history)
+    theirs = step_losses(json.loads((out / "trainer_state.json").read_text())["log_history"])
+    assert sorted(ours) == list(range(2, 21, 2)) and sorted(theirs) == list(range(1, 21))
+    np.testing.assert_allclose([ours[s] for s in range(2, 21, 2)],
+                               [(theirs[s - 1] + theirs[s]) / 2 for s in range(2, 21, 2)], rtol=rtol)
+    assert summary["steps_per_execution"] == 2
