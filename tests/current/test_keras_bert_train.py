@@ -6,7 +6,8 @@ The folder holds a random-init ``BertForMaskedLM`` or ``DistilBertForMaskedLM`` 
 WordPiece vocabulary (no network). After 20 steps the output folder: ``AutoModelForMaskedLM`` loads it as the same
 class, whose weights moved from the start, its logits equal the trained Keras model's (its variables from the last
 checkpoint; float32, 1e-4) at every real token of a right-padded batch, and ``pipeline("fill-mask")`` answers a
-``[MASK]`` sentence. The step-0 evaluation (``--eval_on_start``) is transformers' masked-LM loss; short reruns
+``[MASK]`` sentence; keras-hub loads the export's ``keras_hub/`` preset with the same weights and token ids.
+The step-0 evaluation (``--eval_on_start``) is transformers' masked-LM loss; short reruns
 check ``--steps_per_execution 2``, ``--bf16 true`` and ``--streaming`` for both (issue 42: the same guarantees as
 RoBERTa), and for bert a run interrupted by kill -9 and by SIGTERM resumes to the uninterrupted run's end.
 
@@ -122,6 +123,49 @@ def test_export_is_the_class_with_the_keras_logits(trained):
         theirs = exported(input_ids=torch.tensor(ids, dtype=torch.long),
                           attention_mask=torch.tensor(mask, dtype=torch.long)).logits.numpy()
     assert np.abs(ours - theirs)[mask.astype(bool)].max() <= TOLERANCE
+
+
+#: keras-hub's BertMaskedLM / DistilBertMaskedLM as loaded against transformers on the trained tiny models (max abs
+#: logit difference): keras-hub fixes the head's LayerNorm epsilon at 1e-5 (transformers: 1e-12) and BERT's layer
+#: activation at tanh-approximated GELU (transformers: exact); measured 5.0e-4 (bert) and 1.2e-3 (distilbert) on
+#: logits of magnitude ~0.4
+KERAS_HUB_DEVIATION = 3e-3
+
+
+def test_keras_hub_preset_holds_the_export(trained):
+    """The export's ``keras_hub/`` preset: ``BertMaskedLM`` / ``DistilBertMaskedLM.from_preset`` loads it with a
+    preprocessor whose tokenizer gives the transformers tokenizer's ids; with keras-hub's two fixed choices set to
+    transformers' (head LayerNorm epsilon, BERT's exact GELU) its logits equal the export's (float32, 1e-4) on a
+    right-padded batch, and as loaded they are within :data:`KERAS_HUB_DEVIATION`."""
+    keras = pytest.importorskip("keras")
+    keras_hub = pytest.importorskip("keras_hub")
+    kind, _, out, _ = trained
+    task = {"bert": keras_hub.models.BertMaskedLM, "distilbert": keras_hub.models.DistilBertMaskedLM}[kind]
+    masked_lm = task.from_preset(str(out / "keras_hub"))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    sentence = "The quick brown fox jumps over a lazy dog, under the bright moon."
+    assert (np.asarray(masked_lm.preprocessor.tokenizer(sentence)).tolist()
+            == tokenizer(sentence, add_special_tokens=False)["input_ids"])
+    assert masked_lm.preprocessor.sequence_length == 64  # every position row
+
+    enc = tokenizer(["the quick brown fox jumps", "seven tiny robots sing about old ships under the moon"],
+                    padding=True, return_tensors="np")
+    ids, mask = enc["input_ids"].astype("int32"), enc["attention_mask"].astype("int32")
+    inputs = {"token_ids": ids, "padding_mask": mask,
+              "mask_positions": np.tile(np.arange(ids.shape[1], dtype="int32"), (2, 1))}
+    if kind == "bert":
+        inputs["segment_ids"] = np.zeros_like(ids)
+    exported = transformers.AutoModelForMaskedLM.from_pretrained(out).eval()
+    with torch.no_grad():
+        theirs = exported(input_ids=torch.tensor(ids, dtype=torch.long),
+                          attention_mask=torch.tensor(mask, dtype=torch.long)).logits.numpy()
+    real = mask.astype(bool)
+    as_loaded = np.abs(np.asarray(masked_lm(inputs)) - theirs)[real].max()
+    masked_lm.masked_lm_head._intermediate_layer_norm.epsilon = 1e-12
+    for layer in masked_lm.backbone.transformer_layers:
+        layer._feedforward_intermediate_dense.activation = keras.activations.gelu  # exact (erf)
+    assert np.abs(np.asarray(masked_lm(inputs)) - theirs)[real].max() <= TOLERANCE
+    assert 0 < as_loaded <= KERAS_HUB_DEVIATION
 
 
 def test_probe_file_with_bert_mask_is_scored_at_each_evaluation(trained):
