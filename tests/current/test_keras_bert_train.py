@@ -143,7 +143,7 @@ def test_keras_hub_preset_holds_the_export(trained):
     task = {"bert": keras_hub.models.BertMaskedLM, "distilbert": keras_hub.models.DistilBertMaskedLM}[kind]
     masked_lm = task.from_preset(str(out / "keras_hub"))
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
-    sentence = "The quick brown fox jumps over a lazy dog, under the bright moon."
+    sentence = "The quick brown [MASK] jumps over a lazy dog, under the bright moon."
     assert (np.asarray(masked_lm.preprocessor.tokenizer(sentence)).tolist()
             == tokenizer(sentence, add_special_tokens=False)["input_ids"])
     assert masked_lm.preprocessor.sequence_length == 64  # every position row

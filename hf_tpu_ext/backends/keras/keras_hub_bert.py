@@ -125,7 +125,8 @@ def keras_hub_wordpiece_preprocessor(model_type: str, tokenizer_folder: str, seq
     """A keras-hub ``BertMaskedLMPreprocessor`` / ``DistilBertMaskedLMPreprocessor`` whose tokenizer is the saved
     transformers WordPiece: the vocabulary in id order from ``tokenizer.json`` (an id no token has: a placeholder
     ``[unusedN]``), lower-casing (and, as BERT's
-    normalizer does when lower-casing, accent stripping) from its ``BertNormalizer``.
+    normalizer does when lower-casing, accent stripping) from its ``BertNormalizer``; special tokens written in the
+    text (``[MASK]``) are read as those tokens, as transformers' tokenizer reads them.
 
     Returns:
         The preprocessor, or ``None`` (logged) when the folder's tokenizer is not a BERT WordPiece (no
@@ -159,9 +160,10 @@ def keras_hub_wordpiece_preprocessor(model_type: str, tokenizer_folder: str, seq
         tokenizer = getattr(keras_hub.models, tokenizer_class)(
             vocabulary=tokens, lowercase=lowercase,
             strip_accents=lowercase if strip_accents is None else bool(strip_accents),
-            oov_token=model.get("unk_token", "[UNK]"), name=f"{model_type}_tokenizer")
+            oov_token=model.get("unk_token", "[UNK]"), special_tokens_in_strings=True, name=f"{model_type}_tokenizer")
     except ValueError as e:  # a special token BERT needs is missing
-        logger.info("keras-hub's %s cannot use this vocabulary (%s): no preprocessor in the preset.", tokenizer_class, e)
+        logger.info("keras-hub's %s cannot use this vocabulary (%s): no preprocessor in the preset.",
+                    tokenizer_class, e)
         return None
     return getattr(keras_hub.models, preprocessor_class)(tokenizer=tokenizer, sequence_length=int(sequence_length),
                                                          name=f"{model_type}_masked_lm_preprocessor")
