@@ -1,7 +1,10 @@
-"""transformers' own masked-LM loss on a Keras run's evaluation batches: the reference the runs' ``eval_loss`` is
-checked against (``--eval_on_start``: the first evaluation, before any step, sees the starting weights)."""
+"""Checks shared by the Keras architecture runs (bert, distilbert, modernbert): transformers' own masked-LM loss on a
+run's evaluation batches (the reference its ``eval_loss`` is checked against; ``--eval_on_start``: the first
+evaluation, before any step, sees the starting weights), reruns with one flag changed, and a resume after kill -9
+and SIGTERM that must end equal to the uninterrupted run."""
 
 import numpy as np
+import pytest
 
 
 def transformers_eval_loss(argv, folder) -> float:
@@ -73,3 +76,82 @@ def check_steps_per_execution_2(argv, out, folder, rtol: float) -> None:
     np.testing.assert_allclose([ours[s] for s in range(2, 21, 2)],
                                [(theirs[s - 1] + theirs[s]) / 2 for s in range(2, 21, 2)], rtol=rtol)
     assert summary["steps_per_execution"] == 2
+
+
+#: log_history keys that are measured, not computed (they differ between any two runs)
+TIMING_KEYS = ("tokens_per_second", "mfu")
+
+
+def _train_process(argv, kill_at=None, signal_at=None):
+    """``python -m hf_tpu_ext train argv`` in its own process (this checkout first on ``PYTHONPATH``), with the test
+    hooks of :mod:`hf_tpu_ext.interrupts`: ``kill_at`` (SIGKILL) / ``signal_at`` (SIGTERM once) at a fault point."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_TPU_EXT_TEST_")}
+    env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    if kill_at:
+        env["HF_TPU_EXT_TEST_KILL_AT"] = kill_at
+    if signal_at:
+        env["HF_TPU_EXT_TEST_SIGNAL_AT"] = signal_at
+    return subprocess.run([sys.executable, "-m", "hf_tpu_ext", "train", *map(str, argv)], env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def check_resume_after_kill_and_sigterm(argv, out, folder) -> None:
+    """The run ``argv`` (20 steps; its uninterrupted output in ``out``) repeated into ``folder`` with a save every 5
+    steps: SIGKILL (kill -9) once checkpoint-5 is written; resumed, SIGTERM after step 13 (a preemption: the run
+    saves checkpoint-13 and exits 143); resumed again to the end. Its weights equal ``out``'s (1e-5) and its
+    log history (losses, evaluations, probes; timing keys aside) is ``out``'s (rel 1e-5)."""
+    import json
+
+    from safetensors.numpy import load_file
+
+    argv = [str(a) for a in argv]
+    argv[argv.index("--output_dir") + 1] = str(folder)
+    argv += ["--save_steps", "5"]
+    proc = _train_process(argv, kill_at="saved@5")
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert sorted(p.name for p in folder.glob("checkpoint-*")) == ["checkpoint-5"]
+    proc = _train_process(argv + ["--resume_from_checkpoint", "true"], signal_at="train_step@13")
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert "checkpoint-13" in {p.name for p in folder.glob("checkpoint-*")}
+    assert not (folder / "model.safetensors").exists()
+    proc = _train_process(argv + ["--resume_from_checkpoint", "true"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "checkpoint-13" in proc.stderr  # resumed from the SIGTERM's save
+
+    ours, ref = load_file(str(folder / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert sorted(ours) == sorted(ref)
+    for name in ref:
+        np.testing.assert_allclose(ours[name], ref[name], atol=1e-5, rtol=0, err_msg=name)
+    got, want = ([{k: v for k, v in e.items() if k not in TIMING_KEYS}
+                  for e in json.loads((d / "trainer_state.json").read_text())["log_history"]] for d in (folder, out))
+    assert [sorted(e) for e in got] == [sorted(e) for e in want]
+    for a, b in zip(got, want):
+        for k in b:
+            assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), (k, a, b)
+
+
+def check_bf16_trains(argv, folder) -> None:
+    """A 10-step rerun of ``argv`` into ``folder`` with ``--bf16 true``: a finite loss at every step, the summary's
+    precision ``bf16 mixed``, global step 10."""
+    history, summary = rerun(argv, folder, "--bf16", "true", "--max_steps", "10")
+    losses = step_losses(history)
+    assert sorted(losses) == list(range(1, 11)) and np.isfinite(list(losses.values())).all()
+    assert summary["precision"] == "bf16 mixed" and summary["global_step"] == 10
+
+
+def check_streaming_exports(argv, folder, model_class: str, *extra) -> None:
+    """A 10-step rerun of ``argv`` into ``folder`` with ``--streaming true`` (``extra`` appended, e.g. another
+    ``--train_file``): a loss at every step, global step 10, and ``AutoModelForMaskedLM`` loads the export as
+    ``model_class``."""
+    import transformers
+
+    history, summary = rerun(argv, folder, "--streaming", "true", "--max_steps", "10", *extra)
+    assert sorted(step_losses(history)) == list(range(1, 11)) and summary["global_step"] == 10
+    assert type(transformers.AutoModelForMaskedLM.from_pretrained(folder)).__name__ == model_class

@@ -82,10 +82,11 @@ def test_a_new_architecture_needs_only_its_module_and_registry_rows(toy_register
         files = export_masked_lm(model, str(tmp_path / "a"))
         export_masked_lm(model, str(tmp_path / "b"))
     assert sorted(files) == ["config.json", "model.safetensors"]
-    assert not os.path.exists(tmp_path / "a" / KERAS_PRESET_DIR)  # the keras-hub preset is RoBERTa's only
+    assert not os.path.exists(tmp_path / "a" / KERAS_PRESET_DIR)  # keras-hub has no such architecture
     skipped = [r.getMessage() for r in caplog.records if "keras_hub/ preset" in r.getMessage()]
-    assert skipped == ["No keras_hub/ preset for model_type 'toy-roberta': the preset is keras-hub's RobertaMaskedLM "
-                       "(RoBERTa only); the transformers files are complete."]  # once for two exports
+    assert skipped == ["No keras_hub/ preset for model_type 'toy-roberta': keras-hub has no such masked LM (it has "
+                       "RobertaMaskedLM, BertMaskedLM, DistilBertMaskedLM); the transformers files are "
+                       "complete."]  # once for two exports
     written = json.loads((tmp_path / "a" / "config.json").read_text())
     assert written["model_type"] == "toy-roberta" and written["architectures"] == ["ToyForMaskedLM"]
 

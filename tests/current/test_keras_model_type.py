@@ -1,6 +1,7 @@
 """``hf-tpu train --model_type {modernbert,bert}`` from scratch on the Keras backend: the tokenizer trained for the
 architecture, ``--config_overrides`` (ModernBERT: an odd layer count, a window shorter than the blocks), the export
-loaded by transformers and answering ``pipeline("fill-mask")``.
+loaded by transformers and answering ``pipeline("fill-mask")`` (bert: and its keras-hub preset's tokenizer giving
+the trained WordPiece's ids).
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu .venv-current/bin/python -m pytest -q
 tests/current/test_keras_model_type.py``.
@@ -68,3 +69,9 @@ def test_bert_from_scratch_with_a_wordpiece_tokenizer(tmp_path):
     answers = transformers.pipeline("fill-mask", model=model, tokenizer=tokenizer, device="cpu")(
         "the module defines a [MASK].")
     assert len(answers) == 5 and all(0.0 <= a["score"] <= 1.0 for a in answers)
+    keras_hub = pytest.importorskip("keras_hub")
+    # the keras_hub/ preset's tokenizer is the trained WordPiece: the same ids, accents stripped with lower-casing
+    preset = keras_hub.models.BertTokenizer.from_preset(str(out / "keras_hub"))
+    sentence = "The Module's défines, a RIVER-bank [MASK] 42."
+    ours, theirs = [int(i) for i in preset(sentence)], tokenizer(sentence, add_special_tokens=False)["input_ids"]
+    assert ours == theirs, (tokenizer.convert_ids_to_tokens(ours), tokenizer.convert_ids_to_tokens(theirs))

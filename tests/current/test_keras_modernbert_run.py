@@ -6,7 +6,8 @@ the export is a ``ModernBertForMaskedLM`` folder that ``AutoModelForMaskedLM`` l
 Keras model read back from it gives transformers' logits, max abs difference <= 1e-4, on a right-padded batch) and
 that ``pipeline("fill-mask")`` answers from. Issue 42's guarantees on the same run: its ``--eval_on_start`` loss is
 transformers' (tests/mlm_reference.py), it continues from a pushed commit (``--model_revision``), and short reruns
-check ``--steps_per_execution 2``, ``--bf16 true`` and ``--streaming``.
+check ``--steps_per_execution 2``, ``--bf16 true`` and ``--streaming``, and a run interrupted by kill -9 and by
+SIGTERM resumes to the uninterrupted run's weights and log history.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu .venv-current/bin/python -m pytest -q
 tests/current/test_keras_modernbert_run.py``.
@@ -26,7 +27,9 @@ if os.environ.get("KERAS_BACKEND", "jax") != "jax":
 
 TOLERANCE = 1e-4
 
-from mlm_reference import check_steps_per_execution_2, rerun, step_losses, transformers_eval_loss  # noqa: E402
+from mlm_reference import (  # noqa: E402
+    check_bf16_trains, check_resume_after_kill_and_sigterm, check_steps_per_execution_2, check_streaming_exports,
+    transformers_eval_loss)
 
 
 @pytest.fixture(scope="module")
@@ -191,12 +194,9 @@ def test_steps_per_execution_2_gives_the_same_step_losses(continued, tmp_path):
 
 
 def test_bf16_trains(continued, tmp_path):
-    """``--bf16 true``: finite losses that fall, the summary's precision ``bf16 mixed``."""
+    """``--bf16 true``: finite losses, the summary's precision ``bf16 mixed``."""
     _, out, _, argv = continued
-    history, summary = rerun(argv, tmp_path / "bf16", "--bf16", "true", "--max_steps", "10")
-    losses = step_losses(history)
-    assert sorted(losses) == list(range(1, 11)) and np.isfinite(list(losses.values())).all()
-    assert summary["precision"] == "bf16 mixed" and summary["global_step"] == 10
+    check_bf16_trains(argv, tmp_path / "bf16")
 
 
 def test_streaming_trains_and_exports(continued, tmp_path):
@@ -207,8 +207,12 @@ def test_streaming_trains_and_exports(continued, tmp_path):
     _, out, _, argv = continued
     (tmp_path / "train.txt").write_text("\n".join(default_corpus_texts()), encoding="utf-8")
     cut = argv.index("--max_train_samples")  # a stream is read for --max_steps batches instead
-    history, summary = rerun(argv[:cut] + argv[cut + 2:], tmp_path / "stream", "--streaming", "true",
-                             "--max_steps", "10", "--train_file", tmp_path / "train.txt")
-    assert sorted(step_losses(history)) == list(range(1, 11)) and summary["global_step"] == 10
-    model = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "stream")
-    assert type(model).__name__ == "ModernBertForMaskedLM"
+    check_streaming_exports(argv[:cut] + argv[cut + 2:], tmp_path / "stream", "ModernBertForMaskedLM",
+                            "--train_file", tmp_path / "train.txt")
+
+
+def test_resume_after_kill_9_and_sigterm_ends_as_the_uninterrupted_run(continued, tmp_path):
+    """kill -9 after checkpoint-5, resume, SIGTERM after step 13 (saved, exit 143), resume: the weights and the
+    log history are the uninterrupted run's."""
+    _, out, _, argv = continued
+    check_resume_after_kill_and_sigterm(argv, out, tmp_path / "interrupted")

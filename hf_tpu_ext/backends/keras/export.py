@@ -1,5 +1,5 @@
-"""The Keras backend's model folder: transformers weights of the model's architecture plus, for RoBERTa, an optional
-keras-hub preset of the masked LM.
+"""The Keras backend's model folder: transformers weights of the model's architecture plus, for RoBERTa, BERT and
+DistilBERT, an optional keras-hub preset of the masked LM (keras-hub has no ModernBERT).
 
 :func:`export_masked_lm` writes, from the Keras backend's masked LM (any architecture of
 :mod:`~hf_tpu_ext.backends.keras.architectures`, looked up by ``config.model_type``) or a keras-hub
@@ -12,9 +12,12 @@ keras-hub preset of the masked LM.
 - ``config.json``: the architecture's ``export_config`` (RoBERTa: ``max_position_embeddings = positions +
   pad_token_id + 1``, ``type_vocab_size=1``) with ``architectures = [arch.transformers_classes[model_type]]``;
 - the tokenizer files (``tokenizer.save_pretrained``);
-- ``keras_hub/`` (only where keras-hub is installed: ``[keras]``; it brings TensorFlow): a keras-hub preset
-  (``config.json``, ``task.json``, ``model.weights.h5``, ``task.weights.h5``, ``metadata.json``,
-  ``preprocessor.json``, ``tokenizer.json``, ``assets/tokenizer/``) of the same weights, head included, float32.
+- ``keras_hub/`` (only where keras-hub is installed: ``[keras]``; it brings TensorFlow, and only for the
+  architectures of :data:`PRESET_TASKS`): a keras-hub preset (``config.json``, ``task.json``,
+  ``model.weights.h5``, ``task.weights.h5``, ``metadata.json``, ``preprocessor.json``, ``tokenizer.json``,
+  ``assets/tokenizer/``) of the same weights, head included, float32: ``RobertaMaskedLM``, ``BertMaskedLM``
+  (keras-hub's BERT layers use the tanh approximation of GELU: see :mod:`.keras_hub_bert`) or
+  ``DistilBertMaskedLM``.
 
 Why a preset in a subfolder: keras-hub's ``from_preset("hf://user/model")`` reads the repo root. There it finds
 transformers' ``config.json`` (``model_type``) and converts the RoBERTa backbone only
@@ -27,7 +30,7 @@ user loads the whole masked LM from the downloaded folder::
     from huggingface_hub import snapshot_download
     import keras_hub
     folder = snapshot_download("user/model", allow_patterns=["keras_hub/*"])
-    masked_lm = keras_hub.models.RobertaMaskedLM.from_preset(f"{folder}/keras_hub")
+    masked_lm = keras_hub.models.RobertaMaskedLM.from_preset(f"{folder}/keras_hub")  # BertMaskedLM, ...
 
 The preset is built from the exported transformers state dict (:func:`keras_hub_masked_lm`),
 not copied from the training model, so both halves of the folder hold the same numbers by construction.
@@ -60,8 +63,10 @@ KERAS_PRESET_DIR = "keras_hub"
 ROBERTA_SPECIAL_TOKENS = ("<s>", "</s>", "<pad>", "<mask>")
 #: keys of a preset's ``metadata.json`` that change with every save whatever was saved
 PRESET_VOLATILE_KEYS = ("date_saved",)
-#: the architecture whose keras-hub task the preset is (keras-hub's ``RobertaMaskedLM``)
+#: the architecture of a keras-hub model given without a config (keras-hub's ``RobertaMaskedLM``)
 PRESET_ARCHITECTURE = "roberta"
+#: architecture name -> the keras-hub task its preset is (keras-hub has no ModernBERT)
+PRESET_TASKS = {"roberta": "RobertaMaskedLM", "bert": "BertMaskedLM", "distilbert": "DistilBertMaskedLM"}
 #: model types already told they get no preset (one log line per process, not one per save)
 _NO_PRESET_LOGGED: Set[str] = set()
 
@@ -216,15 +221,23 @@ def save_tokenizer(tokenizer, folder: str, exclude=()) -> List[str]:
 
 
 def keras_hub_masked_lm(state, config, preprocessor=None):
-    """A float32 ``keras_hub.models.RobertaMaskedLM`` of ``config``'s sizes holding a ``RobertaForMaskedLM`` state
-    dict (RoBERTa's name table assigns it: ``architectures/roberta.py`` knows keras-hub's attribute paths too).
+    """A float32 keras-hub masked LM (:data:`PRESET_TASKS`) of ``config``'s sizes holding the architecture's
+    transformers state dict (RoBERTa's name table assigns it: ``architectures/roberta.py`` knows keras-hub's
+    attribute paths too; BERT and DistilBERT: :mod:`.keras_hub_bert`).
 
     Raises:
-        CheckpointError: as the architecture's ``assign``.
+        CheckpointError: as the architecture's ``assign``; a weight missing from ``state``.
     """
     import keras_hub  # optional ([keras]); it imports TensorFlow
 
     arch = architecture_for(config, CheckpointError)
+    if arch.name != PRESET_ARCHITECTURE:
+        from hf_tpu_ext.backends.keras import keras_hub_bert
+        from hf_tpu_ext.backends.keras.architectures import bert, distilbert
+
+        names = {"bert": bert.NAMES, "distilbert": distilbert.NAMES}[arch.name].names
+        return keras_hub_bert.keras_hub_bert_masked_lm(state, config, names, arch.max_sequence_length(config),
+                                                       preprocessor)
     # fixed names, not Keras' per-process numbering: an export's config.json is the same each time
     backbone = keras_hub.models.RobertaBackbone(
         vocabulary_size=int(config.vocab_size), num_layers=int(config.num_hidden_layers),
@@ -238,13 +251,14 @@ def keras_hub_masked_lm(state, config, preprocessor=None):
 
 
 def save_keras_preset(state, config, preset_dir: str, preprocessor=None) -> List[str]:
-    """Write a keras-hub preset of the whole ``RobertaMaskedLM`` (head included) built from transformers weights.
+    """Write a keras-hub preset of the whole masked LM (:data:`PRESET_TASKS`; head included) built from
+    transformers weights.
 
     The preset is written into a hidden temp folder beside ``preset_dir`` and swapped into place, so a reader
     or a background upload never sees half a preset (pushes ignore hidden paths).
 
     Args:
-        state: ``RobertaForMaskedLM`` state dict (numpy), as ``architectures/roberta.state_dict`` returns.
+        state: the ``*ForMaskedLM`` state dict (numpy), as the architecture's ``state_dict`` returns.
         config: the matching transformers config.
         preset_dir: the preset folder to (re)create.
         preprocessor: optional keras-hub preprocessor saved with the task (tokenizer assets included).
@@ -320,7 +334,8 @@ def export_masked_lm(masked_lm, folder: str, tokenizer=None, config=None, *, ker
             ``None``: ``masked_lm.config`` when the model carries one (``backends/keras/model.py``), else one
             derived from the model and the tokenizer.
         keras_preset: also write the keras-hub preset into ``folder/keras_hub/`` (module doc) when keras-hub is
-            installed (``[keras]``) and the model is a RoBERTa (other architectures: one info line per process).
+            installed (``[keras]``) and keras-hub has the architecture (:data:`PRESET_TASKS`; ModernBERT: one
+            info line per process).
 
     Returns:
         Names relative to ``folder`` of the files written, e.g. ``["model.safetensors", "config.json",
@@ -347,18 +362,23 @@ def export_masked_lm(masked_lm, folder: str, tokenizer=None, config=None, *, ker
     written.append(CONFIG_NAME)
     if tokenizer is not None:
         written += save_tokenizer(tokenizer, folder, exclude=written)
-    if keras_preset and arch.name != PRESET_ARCHITECTURE:
+    if keras_preset and arch.name not in PRESET_TASKS:
         if hf_config.model_type not in _NO_PRESET_LOGGED:
             _NO_PRESET_LOGGED.add(hf_config.model_type)
-            logger.info("No keras_hub/ preset for model_type %r: the preset is keras-hub's RobertaMaskedLM (RoBERTa "
-                        "only); the transformers files are complete.", hf_config.model_type)
+            logger.info("No keras_hub/ preset for model_type %r: keras-hub has no such masked LM (it has %s); the "
+                        "transformers files are complete.", hf_config.model_type, ", ".join(PRESET_TASKS.values()))
     elif keras_preset and not keras_hub_available():
         logger.debug("keras-hub is not installed: no %s/ preset in %s (pip install \"hf-tpu-ext[keras]\" adds it; "
                      "keras-hub brings TensorFlow).", KERAS_PRESET_DIR, folder)
     elif keras_preset:
         with fresh_layer_names():  # the same names in every export (see there)
             preprocessor = None
-            if tokenizer is not None:
+            if tokenizer is not None and arch.name == PRESET_ARCHITECTURE:
                 preprocessor = keras_hub_preprocessor(folder, masked_lm.backbone.max_sequence_length)
+            elif tokenizer is not None:
+                from hf_tpu_ext.backends.keras.keras_hub_bert import keras_hub_wordpiece_preprocessor
+
+                preprocessor = keras_hub_wordpiece_preprocessor(hf_config.model_type, folder,
+                                                                arch.max_sequence_length(hf_config))
             written += save_keras_preset(state, hf_config, os.path.join(folder, KERAS_PRESET_DIR), preprocessor)
     return written
