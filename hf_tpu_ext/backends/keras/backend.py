@@ -170,21 +170,13 @@ class KerasBackend(BackendDefaults):
         return find_checkpoints(folder)
 
     def checkpoint_info(self, path: str) -> CheckpointInfo:
-        """Read every tensor of the checkpoint, its ``checkpoint.json`` and trainer state.
+        """Read every tensor of the checkpoint, its ``checkpoint.json`` and trainer state
+        (:func:`hf_tpu_ext.backends.keras.checkpoint.read_checkpoint_info`).
 
         Raises:
             CheckpointError: a file is missing, truncated or not JSON (named in the message).
         """
-        meta = ckpt.read_meta(path)
-        ckpt.load_tensors(path, ckpt.MODEL_NAME)
-        ckpt.load_tensors(path, ckpt.OPTIMIZER_NAME)
-        step = int(meta["global_step"])
-        state = ckpt.read_trainer_state(path, step)
-        if state is None:  # the save was killed before the run wrote its state: not a resume point
-            raise CheckpointError(f"Checkpoint {path} is incomplete: it has no {ckpt.STATE_NAME} of step {step} "
-                                  "(the save was interrupted).")
-        return CheckpointInfo(path=path, global_step=step, model_config=dict(meta.get("model_config") or {}),
-                              trainer_state=state)
+        return ckpt.read_checkpoint_info(path)
 
     def remove_incomplete_checkpoints(self, output_dir: str) -> List[str]:
         """Delete temporary checkpoint folders and ``checkpoint-N/`` without their trainer state (a killed save)."""
