@@ -371,7 +371,8 @@ class KerasBackend(BackendDefaults):
         # stop; the restored checkpoint (start_step) is never written again
         loop = StepLoop(trainer, args, plan, cb, log_history, step,
                                      restored_loss_window(self._restored_meta, step), self.mfu_of, best=self.best,
-                                     saved_step=step, is_chief=self.is_chief, trackio=self.trackio)
+                                     saved_step=step, is_chief=self.is_chief, trackio=self.trackio,
+                                     passes_of=self.data_passes)
         compiles = self._compiles = CompileCounter("train_step")
         if not self.on_tensorflow:
             compiles.__enter__()  # XLA's compilations of the step, from JAX's events
