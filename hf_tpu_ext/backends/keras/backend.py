@@ -63,11 +63,25 @@ logger = logging.getLogger("hf_tpu_ext")
 NON_TRAINABLE_PREFIX = "non_trainable/"
 
 
-def _local_device_count() -> int:
-    """This process's devices (on a CPU, the simulated devices that share its cores: MFU's peak per device)."""
+def _host_device_count() -> int:
+    """The devices of every process of the run on this host (on a CPU, the simulated devices that share its cores:
+    MFU's peak per device is the CPU's divided by them). One process: its own; several: each process's hostname
+    and device count gathered over the processes (one small collective; every process calls it, in ``fit``), the
+    counts of those on this host summed (2 processes x 2 simulated devices on one machine: 4)."""
     import jax
 
-    return jax.local_device_count()
+    local = jax.local_device_count()
+    if jax.process_count() == 1:
+        return local
+    import socket
+    import zlib
+
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    host = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF  # int32: JAX's default integer width
+    every = np.asarray(multihost_utils.process_allgather(np.array([host, local], np.int32)))  # [processes, 2]
+    return int(every[every[:, 0] == host, 1].sum())
 
 
 class KerasBackend(BackendDefaults):
@@ -366,7 +380,7 @@ class KerasBackend(BackendDefaults):
                                           epochs=max(1, math.ceil(total / spe)), steps=spe, verbose=0)
         self.mfu_of = make_mfu_meter(self.flops_per_token, "CPU" if self.accelerator == "CPU" else self.device_kind,
                                      self.precision.bf16, self.num_replicas, self.is_chief, per="device",
-                                     cpu_devices=_local_device_count())
+                                     cpu_devices=_host_device_count() if self.accelerator == "CPU" else 1)
         # the logging window of the checkpoint resumed from: the next entry averages the same steps as without a
         # stop; the restored checkpoint (start_step) is never written again
         loop = StepLoop(trainer, args, plan, cb, log_history, step,
