@@ -271,9 +271,10 @@ def device_peak(device_kind: Optional[str], dtype: str = "float32", *, cpuinfo_t
         device_kind: ``"CPU"`` (any name containing "cpu"), a TPU/GPU name (:func:`known_peak_flops`), or None.
         dtype: the compute dtype (``"float32"``, ``"bfloat16"``...).
         cpuinfo_text, cores: passed to :func:`cpu_peak` (tests).
-        cpu_devices: the devices this process splits the CPU into (``JAX_NUM_CPU_DEVICES``, TensorFlow's logical
-            CPUs): they share its cores, so each has the CPU's peak divided by their count (4 simulated devices
-            each given the whole CPU's peak made MFU read a quarter of the truth). Ignored for accelerators.
+        cpu_devices: the devices the CPU is split into, those of every process on this host
+            (``JAX_NUM_CPU_DEVICES`` x the processes here, TensorFlow's logical CPUs): they share its cores, so each
+            has the CPU's peak divided by their count (4 simulated devices each given the whole CPU's peak made MFU
+            read a quarter of the truth). Ignored for accelerators.
 
     Returns:
         :class:`Peak` (``flops`` None with the reason in ``source`` for an unknown device).

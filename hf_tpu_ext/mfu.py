@@ -63,7 +63,7 @@ def make_mfu_meter(flops_per_token: Optional[float], device_kind: str, bf16: boo
         replicas: data-parallel replicas; is_chief: this process logs.
         why: a reason known already to leave MFU out (e.g. the FLOP count failed).
         per: the unit one peak belongs to, in the log line (``"replica"``, ``"device"``).
-        cpu_devices: the devices this process splits its CPU into (they share its peak, see
+        cpu_devices: the devices of every process on this host, which split its CPU (they share its peak, see
             :func:`hf_tpu_ext.flops.device_peak`).
     """
     from hf_tpu_ext.flops import device_peak

@@ -107,7 +107,8 @@ class TrainerState:
 
     Attributes:
         global_step: optimizer steps done.
-        epoch: epochs done (float, e.g. ``1.5``).
+        epoch: epochs done (float, e.g. ``1.5``); ``None`` for a ``--streaming`` run (a stream has no length: its
+            log entries say ``stream_passes``, the passes over the stream completed).
         max_steps: total optimizer steps of the run.
         num_train_epochs: epochs of the run (float).
         logging_steps, eval_steps, save_steps: intervals in global steps.
@@ -125,7 +126,7 @@ class TrainerState:
     """
 
     global_step: int = 0
-    epoch: float = 0.0
+    epoch: Optional[float] = 0.0
     max_steps: int = 0
     num_train_epochs: float = 0.0
     logging_steps: int = 500
@@ -455,14 +456,22 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
     }
 
 
+def data_place(entry: Dict[str, Any]) -> str:
+    """A log line's place in the data: `` (epoch 0.16)``; a ``--streaming`` run's `` (stream passes 1)`` (its
+    ``stream_passes``: passes over the stream completed), ``""`` when the entry has neither."""
+    if entry.get("epoch") is not None:
+        return f" (epoch {entry['epoch']:.2f})"
+    return f" (stream passes {entry['stream_passes']})" if entry.get("stream_passes") is not None else ""
+
+
 def format_log_entry(entry: Dict[str, Any], explain: bool = True) -> str:
     """One log line of ``hf-tpu train`` (every backend): a training entry as ``step 10 (epoch 0.16): loss 6.1527, lr 4.97e-04 | steady 5,340 tokens/s
     (median training step; compilation, evaluation and checkpoints excluded), MFU 2.1%`` (the parenthesis only with
-    ``explain``: the run's first such line says it, the next ones do not repeat it); other entries as ``key=value``
-    pairs."""
+    ``explain``: the run's first such line says it, the next ones do not repeat it; a ``--streaming`` run's
+    ``step 10 (stream passes 0): ...``, :func:`data_place`); other entries as ``key=value`` pairs."""
     if "loss" not in entry or "tokens_per_second" not in entry:
         return " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in entry.items())
-    text = (f"step {entry['step']} (epoch {entry['epoch']:.2f}): loss {entry['loss']:.4f}, "
+    text = (f"step {entry['step']}{data_place(entry)}: loss {entry['loss']:.4f}, "
             f"lr {entry['learning_rate']:.3g} | steady {entry['tokens_per_second']:,.0f} tokens/s"
             + (" (median training step; compilation, evaluation and checkpoints excluded)" if explain else ""))
     if entry.get("mfu") is not None:

@@ -287,3 +287,20 @@ def test_jax_heartbeat_time_out_leaves_the_verdict_to_the_watch(watch):
     assert jax_heartbeat_timeout(30) == 90
     assert jax_heartbeat_timeout(watch) / 2 >= watch + JAX_HEARTBEAT_MARGIN
     assert isinstance(jax_heartbeat_timeout(watch), int)
+
+
+def test_the_run_shape_the_environment_fixes_before_jax_starts():
+    """``(devices of the run, processes)`` for the argument checks (issue 43 item 1): simulated CPU devices times
+    the processes; ``None`` for what only JAX can count (an accelerator's devices, a slice's processes)."""
+    from hf_tpu_ext.backends.keras.processes import shape_before_start
+
+    cpu = {"JAX_PLATFORMS": "cpu"}
+    assert shape_before_start({**cpu, "JAX_NUM_CPU_DEVICES": "2", "JAX_NUM_PROCESSES": "2"}) == (4, 2)
+    flags = "--xla_dump_to=x --xla_force_host_platform_device_count=3"
+    assert shape_before_start({**cpu, "XLA_FLAGS": flags}) == (3, 1)
+    assert shape_before_start({**cpu, "JAX_NUM_CPU_DEVICES": "2", "XLA_FLAGS": flags}) == (2, 1)  # JAX's order
+    assert shape_before_start(cpu) == (1, 1)
+    assert shape_before_start({}) == (None, 1)  # an accelerator: JAX enumerates its devices
+    assert shape_before_start({"JAX_PLATFORMS": "tpu", "JAX_NUM_PROCESSES": "4"}) == (None, 4)
+    assert shape_before_start({**cpu, "SLURM_JOB_ID": "7"}) == (None, None)  # JAX finds the processes itself
+    assert shape_before_start({**cpu, "JAX_NUM_PROCESSES": "two"}) == (None, None)  # JAX's start names it

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from hf_tpu_ext import interrupts
+from hf_tpu_ext.backends.base import RunPlan
 from hf_tpu_ext.backends.loop import StepLoop, Unbuffered
 from hf_tpu_ext.best_metric import BestMetric, BestTracker
 from hf_tpu_ext.cadence import crossed, executions
@@ -76,7 +77,8 @@ def _args(**kw):
 
 
 def _loop(steps, args, start=0, window=(0.0, 0), saved=None, history=None):
-    plan = SimpleNamespace(steps_per_epoch=11, total_steps=22, global_batch_size=2, seq_length=5)
+    plan = RunPlan(global_batch_size=2, eval_batch_size=2, seq_length=5, steps_per_epoch=11, total_steps=22,
+                   num_train_blocks=22, has_eval=True)
     best = BestTracker(BestMetric("eval_loss", False))
     return StepLoop(steps, args, plan, Callbacks(), history if history is not None else [], start, window,
                     best=best, saved_step=saved)

@@ -58,6 +58,19 @@ class RunPlan:
     num_eval_blocks: int = 0
 
 
+
+def run_progress(plan, step: int, passes: Optional[int] = None, digits: Optional[int] = 4) -> Dict[str, Any]:
+    """Where global step ``step`` of ``plan`` (a :class:`RunPlan`, or anything with its ``steps_per_epoch`` and
+    ``streaming``) is in the data, for log entries, ``trainer_state.json`` and the results: ``{"epoch": step /
+    steps_per_epoch}`` (rounded to ``digits`` places; ``None``: not rounded); a ``--streaming`` run's
+    ``{"stream_passes": passes}``, the passes over the stream completed (:meth:`Backend.data_passes`, the summary's
+    figure), ``{}`` when not counted: a stream has no length, so ``step / max_steps`` is no epoch."""
+    if getattr(plan, "streaming", False):
+        return {} if passes is None else {"stream_passes": int(passes)}
+    epoch = step / plan.steps_per_epoch
+    return {"epoch": epoch if digits is None else round(epoch, digits)}
+
+
 @dataclasses.dataclass
 class CheckpointInfo:
     """What a checkpoint says about the run that wrote it (read without building a model).

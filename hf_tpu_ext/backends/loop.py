@@ -27,9 +27,10 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple
 
 from hf_tpu_ext import interrupts
+from hf_tpu_ext.backends.base import run_progress
 from hf_tpu_ext.backends.trackio_log import log_entry
 from hf_tpu_ext.cadence import crossed, executions, is_epoch_end
-from hf_tpu_ext.outputs import format_log_entry
+from hf_tpu_ext.outputs import data_place, format_log_entry
 from hf_tpu_ext.step_window import StepWindow
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -148,12 +149,13 @@ class LoopMeter:
         self.window_loss += total
         self.window_n += n
 
-    def log_entry(self, step: int, learning_rate: float, epoch: float, mfu_of: Callable) -> Dict[str, Any]:
+    def log_entry(self, step: int, learning_rate: float, place: Dict[str, Any], mfu_of: Callable) -> Dict[str, Any]:
         """The log entry at ``step`` (the window's mean loss, tokens/s of its median step, MFU); resets the window.
+        ``place``: :func:`~hf_tpu_ext.backends.base.run_progress` of the step (``epoch`` or ``stream_passes``).
         Only the first (compiling) call in the window: no ``tokens_per_second``/``mfu`` unless
         ``rate_of_first_call``."""
         entry = {"loss": round(self.window_loss / max(self.window_n, 1), 6), "learning_rate": learning_rate,
-                 "epoch": round(epoch, 4), "step": step}
+                 **place, "step": step}
         times = self.window_times
         if not times and self.rate_of_first_call and self.first_step is not None:
             times = [self.first_step / max(self.first_steps, 1)]
@@ -206,7 +208,7 @@ def format_entry(entry: Dict[str, Any], explain: bool = True) -> str:
     the first, compiling call has no steady rate: ``step 1 (epoch 0.01): loss 6.2278, lr 5e-05 | no steady rate yet
     (only the compiling first call ran)``."""
     if "loss" in entry and "learning_rate" in entry and "tokens_per_second" not in entry:
-        return (f"step {entry['step']} (epoch {entry['epoch']:.2f}): loss {entry['loss']:.4f}, "
+        return (f"step {entry['step']}{data_place(entry)}: loss {entry['loss']:.4f}, "
                 f"lr {entry['learning_rate']:.3g} | no steady rate yet (only the compiling first call ran)")
     return format_log_entry(entry, explain)
 
@@ -234,12 +236,15 @@ class StepLoop:
             evaluation (tf_keras); False: right after the call (Keras 3: a callback's batch clock covers the
             call only).
         rate_of_first_call: see :class:`LoopMeter`.
+        passes_of: ``passes_of(step)``, a ``--streaming`` run's passes over the stream after ``step``
+            (:meth:`~hf_tpu_ext.backends.base.Backend.data_passes`): its log entries say them, not an epoch.
     """
 
     def __init__(self, steps: StepBackend, args, plan, callbacks, log_history: List[Dict[str, Any]],
                  start_step: int, window=(0.0, 0), mfu_of: Optional[Callable] = None, best=None,
                  saved_step: Optional[int] = None, is_chief: bool = True, trackio=None,
-                 batch_end_after_eval: bool = False, rate_of_first_call: bool = False):
+                 batch_end_after_eval: bool = False, rate_of_first_call: bool = False,
+                 passes_of: Optional[Callable[[int], Optional[int]]] = None):
         self.steps, self.args, self.plan, self.callbacks = steps, args, plan, callbacks
         self.log_history = log_history
         self.start_step = self.step = int(start_step)
@@ -249,6 +254,7 @@ class StepLoop:
         self.mfu_of = mfu_of if mfu_of is not None else _no_mfu
         self.best, self.saved_step, self.is_chief, self.trackio = best, saved_step, is_chief, trackio
         self.batch_end_after_eval = batch_end_after_eval
+        self.passes_of = passes_of
         self.logs: Dict[str, Any] = {}
 
     # ------------------------------------------------------------------ the loop
@@ -325,7 +331,7 @@ class StepLoop:
         lr = float(self.steps.learning_rate(step))
         self.logs = {"loss": loss, "learning_rate": lr, "global_step": step, "epoch": step / spe}
         if crossed(prev, step, self.args.logging_steps) or step == total:
-            self.log(self.meter.log_entry(step, lr, step / spe, self.mfu_of))
+            self.log(self.meter.log_entry(step, lr, self.place(step), self.mfu_of))
         if progress is not None:
             progress.update(k)
             postfix = {"loss": f"{loss:.4f}"}
@@ -347,11 +353,16 @@ class StepLoop:
         """Evaluate, log the entry at ``step``, keep the weights of a new best (``--load_best_model_at_end``)."""
         metrics = self.steps.evaluate()
         if metrics:
-            self.log(dict(metrics, epoch=round(step / self.plan.steps_per_epoch, 4), step=step))
+            self.log(dict(metrics, **self.place(step), step=step))
             if self.best is not None and self.best.offer(metrics, step) and getattr(
                     self.args, "load_best_model_at_end", False):
                 self.steps.keep_best(step, self.best.key, self.best.value)
         return metrics
+
+    def place(self, step: int) -> Dict[str, Any]:
+        """The log entries' ``epoch`` (or a stream's ``stream_passes``) at ``step``: :func:`run_progress`."""
+        streamed = self.passes_of is not None and getattr(self.plan, "streaming", False)
+        return run_progress(self.plan, step, self.passes_of(step) if streamed else None)
 
     def log(self, entry: Dict[str, Any]) -> None:
         """One log entry: the log history, the console (chief), TensorBoard, trackio (chief)."""

@@ -34,6 +34,7 @@ def check_before_imports(model_args, data_args, training_args) -> None:
             ``pytorch_model.bin`` weights only without torch (:func:`hf_tpu_ext.run.checks.check_weight_files`).
         HubAuthError, HubRepoError, HubError: see :func:`check_push_token`.
         BackendError: see :func:`check_process_environment`.
+        CheckpointError: see :func:`check_resume_shape`.
     """
     from hf_tpu_ext.run.checks import check_data_files, check_model_refs, check_model_type, check_weight_files
     from hf_tpu_ext.run.resume import check_resume_repo, check_resume_source
@@ -45,6 +46,7 @@ def check_before_imports(model_args, data_args, training_args) -> None:
     check_data_files(data_args)
     check_model_type(model_args, training_args)  # config.json read as JSON: deberta-v2 on keras, modernbert on TF
     check_weight_files(model_args, training_args)  # pytorch_model.bin only, and no torch to read it
+    check_resume_shape(model_args, data_args, training_args)  # a flag that contradicts a local checkpoint
     check_push_token(training_args)  # last: the run checks the data before the Hub access too
 
 
@@ -90,3 +92,49 @@ def check_process_environment(training_args) -> None:
         jax_distributed_arguments()
     except ValueError as err:
         raise BackendError(str(err)) from None
+
+
+def check_resume_shape(model_args, data_args, training_args) -> None:
+    """With ``--backend keras`` resuming a local checkpoint (``--resume_from_checkpoint true`` or a folder): a dry
+    run of the run's own rules (:func:`hf_tpu_ext.run.resume.apply_checkpoint_shape`) on copies of the arguments,
+    so a flag that contradicts the checkpoint is refused with the run's line before JAX starts. The checkpoint is
+    the newest whose ``checkpoint.json`` and trainer state read (tensors are read by the run). The global-batch
+    rule needs the device count: where the environment does not fix it
+    (:func:`hf_tpu_ext.backends.keras.processes.shape_before_start`), the run checks it after its set-up; an
+    unreadable checkpoint is left to the run, which names it.
+
+    Raises:
+        CheckpointError: the run's refusal (one line naming both values).
+    """
+    import copy
+    import os
+
+    args = training_args
+    if not args.resume_from_checkpoint:
+        return
+    from hf_tpu_ext.console import default_backend
+
+    if (getattr(args, "backend", None) or default_backend()) != "keras":
+        return
+    from hf_tpu_ext.backends.keras.checkpoint import find_checkpoints, read_checkpoint_info
+    from hf_tpu_ext.backends.keras.processes import shape_before_start
+    from hf_tpu_ext.errors import CheckpointError
+    from hf_tpu_ext.run.resume import apply_checkpoint_shape, checkpoint_run_shape
+
+    folder = args.output_dir if args.resume_latest else args.resume_from_checkpoint
+    if not os.path.isdir(folder):  # a Hub repo id, a TensorFlow prefix: the run reads it
+        return
+    info = None
+    for path in find_checkpoints(folder)[:None if args.resume_latest else 1]:
+        try:
+            info = read_checkpoint_info(path, tensors=False)
+            break
+        except CheckpointError:
+            continue  # the run skips it (or names it)
+    if info is None:
+        return
+    # Keras on TensorFlow trains on one device in one process (KerasBackend._setup_tensorflow)
+    on_tf = os.environ.get("KERAS_BACKEND", "jax").strip() == "tensorflow"
+    devices, processes = (1, 1) if on_tf else shape_before_start()
+    shape = checkpoint_run_shape(info.path, devices, processes, keras=True)
+    apply_checkpoint_shape(info, *copy.deepcopy((model_args, data_args, training_args)), str, shape)

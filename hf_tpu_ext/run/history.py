@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from hf_tpu_ext.backends.base import run_progress
 from hf_tpu_ext.best_metric import BestMetric
 from hf_tpu_ext.outputs import last_eval_results
 
@@ -66,6 +67,7 @@ def run_results(log_history: List[Dict[str, Any]], step: int, plan, runtime: flo
         ``segment_train_tokens_per_second`` and the last (or best) evaluation's ``eval_*``.
     """
     tokens_per_step = plan.global_batch_size * plan.seq_length
+    place = run_progress(plan, step, passes, digits=None)  # epoch, or a stream's passes
     results: Dict[str, Any] = {
         "train_loss": whole_run_train_loss(log_history),
         "train_runtime": runtime,
@@ -73,9 +75,9 @@ def run_results(log_history: List[Dict[str, Any]], step: int, plan, runtime: flo
         "train_samples_per_second": step * plan.global_batch_size / runtime if runtime > 0 else None,
         "train_tokens_per_second": step * tokens_per_step / runtime if runtime > 0 else None,
         "global_step": step,
-        "epoch": None if getattr(plan, "streaming", False) else step / plan.steps_per_epoch,
+        "epoch": place.get("epoch"),
         "tokens_seen": step * tokens_per_step,
-        "stream_passes": passes if getattr(plan, "streaming", False) else None,
+        "stream_passes": place.get("stream_passes"),
     }
     if fit_metrics:  # this process's segment: throughput of the steps it ran, trace counts
         for k, v in fit_metrics.items():

@@ -51,6 +51,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from hf_tpu_ext import interrupts
+from hf_tpu_ext.backends.base import run_progress
 from hf_tpu_ext.console import rerun_hint, resume_hint
 from hf_tpu_ext.errors import CheckpointError, HubPushError, OutputDirError, TrainingInterrupted
 from hf_tpu_ext.run import checks, data, files, history, pushes, resume, state
@@ -213,17 +214,21 @@ class TrainingRun:
                 for e in self.log_history[-2:]):
             metrics = backend.evaluate()
             if metrics:
-                self.log_history.append(dict(metrics, epoch=round(self.step / plan.steps_per_epoch, 4),
-                                             step=self.step))
+                self.log_history.append(dict(metrics, **self._place(self.step), step=self.step))
         if backend.is_chief:  # the final checkpoint's state now holds the final evaluation too
             ckpts = backend.find_checkpoints(self.args.output_dir)
             if ckpts and ckpts[0].endswith(f"-{self.step}"):
                 self._trainer_state(self.step, runtime).save(backend.checkpoint_state_file(ckpts[0]))
 
+    def _place(self, step: int, digits: Optional[int] = 4) -> Dict[str, Any]:
+        """``epoch`` at ``step``, or a stream's ``stream_passes`` (:func:`hf_tpu_ext.backends.base.run_progress`)."""
+        streamed = getattr(self.plan, "streaming", False)
+        return run_progress(self.plan, step, self.backend.data_passes(step) if streamed else None, digits)
+
     def _trainer_state(self, step: int, runtime: float):
         return state.trainer_state(step, runtime, self.plan, self.args, self.data_args, self.log_history,
                                    self.backend.model_config, getattr(self.backend, "best_model_checkpoint", None),
-                                   state.backend_flops_per_token(self.backend))
+                                   state.backend_flops_per_token(self.backend), self._place(step, None))
 
     def checkpoint(self, step: int, path: str) -> None:
         """After every checkpoint (the backend's ``on_save``): its trainer state, ``output_dir/trainer_state.json``,
@@ -265,8 +270,8 @@ class TrainingRun:
             # before it recorded them, those its last checkpoint kept (Keras: checkpoint.json fit_metrics)
             fit_metrics = (self.run_state.get("fit_metrics")
                            or getattr(self.backend, "restored_fit_metrics", None) or None)
-        passes = self.backend.data_passes(step) if getattr(self.plan, "streaming", False) else None
-        return history.run_results(self.log_history, step, self.plan, runtime, fit_metrics, self.args, passes)
+        return history.run_results(self.log_history, step, self.plan, runtime, fit_metrics, self.args,
+                                   self._place(step).get("stream_passes"))
 
     def _summary(self, results: Dict[str, Any]) -> Dict[str, Any]:
         return state.run_summary(self.model_args, self.data_args, self.args, self.backend, self.plan, results,

@@ -200,15 +200,18 @@ class RunShape:
     """The data-parallel shape a resumed run trains at (see the README's resume table).
 
     Attributes:
-        replicas: data-parallel devices of every process (``Backend.num_replicas``).
-        processes: processes of the run (JAX processes / TF workers).
+        replicas: data-parallel devices of every process (``Backend.num_replicas``); ``None`` where not known yet
+            (the argument checks before JAX starts, without a device count in the environment): the global-batch
+            rule is then left to the run's own check after the backend's set-up.
+        processes: processes of the run (JAX processes / TF workers); ``None`` where not known yet (a TPU slice,
+            Slurm or Open MPI before JAX starts): the stream's process-count rule is then left to the run.
         streaming: whether the checkpoint holds stream positions (``data_state-<i>.json``): ``None`` when the
             backend's checkpoints do not say (only Keras checkpoints can be streamed).
         stream_processes: how many processes' positions the checkpoint holds.
     """
 
-    replicas: int = 1
-    processes: int = 1
+    replicas: Optional[int] = 1
+    processes: Optional[int] = 1
     streaming: Optional[bool] = None
     stream_processes: int = 0
 
@@ -229,9 +232,16 @@ def run_shape(backend, info) -> RunShape:
         workers = int(backend.device_summary().get("num_workers") or 1)
     except Exception:  # noqa: BLE001 (a backend that cannot say before its build: one process)
         workers = 1
-    streamed = checkpoint_stream_processes(info.path) if backend.name == "keras" else None
-    return RunShape(replicas=int(backend.num_replicas), processes=workers,
-                    streaming=None if streamed is None else streamed > 0, stream_processes=streamed or 0)
+    return checkpoint_run_shape(info.path, int(backend.num_replicas), workers, backend.name == "keras")
+
+
+def checkpoint_run_shape(path: str, replicas: Optional[int], processes: Optional[int], keras: bool) -> RunShape:
+    """The :class:`RunShape` of a run of ``replicas`` devices over ``processes`` processes (``None``: not known
+    yet) resuming the checkpoint at ``path``; ``keras``: whether it is a Keras-backend checkpoint (only those can
+    be streamed)."""
+    streamed = checkpoint_stream_processes(path) if keras else None
+    return RunShape(replicas=replicas, processes=processes, streaming=None if streamed is None else streamed > 0,
+                    stream_processes=streamed or 0)
 
 
 def apply_checkpoint_shape(info, model_args, data_args, training_args, shown: Callable[[str], str],
@@ -319,7 +329,7 @@ def _apply_global_batch(info, training_args, shape: RunShape, conflicts: List[st
         saved = int((info.trainer_state or {}).get("train_batch_size") or 0)
     except (TypeError, ValueError):
         saved = 0
-    if saved <= 0:
+    if saved <= 0 or shape.replicas is None:  # no device count yet: the run checks it after its set-up
         return
     accumulation = int(getattr(args, "gradient_accumulation_steps", 1) or 1)
     per_device = int(args.per_device_train_batch_size)
@@ -352,7 +362,7 @@ def _apply_streaming(info, data_args, training_args, shape: RunShape, conflicts:
     if given != shape.streaming:
         conflicts.append(f"--streaming {str(given).lower()} (the checkpoint was trained with --streaming "
                          f"{str(shape.streaming).lower()})")
-    elif given and shape.stream_processes != shape.processes:
+    elif given and shape.processes is not None and shape.stream_processes != shape.processes:
         conflicts.append(f"{shape.processes} process(es) (the checkpoint's stream positions are of "
                          f"{shape.stream_processes}: a stream resumes with the same process count)")
 

@@ -13,6 +13,7 @@ import os
 import signal
 from typing import Any, Callable, Dict, List, Optional
 
+from hf_tpu_ext.backends.base import run_progress
 from hf_tpu_ext.fileio import atomic_write_text
 from hf_tpu_ext.flops import flops_per_token
 from hf_tpu_ext.hub.model_card import initialization_fields
@@ -111,7 +112,7 @@ def backend_flops_per_token(backend) -> Optional[float]:
 
 def trainer_state(step: int, runtime: float, plan, training_args, data_args, log_history: List[Dict[str, Any]],
                   model_config: Callable[[], Any], best_model_checkpoint: Optional[str],
-                  model_flops_per_token: Optional[float] = None):
+                  model_flops_per_token: Optional[float] = None, place: Optional[Dict[str, Any]] = None):
     """The :class:`~hf_tpu_ext.outputs.TrainerState` saved with the checkpoint of global step ``step``.
 
     Args:
@@ -120,6 +121,8 @@ def trainer_state(step: int, runtime: float, plan, training_args, data_args, log
             FLOPs; a config without the fields FLOPs need gives ``total_flos`` 0). best_model_checkpoint: the
             backend's, or ``None``. model_flops_per_token: the backend's own count (the architecture's: ModernBERT's
             local layers count their window), else the encoder formula of :func:`hf_tpu_ext.flops.flops_per_token`.
+        place: :func:`~hf_tpu_ext.backends.base.run_progress` of ``step`` (unrounded); its ``epoch``, none for a
+            ``--streaming`` run (``null``: a stream has no epochs; its entries say ``stream_passes``).
     """
 
     args = training_args
@@ -132,7 +135,8 @@ def trainer_state(step: int, runtime: float, plan, training_args, data_args, log
     except Exception:  # a config without the fields flops needs: leave it out
         flops = 0.0
     return TrainerState(
-        global_step=step, epoch=step / plan.steps_per_epoch, max_steps=plan.total_steps,
+        global_step=step, epoch=(place or run_progress(plan, step, digits=None)).get("epoch"),
+        max_steps=plan.total_steps,
         num_train_epochs=int(-(-plan.total_steps // plan.steps_per_epoch)), logging_steps=args.logging_steps,
         eval_steps=args.eval_steps, save_steps=args.save_steps, train_batch_size=plan.global_batch_size,
         log_history=[dict(e) for e in log_history], best_metric=best, best_global_step=best_step,

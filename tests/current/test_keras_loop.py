@@ -132,14 +132,15 @@ def test_no_steady_rate_before_a_call_without_compilation_and_first_step_is_the_
 
     meter = LoopMeter(100)
     meter.add([6.0, 6.0, 6.0, 6.0], 4.0)  # --steps_per_execution 4: the compiling call
-    entry = meter.log_entry(4, 5e-5, 0.01, mfu_of)
+    entry = meter.log_entry(4, 5e-5, {"epoch": 0.01}, mfu_of)
     assert entry == {"loss": 6.0, "learning_rate": 5e-5, "epoch": 0.01, "step": 4}
     assert _format_entry(entry) == ("step 4 (epoch 0.01): loss 6.0000, lr 5e-05 | no steady rate yet (only the "
                                     "compiling first call ran)")
     assert meter.first_step == 4.0 and meter.steady_rate() == 100.0
     meter.add([5.0, 5.0, 5.0, 5.0], 0.4)
-    entry = meter.log_entry(8, 5e-5, 0.02, mfu_of)
-    assert entry["tokens_per_second"] == 1000.0 and entry["mfu"] == 0.5
+    entry = meter.log_entry(8, 5e-5, {"stream_passes": 1}, mfu_of)  # a --streaming run's place
+    assert entry["tokens_per_second"] == 1000.0 and entry["mfu"] == 0.5 and "epoch" not in entry
+    assert _format_entry(entry).startswith("step 8 (stream passes 1): loss 5.0000, lr 5e-05 | steady 1,000 ")
     assert _format_entry(entry).endswith("| steady 1,000 tokens/s (median training step; compilation, evaluation "
                                          "and checkpoints excluded), MFU 50.0%")
     assert _format_entry(entry, explain=False).endswith("lr 5e-05 | steady 1,000 tokens/s, MFU 50.0%")  # later lines

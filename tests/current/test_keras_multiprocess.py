@@ -132,15 +132,25 @@ def test_two_processes_of_two_devices_train_what_one_process_of_four_does(refere
 
 def test_a_slices_terminal_is_one_runs(reference_and_pair):
     """Issue 43 item 4: each line once (process 0's; process 1 has nothing of its own to say in a good run), the
-    tokenizer trained once, no gloo lines; MFU against a per-device peak that shares the CPU."""
+    tokenizer trained once, no gloo lines; MFU against a per-device peak that shares the CPU: the 2 x 2 simulated
+    devices of both processes on this one machine divide its peak by 4, as 1 process of 4 devices does."""
     import re
+
+    from hf_tpu_ext.flops import cpu_peak
+
+    root, _ = reference_and_pair
+    quarter = cpu_peak("float32").flops / 4  # the float32 formula (no --bf16 off a TPU) of this machine's cores
+    for run in ("p0", "one"):
+        summary = json.loads((root / run / "training_summary.json").read_text())
+        assert summary["mfu_peak_flops"] == pytest.approx(quarter, rel=1e-12), run
+        assert summary["mfu_peak_source"].endswith(", shared by the 4 devices on this CPU"), run
 
     p0, p1 = TERMINALS
     lines = [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in (p0 + p1).splitlines() if line.strip()]
     assert [line for line in set(lines) if lines.count(line) > 1] == []
     assert "[Gloo]" not in p0 + p1
     assert len(re.findall(r"trained a .*tokenizer", p0 + p1)) == 1
-    assert "shared by the 2 devices on this CPU" in p0
+    assert "shared by the 4 devices on this CPU" in p0
     assert p1.strip() == "", p1[-2000:]
 
 

@@ -89,14 +89,22 @@ def test_the_same_global_batch_split_another_way_is_accepted_with_one_line(four_
             "(the checkpoint's).") in [r.getMessage() for r in hf_log.records]
 
 
-@pytest.mark.parametrize("flags, conflict", [
+REFUSALS = [
     (["--per_device_train_batch_size", "8"],
      "global batch 8 (--per_device_train_batch_size 8 x 1 device(s) over 1 process(es) x 1 accumulation step(s); "
      "the checkpoint trained with global batch 16: pass a per-device batch and accumulation that multiply to it)"),
     (["--max_seq_length", "16"],
      "--max_seq_length 16 (the checkpoint trained at 32; a new length is a new run: --model_name_or_path on its "
      "exported model)"),
-])
+]
+
+
+def _refusal(out, conflict):
+    return (f"These flags contradict the checkpoint {out / 'checkpoint-4'} being resumed: {conflict}. Drop them "
+            "(the checkpoint's values are used) or start a new run in another --output_dir.")
+
+
+@pytest.mark.parametrize("flags, conflict", REFUSALS)
 def test_another_value_is_refused_naming_both_before_anything_is_written(four_steps, tmp_path, flags, conflict):
     from hf_tpu_ext.errors import CheckpointError
 
@@ -104,9 +112,7 @@ def test_another_value_is_refused_naming_both_before_anything_is_written(four_st
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
     with pytest.raises(CheckpointError) as err:
         _train(_args(out, "--resume_from_checkpoint", "true", *flags))
-    assert str(err.value) == (f"These flags contradict the checkpoint {out / 'checkpoint-4'} being "
-                              f"resumed: {conflict}. Drop them (the checkpoint's values are used) or start a new run "
-                              "in another --output_dir.")
+    assert str(err.value) == _refusal(out, conflict)
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name != ".hf-tpu-train.lock"} == {
         p: t for p, t in before.items() if p.name != ".hf-tpu-train.lock"}
 
@@ -155,3 +161,55 @@ def test_a_grown_slice_keeps_the_global_batch_and_a_stream_its_process_count(tmp
     with pytest.raises(CheckpointError, match=r"resumed: --streaming true \(the checkpoint was trained with "
                                               r"--streaming false\)"):
         _apply(tmp_path, [*stream, "--streaming", "true"], RunShape(streaming=False))
+
+
+FRAMEWORKS = ("transformers", "tensorflow", "tf_keras", "keras", "jax", "torch", "datasets", "pyarrow")
+_CLI = ("import sys, time; from hf_tpu_ext import cli; t = time.perf_counter(); "
+        "rc = cli.main(['train', *sys.argv[1:]]); print(rc, sorted(m for m in sys.modules if m.split('.')[0] in %r), round(time.perf_counter() - t, 2))"
+        % (FRAMEWORKS,))
+_TWO_PROCESSES = {"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0", "JAX_COORDINATOR_ADDRESS": "127.0.0.1:1"}
+_STREAMED = ["--streaming", "true", "--train_file", "corpus.txt"]
+
+
+@pytest.mark.parametrize("flags, conflict, env, streamed", [
+    *((flags, conflict, {}, False) for flags, conflict in REFUSALS),
+    (["--per_device_train_batch_size", "16"],  # 3 processes of 1 device each: 48 sequences a step
+     "global batch 48 (--per_device_train_batch_size 16 x 3 device(s) over 3 process(es) x 1 accumulation step(s); "
+     "the checkpoint trained with global batch 16: pass a per-device batch and accumulation that multiply to it)",
+     {"JAX_NUM_PROCESSES": "3", "JAX_PROCESS_ID": "0", "JAX_COORDINATOR_ADDRESS": "127.0.0.1:1"}, False),
+    (["--per_device_train_batch_size", "4"],  # XLA_FLAGS' simulated devices count too: 4 x 2 = 8
+     "global batch 8 (--per_device_train_batch_size 4 x 2 device(s) over 1 process(es) x 1 accumulation step(s); "
+     "the checkpoint trained with global batch 16: pass a per-device batch and accumulation that multiply to it)",
+     {"JAX_NUM_CPU_DEVICES": "", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}, False),
+    (_STREAMED, "--streaming true (the checkpoint was trained with --streaming false)", {}, False),
+    (["--streaming", "false"], "--streaming false (the checkpoint was trained with --streaming true)", {}, True),
+    (_STREAMED, "2 process(es) (the checkpoint's stream positions are of 1: a stream resumes with the same process "
+                "count)", _TWO_PROCESSES, True),
+])
+def test_each_refusal_arrives_before_jax_starts(four_steps, tmp_path, flags, conflict, env, streamed):
+    """``hf-tpu train``'s argument checks run the same rules on the local checkpoint (issue 43, items 1 and 8):
+    the run's line, exit status 1, no framework imported, nothing written; the device count comes from
+    ``JAX_PLATFORMS=cpu`` with ``JAX_NUM_CPU_DEVICES`` / ``XLA_FLAGS`` times ``JAX_NUM_PROCESSES``."""
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    out = _copy(four_steps, tmp_path)
+    if streamed:  # the position of one process's stream (only its presence and count matter to the rules)
+        (out / "checkpoint-4" / "data_state-0.json").write_text("{}")
+    (tmp_path / "corpus.txt").write_text("a few words\n" * 8)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_")) and k != "KERAS_BACKEND"}
+    variables = {**clean, "PYTHONPATH": str(REPO_ROOT), "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "1", **env}
+    argv = list(map(str, _args(out, "--resume_from_checkpoint", "true", *flags)))
+    if flags == _STREAMED:  # a stream reads --max_steps x the batch (no sample cap) with the run's tokenizer
+        argv[argv.index("--max_train_samples"):argv.index("--max_train_samples") + 2] = ["--tokenizer_name", str(out)]
+    proc = subprocess.run([sys.executable, "-c", _CLI, *argv],
+                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+                          env={k: v for k, v in variables.items() if v != ""})
+    rc, modules, seconds = proc.stdout.strip().rsplit(" ", 1)[0], proc.stdout, proc.stdout.split()[-1]
+    print(f"refused after {seconds} s")  # under 2 s on an idle machine; not asserted (shared CI machines)
+    assert rc == "1 []", (modules, proc.stderr[-2000:])
+    assert proc.stderr == f"hf-tpu train: error: {_refusal(out, conflict)}\n"
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before

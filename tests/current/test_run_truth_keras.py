@@ -95,9 +95,10 @@ def test_a_config_with_hub_fields_and_push_to_hub_false_trains_without_pushing(l
     assert ("model", "alice/from-config") not in loopback_hub.server.repos
 
 
-def test_a_streamed_run_reports_its_passes_over_the_data_not_epochs(tmp_path):
+def test_a_streamed_run_reports_its_passes_over_the_data_not_epochs(tmp_path, hf_log):
     """A 6-text file streamed until its 8th pass is read: the stream has completed 7 passes at the last step; the
-    summary, all_results.json and the card say 7 passes (no ``epoch``: step / max_steps would say 1)."""
+    summary, all_results.json and the card say 7 passes (no ``epoch``: step / max_steps would say 1); so do each
+    step's log line and log history entry (the passes after that step) and trainer_state.json (``epoch`` null)."""
     pytest.importorskip("datasets")
     from transformers import AutoTokenizer
 
@@ -120,11 +121,21 @@ def test_a_streamed_run_reports_its_passes_over_the_data_not_epochs(tmp_path):
 
     steps = next(s for s in range(1, 1000) if passes_after(s) == 7)  # the first step at which pass 7 is read
     out = tmp_path / "run"
-    _train(["--backend", "keras", "--streaming", "true", "--train_file", str(tmp_path / "train.jsonl"),
-            "--tokenizer_name", str(tmp_path / "tok"), "--output_dir", str(out), "--hidden_size", "32",
-            "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size", "64",
-            "--max_seq_length", "32", "--per_device_train_batch_size", "8", "--max_steps", str(steps),
-            "--save_steps", str(steps), "--eval_strategy", "no", "--disable_tqdm", "true", "--report_to", "none"])
+    with hf_log.at_level(logging.INFO, logger="hf_tpu_ext"):
+        _train(["--backend", "keras", "--streaming", "true", "--train_file", str(tmp_path / "train.jsonl"),
+                "--tokenizer_name", str(tmp_path / "tok"), "--output_dir", str(out), "--hidden_size", "32",
+                "--num_hidden_layers", "1", "--num_attention_heads", "2", "--intermediate_size", "64",
+                "--max_seq_length", "32", "--per_device_train_batch_size", "8", "--max_steps", str(steps),
+                "--save_steps", str(steps), "--eval_strategy", "no", "--disable_tqdm", "true", "--report_to", "none",
+                "--logging_steps", "1"])
+    state = json.loads((out / "trainer_state.json").read_text())
+    entries = [e for e in state["log_history"] if "loss" in e]
+    assert [(e["step"], e["stream_passes"]) for e in entries] == [(s, passes_after(s)) for s in range(1, steps + 1)]
+    assert not any("epoch" in e for e in state["log_history"]) and state["epoch"] is None
+    # each record once (the fixture's handler and caplog's may both hold it)
+    lines = list(dict.fromkeys(r.getMessage() for r in hf_log.records if r.getMessage().startswith("step ")))
+    assert [line.split(":")[0] for line in lines] == [f"step {s} (stream passes {passes_after(s)})"
+                                                      for s in range(1, steps + 1)]
     summary = json.loads((out / "training_summary.json").read_text())
     assert (summary["stream_passes"], summary["epoch"], summary["global_step"]) == (7, None, steps)
     results = json.loads((out / "all_results.json").read_text())

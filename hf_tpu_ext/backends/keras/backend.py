@@ -63,11 +63,25 @@ logger = logging.getLogger("hf_tpu_ext")
 NON_TRAINABLE_PREFIX = "non_trainable/"
 
 
-def _local_device_count() -> int:
-    """This process's devices (on a CPU, the simulated devices that share its cores: MFU's peak per device)."""
+def _host_device_count() -> int:
+    """The devices of every process of the run on this host (on a CPU, the simulated devices that share its cores:
+    MFU's peak per device is the CPU's divided by them). One process: its own; several: each process's hostname
+    and device count gathered over the processes (one small collective; every process calls it, in ``fit``), the
+    counts of those on this host summed (2 processes x 2 simulated devices on one machine: 4)."""
     import jax
 
-    return jax.local_device_count()
+    local = jax.local_device_count()
+    if jax.process_count() == 1:
+        return local
+    import socket
+    import zlib
+
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    host = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF  # int32: JAX's default integer width
+    every = np.asarray(multihost_utils.process_allgather(np.array([host, local], np.int32)))  # [processes, 2]
+    return int(every[every[:, 0] == host, 1].sum())
 
 
 class KerasBackend(BackendDefaults):
@@ -170,21 +184,13 @@ class KerasBackend(BackendDefaults):
         return find_checkpoints(folder)
 
     def checkpoint_info(self, path: str) -> CheckpointInfo:
-        """Read every tensor of the checkpoint, its ``checkpoint.json`` and trainer state.
+        """Read every tensor of the checkpoint, its ``checkpoint.json`` and trainer state
+        (:func:`hf_tpu_ext.backends.keras.checkpoint.read_checkpoint_info`).
 
         Raises:
             CheckpointError: a file is missing, truncated or not JSON (named in the message).
         """
-        meta = ckpt.read_meta(path)
-        ckpt.load_tensors(path, ckpt.MODEL_NAME)
-        ckpt.load_tensors(path, ckpt.OPTIMIZER_NAME)
-        step = int(meta["global_step"])
-        state = ckpt.read_trainer_state(path, step)
-        if state is None:  # the save was killed before the run wrote its state: not a resume point
-            raise CheckpointError(f"Checkpoint {path} is incomplete: it has no {ckpt.STATE_NAME} of step {step} "
-                                  "(the save was interrupted).")
-        return CheckpointInfo(path=path, global_step=step, model_config=dict(meta.get("model_config") or {}),
-                              trainer_state=state)
+        return ckpt.read_checkpoint_info(path)
 
     def remove_incomplete_checkpoints(self, output_dir: str) -> List[str]:
         """Delete temporary checkpoint folders and ``checkpoint-N/`` without their trainer state (a killed save)."""
@@ -374,12 +380,13 @@ class KerasBackend(BackendDefaults):
                                           epochs=max(1, math.ceil(total / spe)), steps=spe, verbose=0)
         self.mfu_of = make_mfu_meter(self.flops_per_token, "CPU" if self.accelerator == "CPU" else self.device_kind,
                                      self.precision.bf16, self.num_replicas, self.is_chief, per="device",
-                                     cpu_devices=_local_device_count())
+                                     cpu_devices=_host_device_count() if self.accelerator == "CPU" else 1)
         # the logging window of the checkpoint resumed from: the next entry averages the same steps as without a
         # stop; the restored checkpoint (start_step) is never written again
         loop = StepLoop(trainer, args, plan, cb, log_history, step,
                                      restored_loss_window(self._restored_meta, step), self.mfu_of, best=self.best,
-                                     saved_step=step, is_chief=self.is_chief, trackio=self.trackio)
+                                     saved_step=step, is_chief=self.is_chief, trackio=self.trackio,
+                                     passes_of=self.data_passes)
         compiles = self._compiles = CompileCounter("train_step")
         if not self.on_tensorflow:
             compiles.__enter__()  # XLA's compilations of the step, from JAX's events

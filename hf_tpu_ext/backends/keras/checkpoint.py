@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from hf_tpu_ext.backends.base import CheckpointInfo
 from hf_tpu_ext.errors import CheckpointError
 
 MODEL_NAME = "model_state.safetensors"
@@ -296,6 +297,28 @@ def read_trainer_state(path: str, step: int) -> Optional[Dict[str, Any]]:
     except ValueError as err:
         raise CheckpointError(f"{file} is not valid JSON ({err}); delete the checkpoint.") from None
     return state if int(state.get("global_step", -1)) == int(step) else None
+
+
+def read_checkpoint_info(path: str, tensors: bool = True) -> CheckpointInfo:
+    """The :class:`~hf_tpu_ext.backends.base.CheckpointInfo` of a checkpoint folder: its ``checkpoint.json`` and
+    trainer state, and (``tensors``) every tensor read whole, so a truncated file fails here; without them it
+    reads two small JSON files (the argument checks before JAX starts).
+
+    Raises:
+        CheckpointError: a file is missing, truncated or not JSON, or the trainer state is not of the checkpoint's
+            step (the save was interrupted); named in the message.
+    """
+    meta = read_meta(path)
+    if tensors:
+        load_tensors(path, MODEL_NAME)
+        load_tensors(path, OPTIMIZER_NAME)
+    step = int(meta["global_step"])
+    state = read_trainer_state(path, step)
+    if state is None:  # the save was killed before the run wrote its state: not a resume point
+        raise CheckpointError(f"Checkpoint {path} is incomplete: it has no {STATE_NAME} of step {step} "
+                              "(the save was interrupted).")
+    return CheckpointInfo(path=path, global_step=step, model_config=dict(meta.get("model_config") or {}),
+                          trainer_state=state)
 
 
 def export_checkpoint_folder(path: str, folder: str) -> str:

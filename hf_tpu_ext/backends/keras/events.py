@@ -19,7 +19,7 @@ class EventWriter:
 
         values = [summary_pb2.Summary.Value(
             tag=("train/" if not k.startswith("eval") and k != "perplexity" else "eval/") + k, simple_value=float(v))
-            for k, v in entry.items() if k not in ("step", "epoch") and isinstance(v, (int, float))]
+            for k, v in entry.items() if k not in ("step", "epoch", "stream_passes") and isinstance(v, (int, float))]
         self._writer.add_event(event_pb2.Event(wall_time=time.time(), step=int(entry["step"]),
                                                summary=summary_pb2.Summary(value=values)))
         self._writer.flush()

@@ -19,7 +19,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from hf_tpu_ext.backends.keras.process_agreement import KeyValueAgreement
 from hf_tpu_ext.distributed import (JAX_COORDINATOR_ADDRESS, JAX_DISTRIBUTED_SWITCH, JAX_NUM_PROCESSES,
@@ -131,6 +131,31 @@ def _cluster_found_by_jax(environ) -> bool:
     asked = str(environ.get(JAX_DISTRIBUTED_SWITCH, "")).strip().lower() in ("1", "true", "yes")
     return (asked or len(_tpu_hosts(environ)) > 1
             or any(str(environ.get(v, "")).strip() for v in ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE")))
+
+
+def shape_before_start(environ=None) -> Tuple[Optional[int], Optional[int]]:
+    """``(devices of the whole run, processes)`` as the environment fixes them before JAX starts; ``None`` for one
+    that only JAX can tell (it must start first).
+
+    The processes: ``JAX_NUM_PROCESSES``, else 1 unless JAX finds a cluster itself (a TPU slice, Slurm, Open MPI:
+    ``None``). The devices: with ``JAX_PLATFORMS=cpu`` only, each process's simulated CPU devices
+    (``JAX_NUM_CPU_DEVICES``, else ``XLA_FLAGS``' ``--xla_force_host_platform_device_count``, else 1) times the
+    processes; an accelerator's count is ``None`` (JAX enumerates it). Malformed values give ``None`` (JAX's start
+    names them).
+    """
+    env = os.environ if environ is None else environ
+    try:
+        processes = _int_variable(env, JAX_NUM_PROCESSES, 1)
+    except ValueError:
+        return None, None
+    if processes is None:
+        processes = None if _cluster_found_by_jax(env) else 1
+    if str(env.get("JAX_PLATFORMS", "")).strip().lower() != "cpu" or processes is None:
+        return None, processes
+    flag = re.search(r"--xla_force_host_platform_device_count=(\d+)", str(env.get("XLA_FLAGS", "")))
+    raw = str(env.get("JAX_NUM_CPU_DEVICES", "")).strip() or (flag.group(1) if flag else "1")
+    per_process = int(raw) if raw.isdigit() and int(raw) > 0 else None
+    return (per_process * processes if per_process else None), processes
 
 
 def maybe_initialize_distributed() -> bool:
