@@ -287,3 +287,20 @@ def test_jax_heartbeat_time_out_leaves_the_verdict_to_the_watch(watch):
     assert jax_heartbeat_timeout(30) == 90
     assert jax_heartbeat_timeout(watch) / 2 >= watch + JAX_HEARTBEAT_MARGIN
     assert isinstance(jax_heartbeat_timeout(watch), int)
+
+
+def test_the_others_liveness_ports_go_to_on_peers_once_all_are_published():
+    """Process 0 hands its coordination service sidecar the others' liveness ports (it serves them after process 0
+    is gone until they refuse): once, when every one is published."""
+    from hf_tpu_ext.backends.keras.processes import ALIVE_KEY_PREFIX
+
+    store, got = FakeStore(), []
+    watch = LostProcessWatch(store, 0, 3, 30, clock=Clock())
+    watch.on_peers = got.append
+    store.values[f"{ALIVE_KEY_PREFIX}2"] = "10.0.0.3:4002"
+    watch.report_peers()
+    assert got == [] and watch.on_peers is not None  # process 1 has not published its port yet
+    store.values[f"{ALIVE_KEY_PREFIX}1"] = "10.0.0.2:4001"
+    watch.report_peers()
+    watch.report_peers()
+    assert got == [["10.0.0.2:4001", "10.0.0.3:4002"]] and watch.on_peers is None
