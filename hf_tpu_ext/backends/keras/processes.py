@@ -334,6 +334,8 @@ class LostProcessWatch:
     def report_peers(self) -> None:
         """Hand the others' liveness ports to :attr:`on_peers` once every one is published (process 0's
         coordination service sidecar serves, after process 0 is gone, until they refuse)."""
+        if self.on_peers is None:
+            return
         try:
             addresses = [self.client.key_value_try_get(f"{ALIVE_KEY_PREFIX}{i}") for i in sorted(self._seen)]
         except Exception:  # noqa: BLE001 (not all published yet: the next beat looks again)
@@ -422,8 +424,7 @@ class LostProcessWatch:
             line = self.beat()
             if line and not self._stop.is_set():
                 self._stop_process(line)
-            if self.on_peers is not None:
-                self.report_peers()
+            self.report_peers()
         # exiting on purpose: keep watching while JAX's shutdown waits for the others (a lost one ends it)
         while not self.verdict.is_set():
             time.sleep(self.poll)
