@@ -304,3 +304,20 @@ def test_the_run_shape_the_environment_fixes_before_jax_starts():
     assert shape_before_start({"JAX_PLATFORMS": "tpu", "JAX_NUM_PROCESSES": "4"}) == (None, 4)
     assert shape_before_start({**cpu, "SLURM_JOB_ID": "7"}) == (None, None)  # JAX finds the processes itself
     assert shape_before_start({**cpu, "JAX_NUM_PROCESSES": "two"}) == (None, None)  # JAX's start names it
+
+
+def test_the_others_liveness_ports_go_to_on_peers_once_all_are_published():
+    """Process 0 hands its coordination service sidecar the others' liveness ports (it serves them after process 0
+    is gone until they refuse): once, when every one is published."""
+    from hf_tpu_ext.backends.keras.processes import ALIVE_KEY_PREFIX
+
+    store, got = FakeStore(), []
+    watch = LostProcessWatch(store, 0, 3, 30, clock=Clock())
+    watch.on_peers = got.append
+    store.values[f"{ALIVE_KEY_PREFIX}2"] = "10.0.0.3:4002"
+    watch.report_peers()
+    assert got == [] and watch.on_peers is not None  # process 1 has not published its port yet
+    store.values[f"{ALIVE_KEY_PREFIX}1"] = "10.0.0.2:4001"
+    watch.report_peers()
+    watch.report_peers()
+    assert got == [["10.0.0.2:4001", "10.0.0.3:4002"]] and watch.on_peers is None

@@ -4,12 +4,14 @@ JAX's CPU collectives (gloo) let processes on one machine form one cluster, so a
 here with the README's variables: ``JAX_COORDINATOR_ADDRESS=127.0.0.1:PORT JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=i
 JAX_NUM_CPU_DEVICES=2 hf-tpu train ...`` for i = 0, 1. 2 processes x 2 CPU devices must train what 1 process x 4
 devices trains (losses and weights to 1e-5) with only process 0 writing files; a SIGTERM to one process (or to both,
-a step apart) stops both at one step with one checkpoint and exit 143, and the same commands resume; a SIGKILL
-of one makes the other exit 1 within 60 s with one line naming the lost process and the last checkpoint, and the
-same commands resume. Bad input (a process id not below the count, a coordinator that
-does not answer) gets one line and writes nothing. The same equalities hold for the other architectures
-(``--model_type bert`` and ``modernbert``): 2 x 2 = 1 x 4, and a single process killed (SIGKILL) after a
-checkpoint and rerun with ``--resume_from_checkpoint true`` logs the uninterrupted run's per-step losses.
+a step apart) stops both at one step with one checkpoint and exit 143, and the same commands resume; a SIGKILL of
+one makes the other exit 1 within 60 s with one line naming the lost process and the last checkpoint, and the same
+commands resume; so does a SIGKILL of process 0, the coordinator (its coordination service runs in a sidecar that
+outlives it, and ends once the others reported; after a good run nothing is left on the coordinator's port). Bad
+input (a process id not below the count, a coordinator that does not answer) gets one line and writes nothing. The
+same equalities hold for the other architectures (``--model_type bert`` and ``modernbert``): 2 x 2 = 1 x 4, and a
+single process killed (SIGKILL) after a checkpoint and rerun with ``--resume_from_checkpoint true`` logs the
+uninterrupted run's per-step losses.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu python -m pytest tests/current``.
 """
@@ -69,11 +71,35 @@ def _start(args, **env):
 
 
 def start_cluster(dirs, extra_env=(None, None), processes=2, devices=2, extra=()):
-    """The README's shell lines: one `hf-tpu train` per process, same coordinator, process i in ``dirs[i]``."""
-    address = f"127.0.0.1:{free_port()}"
-    return [_start(mp_args(dirs[i], *extra), JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES=processes,
-                   JAX_PROCESS_ID=i, JAX_NUM_CPU_DEVICES=devices, **(extra_env[i] or {}))
-            for i in range(processes)]
+    """The README's shell lines: one `hf-tpu train` per process, same coordinator, process i in ``dirs[i]``; each
+    process's ``port`` attribute is the coordinator's port."""
+    port = free_port()
+    procs = [_start(mp_args(dirs[i], *extra), JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                    JAX_NUM_PROCESSES=processes, JAX_PROCESS_ID=i, JAX_NUM_CPU_DEVICES=devices,
+                    **(extra_env[i] or {}))
+             for i in range(processes)]
+    for p in procs:
+        p.port = port
+    return procs
+
+
+def coordination_services(port):
+    """Pids of the processes serving JAX's coordination service on ``port`` (process 0's sidecar: its command line
+    names the bind address ``[::]:<port>``), and whether anything on this host accepts connections there."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"[::]:{port}".encode() in argv:
+            pids.append(int(pid))
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        answers = True
+    except OSError:
+        answers = False
+    return pids, answers
 
 
 def finish(procs, timeout=600):
@@ -102,6 +128,7 @@ def reference_and_pair(tmp_path_factory):
     one = _start(mp_args(root / "one"), JAX_NUM_CPU_DEVICES=4)
     pair = start_cluster([root / "p0", root / "p1"])
     ends = [p.communicate(timeout=600) for p in (one, *pair)]
+    LEFT_AFTER[:] = coordination_services(pair[0].port)  # at once: process 0's exit stopped its sidecar
     results = [(p.returncode, err) for p, (_, err) in zip((one, *pair), ends)]
     for rc, err in results:
         assert rc == 0, err[-4000:]
@@ -111,6 +138,8 @@ def reference_and_pair(tmp_path_factory):
 
 #: stdout + stderr of process 0 and process 1 of the pair (:func:`reference_and_pair`)
 TERMINALS = []
+#: right after the pair ended: the pids serving its coordinator port, whether the port accepted a connection
+LEFT_AFTER = []
 
 
 def test_two_processes_of_two_devices_train_what_one_process_of_four_does(reference_and_pair):
@@ -128,6 +157,12 @@ def test_two_processes_of_two_devices_train_what_one_process_of_four_does(refere
     assert sorted(p.name for p in (root / "p0").glob("checkpoint-*")) == [f"checkpoint-{STEPS}"]
     summary = json.loads((root / "p0" / "training_summary.json").read_text())
     assert (summary["global_step"], summary["num_devices"], summary["num_workers"]) == (STEPS, 4, 2)
+
+
+def test_a_good_run_leaves_no_coordination_service(reference_and_pair):
+    """Process 0's coordination service runs in a sidecar of its own (it outlives a killed process 0): process 0's
+    exit stops it, so no process is left and the port is free for a rerun at once."""
+    assert LEFT_AFTER == [[], False]
 
 
 def test_a_slices_terminal_is_one_runs(reference_and_pair):
@@ -221,6 +256,31 @@ def test_a_killed_process_makes_the_other_exit_within_60_s_with_one_line(tmp_pat
     assert "checkpoint-3 at global step 3" in results[0][1]
     np.testing.assert_allclose([l for _, l in _losses(out)], [l for _, l in _losses(reference_and_pair[0] / "one")],
                                atol=1e-5, rtol=0)
+
+
+def test_a_killed_process_0_is_named_like_any_lost_process(tmp_path):
+    """Issue 43 item 3: kill -9 of process 0, the coordinator, with the default time-outs. Its coordination service
+    lives on in its sidecar, so process 1 names it in one line (no JAX abort first), then the sidecar ends."""
+    out = tmp_path / "run"
+    procs = start_cluster([out, out], extra=("--save_steps", "3"),
+                          extra_env=({"HF_TPU_EXT_TEST_KILL_AT": "train_step@5"}, None))
+    rc0, err0 = finish(procs[:1])[0]  # read as it goes: process 0 logs more than a pipe holds
+    killed_at = time.monotonic()
+    rc1, err1 = finish(procs[1:], timeout=120)[0]
+    assert rc0 == -9, err0[-3000:]
+    assert time.monotonic() - killed_at < 60, err1[-3000:]
+    assert err1.strip().splitlines()[-1] == (
+        f"hf-tpu train: error: process 0 of 2 was lost (no heartbeat for 30 s); the last checkpoint is checkpoint-3 "
+        f"in {out}; rerun the same commands on every host (with --resume_from_checkpoint true) to resume."), \
+        err1[-3000:]
+    assert rc1 == 1
+    for text in ("Check failure", "Fatal Python error", "Terminating process", "Traceback"):
+        assert text not in err1, err1[-3000:]
+    # the sidecar served process 1 until it reported and exited: then it ends (it polls every 0.5 s)
+    deadline = time.monotonic() + 10
+    while coordination_services(procs[0].port) != ([], False) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert coordination_services(procs[0].port) == ([], False)
 
 
 def test_a_process_killed_after_the_last_step_is_named_by_the_one_finishing(tmp_path):

@@ -3,7 +3,10 @@
 A try passes when every survivor exits 1 with the lost-process line as its last stderr line, no C++ abort (exit 134,
 "Check failure", "Fatal Python error", a stack trace) and no Python traceback before it. Issue 43 item 3.
 
-    KERAS_BACKEND=jax JAX_PLATFORMS=cpu PYTHONPATH=. python tests/scripts/kill_a_process.py --tries 10 [--victim 1]
+    KERAS_BACKEND=jax JAX_PLATFORMS=cpu PYTHONPATH=. python tests/scripts/kill_a_process.py --tries 10 [--victim 0]
+
+``--victim 0`` kills process 0, the coordinator (its coordination service lives on in its sidecar process:
+hf_tpu_ext/backends/keras/coordination_service.py); the default is process 1.
 
 The victim SIGKILLs itself at a step (``HF_TPU_EXT_TEST_KILL_AT=train_step@S``, S cycling 2..7, so the survivor
 is caught at different points of a step), or with ``--outside`` is killed from here a random 0-3 s after its

@@ -2,10 +2,11 @@
 
 :func:`jax_distributed_arguments` reads ``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID`` (jax 0.10 reads only
 ``JAX_COORDINATOR_ADDRESS``) and the time-outs, refusing half a multi-process environment in one line before JAX
-starts; :func:`maybe_initialize_distributed` / :func:`initialize_jax_distributed` join the processes;
-:class:`LostProcessWatch` ends every survivor with one line when a process is lost. Which process is the chief is
-:mod:`hf_tpu_ext.distributed`'s answer (every backend asks it); JAX is imported only inside the functions that
-start it, so the argument checks run before any framework loads.
+starts; :func:`maybe_initialize_distributed` / :func:`initialize_jax_distributed` join the processes (process 0's
+coordination service in a sidecar of its own: :mod:`hf_tpu_ext.backends.keras.coordination_service`);
+:class:`LostProcessWatch` ends every survivor with one line when a process is lost, process 0 included. Which
+process is the chief is :mod:`hf_tpu_ext.distributed`'s answer (every backend asks it); JAX is imported only inside
+the functions that start it, so the argument checks run before any framework loads.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import threading
 import time
 from typing import Callable, List, Optional, Tuple
 
+from hf_tpu_ext.backends.keras import coordination_service
+from hf_tpu_ext.backends.keras.coordination_service import initialize_with_sidecar
 from hf_tpu_ext.backends.keras.process_agreement import KeyValueAgreement
 from hf_tpu_ext.distributed import (JAX_COORDINATOR_ADDRESS, JAX_DISTRIBUTED_SWITCH, JAX_NUM_PROCESSES,
                                     JAX_PROCESS_ID, noted_output_dir, run_after_jax_initialize, set_process_agreement)
@@ -184,12 +187,14 @@ def maybe_initialize_distributed() -> bool:
 
 
 def initialize_jax_distributed() -> None:
-    """``jax.distributed.initialize`` with :func:`jax_distributed_arguments`; a process other than 0 first waits
-    for the coordinator (:func:`wait_for_coordinator`). Must run before anything touches JAX's devices.
+    """``jax.distributed.initialize`` with :func:`jax_distributed_arguments`, process 0's coordination service in
+    a sidecar that outlives process 0 (:func:`~hf_tpu_ext.backends.keras.coordination_service.initialize_with_sidecar`);
+    a process other than 0 first waits for the coordinator (:func:`wait_for_coordinator`). Must run before anything
+    touches JAX's devices.
 
     Raises:
-        ValueError: a bad variable, an unreachable coordinator (the time-out named), or JAX's own refusal (one
-            line each).
+        ValueError: a bad variable, an unreachable coordinator (the time-out named), the coordinator's port still
+            served by another run, or JAX's own refusal (one line each).
     """
     import jax
 
@@ -205,7 +210,7 @@ def initialize_jax_distributed() -> None:
     watch_timeout = kwargs["heartbeat_timeout_seconds"]
     kwargs["heartbeat_timeout_seconds"] = jax_heartbeat_timeout(watch_timeout)  # the watch's line comes first
     try:
-        jax.distributed.initialize(**kwargs)
+        initialize_with_sidecar(jax.distributed.initialize, **kwargs)  # process 0's service outlives it
         if start_lost_process_watch(watch_timeout) is not None:  # several processes: they agree through JAX's store
             set_process_agreement(KeyValueAgreement(
                 lost_process_watch.client, lost_process_watch.process_id, lost_process_watch.num_processes,
@@ -295,6 +300,8 @@ class LostProcessWatch:
         self._exited: set = set()
         self._stop = threading.Event()
         self.verdict = threading.Event()  # set once the line is printed (the process ends right after)
+        #: called once with the others' liveness ports (``ip:port``, by process id) when all are published
+        self.on_peers: Optional[Callable[[List[str]], None]] = None
 
     def beat(self, own: bool = True) -> Optional[str]:
         """One beat (``own``: this process's; off once it wrote ``exited``) and one look at the others; the
@@ -348,6 +355,18 @@ class LostProcessWatch:
         self._listener.listen(64)
         self.client.key_value_set(f"{ALIVE_KEY_PREFIX}{self.process_id}", f"{ip}:{self._listener.getsockname()[1]}",
                                   True)
+
+    def report_peers(self) -> None:
+        """Hand the others' liveness ports to :attr:`on_peers` once every one is published (process 0's
+        coordination service sidecar serves, after process 0 is gone, until they refuse)."""
+        if self.on_peers is None:
+            return
+        try:
+            addresses = [self.client.key_value_try_get(f"{ALIVE_KEY_PREFIX}{i}") for i in sorted(self._seen)]
+        except Exception:  # noqa: BLE001 (not all published yet: the next beat looks again)
+            return
+        callback, self.on_peers = self.on_peers, None
+        callback(addresses)
 
     def _read(self, i: int) -> Optional[str]:
         try:
@@ -430,6 +449,7 @@ class LostProcessWatch:
             line = self.beat()
             if line and not self._stop.is_set():
                 self._stop_process(line)
+            self.report_peers()
         # exiting on purpose: keep watching while JAX's shutdown waits for the others (a lost one ends it)
         while not self.verdict.is_set():
             time.sleep(self.poll)
@@ -477,8 +497,10 @@ def start_lost_process_watch(timeout: float) -> Optional[LostProcessWatch]:
     state = jax_distributed.global_state
     if state.client is None or int(state.num_processes or 1) < 2 or lost_process_watch is not None:
         return lost_process_watch
-    lost_process_watch = LostProcessWatch(state.client, state.process_id, state.num_processes, timeout).start(
-        getattr(state, "coordinator_address", None))
+    watch = LostProcessWatch(state.client, state.process_id, state.num_processes, timeout)
+    if coordination_service.sidecar is not None:  # process 0: its service serves the others until they report
+        watch.on_peers = coordination_service.sidecar.tell_peers
+    lost_process_watch = watch.start(getattr(state, "coordinator_address", None))
     sys.excepthook = _quiet_excepthook(sys.excepthook)
     return lost_process_watch
 
@@ -526,11 +548,13 @@ sys.stderr.write(f"hf-tpu train: error: process 0 of {count} was lost (the coord
 def start_abort_reporter(coordinator: str, num_processes: int, output_dir: Optional[str]) -> Optional[int]:
     """Start the process that names a lost coordinator after jax's abort; returns the pipe to tell it ``exited``.
 
-    Why: when process 0 (the coordinator) goes, jax 0.10 ends every other process at once from a C++ thread
+    Why: when the coordination service goes (process 0's host lost with its sidecar, or the service inside process
+    0 where the sidecar could not start), jax 0.10 ends every other process at once from a C++ thread
     (``Terminating process because the JAX distributed service detected fatal errors``, SIGABRT): no Python runs
     after it. A small child (own session, signals ignored, sharing stderr) waits for its pipe to close: when this
     process ended without writing ``exited``, by an abort (its exit status, read while it is a zombie, where it
-    still is one) and the coordinator no longer answers, it prints the lost-process line after jax's. ``None`` when it cannot be started (the run goes on without it).
+    still is one) and the coordinator no longer answers, it prints the lost-process line after jax's. ``None``
+    when it cannot be started (the run goes on without it).
     """
     import subprocess
 
