@@ -113,7 +113,8 @@ def check_streaming(model_args, training_args) -> None:
 
     Raises:
         ArgumentError: another backend, no ``--max_steps`` (a stream has no length), no ``--tokenizer_name`` nor
-            ``--model_name_or_path`` (a BPE is trained on a whole split, which a stream never holds).
+            ``--model_name_or_path`` (a BPE is trained on a whole split, which a stream never holds) in a run that
+            is not a resume (a resume reads the tokenizer beside its checkpoint).
     """
     backend = training_args.backend
     if backend != "keras":
@@ -123,6 +124,7 @@ def check_streaming(model_args, training_args) -> None:
     if training_args.max_steps <= 0:
         raise ArgumentError("--streaming needs --max_steps > 0: a streamed dataset has no length, so epochs cannot "
                             "be counted (as in transformers' run_mlm).")
-    if not (model_args.tokenizer_name or model_args.model_name_or_path):
+    resuming = bool(getattr(training_args, "resume_from_checkpoint", None))  # the checkpoint's tokenizer is read
+    if not (model_args.tokenizer_name or model_args.model_name_or_path or resuming):
         raise ArgumentError("--streaming needs --tokenizer_name or --model_name_or_path: a new tokenizer is trained "
                             "on the whole training split, which a stream never holds.")

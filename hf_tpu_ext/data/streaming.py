@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from hf_tpu_ext.errors import DataError
+from hf_tpu_ext.errors import DataError, TokenizerError
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -325,7 +325,8 @@ def load_stream_blocks(model_args, data_args, tokenizer_source: Optional[str] = 
 
     Raises:
         DataError: the source cannot be opened or has no train split (its splits named).
-        TokenizerError: the tokenizer cannot be loaded or has no mask token.
+        TokenizerError: the tokenizer cannot be loaded or has no mask token, or a resume has none beside its
+            checkpoint.
     """
     from hf_tpu_ext.data.loading import describe_data_source
     from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer
@@ -336,6 +337,9 @@ def load_stream_blocks(model_args, data_args, tokenizer_source: Optional[str] = 
         raise DataError(f"--streaming: {source.name} has no 'train' split (it has: {', '.join(sorted(found)) or 'none'});"
                         " pass a --dataset_config_name or --train_file that has one.")
     name = tokenizer_source or model_args.tokenizer_name or model_args.model_name_or_path
+    if not name:  # a resume whose checkpoint has no tokenizer beside it (the argument checks let a resume through)
+        raise TokenizerError("--streaming: the checkpoint being resumed has no tokenizer beside it "
+                             "(tokenizer.json, tokenizer_config.json); pass --tokenizer_name.")
     tok = load_tokenizer(name, cache_dir=None if tokenizer_source else model_args.cache_dir)
     check_mlm_tokenizer(tok)
     validation = read_eval_blocks(source, tok, data_args.max_seq_length, data_args.max_eval_samples, found)

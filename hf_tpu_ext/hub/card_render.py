@@ -149,6 +149,13 @@ def weight_formats(output_dir: str) -> Dict[str, bool]:
     return {"pytorch": has(_PT_WEIGHTS), "tensorflow": has(_TF_WEIGHTS)}
 
 
+def keras_preset_task(output_dir: str, folder: Optional[str]) -> str:
+    """The keras-hub task class of the preset in ``output_dir/folder`` (its ``task.json``'s ``class_name``:
+    ``RobertaMaskedLM``, ``BertMaskedLM``, ``DistilBertMaskedLM``); ``RobertaMaskedLM`` when it does not say."""
+    name = _read_json(os.path.join(output_dir, folder or "", "task.json")).get("class_name")
+    return name if isinstance(name, str) and name.isidentifier() else "RobertaMaskedLM"
+
+
 def keras_preset_folder(output_dir: str) -> Optional[str]:
     """The subfolder of ``output_dir`` holding a keras-hub task preset (the Keras backend writes ``keras_hub/``).
 
@@ -407,6 +414,7 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
         has_pytorch_weights=formats["pytorch"],
         has_tf_weights=formats["tensorflow"],
         keras_preset=keras_preset,
+        keras_preset_task=keras_preset_task(output_dir, keras_preset) if keras_preset else None,
         mask_token=info.get("mask_token") or "<mask>",
         data_description=(f"[{dataset_name}]({hub_url(dataset_name, 'dataset')})" if dataset_name else
                           f"{description[0].upper() + description[1:]} (not a Hub dataset)."),

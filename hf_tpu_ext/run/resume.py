@@ -14,8 +14,9 @@ import tempfile
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from hf_tpu_ext.args.defaults import MODEL_TYPES
 from hf_tpu_ext.errors import CheckpointError, IncompleteCheckpointError
-from hf_tpu_ext.model_config import max_sequence_length
+from hf_tpu_ext.model_config import flag_fields, max_sequence_length, parse_config_overrides
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -268,6 +269,7 @@ def apply_checkpoint_shape(info, model_args, data_args, training_args, shown: Ca
     shape = shape or RunShape()
     conflicts: List[str] = []
     notes: List[str] = []
+    _apply_model_type(info, model_args, training_args, conflicts, notes)
     _apply_model_shape(info, model_args, conflicts)
     _apply_seq_length(info, model_args, data_args, training_args, conflicts, notes)
     _apply_global_batch(info, training_args, shape, conflicts, notes)
@@ -280,8 +282,25 @@ def apply_checkpoint_shape(info, model_args, data_args, training_args, shown: Ca
     return notes
 
 
+def _apply_model_type(info, model_args, training_args, conflicts: List[str], notes: List[str]) -> None:
+    """``--model_type`` (from scratch: no ``--model_name_or_path``/``--config_name``, whose config says it) left
+    at its default takes the checkpoint's architecture (``xlm-roberta``/``camembert``: ``roberta``, the same one
+    here); a passed other one is refused. Checkpoints saved before ``model_type`` was recorded: no rule."""
+    saved, m = (info.model_config or {}).get("model_type"), model_args
+    if not saved or m.model_name_or_path or m.config_name:
+        return
+    architecture = saved if saved in MODEL_TYPES else "roberta"
+    if passed(training_args, "model_type", m):
+        if m.model_type != architecture:
+            conflicts.append(f"--model_type {m.model_type} (the checkpoint is a {saved!r} model)")
+    elif m.model_type != architecture:
+        notes.append(f"--model_type not given: resuming the checkpoint's {architecture!r} model.")
+        m.model_type = architecture
+
+
 def _apply_model_shape(info, model_args, conflicts: List[str]) -> None:
     saved, m = info.model_config or {}, model_args
+    overrides = parse_config_overrides(getattr(m, "config_overrides", None))
     for name in SHAPE_FLAGS:
         if saved.get(name) is None:
             continue
@@ -290,6 +309,9 @@ def _apply_model_shape(info, model_args, conflicts: List[str]) -> None:
             conflicts.append(f"--{name} {given} (the checkpoint has {saved[name]})")
         elif given is None and not m.model_name_or_path and not m.config_name:
             setattr(m, name, int(saved[name]))
+        for key in flag_fields(saved.get("model_type") or m.model_type or "roberta", name):
+            if key in overrides and overrides[key] != str(saved[name]):
+                conflicts.append(f"--config_overrides {key}={overrides[key]} (the checkpoint has {saved[name]})")
 
 
 def _apply_seq_length(info, model_args, data_args, training_args, conflicts: List[str], notes: List[str]) -> None:

@@ -142,6 +142,9 @@ def test_keras_hub_preset_holds_the_export(trained):
     kind, _, out, _ = trained
     task = {"bert": keras_hub.models.BertMaskedLM, "distilbert": keras_hub.models.DistilBertMaskedLM}[kind]
     masked_lm = task.from_preset(str(out / "keras_hub"))
+    card = (out / "README.md").read_text()  # the card's snippet loads the preset with its own task class
+    assert f'masked_lm = keras_hub.models.{task.__name__}.from_preset(f"{{folder}}/keras_hub")' in card
+    assert "RobertaMaskedLM" not in card
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     sentence = "The quick brown [MASK] jumps over a lazy dog, under the bright moon."
     assert (np.asarray(masked_lm.preprocessor.tokenizer(sentence)).tolist()

@@ -160,6 +160,13 @@ def test_streaming_without_what_it_needs_is_refused_in_one_line(extra, line):
     assert str(err.value) == line
 
 
+def test_a_streamed_resume_reads_the_checkpoints_tokenizer():
+    """A resume needs no --tokenizer_name: the tokenizer beside the checkpoint is read (the resume's own rules then
+    compare --streaming with the checkpoint's)."""
+    _, _, args = _parse("--backend", "keras", "--max_steps", "5", "--resume_from_checkpoint", "true")
+    assert args.resume_from_checkpoint == "true"
+
+
 def test_streaming_the_default_corpus_is_refused():
     from hf_tpu_ext.args import DataTrainingArguments
     from hf_tpu_ext.errors import ArgumentError

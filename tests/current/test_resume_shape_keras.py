@@ -96,6 +96,8 @@ REFUSALS = [
     (["--max_seq_length", "16"],
      "--max_seq_length 16 (the checkpoint trained at 32; a new length is a new run: --model_name_or_path on its "
      "exported model)"),
+    (["--model_type", "bert"], "--model_type bert (the checkpoint is a 'roberta' model)"),
+    (["--config_overrides", "hidden_size=64"], "--config_overrides hidden_size=64 (the checkpoint has 32)"),
 ]
 
 
@@ -115,6 +117,26 @@ def test_another_value_is_refused_naming_both_before_anything_is_written(four_st
     assert str(err.value) == _refusal(out, conflict)
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name != ".hf-tpu-train.lock"} == {
         p: t for p, t in before.items() if p.name != ".hf-tpu-train.lock"}
+
+
+def test_model_type_left_out_takes_the_checkpoints_architecture(four_steps, tmp_path):
+    """A resume without ``--model_type`` builds the checkpoint's architecture (recorded in ``checkpoint.json``),
+    with one line; ``xlm-roberta``/``camembert`` checkpoints are RoBERTa's here."""
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run.resume import apply_checkpoint_shape
+
+    meta = json.loads((four_steps / "checkpoint-4" / "checkpoint.json").read_text())
+    assert meta["model_config"]["model_type"] == "roberta"
+    for saved, expected, line in [("bert", "bert", ["--model_type not given: resuming the checkpoint's 'bert' model."]),
+                                  ("xlm-roberta", "roberta", []), ("modernbert", "modernbert",
+                                   ["--model_type not given: resuming the checkpoint's 'modernbert' model."])]:
+        info = _info(tmp_path)
+        info.model_config["model_type"] = saved
+        model_args, data_args, args = parse_args(["--output_dir", str(tmp_path), "--resume_from_checkpoint", "true",
+                                                  "--max_steps", "6", "--max_seq_length", str(LENGTH)])
+        notes = apply_checkpoint_shape(info, model_args, data_args, args, str)
+        assert model_args.model_type == expected
+        assert [n for n in notes if "--model_type" in n] == line
 
 
 def _info(path, batch=16):

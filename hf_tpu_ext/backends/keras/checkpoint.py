@@ -6,7 +6,7 @@ A checkpoint folder holds (all float32 as trained):
   layer), its non-trainable ones (dropout seed states) as ``non_trainable/<index>``;
 * ``optimizer_state.safetensors``: the optimizer's variables (iteration count, Adam moments) keyed
   ``<index>/<path>``, restored by position;
-* ``checkpoint.json`` (:data:`META_NAME`): ``global_step``, ``epoch``, ``model_config`` (the shape fields of the
+* ``checkpoint.json`` (:data:`META_NAME`): ``global_step``, ``epoch``, ``model_config`` (``model_type`` and the shape fields of the
   transformers config), the data position (``seed``, ``global_batch_size``, ``num_train_blocks``: the batches
   of every step follow from them, see :mod:`hf_tpu_ext.data.numpy_batches`), ``keras_backend``, ``dtype_policy``,
   ``loss_window`` (``{"loss_sum", "steps"}``: the logging window so far) and ``fit_metrics`` (what the training
@@ -54,8 +54,8 @@ _DATA_STATE_RE = re.compile(r"^data_state-\d+\.json$")  # hf_tpu_ext.data.stream
 #: a save's temporary folders: ``.checkpoint-<step>.tmp-<host>-<pid>`` and ``checkpoint-<step>.old-<host>-<pid>``
 #: (``<host>-`` absent in folders of older releases)
 _TMP_RE = re.compile(r"^(?:\.checkpoint-\d+\.tmp|checkpoint-\d+\.old)-(?:(?P<host>.+)-)?(?P<pid>\d+)$")
-MODEL_CONFIG_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
-                       "max_position_embeddings")
+MODEL_CONFIG_FIELDS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                       "vocab_size", "max_position_embeddings")
 
 
 def _owner_tag() -> str:
