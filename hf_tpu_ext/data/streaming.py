@@ -176,8 +176,10 @@ class StreamedBlocks:
                 if not self._read_in_pass and self._whole_pass:
                     raise DataError(f"--streaming: {self.source.name} has no text for process {self.rank} of "
                                     f"{self.world_size}; give more data.") from None
-                logger.info("--streaming: pass %d over %s ended; starting pass %d", self._pass, self.source.name,
-                            self._pass + 1)
+                # once at INFO (the reader runs ahead of training: the step lines count the passes trained on)
+                logger.log(logging.INFO if self._pass == 0 else logging.DEBUG,
+                           "--streaming: the reader reached the end of %s (pass %d) and starts it again; the step "
+                           "lines count the passes trained on", self.source.name, self._pass + 1)
                 self._start_pass(self._pass + 1, None, 0)
                 continue
             text = self.source.text_of(example)

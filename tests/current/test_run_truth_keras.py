@@ -136,6 +136,9 @@ def test_a_streamed_run_reports_its_passes_over_the_data_not_epochs(tmp_path, hf
     lines = list(dict.fromkeys(r.getMessage() for r in hf_log.records if r.getMessage().startswith("step ")))
     assert [line.split(":")[0] for line in lines] == [f"step {s} (stream passes {passes_after(s)})"
                                                       for s in range(1, steps + 1)]
+    ends = {r.getMessage() for r in hf_log.records if r.levelno == logging.INFO and "reached the end of" in r.getMessage()}
+    assert ends == {f"--streaming: the reader reached the end of --train_file {tmp_path / 'train.jsonl'} (pass 1) and starts it "
+                    "again; the step lines count the passes trained on"}  # once, not once per pass
     summary = json.loads((out / "training_summary.json").read_text())
     assert (summary["stream_passes"], summary["epoch"], summary["global_step"]) == (7, None, steps)
     results = json.loads((out / "all_results.json").read_text())
