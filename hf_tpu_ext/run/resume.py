@@ -274,6 +274,7 @@ def apply_checkpoint_shape(info, model_args, data_args, training_args, shown: Ca
     _apply_seq_length(info, model_args, data_args, training_args, conflicts, notes)
     _apply_global_batch(info, training_args, shape, conflicts, notes)
     _apply_streaming(info, data_args, training_args, shape, conflicts, notes)
+    _announce_max_steps(info, training_args, notes)
     if conflicts:
         where = shown(info.path)
         raise CheckpointError(
@@ -387,6 +388,20 @@ def _apply_streaming(info, data_args, training_args, shape: RunShape, conflicts:
     elif given and shape.processes is not None and shape.stream_processes != shape.processes:
         conflicts.append(f"{shape.processes} process(es) (the checkpoint's stream positions are of "
                          f"{shape.stream_processes}: a stream resumes with the same process count)")
+
+
+def _announce_max_steps(info, training_args, notes: List[str]) -> None:
+    """A passed ``--max_steps`` other than the checkpoint run's (its trainer state's ``max_steps``) past the
+    checkpoint's step: accepted with one line; the learning-rate schedule is that of the new length from the
+    resumed step on, as transformers' Trainer does (a rate that was decaying to 0 at the old end jumps)."""
+    try:
+        saved = int((info.trainer_state or {}).get("max_steps") or 0)
+    except (TypeError, ValueError):
+        return
+    asked = int(getattr(training_args, "max_steps", 0) or 0)
+    if saved > 0 and asked > info.global_step and asked != saved:
+        notes.append(f"--max_steps {asked} (the checkpoint's run had {saved}): from step {info.global_step} the "
+                     f"learning-rate schedule is that of a {asked}-step run, as in transformers' Trainer.")
 
 
 def check_max_steps(start: int, total_steps: int, run_state: Dict[str, Any], training_args,

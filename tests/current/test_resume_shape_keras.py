@@ -77,6 +77,9 @@ def test_flags_left_at_their_defaults_take_the_checkpoints_batch_and_length(four
     assert ("--per_device_train_batch_size not given: resuming with the checkpoint's global batch 16 = 16 per device "
             "x 1 device(s) over 1 process(es) x 1 accumulation step(s).") in lines
     assert "--max_seq_length not given: resuming with the checkpoint's 32 (the default is 128)." in lines
+    # the fixture's run had 4 steps: the schedule of steps 5-6 is a 6-step run's (_assert_resumed_true's rate)
+    assert ("--max_steps 6 (the checkpoint's run had 4): from step 4 the learning-rate schedule is that of a 6-step "
+            "run, as in transformers' Trainer.") in lines
 
 
 def test_the_same_global_batch_split_another_way_is_accepted_with_one_line(four_steps, tmp_path, hf_log):
