@@ -132,3 +132,22 @@ def test_roberta_attention_is_the_shared_one_under_its_checkpoint_paths(monkeypa
     assert tuple(model(batch).shape) == (2, 1, 300)
     assert calls == [(2, 8, 4, 8)] * 2
     assert attention.attend is original
+
+
+def test_a_continued_robertas_token_types_and_epsilon_are_said_once(caplog, monkeypatch):
+    """transformers' RobertaConfig defaults to 2 token types and a user's checkpoint may have another epsilon: the
+    import folds row 0 of the token types into the positions (outputs for token type 0 unchanged) and says so, and
+    the epsilon warning comes once per process, not once per model build."""
+    monkeypatch.setattr(roberta, "_SAID", set())
+    config = transformers.RobertaConfig(**{**SIZES, "type_vocab_size": 2, "layer_norm_eps": 1e-12})
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    state = {k: v.numpy() for k, v in transformers.RobertaForMaskedLM(config).state_dict().items()}
+    with caplog.at_level(logging.INFO, logger="hf_tpu_ext"):
+        for _ in range(2):
+            hf_convert.masked_lm_from_state_dict(state, config)
+    said = [r.getMessage() for r in caplog.records]
+    assert said.count("layer_norm_eps is 1e-12 in the config; the Keras backend's RoBERTa uses 1e-05 (outputs differ "
+                      "slightly).") == 1
+    assert said.count("the checkpoint's 2 token-type embeddings: row 0, which every input uses, is added into the "
+                      "position embeddings (the same outputs); the export has type_vocab_size 1.") == 1

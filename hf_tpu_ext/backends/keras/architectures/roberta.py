@@ -335,8 +335,8 @@ def check_config(config) -> None:
                               f"{position_offset(config.pad_token_id)} rows RoBERTa reserves.")
     eps = float(getattr(config, "layer_norm_eps", LAYER_NORM_EPSILON))
     if eps != LAYER_NORM_EPSILON:
-        logger.warning("layer_norm_eps is %g in the config; the Keras backend's RoBERTa uses %g (outputs differ "
-                       "slightly).", eps, LAYER_NORM_EPSILON)
+        _say_once(logging.WARNING, "layer_norm_eps is %g in the config; the Keras backend's RoBERTa uses %g (outputs "
+                  "differ slightly).", eps, LAYER_NORM_EPSILON)
 
 
 def assign(masked_lm, state: Dict[str, np.ndarray], config) -> None:
@@ -384,8 +384,23 @@ def _assign_positions(masked_lm, state, offset: int) -> None:
                               f"{hidden}) ({length} positions after {offset} reserved rows).")
     rows = positions[offset: offset + length]
     if TOKEN_TYPE_NAME in state:  # every token gets row 0 (token_type_ids default to zeros): fold it in
-        rows = rows + take(state, TOKEN_TYPE_NAME, (state[TOKEN_TYPE_NAME].shape[0], hidden), "RoBERTa")[0]
+        types = int(state[TOKEN_TYPE_NAME].shape[0])
+        rows = rows + take(state, TOKEN_TYPE_NAME, (types, hidden), "RoBERTa")[0]
+        if types > 1:
+            _say_once(logging.INFO, "the checkpoint's %d token-type embeddings: row 0, which every input uses, is "
+                      "added into the position embeddings (the same outputs); the export has type_vocab_size 1.",
+                      types)
     position_var.assign(rows)
+
+
+#: the config notes already logged by this process (each once, not once per model build)
+_SAID: set = set()
+
+
+def _say_once(level: int, message: str, *values) -> None:
+    if (message, values) not in _SAID:
+        _SAID.add((message, values))
+        logger.log(level, message, *values)
 
 
 def export_config(masked_lm, config=None, tokenizer=None):
