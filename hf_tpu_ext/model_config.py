@@ -207,6 +207,7 @@ def build_config(model_args, tokenizer, max_seq_length: int):
     """
     config = scratch_config(model_args)
     _set_tokenizer_ids(config, tokenizer)
+    _apply_vocab_override(config, model_args, len(tokenizer))
     if _sized_to_run(config, model_args):
         # RoBERTa positions start at padding_idx + 1
         if model_args.config_name:
@@ -218,6 +219,23 @@ def build_config(model_args, tokenizer, max_seq_length: int):
         config.type_vocab_size = 1
     check_positions(config, max_seq_length)
     return config
+
+
+def _apply_vocab_override(config, model_args, tokens: int) -> None:
+    """A ``--config_overrides vocab_size=N`` is kept when it holds the tokenizer's ``tokens`` (spare rows, as
+    BERT's unused ones); fewer rows than tokens is refused (the model is otherwise sized to the tokenizer).
+
+    Raises:
+        ArgumentError: N below the tokenizer's size.
+    """
+    wanted = parse_config_overrides(getattr(model_args, "config_overrides", None)).get("vocab_size")
+    if wanted is None:
+        return
+    rows = int(wanted)  # scratch_config typed it already (a non-integer was refused there)
+    if rows < tokens:
+        raise ArgumentError(f"--config_overrides vocab_size={wanted} gives fewer embedding rows than the tokenizer's "
+                            f"{tokens} tokens: drop it (the model gets one row per token) or give {tokens} or more.")
+    config.vocab_size = rows
 
 
 def _set_tokenizer_ids(config, tokenizer) -> None:

@@ -256,3 +256,18 @@ def test_pytorch_model_bin_only_without_torch(tmp_path, monkeypatch):
         "transformers (AutoModelForMaskedLM.from_pretrained(path).save_pretrained(folder)) and pass that folder.")
     (folder / "model.safetensors").write_bytes(b"\0")
     check_weight_files(model_args, training_args)  # safetensors beside it: read without torch
+
+
+def test_a_vocab_size_override_is_kept_when_it_holds_the_tokenizer_and_refused_below_it():
+    from hf_tpu_ext.data.tokenizer import train_tokenizer
+    from hf_tpu_ext.model_config import build_config
+
+    tokenizer = train_tokenizer("bert", TEXTS, 300, 64)
+    config = build_config(_model_args(model_type="bert", config_overrides=f"vocab_size={len(tokenizer) + 50}"),
+                          tokenizer, 64)
+    assert config.vocab_size == len(tokenizer) + 50  # spare rows, as BERT's [unused] ones
+    with pytest.raises(ArgumentError) as err:
+        build_config(_model_args(model_type="bert", config_overrides="vocab_size=50"), tokenizer, 64)
+    assert str(err.value) == (f"--config_overrides vocab_size=50 gives fewer embedding rows than the tokenizer's "
+                              f"{len(tokenizer)} tokens: drop it (the model gets one row per token) or give "
+                              f"{len(tokenizer)} or more.")
