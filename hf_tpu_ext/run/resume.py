@@ -286,8 +286,14 @@ def apply_checkpoint_shape(info, model_args, data_args, training_args, shown: Ca
 def _apply_model_type(info, model_args, training_args, conflicts: List[str], notes: List[str]) -> None:
     """``--model_type`` (from scratch: no ``--model_name_or_path``/``--config_name``, whose config says it) left
     at its default takes the checkpoint's architecture (``xlm-roberta``/``camembert``: ``roberta``, the same one
-    here); a passed other one is refused. Checkpoints saved before ``model_type`` was recorded: no rule."""
+    here); a passed other one is refused. A checkpoint of a model continued from ``--model_name_or_path`` (its
+    config's ``_name_or_path``) needs it again. Checkpoints saved before these were recorded: no rule."""
     saved, m = (info.model_config or {}).get("model_type"), model_args
+    source = (info.model_config or {}).get("_name_or_path")
+    if source and not (m.model_name_or_path or m.config_name):  # its config is the model's, not a preset's
+        conflicts.append(f"no --model_name_or_path or --config_name (the checkpoint's model was built from "
+                         f"{source!r}: pass it again as the run that made it did; the weights are the checkpoint's)")
+        return
     if not saved or m.model_name_or_path or m.config_name:
         return
     architecture = saved if saved in MODEL_TYPES else "roberta"

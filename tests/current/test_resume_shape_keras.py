@@ -129,7 +129,7 @@ def test_model_type_left_out_takes_the_checkpoints_architecture(four_steps, tmp_
     from hf_tpu_ext.run.resume import apply_checkpoint_shape
 
     meta = json.loads((four_steps / "checkpoint-4" / "checkpoint.json").read_text())
-    assert meta["model_config"]["model_type"] == "roberta"
+    assert (meta["model_config"]["model_type"], meta["model_config"]["_name_or_path"]) == ("roberta", "")
     for saved, expected, line in [("bert", "bert", ["--model_type not given: resuming the checkpoint's 'bert' model."]),
                                   ("xlm-roberta", "roberta", []), ("modernbert", "modernbert",
                                    ["--model_type not given: resuming the checkpoint's 'modernbert' model."])]:
@@ -140,6 +140,25 @@ def test_model_type_left_out_takes_the_checkpoints_architecture(four_steps, tmp_
         notes = apply_checkpoint_shape(info, model_args, data_args, args, str)
         assert model_args.model_type == expected
         assert [n for n in notes if "--model_type" in n] == line
+
+
+def test_a_continued_models_checkpoint_needs_its_model_again(tmp_path):
+    """A checkpoint of a model continued from --model_name_or_path (its config's ``_name_or_path``) is built from
+    that model's config, not a preset: a resume that names no model is refused in one line."""
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.errors import CheckpointError
+    from hf_tpu_ext.run.resume import apply_checkpoint_shape
+
+    info = _info(tmp_path)
+    info.model_config.update(model_type="bert", _name_or_path="alice/tiny-bert")
+    model_args, data_args, args = parse_args(["--output_dir", str(tmp_path), "--resume_from_checkpoint", "true",
+                                              "--max_steps", "6", "--max_seq_length", str(LENGTH)])
+    with pytest.raises(CheckpointError) as err:
+        apply_checkpoint_shape(info, model_args, data_args, args, str)
+    assert str(err.value) == _refusal(tmp_path, "no --model_name_or_path or --config_name (the checkpoint's model "
+                                      "was built from 'alice/tiny-bert': pass it again as the run that made it did; "
+                                      "the weights are the checkpoint's)").replace(str(tmp_path / "checkpoint-4"),
+                                                                                   str(tmp_path))
 
 
 def _info(path, batch=16):

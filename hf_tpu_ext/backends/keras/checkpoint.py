@@ -55,7 +55,8 @@ _DATA_STATE_RE = re.compile(r"^data_state-\d+\.json$")  # hf_tpu_ext.data.stream
 #: (``<host>-`` absent in folders of older releases)
 _TMP_RE = re.compile(r"^(?:\.checkpoint-\d+\.tmp|checkpoint-\d+\.old)-(?:(?P<host>.+)-)?(?P<pid>\d+)$")
 MODEL_CONFIG_FIELDS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                       "vocab_size", "max_position_embeddings")
+                       "vocab_size", "max_position_embeddings",
+                       "_name_or_path")  # transformers' record of the model it was loaded from ("" from scratch)
 
 
 def _owner_tag() -> str:
