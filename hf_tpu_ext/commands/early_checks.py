@@ -104,7 +104,8 @@ def check_resume_shape(model_args, data_args, training_args) -> None:
     unreadable checkpoint is left to the run, which names it.
 
     Raises:
-        CheckpointError: the run's refusal (one line naming both values).
+        CheckpointError: the run's refusal (one line naming both values); a ``--max_steps`` that ends before the
+            checkpoint's step of an unfinished run (:func:`hf_tpu_ext.run.resume.check_max_steps`).
     """
     import copy
     import os
@@ -138,3 +139,9 @@ def check_resume_shape(model_args, data_args, training_args) -> None:
     devices, processes = (1, 1) if on_tf else shape_before_start()
     shape = checkpoint_run_shape(info.path, devices, processes, keras=True)
     apply_checkpoint_shape(info, *copy.deepcopy((model_args, data_args, training_args)), str, shape)
+    if int(args.max_steps or 0) > 0:  # an explicit length below the checkpoint's step (epochs: the run counts them)
+        from hf_tpu_ext.run.resume import check_max_steps
+        from hf_tpu_ext.run.state import resumed_run_state
+
+        run_state = resumed_run_state(args.output_dir, args.resume_latest, info.global_step, int(args.max_steps))
+        check_max_steps(info.global_step, int(args.max_steps), run_state, args, info.path)

@@ -257,3 +257,24 @@ def test_each_refusal_arrives_before_jax_starts(four_steps, tmp_path, flags, con
     assert rc == "1 []", (modules, proc.stderr[-2000:])
     assert proc.stderr == f"hf-tpu train: error: {_refusal(out, conflict)}\n"
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+
+
+def test_a_max_steps_before_the_checkpoint_is_refused_before_jax_starts(four_steps, tmp_path):
+    """The run's --max_steps refusal (tests/current/test_run_truth_keras.py) from the argument checks: the fixture's
+    run was 4 steps long and ended there, so it is refused only for a checkpoint of an unfinished run."""
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    out = _copy(four_steps, tmp_path)
+    (out / "run_state.json").unlink()  # the run that wrote checkpoint-4 is not finished
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_")) and k != "KERAS_BACKEND"}
+    proc = subprocess.run([sys.executable, "-c", _CLI, *map(str, _args(out, "--resume_from_checkpoint", "true",
+                                                                       steps=3))],
+                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+                          env={**clean, "PYTHONPATH": str(REPO_ROOT), "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "1"})
+    assert proc.stdout.strip().rsplit(" ", 1)[0] == "1 []", proc.stderr[-2000:]
+    assert proc.stderr == (f"hf-tpu train: error: --max_steps 3 ends before the checkpoint {out / 'checkpoint-4'} "
+                           "(global step 4): pass --max_steps 4 or more to finish that run, or resume an earlier "
+                           "checkpoint.\n")
