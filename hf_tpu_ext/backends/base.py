@@ -58,7 +58,6 @@ class RunPlan:
     num_eval_blocks: int = 0
 
 
-
 def run_progress(plan, step: int, passes: Optional[int] = None, digits: Optional[int] = 4) -> Dict[str, Any]:
     """Where global step ``step`` of ``plan`` (a :class:`RunPlan`, or anything with its ``steps_per_epoch`` and
     ``streaming``) is in the data, for log entries, ``trainer_state.json`` and the results: ``{"epoch": step /
