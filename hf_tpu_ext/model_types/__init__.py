@@ -6,17 +6,23 @@ field names, position limits), the tokenizer trainer (:mod:`hf_tpu_ext.data.toke
 outside this package and ``backends/keras/architectures/`` names an architecture in code (a test checks it).
 Imports only :mod:`hf_tpu_ext.errors`.
 
-Adding a family (a new architecture = its record, its Keras module and a registry row):
+Adding a family (a new architecture = its record, its Keras module and a registry row; three product files):
 
 1. ``model_types/<name>.py`` with ``RECORD = ModelTypeRecord(...)``: ``name`` (the ``--model_type``),
    ``masked_lm_classes`` (``{model_type: "<Arch>ForMaskedLM"}``, ``name`` first), ``small_preset`` (config
    keyword arguments), ``tokenizer_kind`` (one of :data:`TOKENIZER_KINDS`; a new kind also needs its trainer in
    ``data/tokenizer.py``'s ``TRAINERS``), ``backends`` (of :data:`BACKENDS`), and where they differ from the
    defaults: ``flag_fields``, ``reserved_positions``, ``positions_fit_run``, ``scratch_fields``,
-   ``flops_per_token``; then its ``RECORD`` in :data:`RECORDS` below.
-2. ``backends/keras/architectures/<name>.py``: its layers, ``build`` / ``state_dict`` / ``assign`` as one
-   ``Architecture`` (when ``"keras"`` is in ``backends``).
-3. one row per model type in ``backends/keras/architectures/__init__.py``'s ``ARCHITECTURES``.
+   ``flops_per_token``, ``same_positions``.
+2. ``backends/keras/architectures/<name>.py`` (the record's ``name``) when ``"keras"`` is in ``backends``: its
+   layers, ``build`` / ``check_config`` / ``state_dict`` / ``assign`` (and optionally ``export_config``, a
+   keras-hub preset) as one ``Architecture`` named ``ARCHITECTURE``; the Keras registry maps every
+   ``model_type`` of the record to it (``backends/keras/architectures/__init__.py`` reads :data:`RECORDS`).
+3. the registry row: its ``RECORD`` in :data:`RECORDS` below (its place is its place in ``--model_type``'s
+   choices).
+
+A new tokenizer kind adds its name to :data:`TOKENIZER_KINDS` (``record.py``) and its trainer to
+``data/tokenizer.py``'s ``TRAINERS``.
 """
 
 from __future__ import annotations
