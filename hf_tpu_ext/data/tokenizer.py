@@ -146,9 +146,12 @@ def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int, model_max_l
     options = {"lowercase": bool(do_lower_case), "strip_accents": None if do_lower_case else False}
     # The trainer numbers each continuation symbol ("##e") in hash-map order when it first meets it, and ranks merges
     # of equal count by those numbers: the last merges (~7 of 2,000 tokens) differed between two runs. A first pass
-    # (no merges) finds the continuation symbols; the second numbers them first, as special tokens, in sorted order.
-    continuations = sorted(t for t in _train_wordpiece(texts, 1, options).get_vocab() if t.startswith("##"))
-    trained = _train_wordpiece(texts, vocab_size, options, continuations)
+    # (no merges) finds the symbols; the second numbers them first, as special tokens, in sorted order.
+    first = _train_wordpiece(texts, 1, options, limit_alphabet=10 ** 9)  # every character: the cut is made below
+    alphabet = _kept_alphabet(first, texts)
+    continuations = sorted(t for t in first.get_vocab() if t.startswith("##") and t[2:] in alphabet)
+    trained = _train_wordpiece(texts, vocab_size, options, continuations, limit_alphabet=len(alphabet),
+                               initial_alphabet=sorted(alphabet))
     _log_trained_size(vocab_size, trained.get_vocab_size())
     vocab = trained.get_vocab()
     ordered = list(BERT_SPECIAL_TOKENS) + sorted(t for t in vocab if t not in BERT_SPECIAL_TOKENS)
@@ -159,17 +162,38 @@ def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int, model_max_l
                              pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
 
 
-def _train_wordpiece(texts, vocab_size: int, options: dict, first=()):
-    """A ``BertWordPieceTokenizer`` trained on ``texts``; ``first``: tokens numbered right after the specials.
+def _train_wordpiece(texts, vocab_size: int, options: dict, first=(), **alphabet):
+    """A ``BertWordPieceTokenizer`` trained on ``texts``; ``first``: tokens numbered right after the specials;
+    ``alphabet``: ``limit_alphabet`` / ``initial_alphabet`` of the trainer.
 
     The ids are renumbered by the caller: the special tokens keep 0..4, the other tokens follow in sorted order
     (WordPiece encodes by longest match over the token set, so the numbering changes no tokenization)."""
     from tokenizers import BertWordPieceTokenizer
 
     wordpiece = BertWordPieceTokenizer(**options)
-    wordpiece.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2,
-                                  special_tokens=[*BERT_SPECIAL_TOKENS, *first], show_progress=False)
+    wordpiece.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, show_progress=False,
+                                  special_tokens=[*BERT_SPECIAL_TOKENS, *first], **alphabet)
     return wordpiece
+
+
+#: characters a trained WordPiece keeps (the trainer's default ``limit_alphabet``); the rarer ones become [UNK]
+ALPHABET_LIMIT = 1000
+
+
+def _kept_alphabet(first, texts) -> set:
+    """The characters of the WordPiece alphabet: all that ``first`` (trained without a limit) found, or, past
+    :data:`ALPHABET_LIMIT`, the most frequent ones, ties by code point (the trainer cuts ties in hash-map order:
+    5 trainings on a text of 1,236 equally frequent characters kept 5 different alphabets)."""
+    found = {t for t in first.get_vocab() if len(t) == 1}
+    if len(found) <= ALPHABET_LIMIT:
+        return found
+    from collections import Counter
+
+    counts: Counter = Counter()
+    normalize = first._tokenizer.normalizer.normalize_str  # the text as the trainer counts it (case, accents)
+    for text in texts:
+        counts.update(normalize(text))
+    return set(sorted(found, key=lambda c: (-counts[c], c))[:ALPHABET_LIMIT])
 
 
 def train_modernbert_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int):
