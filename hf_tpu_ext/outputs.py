@@ -123,6 +123,8 @@ class TrainerState:
         is_local_process_zero, is_world_process_zero: whether this process writes files.
         total_flos: floating point operations of the training so far.
         train_runtime: training wall time so far in seconds, summed over every resumed segment of the run.
+        phases: the run's stretches of one ``max_seq_length`` and ``mlm_probability``
+            (:func:`hf_tpu_ext.run.state.run_phases`): what a resume continues.
     """
 
     global_step: int = 0
@@ -142,6 +144,7 @@ class TrainerState:
     is_world_process_zero: bool = True
     total_flos: float = 0.0
     train_runtime: float = 0.0
+    phases: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def save(self, path: str) -> str:
         """Write the state as JSON to ``path`` (atomically). Returns ``path``."""
@@ -273,6 +276,10 @@ class TrainingSummary:
     """the installed distributions and their versions (:func:`framework_versions`)."""
     mask_token: Optional[str] = None
     """the tokenizer's mask token, e.g. ``"<mask>"``."""
+    phases: Optional[List[Dict[str, Any]]] = None
+    """the run's phases, each ``{"start_step", "end_step", "max_seq_length", "mlm_probability", "tokens"}``: one
+    per stretch of steps with one block length and masking rate (a resume that changes ``--mlm_probability``, as
+    mmBERT's 30 -> 15 -> 5 % schedule, starts one; ``None`` values: not recorded by an older checkpoint)."""
 
 
 def write_training_summary(output_dir: str, summary: Dict[str, Any]) -> str:

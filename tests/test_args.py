@@ -403,3 +403,17 @@ def test_optim_sgd_is_torch_sgd_with_weight_decay():
     # an adamw name with weight decay: transformers' AdamWeightDecay, LayerNorm/bias excluded
     adamw, _ = make_optimizer(_training("--optim", "adamw_torch_fused"), total_steps=10)
     assert type(adamw).__name__ == "AdamWeightDecay" and adamw._exclude_from_weight_decay == ["LayerNorm", "layer_norm", "bias"]
+
+
+def test_max_steps_zero_says_it_trains_by_epochs(caplog):
+    """transformers reads a --max_steps <= 0 as unset (train by epochs): 0 is accepted, as there, and said."""
+    with caplog.at_level("WARNING", logger="hf_tpu_ext"):
+        args = _training("--max_steps", "0", "--num_train_epochs", "2")
+    assert (args.max_steps, args.num_train_epochs) == (0, 2.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "--max_steps 0 sets no step count (as in transformers, a count <= 0 means: train by epochs): this run trains "
+        "--num_train_epochs 2; pass --max_steps N > 0 for N steps."]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hf_tpu_ext"):
+        _training("--max_steps", "-1")  # transformers' own default: nothing to say
+    assert caplog.records == []

@@ -162,3 +162,55 @@ def test_the_run_reuses_the_early_whoami(loopback_hub, tmp_path):
         forget_whoami()
     routes = [r["route"] for r in loopback_hub.server.requests]
     assert routes.count("whoami") == 1 and "create_repo" in routes  # the repo made with the early answer
+
+
+# ----------------------------------------------------------------------------- flags that would change nothing (issue 48)
+_MODEL_TYPES = "choose from: roberta, bert, distilbert, modernbert"
+
+
+@pytest.mark.parametrize("args,line", [
+    (("--model_type", "Bert"), "--model_type 'Bert' is not one this package trains from scratch; did you mean 'bert'? "
+                               f"({_MODEL_TYPES})."),
+    (("--model_type", "deberta-v2"), "--model_type 'deberta-v2' is not one this package trains from scratch "
+                                     f"({_MODEL_TYPES}); a pretrained 'deberta-v2' model trains with "
+                                     "--model_name_or_path <its folder or repo> --backend torch_xla (any "
+                                     "AutoModelForMaskedLM)."),
+    (("--model_type", "modernbert", "--do_lower_case", "true"),
+     "--do_lower_case true: the tokenizer trained for --model_type modernbert is a cased byte-level BPE, as its "
+     "checkpoints are; drop --do_lower_case, or pass --model_type bert for a lower-cased WordPiece."),
+    (("--do_lower_case", "true"),  # roberta, the default --model_type
+     "--do_lower_case true: the tokenizer trained for --model_type roberta is a cased byte-level BPE, as its "
+     "checkpoints are; drop --do_lower_case, or pass --model_type bert for a lower-cased WordPiece."),
+    (("--model_type", "bert", "--model_name_or_path", "model"),
+     "--model_type bert contradicts --model_name_or_path model, a 'roberta' model (its config.json decides the "
+     "architecture): drop --model_type."),
+    (("--do_lower_case", "false", "--model_name_or_path", "model"),
+     "--do_lower_case applies to a tokenizer trained here, but --model_name_or_path model brings its own (its casing "
+     "is its own): drop --do_lower_case."),
+])
+def test_a_flag_that_would_change_nothing_is_refused_before_the_frameworks_load(tmp_path, args, line):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "roberta"}')
+    save_file({"w": np.zeros((4, 4), np.float32)}, str(tmp_path / "model" / "model.safetensors"))
+    proc = _train(tmp_path, *args)
+    assert proc.stdout.strip() == "1 []", proc.stderr[-2000:]
+    assert proc.stderr == f"hf-tpu train: error: {line}\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_flags_that_do_change_something_pass_the_parse(tmp_path):
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run.checks import check_model_type
+
+    out = str(tmp_path / "out")
+    model_args, _, _ = parse_args(["--output_dir", out, "--model_type", "bert", "--do_lower_case", "false"])
+    assert (model_args.model_type, model_args.do_lower_case) == ("bert", False)
+    model_args, _, _ = parse_args(["--output_dir", out, "--model_type", "modernbert", "--do_lower_case", "false"])
+    assert model_args.do_lower_case is False  # its byte-level BPE is cased: what was asked
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "bert"}')
+    args = parse_args(["--output_dir", out, "--model_type", "bert", "--model_name_or_path", str(tmp_path / "model")])
+    check_model_type(args[0], args[2])  # the same type: nothing contradicted

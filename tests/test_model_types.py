@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from hf_tpu_ext.args.defaults import MODEL_TYPES
 from hf_tpu_ext.errors import ArgumentError
 
 TEXTS = ["The Quick brown fox jumps over the lazy dog near the Café.", "Another line of Text, with more words."] * 40
@@ -186,13 +187,19 @@ def test_tokenizer_larger_than_the_embeddings(tmp_path, tiny_bert):
 def test_model_type_choices_in_the_parser():
     from hf_tpu_ext.args import parse_args
 
-    with pytest.raises(SystemExit):
+    line = ("--model_type 'electra' is not one this package trains from scratch (choose from: roberta, bert, "
+            "distilbert, modernbert); a pretrained 'electra' model trains with --model_name_or_path <its folder or "
+            "repo> --backend torch_xla (any AutoModelForMaskedLM).")
+    with pytest.raises(ArgumentError) as err:  # not argparse's bare "invalid choice"
         parse_args(["--output_dir", "x", "--model_type", "electra"])
+    assert str(err.value) == line
     with pytest.raises(ArgumentError) as err:
         _model_args(model_type="electra")
-    assert str(err.value) == ("--model_type 'electra' is not one this package trains from scratch; choose from: "
-                              "roberta, bert, distilbert, modernbert (any other masked LM: --model_name_or_path with "
-                              "--backend torch_xla).")
+    assert str(err.value) == line
+    with pytest.raises(ArgumentError) as err:
+        _model_args(model_type="robert")
+    assert str(err.value) == ("--model_type 'robert' is not one this package trains from scratch; did you mean "
+                              "'roberta'? (choose from: roberta, bert, distilbert, modernbert).")
 
 
 @pytest.mark.parametrize("model_type,start", [("bert", "google-bert/bert-base-uncased"),
@@ -272,3 +279,41 @@ def test_a_vocab_size_override_is_kept_when_it_holds_the_tokenizer_and_refused_b
     assert str(err.value) == (f"--config_overrides vocab_size=50 gives fewer embedding rows than the tokenizer's "
                               f"{len(tokenizer)} tokens: drop it (the model gets one row per token) or give "
                               f"{len(tokenizer)} or more.")
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_the_same_training_gives_a_byte_identical_tokenizer(tmp_path, model_type):
+    """Issue 48: 4 runs of one ``--model_type bert`` command on the embedded corpus trained 4 different tokenizers
+    (~7 of 2,000 WordPiece tokens): the trainer numbered the ``##`` symbols in hash-map order, which broke ties of
+    equal-count merges. Each training seeds its hash maps anew (3 of 5 differed in one process before the fix), so
+    5 trainings here stand for 5 runs; the copy a second process of a run loads (process 0 trains, the others read
+    its files: :func:`hf_tpu_ext.distributed.from_main_process`) saves the same bytes."""
+    from hf_tpu_ext.data.corpus import default_corpus_texts
+    from hf_tpu_ext.data.tokenizer import tokenizer_from_text, tokenizer_to_text, train_tokenizer
+
+    texts = default_corpus_texts()
+    saved = set()
+    for i in range(5):
+        trained = train_tokenizer(model_type, texts, 2000, 64)
+        trained.save_pretrained(str(tmp_path / str(i)))
+        saved.add((tmp_path / str(i) / "tokenizer.json").read_bytes())
+    assert len(trained) == 2000 and len(saved) == 1
+    tokenizer_from_text(tokenizer_to_text(trained)).save_pretrained(str(tmp_path / "process1"))
+    assert (tmp_path / "process1" / "tokenizer.json").read_bytes() in saved
+
+
+def test_a_wordpiece_alphabet_past_its_limit_keeps_the_same_characters():
+    """1,236 characters, each as frequent as the others: the trainer's cut to 1,000 kept 5 different alphabets in 5
+    trainings; the cut made here (most frequent first, ties by code point) keeps one."""
+    from hf_tpu_ext.data.tokenizer import ALPHABET_LIMIT, train_tokenizer
+
+    chars = [c for c in map(chr, [*range(0x400, 0x500), *range(0x3041, 0x3091), *range(0x4E00, 0x5184)])
+             if c.isprintable()]
+    assert len(chars) == 1236
+    words = ["".join(chars[i:i + 4]) for i in range(0, len(chars), 4)]
+    texts = [" ".join(words)] * 3 + ["the quick brown fox"] * 50  # its 15 letters: 50 times more frequent
+    vocabs = {frozenset(train_tokenizer("bert", texts, 1500, 64, False).get_vocab()) for _ in range(3)}
+    assert len(vocabs) == 1
+    alphabet = {t for t in next(iter(vocabs)) if len(t) == 1}
+    assert len(alphabet) == ALPHABET_LIMIT and set("thequickbrownfx") <= alphabet
+    assert alphabet - set("thequickbrownfx") == set(sorted(chars)[:ALPHABET_LIMIT - 15])

@@ -79,7 +79,7 @@ def test_training_summary_has_every_key(tmp_path):
     write_training_summary(str(tmp_path), summary)
     back = read_training_summary(str(tmp_path))
     fields = [f.name for f in dataclasses.fields(TrainingSummary)]
-    assert len(fields) == 36 and set(fields) <= set(back) and back["extra"] == "kept"
+    assert len(fields) == 37 and set(fields) <= set(back) and back["extra"] == "kept"
     assert back["base_model"] is None and back["dataset_name"] is None
     assert back["global_step"] == 100 and back["train_tokens_per_second"] == 1500.5
     assert back["eval_results"]["perplexity"] == pytest.approx(7.389056, rel=1e-6)
@@ -130,4 +130,4 @@ def test_every_summary_field_has_its_own_docstring():
     body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TrainingSummary").body
     undocumented = [node.target.id for node, after in zip(body, body[1:] + [None]) if isinstance(node, ast.AnnAssign)
                     and not (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant))]
-    assert undocumented == [] and sum(isinstance(n, ast.AnnAssign) for n in body) == 36
+    assert undocumented == [] and sum(isinstance(n, ast.AnnAssign) for n in body) == 37

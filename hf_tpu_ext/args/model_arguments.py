@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from hf_tpu_ext.args.checks import check_number
-from hf_tpu_ext.model_types import DEFAULT_MODEL_TYPE, DROPOUT_FLAGS, MODEL_TYPE_CHOICES, SIZE_OVERRIDES
+from hf_tpu_ext.model_types import (DEFAULT_MODEL_TYPE, DROPOUT_FLAGS, MODEL_TYPE_CHOICES, SIZE_OVERRIDES,
+                                    record_for)
 from hf_tpu_ext.errors import ArgumentError
 
 
@@ -20,9 +21,10 @@ class ModelArguments:
     )
     model_type: str = field(
         default=DEFAULT_MODEL_TYPE,
-        metadata={"help": "The architecture trained from scratch (its small preset, 4 layers x 256; ignored with "
-                          "--model_name_or_path or --config_name, whose config says it).",
-                  "choices": list(MODEL_TYPE_CHOICES)},
+        # no argparse choices: a near miss ("Bert") gets a "did you mean" and other types the backend training them
+        metadata={"help": f"The architecture trained from scratch: {', '.join(MODEL_TYPE_CHOICES)} (its small preset, 4 "
+                          "layers x 256). With --model_name_or_path or --config_name their config says it; a "
+                          "different --model_type is refused."},
     )
     config_overrides: Optional[str] = field(
         default=None,
@@ -32,7 +34,9 @@ class ModelArguments:
     )
     do_lower_case: bool = field(
         default=True,
-        metadata={"help": "Lower-case the text in a WordPiece tokenizer trained for --model_type (BERT uncased's)."},
+        metadata={"help": "Lower-case the text in a WordPiece tokenizer trained for bert/distilbert (BERT uncased's). "
+                          "Passed with another tokenizer (roberta/modernbert's cased byte-level BPE, a loaded one), "
+                          "refused."},
     )
     config_name: Optional[str] = field(
         default=None,
@@ -61,9 +65,7 @@ class ModelArguments:
                 "when training from scratch; drop them or drop --model_name_or_path."
             )
         if self.model_type not in MODEL_TYPE_CHOICES:
-            raise ArgumentError(f"--model_type {self.model_type!r} is not one this package trains from scratch; choose "
-                                f"from: {', '.join(MODEL_TYPE_CHOICES)} (any other masked LM: --model_name_or_path with "
-                                "--backend torch_xla).")
+            raise ArgumentError(unknown_model_type(self.model_type))
         if self.config_overrides is not None and self.config_name:
             raise ArgumentError("--config_overrides and --config_name both set the config: put the fields in the "
                                 "config file, or drop --config_name and use --model_type with --config_overrides.")
@@ -80,3 +82,43 @@ class ModelArguments:
             raise ArgumentError(
                 f"--hidden_size {self.hidden_size} is not a multiple of --num_attention_heads {self.num_attention_heads}."
             )
+
+    def check_user_flags(self, given) -> None:
+        """Refuse a passed ``--do_lower_case`` that would change nothing (``given``: the field names the command
+        line or the JSON config set). Only the WordPiece trained for bert/distilbert lower-cases: a loaded tokenizer
+        keeps its own casing, and roberta/modernbert's byte-level BPE stays cased, as their checkpoints are --
+        lower-casing it in ``tokenizer.json`` alone would be lost where its ``vocab.json``/``merges.txt`` are read
+        instead (keras-hub's preset of the export, the slow tokenizer).
+
+        Raises:
+            ArgumentError: one line naming the tokenizer and what to do.
+        """
+        if "do_lower_case" not in given:
+            return
+        source = next((f"--{n} {getattr(self, n)}" for n in ("tokenizer_name", "model_name_or_path")
+                       if getattr(self, n)), None)
+        if source:
+            raise ArgumentError(f"--do_lower_case applies to a tokenizer trained here, but {source} brings its own "
+                                "(its casing is its own): drop --do_lower_case.")
+        if self.do_lower_case and record_for(self.model_type).tokenizer_kind != "wordpiece":
+            raise ArgumentError(f"--do_lower_case true: the tokenizer trained for --model_type {self.model_type} is a "
+                                "cased byte-level BPE, as its checkpoints are; drop --do_lower_case, or pass "
+                                "--model_type bert for a lower-cased WordPiece.")
+
+
+def unknown_model_type(model_type: str) -> str:
+    """The one line refusing a ``--model_type`` outside :data:`MODEL_TYPE_CHOICES`: a near miss (``Bert``, ``robert``) gets
+    "did you mean"; every other type is a pretrained model's to continue, on the backend that trains any masked LM."""
+    import difflib
+
+    lowered = {name.lower(): name for name in MODEL_TYPE_CHOICES}
+    # cutoff 0.8: "robert" is a near miss, "deberta-v2" is not one of "modernbert"
+    near = difflib.get_close_matches(model_type, MODEL_TYPE_CHOICES, n=1, cutoff=0.8)
+    close = lowered.get(model_type.lower()) or (near[0] if near else None)
+    choose = f"choose from: {', '.join(MODEL_TYPE_CHOICES)}"
+    if close:
+        return (f"--model_type {model_type!r} is not one this package trains from scratch; did you mean {close!r}? "
+                f"({choose}).")
+    return (f"--model_type {model_type!r} is not one this package trains from scratch ({choose}); a pretrained "
+            f"{model_type!r} model trains with --model_name_or_path <its folder or repo> --backend torch_xla (any "
+            "AutoModelForMaskedLM).")

@@ -292,6 +292,7 @@ def _parse_and_check(parser, argv, known, given, config, file_only):
         )
     model_args, data_args, training_args = parsed
     training_args.check_user_flags(given, config_fields=(config, file_only) if config else None)
+    model_args.check_user_flags(given)
     check_arguments(model_args, data_args, training_args)
     return model_args, data_args, training_args
 

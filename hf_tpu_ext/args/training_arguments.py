@@ -363,6 +363,10 @@ class TrainingArguments:
             # the Keras backend finds its devices through JAX (--steps_per_execution: steps per call, as TensorFlow)
             self._refuse_tensorflow_only(given, ("tpu_name", "tpu_zone", "gcp_project"),
                                          "--backend keras compiles every step with XLA and uses every device JAX sees")
+        if "max_steps" in given and self.max_steps == 0:  # transformers' "unset" too: said, not silently epochs
+            logger.warning("--max_steps 0 sets no step count (as in transformers, a count <= 0 means: train by "
+                           "epochs): this run trains --num_train_epochs %s; pass --max_steps N > 0 for N steps.",
+                           f"{self.num_train_epochs:g}")
         if "max_steps" in given and "num_train_epochs" in given and self.max_steps > 0:
             logger.info("--max_steps %d overrides --num_train_epochs %s (as in transformers).", self.max_steps,
                         self.num_train_epochs)

@@ -139,34 +139,61 @@ def train_wordpiece_tokenizer(texts: Iterable[str], vocab_size: int, model_max_l
         ``save_pretrained`` (``vocab.txt``, ``tokenizer.json``) it loads back with ``AutoTokenizer`` and
         ``BertTokenizerFast.from_pretrained``.
     """
-    from tokenizers import BertWordPieceTokenizer, processors
+    from tokenizers import BertWordPieceTokenizer
     from transformers import BertTokenizerFast
 
-    wordpiece = BertWordPieceTokenizer(lowercase=bool(do_lower_case), strip_accents=None if do_lower_case else False)
-    wordpiece.train_from_iterator((t for t in texts if t), vocab_size=vocab_size, min_frequency=2,
-                                  special_tokens=list(BERT_SPECIAL_TOKENS), show_progress=False)
-    _log_trained_size(vocab_size, wordpiece.get_vocab_size())
-    backend = wordpiece._tokenizer  # its post-processor is set at construction only when a vocabulary is given
-    _number_deterministically(backend)
-    backend.post_processor = processors.BertProcessing(("[SEP]", backend.token_to_id("[SEP]")),
-                                                       ("[CLS]", backend.token_to_id("[CLS]")))
+    texts = [t for t in texts if t]  # read twice
+    options = {"lowercase": bool(do_lower_case), "strip_accents": None if do_lower_case else False}
+    # The trainer numbers each continuation symbol ("##e") in hash-map order when it first meets it, and ranks merges
+    # of equal count by those numbers: the last merges (~7 of 2,000 tokens) differed between two runs. A first pass
+    # (no merges) finds the symbols; the second numbers them first, as special tokens, in sorted order.
+    first = _train_wordpiece(texts, 1, options, limit_alphabet=10 ** 9)  # every character: the cut is made below
+    alphabet = _kept_alphabet(first, texts)
+    continuations = sorted(t for t in first.get_vocab() if t.startswith("##") and t[2:] in alphabet)
+    trained = _train_wordpiece(texts, vocab_size, options, continuations, limit_alphabet=len(alphabet),
+                               initial_alphabet=sorted(alphabet))
+    _log_trained_size(vocab_size, trained.get_vocab_size())
+    vocab = trained.get_vocab()
+    ordered = list(BERT_SPECIAL_TOKENS) + sorted(t for t in vocab if t not in BERT_SPECIAL_TOKENS)
+    # rebuilt from the vocabulary: the continuation symbols are ordinary tokens again (not added ones), ids renumbered
+    backend = BertWordPieceTokenizer({t: i for i, t in enumerate(ordered)}, **options)._tokenizer
     return BertTokenizerFast(tokenizer_object=backend, model_max_length=int(model_max_length),
                              do_lower_case=bool(do_lower_case), unk_token="[UNK]", sep_token="[SEP]",
                              pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
 
 
-def _number_deterministically(backend) -> None:
-    """Renumber a trained WordPiece vocabulary: the special tokens keep their ids, the other tokens follow in
-    sorted order. The trainer numbers tokens of equal count in hash-map order, which differs between processes
-    (two processes of one run, or a run and its rerun, would otherwise disagree on ids); WordPiece encodes by
-    longest match over the token set, so the numbering changes no tokenization."""
-    from tokenizers.models import WordPiece
+def _train_wordpiece(texts, vocab_size: int, options: dict, first=(), **alphabet):
+    """A ``BertWordPieceTokenizer`` trained on ``texts``; ``first``: tokens numbered right after the specials;
+    ``alphabet``: ``limit_alphabet`` / ``initial_alphabet`` of the trainer.
 
-    vocab = backend.get_vocab()
-    specials = sorted((t for t in BERT_SPECIAL_TOKENS if t in vocab), key=vocab.get)
-    ordered = specials + sorted(t for t in vocab if t not in BERT_SPECIAL_TOKENS)
-    backend.model = WordPiece({t: i for i, t in enumerate(ordered)}, unk_token="[UNK]",
-                              max_input_chars_per_word=backend.model.max_input_chars_per_word)
+    The ids are renumbered by the caller: the special tokens keep 0..4, the other tokens follow in sorted order
+    (WordPiece encodes by longest match over the token set, so the numbering changes no tokenization)."""
+    from tokenizers import BertWordPieceTokenizer
+
+    wordpiece = BertWordPieceTokenizer(**options)
+    wordpiece.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, show_progress=False,
+                                  special_tokens=[*BERT_SPECIAL_TOKENS, *first], **alphabet)
+    return wordpiece
+
+
+#: characters a trained WordPiece keeps (the trainer's default ``limit_alphabet``); the rarer ones become [UNK]
+ALPHABET_LIMIT = 1000
+
+
+def _kept_alphabet(first, texts) -> set:
+    """The characters of the WordPiece alphabet: all that ``first`` (trained without a limit) found, or, past
+    :data:`ALPHABET_LIMIT`, the most frequent ones, ties by code point (the trainer cuts ties in hash-map order:
+    5 trainings on a text of 1,236 equally frequent characters kept 5 different alphabets)."""
+    found = {t for t in first.get_vocab() if len(t) == 1}
+    if len(found) <= ALPHABET_LIMIT:
+        return found
+    from collections import Counter
+
+    counts: Counter = Counter()
+    normalize = first._tokenizer.normalizer.normalize_str  # the text as the trainer counts it (case, accents)
+    for text in texts:
+        counts.update(normalize(text))
+    return set(sorted(found, key=lambda c: (-counts[c], c))[:ALPHABET_LIMIT])
 
 
 def train_modernbert_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int):
@@ -292,8 +319,18 @@ def check_mlm_tokenizer(tokenizer) -> None:
         tokenizer: a transformers tokenizer.
 
     Raises:
-        TokenizerError: it has no mask token.
+        TokenizerError: it has no mask token; or it holds special tokens only (every word would be the unknown
+            token): the folder is named with the likely cause.
     """
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else None
+    if vocab and not set(vocab) - set(getattr(tokenizer, "all_special_tokens", ())):
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+        # transformers 5 builds BertTokenizerFast(vocab_file=...) from the special tokens alone: its save has 5
+        raise TokenizerError(
+            f"The tokenizer in {name} loads with {len(vocab)} tokens, all special: every word would be "
+            f"{tokenizer.unk_token or 'unknown'}. Its vocabulary was likely never read (transformers 5 ignores "
+            "vocab_file= in BertTokenizerFast(...)): make it with BertTokenizerFast.from_pretrained(<the folder of "
+            "vocab.txt>) and save_pretrained it again.")
     if getattr(tokenizer, "mask_token", None) is None or getattr(tokenizer, "mask_token_id", None) is None:
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
         raise TokenizerError(

@@ -420,7 +420,7 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
                           f"{description[0].upper() + description[1:]} (not a Hub dataset)."),
         procedure_intro=(f"Masked language modeling ({_finite(hyper.get('mlm_probability')) or 0.15:.0%} of the tokens "
                          "chosen per sequence, 80% masked / 10% random / 10% kept; the loss is computed at the chosen "
-                         "positions only)."),
+                         "positions only)." + _phases_sentence(info.get("phases"))),
         procedure_rows=_procedure_rows(info, backend, accelerator),
         hyperparameter_rows=[(k, _fmt(v)) for k, v in hyper.items() if "token" not in k.lower() and v is not None],
         result_rows=_result_rows(evals),
@@ -430,6 +430,21 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
         limitations=_limitations(description),
     )
     return mark_generated(card)
+
+
+def _phases_sentence(phases) -> str:
+    """The card's words for a run of several phases (``training_summary.json`` ``phases``: a resume changed the
+    masking rate or the block length), e.g. `` Trained in 2 phases: steps 0-4 masking 30% of 32-token sequences,
+    steps 4-6 masking 15% of 32-token sequences.``; ``""`` for one phase."""
+    if not isinstance(phases, list) or len(phases) < 2:
+        return ""
+    parts = []
+    for phase in phases:
+        rate, length = _finite(phase.get("mlm_probability")), phase.get("max_seq_length")
+        parts.append(f"steps {phase.get('start_step')}-{phase.get('end_step')} masking "
+                     f"{f'{rate:.0%}' if rate is not None else 'an unrecorded share'} of "
+                     f"{f'{length}-token' if length else 'the'} sequences")
+    return f" Trained in {len(phases)} phases: {', '.join(parts)}."
 
 
 def _limitations(description: str) -> str:

@@ -173,17 +173,19 @@ def check_model_type(model_args, training_args) -> None:
     Raises:
         ArgumentError: one line, e.g. ``--model_name_or_path x is a 'deberta-v2' model: --backend keras does not
             train 'deberta-v2' models (it trains roberta, xlm-roberta, camembert); pass --backend torch_xla (any
-            AutoModelForMaskedLM).``
+            AutoModelForMaskedLM).``; a passed ``--model_type`` that the model's config contradicts
+            (:func:`check_passed_model_type`).
     """
     from hf_tpu_ext.backends import BACKEND_REGISTRY, backend_entry, trained_model_types
 
     from hf_tpu_ext.errors import HfTpuExtError
 
+    model_type, where = read_model_type(model_args)
+    check_passed_model_type(model_args, training_args, model_type)
     try:
         entry = backend_entry(training_args.backend)
     except HfTpuExtError:
         return  # an unknown or uninstalled backend: check_backend says so
-    model_type, where = read_model_type(model_args)
     supported = trained_model_types(training_args.backend)
     if model_type is None or supported is None or model_type in supported:
         return
@@ -196,6 +198,23 @@ def check_model_type(model_args, training_args) -> None:
     raise ArgumentError(f"{where}: {entry.label} does not train {model_type!r} models (it trains "
                         f"{', '.join(supported)}); " + (f"pass {hint}." if hint else "no backend here trains them."))
 
+
+def check_passed_model_type(model_args, training_args, model_type) -> None:
+    """Refuse a ``--model_type`` passed beside ``--model_name_or_path`` or ``--config_name`` whose config says
+    another ``model_type`` (``model_type``: the config's, ``None`` when unread): the config decides the architecture,
+    so the flag would change nothing. A library caller's arguments carry no ``passed_flags``: not checked.
+
+    Raises:
+        ArgumentError: one line naming both, e.g. ``--model_type bert contradicts --model_name_or_path x, a
+            'roberta' model (its config.json decides the architecture): drop --model_type.``
+    """
+    name = model_args.model_name_or_path or model_args.config_name
+    passed = "model_type" in (getattr(training_args, "passed_flags", None) or ())
+    if not passed or not name or model_type is None or model_type == model_args.model_type:
+        return
+    flag = "--model_name_or_path" if model_args.model_name_or_path else "--config_name"
+    raise ArgumentError(f"--model_type {model_args.model_type} contradicts {flag} {name}, a {model_type!r} model (its "
+                        "config.json decides the architecture): drop --model_type.")
 
 def check_weight_files(model_args, training_args) -> None:
     """Refuse a ``--model_name_or_path`` whose only weights are ``pytorch_model.bin`` where torch, which reads

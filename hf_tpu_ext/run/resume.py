@@ -258,7 +258,8 @@ def apply_checkpoint_shape(info, model_args, data_args, training_args, shown: Ca
     * train_batch_size)`` of its trainer state, else its position embeddings less RoBERTa's 2 reserved ones),
     with ``max_predictions_per_seq`` re-derived unless passed; ``--per_device_train_batch_size`` left at its
     default becomes the checkpoint's ``train_batch_size`` (global, sequences) / (``shape.replicas`` x
-    ``--gradient_accumulation_steps``); ``--streaming`` left at its default follows the checkpoint.
+    ``--gradient_accumulation_steps``); ``--streaming`` left at its default follows the checkpoint; a passed other
+    ``--mlm_probability`` starts a new phase, one left unset continues the checkpoint's (:func:`checkpoint_phases`).
 
     Returns:
         The lines that say what the resume takes from the checkpoint or changes (the caller logs them).
@@ -275,6 +276,7 @@ def apply_checkpoint_shape(info, model_args, data_args, training_args, shown: Ca
     _apply_seq_length(info, model_args, data_args, training_args, conflicts, notes)
     _apply_global_batch(info, training_args, shape, conflicts, notes)
     _apply_streaming(info, data_args, training_args, shape, conflicts, notes)
+    _apply_mlm_probability(info, data_args, training_args, notes)
     _announce_max_steps(info, training_args, notes)
     if conflicts:
         where = shown(info.path)
@@ -397,6 +399,38 @@ def _apply_streaming(info, data_args, training_args, shape: RunShape, conflicts:
     elif given and shape.processes is not None and shape.stream_processes != shape.processes:
         conflicts.append(f"{shape.processes} process(es) (the checkpoint's stream positions are of "
                          f"{shape.stream_processes}: a stream resumes with the same process count)")
+
+
+def checkpoint_phases(info) -> List[Dict[str, Any]]:
+    """The ``phases`` a checkpoint's trainer state recorded (:func:`hf_tpu_ext.run.state.run_phases`), those that
+    start before its step; a checkpoint saved before phases were recorded: one phase from step 0 whose
+    ``mlm_probability`` is unknown (``None``)."""
+    state, step = info.trainer_state or {}, int(info.global_step)
+    phases = [dict(p) for p in state.get("phases") or () if int(p.get("start_step") or 0) < step]
+    if not phases and step > 0:
+        tokens = int(state.get("num_input_tokens_seen") or 0) or None
+        phases = [{"start_step": 0, "end_step": step, "max_seq_length": checkpoint_seq_length(state),
+                   "mlm_probability": None, "tokens": tokens}]
+    return phases
+
+
+def _apply_mlm_probability(info, data_args, training_args, notes: List[str]) -> None:
+    """``--mlm_probability`` may change on resume (a phase of a masking schedule, as mmBERT's 30 -> 15 -> 5 %):
+    accepted with one line, the new rate recorded as a new phase; left unset, the checkpoint's last rate goes on
+    (``max_predictions_per_seq`` re-derived unless passed). The checkpoint's phases are kept on
+    ``data_args.resumed_phases``, which the run's ``phases`` continue (:func:`hf_tpu_ext.run.state.run_phases`)."""
+    phases = data_args.resumed_phases = checkpoint_phases(info)
+    saved, asked = (phases[-1].get("mlm_probability") if phases else None), data_args.mlm_probability
+    if saved is None or float(saved) == float(asked):
+        return
+    if passed(training_args, "mlm_probability", data_args):
+        notes.append(f"--mlm_probability {asked:g} (the checkpoint's phase masked {saved:g}): a new phase from step "
+                     f"{info.global_step}, recorded in training_summary.json (phases) and the model card.")
+        return
+    data_args.mlm_probability = float(saved)
+    if not passed(training_args, "max_predictions_per_seq", data_args):
+        data_args.max_predictions_per_seq = max(1, int(round(data_args.max_seq_length * float(saved))))
+    notes.append(f"--mlm_probability not given: resuming with the checkpoint's {saved:g} (the default is {asked:g}).")
 
 
 def _announce_max_steps(info, training_args, notes: List[str]) -> None:

@@ -141,7 +141,27 @@ def trainer_state(step: int, runtime: float, plan, training_args, data_args, log
         eval_steps=args.eval_steps, save_steps=args.save_steps, train_batch_size=plan.global_batch_size,
         log_history=[dict(e) for e in log_history], best_metric=best, best_global_step=best_step,
         best_model_checkpoint=best_model_checkpoint,
-        num_input_tokens_seen=tokens, total_flos=flops, train_runtime=runtime)
+        num_input_tokens_seen=tokens, total_flos=flops, train_runtime=runtime,
+        phases=run_phases(data_args, plan, step))
+
+
+def run_phases(data_args, plan, step: int) -> List[Dict[str, Any]]:
+    """``phases`` of ``trainer_state.json`` and ``training_summary.json`` at global step ``step``: the run's stretches
+    of one ``max_seq_length`` and ``mlm_probability``, each ``{"start_step", "end_step", "max_seq_length",
+    "mlm_probability", "tokens"}`` (``tokens``: the training tokens of its steps). A resume that changes one of them
+    starts a new phase at its step, one that changes none extends the last (the checkpoint's phases:
+    ``data_args.resumed_phases``, :func:`hf_tpu_ext.run.resume.checkpoint_phases`); ``None`` values: a phase saved
+    before phases were recorded. A longer ``--max_seq_length`` phase is a phase of its own the same way."""
+    phases = [dict(p) for p in getattr(data_args, "resumed_phases", None) or ()]
+    start, length = (int(phases[-1]["end_step"]) if phases else 0), int(plan.seq_length)
+    tokens = max(0, int(step) - start) * int(plan.global_batch_size) * length
+    last = phases[-1] if phases else {}
+    if phases and (last.get("max_seq_length"), last.get("mlm_probability")) == (length, data_args.mlm_probability):
+        last.update(end_step=max(int(step), start), tokens=(last.get("tokens") or 0) + tokens)
+    elif int(step) > start or not phases:
+        phases.append({"start_step": start, "end_step": int(step), "max_seq_length": length,
+                       "mlm_probability": data_args.mlm_probability, "tokens": tokens})
+    return phases
 
 
 def run_summary(model_args, data_args, training_args, backend, plan, results: Dict[str, Any],
@@ -164,6 +184,7 @@ def run_summary(model_args, data_args, training_args, backend, plan, results: Di
         steps_per_execution=fields.get("steps_per_execution", 1),
         compiler=fields.get("compiler") or run_state.get("compiler"),
         initialization=initialization_fields(model_args.model_name_or_path), precision=fields.get("precision"))
+    summary["phases"] = run_phases(data_args, plan, results["global_step"])
     if getattr(plan, "num_eval_blocks", 0):
         summary["evaluation"] = evaluation_fields(data_args, plan)
     if getattr(plan, "streaming", False):  # a stream has no epochs: its passes over the data, when counted

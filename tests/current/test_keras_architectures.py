@@ -65,7 +65,7 @@ def test_unknown_model_type_is_refused_naming_the_supported_ones():
     with pytest.raises(ArgumentError) as err:
         build_masked_lm(electra)
     assert str(err.value) == (f"--backend keras trains model_type {supported}; this model's model_type is "
-                              "'electra'. Use --backend tensorflow for other encoders.")
+                              "'electra'. Use --backend torch_xla for other masked LMs (any AutoModelForMaskedLM).")
     with pytest.raises(CheckpointError, match="model_type is 'electra'"):
         hf_convert.check_config(electra)
 

@@ -414,3 +414,5 @@ def test_each_architecture_trains_the_same_on_2x2_and_after_a_kill(architecture_
             np.testing.assert_allclose(w[name], w_ref[name], atol=1e-5, rtol=0, err_msg=f"{folder}: {name}")
     config = json.loads((root / "one" / "config.json").read_text())
     assert config["model_type"] == kind
+    # one tokenizer trained per run, and the same one on 1 and 2 processes (issue 48: byte-identical)
+    assert (root / "p0" / "tokenizer.json").read_bytes() == (root / "one" / "tokenizer.json").read_bytes()

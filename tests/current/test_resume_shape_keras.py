@@ -278,3 +278,55 @@ def test_a_max_steps_before_the_checkpoint_is_refused_before_jax_starts(four_ste
     assert proc.stderr == (f"hf-tpu train: error: --max_steps 3 ends before the checkpoint {out / 'checkpoint-4'} "
                            "(global step 4): pass --max_steps 4 or more to finish that run, or resume an earlier "
                            "checkpoint.\n")
+
+
+def test_a_resume_that_changes_the_masking_rate_is_a_new_phase(four_steps, tmp_path, hf_log):
+    """A phase of mmBERT's masking schedule (30 -> 15 -> 5 %): the fixture's 4 steps at the default 15 %, a resume
+    to step 6 at 5 % (accepted with one line), then one to step 8 without the flag (the checkpoint's 5 % goes on:
+    the same phase, longer). Each phase is recorded in trainer_state.json, training_summary.json and the card."""
+    out = _copy(four_steps, tmp_path)
+    per_step = BATCH * LENGTH
+    first = {"start_step": 0, "end_step": 4, "max_seq_length": LENGTH, "mlm_probability": 0.15, "tokens": 4 * per_step}
+    assert json.loads((out / "trainer_state.json").read_text())["phases"] == [first]
+    with hf_log.at_level(logging.INFO, logger="hf_tpu_ext"):
+        _train(_args(out, "--resume_from_checkpoint", "true", "--mlm_probability", "0.05"))
+    lines = [r.getMessage() for r in hf_log.records]
+    assert ("--mlm_probability 0.05 (the checkpoint's phase masked 0.15): a new phase from step 4, recorded in "
+            "training_summary.json (phases) and the model card.") in lines
+    second = {"start_step": 4, "end_step": 6, "max_seq_length": LENGTH, "mlm_probability": 0.05,
+              "tokens": 2 * per_step}
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["phases"] == [first, second]
+    assert json.loads((out / "trainer_state.json").read_text())["phases"] == [first, second]
+    assert (summary["hyperparameters"]["mlm_probability"], summary["hyperparameters"]["max_predictions_per_seq"]) == (
+        0.05, 2)  # round(32 x 0.05): the masks of steps 5-6 hold 2 positions, not 5
+    assert summary["tokens_seen"] == sum(p["tokens"] for p in summary["phases"]) == 6 * per_step
+    assert (" Trained in 2 phases: steps 0-4 masking 15% of 32-token sequences, steps 4-6 masking 5% of 32-token "
+            "sequences.") in (out / "README.md").read_text()
+    hf_log.clear()
+    with hf_log.at_level(logging.INFO, logger="hf_tpu_ext"):
+        _train(_args(out, "--resume_from_checkpoint", "true", steps=8))
+    assert ("--mlm_probability not given: resuming with the checkpoint's 0.05 (the default is 0.15)."
+            in [r.getMessage() for r in hf_log.records])
+    summary = json.loads((out / "training_summary.json").read_text())
+    assert summary["phases"] == [first, dict(second, end_step=8, tokens=4 * per_step)]
+    assert summary["hyperparameters"]["mlm_probability"] == 0.05
+
+
+def test_a_checkpoint_without_phases_starts_them_with_an_unknown_rate(tmp_path):
+    """A checkpoint saved before phases were recorded: its steps are one phase of unrecorded rate, the resumed
+    steps the next; nothing is said about a rate it does not know."""
+    from types import SimpleNamespace
+
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run.resume import apply_checkpoint_shape
+    from hf_tpu_ext.run.state import run_phases
+
+    model_args, data_args, args = parse_args(["--output_dir", str(tmp_path), "--resume_from_checkpoint", "true",
+                                              "--max_steps", "6", "--mlm_probability", "0.3"])
+    notes = apply_checkpoint_shape(_info(tmp_path), model_args, data_args, args, str)
+    assert not [n for n in notes if "mlm_probability" in n]
+    plan = SimpleNamespace(seq_length=LENGTH, global_batch_size=BATCH)
+    assert run_phases(data_args, plan, 6) == [
+        {"start_step": 0, "end_step": 4, "max_seq_length": LENGTH, "mlm_probability": None, "tokens": 4 * BATCH * LENGTH},
+        {"start_step": 4, "end_step": 6, "max_seq_length": LENGTH, "mlm_probability": 0.3, "tokens": 2 * BATCH * LENGTH}]

@@ -45,6 +45,8 @@ def architecture_for(config, error: Type[Exception] = ArgumentError) -> Architec
     """
     model_type = getattr(config, "model_type", None)
     if model_type not in ARCHITECTURES:
+        # torch_xla, not tensorflow: it trains any AutoModelForMaskedLM, TensorFlow fewer types than this backend
         raise error(f"--backend keras trains model_type {', '.join(supported_model_types())}; this model's "
-                    f"model_type is {model_type!r}. Use --backend tensorflow for other encoders.")
+                    f"model_type is {model_type!r}. Use --backend torch_xla for other masked LMs (any "
+                    "AutoModelForMaskedLM).")
     return get_architecture(model_type)
