@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hf_tpu_ext.args.defaults import MODEL_TYPES
+from hf_tpu_ext.model_types import MODEL_TYPE_CHOICES as MODEL_TYPES
 from hf_tpu_ext.errors import ArgumentError
 
 TEXTS = ["The Quick brown fox jumps over the lazy dog near the Café.", "Another line of Text, with more words."] * 40
