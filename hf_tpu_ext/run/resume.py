@@ -343,14 +343,15 @@ def _apply_seq_length(info, model_args, data_args, training_args, conflicts: Lis
     length = data_args.max_seq_length
     trained = checkpoint_seq_length(info.trainer_state)
     if passed(training_args, "max_seq_length", data_args):
-        if limit and length > limit:
-            conflicts.append(f"--max_seq_length {length} (the checkpoint's model holds {limit} tokens)")
-            return
-        if trained and length > trained:
+        longer = bool(trained) and length > trained and _backend(training_args) == "keras"  # data goes on in tokens
+        if longer and not (limit and length > limit):
             _extend_context(info, data_args, trained, notes)
-        elif trained and length != trained:
+        elif trained and length != trained and not longer:
             conflicts.append(f"--max_seq_length {length} (the checkpoint trained at {trained}; a new length is a new "
                              "run: --model_name_or_path on its exported model)")
+        elif limit and length > limit:
+            conflicts.append(f"--max_seq_length {length} (the checkpoint's model holds {limit} tokens)")
+            return
         if limit and length < limit and not m.model_name_or_path and not m.config_name:
             # the default config gets length + 2 positions: keep the checkpoint's, which hold the shorter length
             m.checkpoint_max_position_embeddings = int(positions)
@@ -397,6 +398,12 @@ def _number(text: str) -> Optional[float]:
         return float(text)
     except ValueError:
         return None
+
+
+def _backend(training_args) -> str:
+    from hf_tpu_ext.console import default_backend
+
+    return getattr(training_args, "backend", None) or default_backend()
 
 
 def _extend_context(info, data_args, trained: int, notes: List[str]) -> None:
