@@ -79,8 +79,8 @@ def test_a_longer_max_seq_length_is_a_new_phase(bert_phase1, tmp_path, hf_log):
     # 128 blocks (--max_train_samples) of either length, 16 steps an epoch: step 4 ended epoch 0.25 at 32 tokens,
     # which is data step 2 at 64 tokens (1,024 tokens), so step 5 reads data step 3 (not 5)
     assert [lrs[s]["epoch"] for s in (4, 5, 6)] == [0.25, round(3 / 16, 4), 0.25]
-    assert (" Trained in 2 phases: steps 0-4 masking 15% of 32-token sequences, steps 4-6 masking 15% of 64-token "
-            "sequences.") in (out / "README.md").read_text()
+    assert (" Trained in 2 phases: steps 0-4 masking 15% of 32-token sequences (1,024 tokens), steps 4-6 masking 15% "
+            "of 64-token sequences (1,024 tokens).") in (out / "README.md").read_text()
     assert _read(out / "checkpoint-6", "trainer_state.json")["phases"] == phases
 
 
@@ -102,6 +102,15 @@ def test_the_position_table_bounds_the_new_length(bert_phase1):
     with pytest.raises(CheckpointError) as err:
         apply_checkpoint_shape(info, *parse_args(argv + ["513"]), str)
     assert ("--max_seq_length 513 (the checkpoint's model holds 512 tokens)") in str(err.value)
+    # hf-tpu train's checks before JAX starts run the same rule: the same line
+    from hf_tpu_ext.commands.early_checks import check_resume_shape
+
+    with pytest.raises(CheckpointError) as early:
+        check_resume_shape(*parse_args(argv + ["513", "--backend", "keras"]))
+    assert str(early.value) == (f"These flags contradict the checkpoint {bert_phase1 / 'checkpoint-4'} being "
+                                "resumed: --max_seq_length 513 (the checkpoint's model holds 512 tokens). Drop them "
+                                "(the checkpoint's values are used) or start a new run in another --output_dir.")
+    check_resume_shape(*parse_args(argv + ["512", "--backend", "keras"]))  # accepted: no error
 
 
 def test_the_data_position_goes_on_in_tokens():
@@ -162,4 +171,5 @@ def test_modernbert_256_to_1024_with_a_new_rope_theta(tmp_path, hf_log):
         (0, 2, 256, 2 * 2 * 256), (2, 3, 1024, 2 * 1024)]
     assert summary["tokens_seen"] == 1024 + 2048
     assert _read(out, "config.json")["rope_parameters"]["full_attention"]["rope_theta"] == 320000.0
-    assert "steps 2-3 masking 15% of 1024-token sequences" in (out / "README.md").read_text()
+    assert ("steps 0-2 masking 15% of 256-token sequences (1,024 tokens), steps 2-3 masking 15% of 1024-token "
+            "sequences (2,048 tokens).") in (out / "README.md").read_text()
