@@ -52,6 +52,9 @@ def apply_config_overrides(config, text) -> None:
     import difflib
 
     for key, value in parse_config_overrides(text).items():
+        if key in ROPE_THETA_FIELDS and isinstance(getattr(config, "rope_parameters", None), dict):
+            _set_rope_theta(config, key, value)  # transformers 5 keeps them in rope_parameters
+            continue
         if not hasattr(config, key):
             close = difflib.get_close_matches(key, [*config.to_dict(), *getattr(config, "attribute_map", {})], n=1)
             hint = f"did you mean {close[0]!r}?" if close else "see the fields of its config.json."
@@ -60,6 +63,23 @@ def apply_config_overrides(config, text) -> None:
             config.update_from_string(f"{key}={value}")
         except ValueError as err:
             raise ArgumentError(f"--config_overrides {key}={value}: {err}.") from None
+
+
+#: ModernBERT's RoPE thetas (transformers 4.57's fields; 5's ``rope_parameters`` kinds): what a context-extension
+#: phase may change on resume (``--config_overrides global_rope_theta=160000``)
+ROPE_THETA_FIELDS = {"global_rope_theta": "full_attention", "local_rope_theta": "sliding_attention"}
+
+
+def _set_rope_theta(config, key: str, value: str) -> None:
+    """``key`` (:data:`ROPE_THETA_FIELDS`) on a transformers 5 config: its ``rope_parameters`` kind's ``rope_theta``
+    and the attribute (the constructor reads it back from ``scratch_config``'s fields)."""
+    try:
+        theta = float(value)
+    except ValueError:
+        raise ArgumentError(f"--config_overrides {key}={value}: a RoPE theta is a number, e.g. 160000.") from None
+    config.rope_parameters = {k: dict(v) for k, v in config.rope_parameters.items()}
+    config.rope_parameters.setdefault(ROPE_THETA_FIELDS[key], {"rope_type": "default"})["rope_theta"] = theta
+    setattr(config, key, theta)
 
 
 def check_overrides_of_pretrained(config, text, name: str) -> None:

@@ -45,6 +45,10 @@ class RunPlan:
         streaming: the train split is a ``--streaming`` stream: no length, so ``steps_per_epoch`` is the run's
             ``--max_steps`` and the passes over the data are counted by the stream (:meth:`Backend.data_passes`).
         num_eval_blocks: validation sequences each evaluation reads (0 without evaluation).
+        phase_start_step, tokens_before_phase: a resume at another ``--max_seq_length`` (a phase of a context
+            extension, :func:`hf_tpu_ext.run.resume.checkpoint_phases`): the step the run's blocks of this length
+            start at and the training tokens before it (0, 0: one length from step 0). The data position is counted
+            in tokens: step ``s`` reads the blocks of :func:`data_step` ``(plan, s)``.
     """
 
     global_batch_size: int
@@ -56,17 +60,37 @@ class RunPlan:
     has_eval: bool
     streaming: bool = False
     num_eval_blocks: int = 0
+    phase_start_step: int = 0
+    tokens_before_phase: int = 0
+
+
+def data_step(plan, step: int) -> int:
+    """The step of ``plan``'s blocks that global step ``step`` reads: ``step`` itself, or after a change of length
+    (a context-extension phase) ``tokens_before_phase // (global batch x seq_length) + step - phase_start_step``:
+    the data goes on at the token the earlier phases reached, in blocks of the new length (epochs stay passes over
+    the data's tokens)."""
+    start, before = int(getattr(plan, "phase_start_step", 0) or 0), int(getattr(plan, "tokens_before_phase", 0) or 0)
+    if not before:
+        return int(step)
+    return before // (int(plan.global_batch_size) * int(plan.seq_length)) + int(step) - start
+
+
+def tokens_seen(plan, step: int) -> int:
+    """Training tokens of steps 0..``step`` of ``plan``: the earlier phases' (``tokens_before_phase``) and the
+    current length's steps (``(step - phase_start_step) x global batch x seq_length``)."""
+    start, before = int(getattr(plan, "phase_start_step", 0) or 0), int(getattr(plan, "tokens_before_phase", 0) or 0)
+    return before + (int(step) - start) * int(plan.global_batch_size) * int(plan.seq_length)
 
 
 def run_progress(plan, step: int, passes: Optional[int] = None, digits: Optional[int] = 4) -> Dict[str, Any]:
     """Where global step ``step`` of ``plan`` (a :class:`RunPlan`, or anything with its ``steps_per_epoch`` and
     ``streaming``) is in the data, for log entries, ``trainer_state.json`` and the results: ``{"epoch": step /
-    steps_per_epoch}`` (rounded to ``digits`` places; ``None``: not rounded); a ``--streaming`` run's
+    steps_per_epoch}`` (the :func:`data_step` after a change of length) (rounded to ``digits`` places; ``None``: not rounded); a ``--streaming`` run's
     ``{"stream_passes": passes}``, the passes over the stream completed (:meth:`Backend.data_passes`, the summary's
     figure), ``{}`` when not counted: a stream has no length, so ``step / max_steps`` is no epoch."""
     if getattr(plan, "streaming", False):
         return {} if passes is None else {"stream_passes": int(passes)}
-    epoch = step / plan.steps_per_epoch
+    epoch = data_step(plan, step) / plan.steps_per_epoch
     return {"epoch": epoch if digits is None else round(epoch, digits)}
 
 

@@ -135,19 +135,22 @@ class TrainBatches:
         masker: a :class:`NumpyMasker`.
         rows: int ``[R]``, the positions in each global batch this process builds (default: all ``B``), in the
             order they are returned.
+        step_offset: global step ``s`` reads the blocks of step ``s + step_offset`` (not 0 after a resume at
+            another block length: :func:`hf_tpu_ext.backends.base.data_step`); the masks stay seeded by ``s``.
 
     Raises:
         DataError: fewer than ``B`` blocks.
     """
 
     def __init__(self, blocks, global_batch_size: int, seed: int, masker: NumpyMasker,
-                 rows: Optional[np.ndarray] = None):
+                 rows: Optional[np.ndarray] = None, step_offset: int = 0):
         self.blocks = as_blocks(blocks)
         self.batch = int(global_batch_size)
         self.seed = int(seed)
         self.masker = masker
         self.rows = np.arange(self.batch) if rows is None else np.asarray(rows, np.int64)
         self.num_blocks = int(self.blocks.shape[0])
+        self.step_offset = int(step_offset)
         self.steps_per_epoch = self.num_blocks // self.batch
         if self.steps_per_epoch < 1:
             raise DataError(f"{self.num_blocks} training blocks are fewer than one global batch of {self.batch}.")
@@ -162,7 +165,7 @@ class TrainBatches:
 
     def block_indices(self, step: int) -> np.ndarray:
         """The blocks (int64 ``[R]``) of this process's rows of global step ``step``."""
-        epoch, index = divmod(int(step), self.steps_per_epoch)
+        epoch, index = divmod(int(step) + self.step_offset, self.steps_per_epoch)
         return permute(index * self.batch + self.rows, self.num_blocks, self.epoch_seed(epoch))
 
     def __call__(self, step: int) -> Dict[str, np.ndarray]:

@@ -434,8 +434,8 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
 
 def _phases_sentence(phases) -> str:
     """The card's words for a run of several phases (``training_summary.json`` ``phases``: a resume changed the
-    masking rate or the block length), e.g. `` Trained in 2 phases: steps 0-4 masking 30% of 32-token sequences,
-    steps 4-6 masking 15% of 32-token sequences.``; ``""`` for one phase."""
+    masking rate or the block length), e.g. `` Trained in 2 phases: steps 0-4 masking 15% of 32-token sequences
+    (2,048 tokens), steps 4-6 masking 15% of 64-token sequences (2,048 tokens).``; ``""`` for one phase."""
     if not isinstance(phases, list) or len(phases) < 2:
         return ""
     parts = []
@@ -443,7 +443,8 @@ def _phases_sentence(phases) -> str:
         rate, length = _finite(phase.get("mlm_probability")), phase.get("max_seq_length")
         parts.append(f"steps {phase.get('start_step')}-{phase.get('end_step')} masking "
                      f"{f'{rate:.0%}' if rate is not None else 'an unrecorded share'} of "
-                     f"{f'{length}-token' if length else 'the'} sequences")
+                     f"{f'{length}-token' if length else 'the'} sequences"
+                     + (f" ({phase['tokens']:,} tokens)" if isinstance(phase.get("tokens"), int) else ""))
     return f" Trained in {len(phases)} phases: {', '.join(parts)}."
 
 

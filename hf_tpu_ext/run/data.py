@@ -81,4 +81,7 @@ def plan_run(training_args, data_args, backend, blocks):
     return RunPlan(global_batch_size=global_batch, eval_batch_size=eval_batch,
                    seq_length=data_args.max_seq_length, steps_per_epoch=spe,
                    total_steps=args.total_steps(spe), num_train_blocks=n, has_eval=has_eval, streaming=streaming,
-                   num_eval_blocks=num_blocks(blocks.get("validation")) if has_eval else 0)
+                   num_eval_blocks=num_blocks(blocks.get("validation")) if has_eval else 0,
+                   # a resume at a new --max_seq_length (run/resume.py _apply_seq_length): where its phase starts
+                   phase_start_step=int(getattr(data_args, "phase_start_step", 0) or 0),
+                   tokens_before_phase=int(getattr(data_args, "tokens_before_phase", 0) or 0))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from hf_tpu_ext.backends.base import run_progress
+from hf_tpu_ext.backends.base import run_progress, tokens_seen
 from hf_tpu_ext.best_metric import BestMetric
 from hf_tpu_ext.outputs import last_eval_results
 
@@ -76,7 +76,7 @@ def run_results(log_history: List[Dict[str, Any]], step: int, plan, runtime: flo
         "train_tokens_per_second": step * tokens_per_step / runtime if runtime > 0 else None,
         "global_step": step,
         "epoch": place.get("epoch"),
-        "tokens_seen": step * tokens_per_step,
+        "tokens_seen": tokens_seen(plan, step),  # every phase's length (a context extension's too)
         "stream_passes": place.get("stream_passes"),
     }
     if fit_metrics:  # this process's segment: throughput of the steps it ran, trace counts

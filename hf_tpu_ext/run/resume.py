@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from hf_tpu_ext.errors import CheckpointError, IncompleteCheckpointError
-from hf_tpu_ext.model_config import parse_config_overrides
+from hf_tpu_ext.model_config import ROPE_THETA_FIELDS, parse_config_overrides
 from hf_tpu_ext.model_types import (DEFAULT_MODEL_TYPE, find_record, flag_fields, max_sequence_length,
                                     record_for)
 
@@ -27,9 +27,13 @@ SHAPE_FLAGS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "inter
 
 
 def checkpoint_seq_length(trainer_state: Optional[Dict[str, Any]]) -> Optional[int]:
-    """The block length a checkpoint was trained at, from the trainer state saved with it: tokens seen per
-    sequence (``num_input_tokens_seen / (global_step * train_batch_size)``); ``None`` when it does not say."""
+    """The block length a checkpoint was trained at, from the trainer state saved with it: its last phase's
+    ``max_seq_length``, else tokens seen per sequence (``num_input_tokens_seen / (global_step *
+    train_batch_size)``); ``None`` when it does not say."""
     state = trainer_state or {}
+    phases = state.get("phases") or []
+    if phases and isinstance(phases[-1], dict) and phases[-1].get("max_seq_length"):
+        return int(phases[-1]["max_seq_length"])
     try:
         tokens, step, batch = (int(state.get(k) or 0) for k in ("num_input_tokens_seen", "global_step",
                                                                  "train_batch_size"))
@@ -259,7 +263,9 @@ def apply_checkpoint_shape(info, model_args, data_args, training_args, shown: Ca
     with ``max_predictions_per_seq`` re-derived unless passed; ``--per_device_train_batch_size`` left at its
     default becomes the checkpoint's ``train_batch_size`` (global, sequences) / (``shape.replicas`` x
     ``--gradient_accumulation_steps``); ``--streaming`` left at its default follows the checkpoint; a passed other
-    ``--mlm_probability`` starts a new phase, one left unset continues the checkpoint's (:func:`checkpoint_phases`).
+    ``--mlm_probability`` starts a new phase, one left unset continues the checkpoint's (:func:`checkpoint_phases`);
+    so does a longer ``--max_seq_length`` within the model's positions (a context extension: the data goes on in
+    tokens, :func:`_apply_phase_position`).
 
     Returns:
         The lines that say what the resume takes from the checkpoint or changes (the caller logs them).
@@ -274,9 +280,11 @@ def apply_checkpoint_shape(info, model_args, data_args, training_args, shown: Ca
     _apply_model_type(info, model_args, training_args, conflicts, notes)
     _apply_model_shape(info, model_args, conflicts)
     _apply_seq_length(info, model_args, data_args, training_args, conflicts, notes)
+    _apply_rope_theta(info, model_args, notes)
     _apply_global_batch(info, training_args, shape, conflicts, notes)
     _apply_streaming(info, data_args, training_args, shape, conflicts, notes)
     _apply_mlm_probability(info, data_args, training_args, notes)
+    _apply_phase_position(info, data_args)
     _announce_max_steps(info, training_args, notes)
     if conflicts:
         where = shown(info.path)
@@ -326,8 +334,9 @@ def _apply_model_shape(info, model_args, conflicts: List[str]) -> None:
 
 
 def _apply_seq_length(info, model_args, data_args, training_args, conflicts: List[str], notes: List[str]) -> None:
-    """``--max_seq_length``: the checkpoint's when not passed; a passed other length is refused (tokens seen, the
-    epoch and the data position are counted in blocks of one length; a new length is a new run from the model)."""
+    """``--max_seq_length``: the checkpoint's when not passed; a passed longer one within the model's positions is
+    a new phase (a context extension, :func:`_extend_context`); a shorter one, or one past the positions (the
+    limit named: BERT's 512), is refused."""
     saved, m = info.model_config or {}, model_args
     positions = saved.get("max_position_embeddings")
     # the record's rule: RoBERTa reserves pad_token_id + 1 rows of its table, BERT/DistilBERT/ModernBERT none
@@ -337,12 +346,16 @@ def _apply_seq_length(info, model_args, data_args, training_args, conflicts: Lis
     length = data_args.max_seq_length
     trained = checkpoint_seq_length(info.trainer_state)
     if passed(training_args, "max_seq_length", data_args):
-        if trained and length != trained:
+        longer = bool(trained) and length > trained and _backend(training_args) == "keras"  # data goes on in tokens
+        if longer and not (limit and length > limit):
+            _extend_context(info, data_args, trained, notes)
+        elif trained and length != trained and not longer:
             conflicts.append(f"--max_seq_length {length} (the checkpoint trained at {trained}; a new length is a new "
                              "run: --model_name_or_path on its exported model)")
         elif limit and length > limit:
             conflicts.append(f"--max_seq_length {length} (the checkpoint's model holds {limit} tokens)")
-        elif limit and length < limit and not m.model_name_or_path and not m.config_name:
+            return
+        if limit and length < limit and not m.model_name_or_path and not m.config_name:
             # the default config gets length + 2 positions: keep the checkpoint's, which hold the shorter length
             m.checkpoint_max_position_embeddings = int(positions)
         return
@@ -353,6 +366,84 @@ def _apply_seq_length(info, model_args, data_args, training_args, conflicts: Lis
             data_args.max_predictions_per_seq = max(1, int(round(target * data_args.mlm_probability)))
         notes.append(f"--max_seq_length not given: resuming with the checkpoint's {target} (the default is "
                      f"{length}).")
+
+
+def _checkpoint_thetas(saved: Dict[str, Any]) -> Dict[str, float]:
+    """``{config field: theta}`` (:data:`~hf_tpu_ext.model_config.ROPE_THETA_FIELDS`) a checkpoint's
+    ``model_config`` recorded (transformers 5's ``rope_parameters`` or 4.57's fields); ``{}`` for none."""
+    params, found = saved.get("rope_parameters") or {}, {}
+    for key, kind in ROPE_THETA_FIELDS.items():
+        value = (params.get(kind) or {}).get("rope_theta") if isinstance(params, dict) else None
+        value = saved.get(key) if value is None else value
+        if value is not None:
+            found[key] = float(value)
+    return found
+
+
+def _apply_rope_theta(info, model_args, notes: List[str]) -> None:
+    """ModernBERT's RoPE thetas on resume of a model from scratch: a passed other one (``--config_overrides
+    global_rope_theta=...``, a context extension's new theta) is accepted with one line; one left out takes the
+    checkpoint's (appended to ``model_args.config_overrides``), so a phase's theta survives its own resumes."""
+    saved, m = _checkpoint_thetas(info.model_config or {}), model_args
+    if not saved or m.model_name_or_path:
+        return
+    overrides = parse_config_overrides(getattr(m, "config_overrides", None))
+    for key, theta in saved.items():
+        if key not in overrides:
+            m.config_overrides = ",".join(p for p in (m.config_overrides or "", f"{key}={theta:g}") if p)
+        elif _number(overrides[key]) not in (None, theta):  # not a number: the config's own check names it
+            notes.append(f"--config_overrides {key}={overrides[key]} (the checkpoint's {theta:g}): RoPE's theta "
+                         f"changes from step {info.global_step}, as a context extension's phase does.")
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _backend(training_args) -> str:
+    from hf_tpu_ext.console import default_backend
+
+    return getattr(training_args, "backend", None) or default_backend()
+
+
+def _extend_context(info, data_args, trained: int, notes: List[str]) -> None:
+    """A longer ``--max_seq_length`` than the checkpoint's (BERT's 128 -> 512, ModernBERT's 1,024 -> 8,192): a new
+    phase from the checkpoint's step, said in one line. The step, the optimizer state and the data position go on:
+    the data is re-blocked at the new length and read on from the token the checkpoint reached
+    (:func:`_apply_phase_position`)."""
+    step, length = int(info.global_step), int(data_args.max_seq_length)
+    tokens = _tokens_of(checkpoint_phases(info), info)
+    batch = int((info.trainer_state or {}).get("train_batch_size") or 0)
+    where = f", block {tokens // (batch * length) * batch:,} of the {length}-token blocks" if batch else ""
+    notes.append(f"--max_seq_length {length} (the checkpoint trained at {trained}): a new phase from step {step}; "
+                 f"the step, the optimizer state and the data position go on (the data re-blocked at {length} tokens, "
+                 f"read on from token {tokens:,}{where}), recorded in training_summary.json (phases) and the model "
+                 "card.")
+
+
+def _apply_phase_position(info, data_args) -> None:
+    """Where the run's blocks of ``--max_seq_length`` start (``data_args.phase_start_step``,
+    ``tokens_before_phase``: the :class:`~hf_tpu_ext.backends.base.RunPlan` fields of
+    :func:`hf_tpu_ext.backends.base.data_step`): after the checkpoint's last phase of another length, the tokens up
+    to its end; ``0, 0`` when every phase had this length (or an older checkpoint did not record them)."""
+    phases, length = checkpoint_phases(info), int(data_args.max_seq_length)
+    other = [i for i, p in enumerate(phases) if p.get("max_seq_length") not in (None, length)]
+    data_args.phase_start_step, data_args.tokens_before_phase = 0, 0
+    if other:
+        done = phases[:other[-1] + 1]
+        data_args.phase_start_step, data_args.tokens_before_phase = int(done[-1]["end_step"]), _tokens_of(done, None)
+
+
+def _tokens_of(phases: List[Dict[str, Any]], info) -> int:
+    """Training tokens of a checkpoint's ``phases`` (where a phase did not record them: the trainer state's
+    ``num_input_tokens_seen`` of ``info``, 0 without it)."""
+    counted = [p.get("tokens") for p in phases]
+    if counted and all(isinstance(t, int) for t in counted):
+        return int(sum(counted))
+    return int(((info.trainer_state if info is not None else None) or {}).get("num_input_tokens_seen") or 0)
 
 
 def _apply_global_batch(info, training_args, shape: RunShape, conflicts: List[str], notes: List[str]) -> None:

@@ -13,7 +13,7 @@ import os
 import signal
 from typing import Any, Callable, Dict, List, Optional
 
-from hf_tpu_ext.backends.base import run_progress
+from hf_tpu_ext.backends.base import run_progress, tokens_seen
 from hf_tpu_ext.fileio import atomic_write_text
 from hf_tpu_ext.flops import flops_per_token
 from hf_tpu_ext.hub.model_card import initialization_fields
@@ -128,7 +128,7 @@ def trainer_state(step: int, runtime: float, plan, training_args, data_args, log
     args = training_args
     metric, greater = best_metric_of(args)
     best, best_step = best_of(log_history, metric, greater)
-    tokens = step * plan.global_batch_size * plan.seq_length
+    tokens = tokens_seen(plan, step)  # every phase's length (a context extension's too)
     try:
         flops = tokens * (model_flops_per_token or flops_per_token(
             model_config(), data_args.max_seq_length, data_args.max_predictions_per_seq / data_args.max_seq_length))
@@ -185,6 +185,7 @@ def run_summary(model_args, data_args, training_args, backend, plan, results: Di
         compiler=fields.get("compiler") or run_state.get("compiler"),
         initialization=initialization_fields(model_args.model_name_or_path), precision=fields.get("precision"))
     summary["phases"] = run_phases(data_args, plan, results["global_step"])
+    summary["tokens_seen"] = tokens_seen(plan, results["global_step"])  # a context extension's phases summed
     if getattr(plan, "num_eval_blocks", 0):
         summary["evaluation"] = evaluation_fields(data_args, plan)
     if getattr(plan, "streaming", False):  # a stream has no epochs: its passes over the data, when counted

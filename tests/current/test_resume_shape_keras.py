@@ -301,8 +301,8 @@ def test_a_resume_that_changes_the_masking_rate_is_a_new_phase(four_steps, tmp_p
     assert (summary["hyperparameters"]["mlm_probability"], summary["hyperparameters"]["max_predictions_per_seq"]) == (
         0.05, 2)  # round(32 x 0.05): the masks of steps 5-6 hold 2 positions, not 5
     assert summary["tokens_seen"] == sum(p["tokens"] for p in summary["phases"]) == 6 * per_step
-    assert (" Trained in 2 phases: steps 0-4 masking 15% of 32-token sequences, steps 4-6 masking 5% of 32-token "
-            "sequences.") in (out / "README.md").read_text()
+    assert (" Trained in 2 phases: steps 0-4 masking 15% of 32-token sequences (2,048 tokens), steps 4-6 masking 5% "
+            "of 32-token sequences (1,024 tokens).") in (out / "README.md").read_text()
     hf_log.clear()
     with hf_log.at_level(logging.INFO, logger="hf_tpu_ext"):
         _train(_args(out, "--resume_from_checkpoint", "true", steps=8))

@@ -29,7 +29,7 @@ import math
 import os
 from typing import Any, Dict, List, Optional
 
-from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
+from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook, data_step
 from hf_tpu_ext.backends.keras import checkpoint as ckpt
 from hf_tpu_ext.backends.keras.best import load_best, restore_best
 from hf_tpu_ext.backends.keras.checkpoint import (STATE_NAME, export_checkpoint_folder, find_checkpoints,
@@ -230,7 +230,8 @@ class KerasBackend(BackendDefaults):
         place = self.placement  # this process's rows only; None on Keras-on-TensorFlow (one device: every row)
         rows = place.process_batch_rows(plan.global_batch_size, self.accumulation) if place else None
         self.train_batches = (stream_batches(self, blocks["train"], rows) if is_stream(blocks["train"]) else
-                              TrainBatches(blocks["train"], plan.global_batch_size, args.seed, masker, rows))
+                              TrainBatches(blocks["train"], plan.global_batch_size, args.seed, masker, rows,
+                                           step_offset=data_step(plan, 0)))  # a new length's phase: in tokens
         self.eval_blocks = blocks.get("validation") if plan.has_eval else None
         self.trainer = KerasTrainer(self, self.precision, int(args.seed), self.accumulation,
                                     getattr(args, "steps_per_execution", 1))

@@ -56,6 +56,8 @@ _DATA_STATE_RE = re.compile(r"^data_state-\d+\.json$")  # hf_tpu_ext.data.stream
 _TMP_RE = re.compile(r"^(?:\.checkpoint-\d+\.tmp|checkpoint-\d+\.old)-(?:(?P<host>.+)-)?(?P<pid>\d+)$")
 MODEL_CONFIG_FIELDS = ("model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                        "vocab_size", "max_position_embeddings",
+                       # ModernBERT's RoPE thetas (4.57's fields, 5's rope_parameters): a context-extension phase's
+                       "global_rope_theta", "local_rope_theta", "rope_parameters",
                        "_name_or_path")  # transformers' record of the model it was loaded from ("" from scratch)
 
 
