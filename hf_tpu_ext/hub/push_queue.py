@@ -37,11 +37,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from hf_tpu_ext import interrupts
-from hf_tpu_ext.console import HUB_RETRY_LOGGER, is_hub_retry_line
 from hf_tpu_ext.hub.preflight import endpoint, scrub, transport_errors
-from hf_tpu_ext.hub.retry_policy import (MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS, describe,  # noqa: F401
-                                         is_retryable, is_unreadable_reply, retry_after_for, retry_after_seconds,
-                                         status_of)
+from hf_tpu_ext.hub.retry_policy import (HUB_LINES, MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS,  # noqa: F401
+                                         describe, is_retryable, is_unreadable_reply, retry_after_for,
+                                         retry_after_seconds, status_of)
 from hf_tpu_ext.hub.staging import STAGING_PREFIX, copy_tree, remove_stale_staging  # noqa: F401 (re-exported)
 
 logger = logging.getLogger("hf_tpu_ext.hub")
@@ -479,17 +478,17 @@ class PushQueue:
 
     def _push_with_retries(self, job: _Job) -> Tuple[str, Optional[str]]:
         api = self._hf_api()
-        _HUB_LINES.start(job.commit_message, self._token)
+        HUB_LINES.start(job.commit_message, self._token)
         while True:
             job.attempts += 1
             try:
-                _HUB_LINES.seen = False
+                HUB_LINES.seen = False
                 info = api.upload_folder(
                     repo_id=self.repo_id, folder_path=job.staging, path_in_repo=job.path_in_repo,
                     commit_message=job.commit_message, commit_description=f"{PUSH_ID_MARKER}: {job.push_id}",
                     revision=self.revision, repo_type=self.repo_type, delete_patterns=job.delete_patterns,
                 )
-                if _HUB_LINES.seen:  # huggingface_hub's own warning is held back: this line says it
+                if HUB_LINES.seen:  # huggingface_hub's own warning is held back: this line says it
                     logger.info("Push %r: the Hub already holds these files (an earlier attempt whose reply was "
                                 "lost landed, or nothing changed): no new commit.", job.commit_message)
                 return info.oid, getattr(info, "commit_url", None)
@@ -541,57 +540,6 @@ class PushQueue:
     def _commit_url(self, oid: str) -> str:
         prefix = {"model": "", "dataset": "datasets/", "space": "spaces/"}.get(self.repo_type, "")
         return f"{endpoint()}/{prefix}{self.repo_id}/commit/{oid}"
-
-
-class _HubLinesFilter(logging.Filter):
-    """huggingface_hub's own lines in a push worker, held back: the queue says them in its words.
-
-    - "No files have been modified since last commit": :attr:`seen` tells the queue, which logs its own line.
-    - its retry loop's lines (``Retrying in 1s [Retry 1/5].``, ``HTTP Error 503 thrown while requesting ...``,
-      :func:`hf_tpu_ext.console.is_hub_retry_line`): the first of a push is said once as
-      ``Push 'msg': the Hub did not answer (HTTP Error 503); retrying.``, the others not at all.
-
-    Every other record, and every record of another thread, passes.
-    """
-
-    def __init__(self):
-        super().__init__()
-        self._local = threading.local()
-
-    @property
-    def seen(self) -> bool:
-        return getattr(self._local, "seen", False)
-
-    @seen.setter
-    def seen(self, value: bool) -> None:
-        self._local.seen = value
-
-    def start(self, commit_message: str, token: Optional[str]) -> None:
-        """A push of ``commit_message`` starts in this thread: its first retry line is said (``token`` scrubbed)."""
-        self._local.push, self._local.token, self._local.said = commit_message, token, False
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not threading.current_thread().name.startswith("hf-tpu-push-"):
-            return True
-        if str(record.msg).startswith("No files have been modified"):
-            self.seen = True
-            return False
-        if not is_hub_retry_line(record):
-            return True
-        if not getattr(self._local, "said", True):
-            self._local.said = True
-            text = record.getMessage()
-            cause = (text.split(" thrown while requesting ")[0].strip("'") if " thrown while requesting " in text
-                     else "rate limited" if text.startswith("Rate limited") else "no answer")
-            logger.warning("Push %r: the Hub did not answer (%s); retrying.", self._local.push,
-                           scrub(cause, self._local.token))
-        return False
-
-
-_HUB_LINES = _HubLinesFilter()
-# < 1.0 / >= 1.0 (the no-changes warning), and the retry loop of both
-for _name in ("huggingface_hub.hf_api", "huggingface_hub._upload_pipeline", HUB_RETRY_LOGGER):
-    logging.getLogger(_name).addFilter(_HUB_LINES)
 
 
 def _close_thread_session() -> None:
