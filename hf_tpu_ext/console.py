@@ -39,6 +39,8 @@ import shlex
 import sys
 from typing import Iterator, List, Optional
 
+from hf_tpu_ext.environment import process_variables
+
 LOG_LEVELS = ("passive", "debug", "info", "warning", "error", "critical")
 # levels at which third-party output (C++ log lines, deprecation warnings, Hub bars) is shown
 VERBOSE_LEVELS = ("debug", "info", "warning")
@@ -467,7 +469,7 @@ PROCESS_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCES
 
 def multi_process_environment(environ=None) -> bool:
     """Whether this ``hf-tpu train`` is one process of several (:data:`PROCESS_VARIABLES` ask for JAX's start)."""
-    env = os.environ if environ is None else environ
+    env = process_variables() if environ is None else environ
     return any(str(env.get(k, "")).strip() for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
                                                       "HF_TPU_JAX_DISTRIBUTED"))
 
@@ -482,7 +484,7 @@ def process_prefix(environ=None) -> str:
       commands on every host: <the variables set> ``;
     - one process: ``JAX_NUM_CPU_DEVICES=... `` where set, else ``""``.
     """
-    env = os.environ if environ is None else environ
+    env = process_variables() if environ is None else environ
     given = {k: str(env.get(k, "")).strip() for k in PROCESS_VARIABLES}
     count = given["JAX_NUM_PROCESSES"]
     several = count.isdigit() and int(count) > 1
