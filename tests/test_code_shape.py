@@ -520,3 +520,26 @@ def test_environment_scan_resolves_names():
     assert environment_readers(sources) == {
         "C_VAR": {"pkg/one.py": [5]}, "A_VAR": {"pkg/one.py": [5], "pkg/two.py": [4]}, "B_VAR": {"pkg/one.py": [5]},
         "D_VAR": {"pkg/one.py": [5]}, "?": {"pkg/two.py": [4]}}
+
+
+# ============================================================================================ private names
+def private_name_imports(sources: Dict[str, str], roots: Tuple[str, ...] = PRODUCT_ROOTS) -> List[str]:
+    """``"file:line: module._name"`` for every import of another module's private name (``_x``, not ``__x__``)
+    among the project's own modules (absolute or relative), in a function too."""
+    found = []
+    for rel, text in sorted(sources.items()):
+        for node, _ in _imports([ast.parse(text, filename=rel)]):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in roots):
+                found += [f"{rel}:{node.lineno}: {'.' * node.level}{node.module or ''}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_name():
+    sources = {rel: path.read_text(encoding="utf-8") for rel, path in _python_files() if rel.startswith(
+        tuple(root + "/" for root in PRODUCT_ROOTS))}
+    found = private_name_imports(sources)
+    assert not found, "\n".join(f"{f}: a private name of another module; make it public (named, documented) or "
+                                "ask the module a public question" for f in found)
+    assert private_name_imports({"pkg/a.py": "def f():\n    from pkg.b import _x, y, __all__\nfrom .c import _z\n"},
+                                ("pkg",)) == ["pkg/a.py:2: pkg.b._x", "pkg/a.py:3: .c._z"]

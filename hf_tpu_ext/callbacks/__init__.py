@@ -50,7 +50,7 @@ import sys
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 from hf_tpu_ext.errors import ArgumentError, HfTpuExtError, UnknownCallbackError
-from hf_tpu_ext.extras import require_extra
+from hf_tpu_ext.extras import missing_for, require_extra
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -119,6 +119,16 @@ for _name, (_text, _targets) in _BUILTINS.items():
     for _fw, _where in _targets.items():
         _TABLES[_fw][_name] = _where
         _DESCRIPTION_TABLES[_fw][_name] = _text
+
+
+def framework_requirements(framework: str):
+    """``(pip extra, import names)`` a framework's callbacks need (``"keras"`` -> ``("keras", ("keras",))``).
+
+    Raises:
+        ArgumentError: an unknown framework name (see :func:`normalize_framework`).
+    """
+    extra, modules, _ = _REQUIREMENTS[normalize_framework(framework)]
+    return extra, modules
 
 
 class CallbackImportError(HfTpuExtError, ImportError):
@@ -214,7 +224,6 @@ def default_framework() -> str:
     keras_side = [fw for fw in loaded if fw != "torch"]
     if keras_side:
         return keras_side[0]  # loaded_frameworks() holds at most one Keras framework
-    from hf_tpu_ext.extras import missing_for
 
     for fw in FRAMEWORKS:
         extra, modules, _ = _REQUIREMENTS[fw]
@@ -550,6 +559,7 @@ __all__ = [
     "build_callbacks",
     "callback_frameworks",
     "default_framework",
+    "framework_requirements",
     "framework_of",
     "get_callback",
     "get_callback_class",

@@ -54,6 +54,7 @@ from hf_tpu_ext import interrupts
 from hf_tpu_ext.backends.base import run_progress
 from hf_tpu_ext.console import rerun_hint, resume_hint
 from hf_tpu_ext.errors import CheckpointError, HubPushError, OutputDirError, TrainingInterrupted
+from hf_tpu_ext.outputs import read_all_results
 from hf_tpu_ext.run import checks, data, files, history, pushes, resume, state
 from hf_tpu_ext.run_lock import SPAWNED_CHILD_ENV, lock_output_dir
 
@@ -345,7 +346,6 @@ class TrainingRun:
         backend.setup(args)
         if getattr(backend, "processes_to_spawn", 0):  # one process per local device, each running this run
             backend.spawn(_spawned_run, (self.model_args, self.data_args, args))
-            from hf_tpu_ext.outputs import read_all_results
 
             return read_all_results(args.output_dir) or {}
         self._open_pusher()
@@ -466,7 +466,6 @@ class TrainingRun:
             logger.warning("The checkpoint is at global step %d, the run asks for %d steps, and the export, card and "
                            "pushes are done: nothing to do. Raise --max_steps or --num_train_epochs to train further.",
                            start, plan.total_steps)
-            from hf_tpu_ext.outputs import read_all_results
 
             return dict(read_all_results(args.output_dir) or {}, global_step=start)
         if start >= plan.total_steps:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from hf_tpu_ext.args.defaults import MODEL_TYPES
 from hf_tpu_ext.errors import CheckpointError, IncompleteCheckpointError
 from hf_tpu_ext.model_config import flag_fields, max_sequence_length, parse_config_overrides
+from hf_tpu_ext.outputs import TrainerState
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -433,8 +434,6 @@ def resumed_history(info, output_dir: str, start: int) -> Tuple[Optional[List[Di
     of another step, both are ``None`` without a state."""
     state = info.trainer_state
     if state is None and os.path.isfile(os.path.join(output_dir, "trainer_state.json")):
-        from hf_tpu_ext.outputs import TrainerState
-
         state = dataclasses.asdict(TrainerState.load(os.path.join(output_dir, "trainer_state.json")))
     if not state:
         return None, None

@@ -16,6 +16,8 @@ import os
 import shutil
 from typing import Optional, Set
 
+from hf_tpu_ext.outputs import plot_loss_curve
+
 _logger = logging.getLogger("hf_tpu_ext.hub")
 
 # files of a Trainer checkpoint that are training state, not part of the model folder
@@ -124,7 +126,6 @@ def write_loss_curve(log_history, folder: str) -> Optional[str]:
     ``eval_masked_loss``, else ``eval_loss``). Returns the path, or None (no loss yet, or no matplotlib: the card
     goes without the curve)."""
     from hf_tpu_ext.hub.card_facts import MASKED_LM_TRAINER_KEYS, eval_results_from_logs
-    from hf_tpu_ext.outputs import plot_loss_curve
 
     history = [e for e in log_history or () if isinstance(e, dict) and "step" in e]
     # one eval point per evaluation: the callback's where it ran (the Trainer's own eval_loss is another draw)

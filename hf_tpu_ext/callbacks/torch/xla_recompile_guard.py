@@ -30,7 +30,12 @@ def _xla_compile_count() -> Optional[int]:
 
 
 def _dynamo_compile_count() -> int:
-    """Graphs TorchDynamo (``torch.compile``) compiled in this process: the first ones and every recompilation."""
+    """Graphs TorchDynamo (``torch.compile``) compiled in this process: the first ones and every recompilation.
+
+    The one adapter over a private module (``torch._dynamo.utils.counters``): torch (2.4 ... 2.9) has no public
+    counter of compiled graphs; the public alternative, ``TORCH_LOGS=recompiles`` (``torch._logging.set_logs
+    (recompiles=True)``), logs each recompilation instead of counting it.
+    """
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
