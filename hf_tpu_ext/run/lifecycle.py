@@ -54,6 +54,8 @@ from hf_tpu_ext import interrupts
 from hf_tpu_ext.backends.base import run_progress
 from hf_tpu_ext.console import rerun_hint, resume_hint
 from hf_tpu_ext.errors import CheckpointError, HubPushError, OutputDirError, TrainingInterrupted
+from hf_tpu_ext.hub.checkpoint_layouts import save_failure_message
+from hf_tpu_ext.hub.space import deploy_space
 from hf_tpu_ext.outputs import read_all_results
 from hf_tpu_ext.run import checks, data, files, history, pushes, resume, state
 from hf_tpu_ext.run_lock import SPAWNED_CHILD_ENV, lock_output_dir
@@ -373,7 +375,6 @@ class TrainingRun:
                 logger.error("training failed; %d push(es) not uploaded: %s", len(report.pending),
                              ", ".join(report.pending))
             self.pusher.close()
-        from hf_tpu_ext.hub.checkpoint_layouts import save_failure_message
 
         message = save_failure_message(err, args.output_dir, resume_hint(self.argv, self._secrets()))
         if message:  # disk full, quota, read-only: one line naming the intact checkpoint, not a traceback
@@ -563,8 +564,6 @@ class TrainingRun:
 
     def space(self) -> None:
         """Phase Space: the fill-mask demo Space of the pushed model (:func:`hf_tpu_ext.hub.space.deploy_space`)."""
-        from hf_tpu_ext.hub.space import deploy_space
-
         url = deploy_space(self.pusher.repo_id, self.args.hub_space_id, token=self.token,
                            private=self.args.hub_private_repo)
         logger.info("deployed the fill-mask demo to %s", url)

@@ -16,6 +16,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from hf_tpu_ext.args.defaults import MODEL_TYPES
 from hf_tpu_ext.errors import CheckpointError, IncompleteCheckpointError
+from hf_tpu_ext.hub.checkpoint_layouts import check_checkpoint_backend
+from hf_tpu_ext.hub.model_ref import check_model_ref
+from hf_tpu_ext.hub.resume import download_last_checkpoint, looks_like_repo_spec, parse_repo_spec
 from hf_tpu_ext.model_config import flag_fields, max_sequence_length, parse_config_overrides
 from hf_tpu_ext.outputs import TrainerState
 
@@ -70,8 +73,6 @@ def check_resume_source(args) -> None:
     """Raise :func:`not_a_resume_source` for a spec that is not ``true``, an existing path (or TF checkpoint
     prefix), nor of the form of a Hub repo id: no framework or network needed, so ``hf-tpu train`` runs it
     right after parsing."""
-    from hf_tpu_ext.hub.resume import looks_like_repo_spec
-
     spec = args.resume_from_checkpoint
     if not spec or args.resume_latest or os.path.exists(spec) or os.path.exists(spec + ".index"):
         return
@@ -87,9 +88,6 @@ def check_resume_repo(args) -> None:
         HubRepoError, HubAuthError: see :func:`hf_tpu_ext.hub.model_ref.check_model_ref` (the repo and revision
             named, with the endpoint).
     """
-    from hf_tpu_ext.hub.model_ref import check_model_ref
-    from hf_tpu_ext.hub.resume import looks_like_repo_spec, parse_repo_spec
-
     spec = args.resume_from_checkpoint
     if not spec or args.resume_latest or os.path.exists(spec) or os.path.exists(spec + ".index"):
         return
@@ -113,9 +111,6 @@ def find_resume_checkpoint(args, backend, token: Optional[str], tmp_dirs: List[s
         CheckpointError: no checkpoint found, an unreadable named one, or a spec that is neither a folder,
             ``true`` nor a Hub repo id.
     """
-    from hf_tpu_ext.hub.checkpoint_layouts import check_checkpoint_backend
-    from hf_tpu_ext.hub.resume import looks_like_repo_spec
-
     spec, download = args.resume_from_checkpoint, None
     if not spec:
         return None, None, None
@@ -134,8 +129,6 @@ def find_resume_checkpoint(args, backend, token: Optional[str], tmp_dirs: List[s
             raise CheckpointError(f"No checkpoint of --backend {backend.name} found at {spec!r}.")
         tokenizer_dir = None
     elif looks_like_repo_spec(spec):
-        from hf_tpu_ext.hub.resume import download_last_checkpoint
-
         local = tempfile.mkdtemp(prefix="hf-tpu-resume-")
         tmp_dirs.append(local)
         download = (local, spec)  # messages name the repo, not this temp folder
