@@ -15,8 +15,11 @@ With the default ``--log_level passive`` (transformers' name and default):
   notice at import (a venv without torch), are dropped; other warnings stay.
 - huggingface_hub's own progress bars (the upload bars of background pushes) and datasets' ("Filter",
   "Tokenizing train") are off during training.
+- huggingface_hub's own retry lines (``Retrying in 1s [Retry 1/5].``, ``HTTP Error 503 thrown while
+  requesting ...``) are held back: a push says its retries once, in its own words (``hub/push_queue.py``).
 - hf_tpu_ext's (and transformers') log lines are written with ``tqdm.write`` while a progress bar is
-  open (:func:`console_session`), so no line is glued onto the bar.
+  open (:func:`console_session`), so no line is glued onto the bar; when the stream is not a terminal (a file,
+  a pipe) the bar's line is ended first, so a log line never follows the bar's ``\\r`` on one line.
 - the resume line of an interrupted run (:func:`resume_hint`) is its command line again without the token: the
   token flags in every spelling and any token value elsewhere are left out (:func:`redact_argv`).
 
@@ -36,6 +39,8 @@ import shlex
 import sys
 from typing import Iterator, List, Optional
 
+from hf_tpu_ext.environment import process_variables
+
 LOG_LEVELS = ("passive", "debug", "info", "warning", "error", "critical")
 # levels at which third-party output (C++ log lines, deprecation warnings, Hub bars) is shown
 VERBOSE_LEVELS = ("debug", "info", "warning")
@@ -52,6 +57,9 @@ IMPORT_NOTICES = ("PyTorch was not found. Models won't be available",)
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: True when the command runs as the ``hf-tpu`` console script (the whole process is the command's)
 whole_process = False
+# huggingface_hub's retry lines (``http_backoff`` in huggingface_hub/utils/_http.py, 0.36 ... 2.x)
+HUB_RETRY_LOGGER = "huggingface_hub.utils._http"
+HUB_RETRY_WORDS = ("Retrying in ", "Rate limited. Waiting ", " thrown while requesting ")
 #: flags whose value is a secret, in every spelling argparse accepts (``--hub-token`` is HfArgumentParser's alias)
 SECRET_FLAGS = ("hub_token",)
 
@@ -280,6 +288,26 @@ def drop_import_notices(drop: bool = True) -> None:
             logger.addFilter(_DropMessage(text))
 
 
+def is_hub_retry_line(record: logging.LogRecord) -> bool:
+    """True for a record of huggingface_hub's own retry loop (:data:`HUB_RETRY_WORDS`)."""
+    return record.name == HUB_RETRY_LOGGER and any(words in str(record.msg) for words in HUB_RETRY_WORDS)
+
+
+class _HubRetryLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not is_hub_retry_line(record)
+
+
+def hold_back_hub_retries(hold: bool = True) -> None:
+    """Hold back (``hold=False``: bring back) huggingface_hub's retry lines in every thread: a filter on its
+    :data:`HUB_RETRY_LOGGER` logger (idempotent)."""
+    logger = logging.getLogger(HUB_RETRY_LOGGER)
+    for old in [f for f in logger.filters if isinstance(f, _HubRetryLines)]:
+        logger.removeFilter(old)
+    if hold:
+        logger.addFilter(_HubRetryLines())
+
+
 def setup_logging(log_level: str = "passive") -> None:
     """Configure the ``hf_tpu_ext`` logger (``HH:MM:SS LEVEL name: message`` on stderr) and transformers'.
 
@@ -294,6 +322,7 @@ def setup_logging(log_level: str = "passive") -> None:
     if level not in LOG_LEVELS:
         raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}.")
     drop_import_notices(level not in VERBOSE_LEVELS)
+    hold_back_hub_retries(level not in VERBOSE_LEVELS)
     ours = logging.getLogger("hf_tpu_ext")
     if not ours.handlers:
         handler = logging.StreamHandler()
@@ -321,8 +350,6 @@ def console_session(log_level: str = "passive") -> Iterator[None]:
     bars (uploads; "Filter", "Tokenizing train") off unless the level is verbose (restored on exit)."""
     import importlib.util
 
-    from tqdm.contrib.logging import logging_redirect_tqdm
-
     setup_logging(log_level)
     hub_bars_were_off: Optional[bool] = None
     datasets_bars_were_off: Optional[bool] = None
@@ -341,7 +368,7 @@ def console_session(log_level: str = "passive") -> Iterator[None]:
             datasets.disable_progress_bars()
     loggers = [logging.getLogger("hf_tpu_ext"), logging.getLogger("transformers")]
     try:
-        with logging_redirect_tqdm(loggers=loggers):
+        with log_lines_above_bars(loggers):
             yield
     finally:
         if hub_bars_were_off is False:
@@ -352,6 +379,30 @@ def console_session(log_level: str = "passive") -> Iterator[None]:
             import datasets
 
             datasets.enable_progress_bars()
+
+
+def log_lines_above_bars(loggers: List[logging.Logger]):
+    """tqdm's ``logging_redirect_tqdm`` over ``loggers`` (their console handlers write through ``tqdm.write``)
+    with one change where the stream is not a terminal: the open bars' line is ended (``\\n``) before the log
+    line, which then stands on a line of its own in the file (tqdm clears the bar with ``\\r`` and spaces, which a
+    file keeps: the line would follow the bar's last ``\\r`` redraw on the same line)."""
+    from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    class LineEndingTqdm(tqdm):
+        @classmethod
+        def write(cls, s, file=None, end="\n", nolock=False):
+            fp = sys.stdout if file is None else file
+            if _isatty(fp):
+                return tqdm.write(s, file=file, end=end, nolock=nolock)
+            with contextlib.nullcontext() if nolock else tqdm.get_lock():
+                bars = [bar for bar in list(getattr(tqdm, "_instances", ())) if not bar.disable and bar.fp == fp]
+                fp.write(("\n" if bars else "") + s + end)
+                for bar in bars:
+                    bar.refresh(nolock=True)  # the bar goes on, on the next line
+            return None
+
+    return logging_redirect_tqdm(loggers=loggers, tqdm_class=LineEndingTqdm)
 
 
 def exit_now(code: int) -> None:
@@ -418,7 +469,7 @@ PROCESS_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCES
 
 def multi_process_environment(environ=None) -> bool:
     """Whether this ``hf-tpu train`` is one process of several (:data:`PROCESS_VARIABLES` ask for JAX's start)."""
-    env = os.environ if environ is None else environ
+    env = process_variables() if environ is None else environ
     return any(str(env.get(k, "")).strip() for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
                                                       "HF_TPU_JAX_DISTRIBUTED"))
 
@@ -433,7 +484,7 @@ def process_prefix(environ=None) -> str:
       commands on every host: <the variables set> ``;
     - one process: ``JAX_NUM_CPU_DEVICES=... `` where set, else ``""``.
     """
-    env = os.environ if environ is None else environ
+    env = process_variables() if environ is None else environ
     given = {k: str(env.get(k, "")).strip() for k in PROCESS_VARIABLES}
     count = given["JAX_NUM_PROCESSES"]
     several = count.isdigit() and int(count) > 1

@@ -19,6 +19,9 @@ import os
 import sys
 from typing import Callable, List, Optional
 
+from hf_tpu_ext.environment import (JAX_COORDINATOR_ADDRESS, JAX_DISTRIBUTED_SWITCH,  # noqa: F401 (re-exported)
+                                    JAX_NUM_PROCESSES, JAX_PROCESS_ID, process_variables)
+
 
 class DistributedType(str, enum.Enum):
     """The kind of ``tf.distribute`` strategy a run uses (mirrors accelerate's ``DistributedType``)."""
@@ -73,10 +76,11 @@ def process_index() -> int:
                 return int(torch_distributed.get_rank())
         except Exception:
             pass
-    if os.environ.get("JAX_PROCESS_ID", "").strip().isdigit():  # before jax.distributed.initialize (the run lock)
-        return int(os.environ["JAX_PROCESS_ID"])
-    if os.environ.get("RANK", "").strip().isdigit():
-        return int(os.environ["RANK"])
+    env = process_variables()
+    if env.get(JAX_PROCESS_ID, "").strip().isdigit():  # before jax.distributed.initialize (the run lock)
+        return int(env[JAX_PROCESS_ID])
+    if env.get("RANK", "").strip().isdigit():
+        return int(env["RANK"])
     cfg = tf_config()
     task = cfg.get("task") or {}
     if not task:
@@ -94,13 +98,6 @@ def is_main_process() -> bool:
     return process_index() == 0
 
 
-#: ``jax.distributed.initialize``'s own variable (the coordinator, ``host:port``; jax reads it itself)
-JAX_COORDINATOR_ADDRESS = "JAX_COORDINATOR_ADDRESS"
-#: process count and this process's id: read here (jax 0.10 reads neither) and passed as arguments
-JAX_NUM_PROCESSES, JAX_PROCESS_ID = "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"
-
-#: ``HF_TPU_JAX_DISTRIBUTED=1``: this process is one of several (JAX finds the cluster: a TPU slice, Slurm, MPI)
-JAX_DISTRIBUTED_SWITCH = "HF_TPU_JAX_DISTRIBUTED"
 
 #: what waits for this host's process id (:func:`after_jax_initialize`)
 _AFTER_INITIALIZE: List[Callable[[], None]] = []
@@ -111,7 +108,7 @@ def jax_process_id_pending(environ=None) -> bool:
     multi-process start is asked for (``HF_TPU_JAX_DISTRIBUTED=1``, or ``JAX_COORDINATOR_ADDRESS`` without
     ``JAX_PROCESS_ID``: Slurm, Open MPI) and JAX is not initialized. Until then :func:`process_index` cannot say
     whether this host is the chief."""
-    env = os.environ if environ is None else environ
+    env = process_variables() if environ is None else environ
     state = getattr(sys.modules.get("jax._src.distributed"), "global_state", None)
     if state is not None and getattr(state, "client", None) is not None:
         return False

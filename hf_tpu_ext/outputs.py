@@ -22,6 +22,7 @@ import os
 import platform
 from typing import Any, Dict, List, Optional
 
+from hf_tpu_ext.best_metric import BestMetric
 from hf_tpu_ext.fileio import atomic_write, atomic_write_text
 
 TRAINING_ARGS_NAME = "training_args.json"
@@ -377,8 +378,6 @@ def last_eval_results(log_history: List[Dict[str, Any]], training_args=None) -> 
     """
     evals = [e for e in log_history if "eval_loss" in e or "probe_mrr" in e]
     if training_args is not None and getattr(training_args, "load_best_model_at_end", False):
-        from hf_tpu_ext.best_metric import BestMetric
-
         best = BestMetric.from_args(training_args).best_entry(evals)  # the first of equals, like the trainers
         if best is not None:
             evals = [best]

@@ -65,13 +65,19 @@ DEFAULT_CONCURRENCY_LIMIT = 4
 MAX_BATCH_SIZE = 16  # queued single sentences run together in one forward pass
 
 
+def model_id_from_environment() -> Optional[str]:
+    """The ``MODEL_ID`` environment variable (a Space variable), stripped; ``None`` when unset or blank (its one
+    reader: ``hf-tpu demo`` asks here too)."""
+    return os.environ.get(MODEL_ENV, "").strip() or None
+
+
 def default_model_id() -> Optional[str]:
     """The model to show when none is passed: ``MODEL_ID`` env var, else ``model_id.txt`` next to this file.
 
     Returns:
         The model folder or Hub repo id, or ``None`` when neither is set.
     """
-    env = os.environ.get(MODEL_ENV, "").strip()
+    env = model_id_from_environment()
     if env:
         return env
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), MODEL_ID_FILE)

@@ -132,6 +132,47 @@ def _table_tokens(page, elem_id):
     return [c for c in cells if re.fullmatch(r"'.*'", c)]
 
 
+def _check_probe_chart(page, demo, label, sha):
+    """The probe tab: a probe set with multi-token answers, two templates a line and a distractor, on two revisions;
+    a row each with 95% intervals, the template spread and the paired comparison, and the chart."""
+    bench = demo.bench
+    page.get_by_role("tab", name="Probe set").click()
+    tok = demo.predictor.tokenizer
+    vocab = tok.get_vocab()
+    words = sorted(t[1:] for t in vocab if t.startswith("\u0120") and t[1:].isascii() and t[1:].isalpha() and len(t) > 3)[:24]
+    long_words = sorted({w + s for w in words for s in ("ings", "ers")
+                         if len(tok(" " + w + s, add_special_tokens=False)["input_ids"]) >= 2})[:12]
+    assert len(long_words) == 12
+    probe_lines = [f"the {a} of the <mask> is {b} . | {b} is the <mask> . \u21d2 {c} | {a}"
+                   for a, b, c in zip(words, words[12:], long_words)]
+    page.locator("#probe-text textarea").fill("\n".join(probe_lines))
+    ticked = ("Training in progress, step 10", "End of training")
+    for title in ticked:
+        page.get_by_label(label[title], exact=True).check()
+    page.get_by_role("button", name="Score probe set").click()
+    page.wait_for_function("() => /Scored|Not scored|Note/.test(document.querySelector('#probe-message').innerText)",
+                           timeout=90_000)
+    n = 2 * len(probe_lines)
+    assert page.locator("#probe-message").inner_text().strip() == f"Scored {n} probes on 2 revisions."
+    expected = bench.probe("\n".join(probe_lines), [sha[t] for t in ticked])
+    assert all(r["multi_token"] == n for r in expected["rows"])
+    page.wait_for_function("want => document.querySelector('#probe-table').innerText.includes(want)",
+                           arg=label["End of training"], timeout=30_000)
+    table = page.locator("#probe-table").inner_text()
+    for title, row in zip(ticked, expected["rows"]):
+        assert label[title] in table
+        low, high = row["intervals"]["top1"]
+        assert f"{row['top1']:.3f} [{low:.3f}, {high:.3f}]" in table  # the value and its 95% interval
+        low, high = row["intervals"]["mrr"]
+        assert f"{row['mrr']:.3f} [{low:.3f}, {high:.3f}]" in table
+    notes = page.locator("#probe-compare").inner_text()
+    assert "2 templates" in notes and "spread (max - min)" in notes
+    assert f"on {n} paired probes" in notes and "McNemar exact" in notes
+    page.locator("#probe-plot img").first.wait_for(timeout=30_000)  # the matplotlib chart
+    page.wait_for_timeout(1000)  # let the chart finish drawing before the screenshot
+    page.screenshot(path=os.path.join(ARTIFACTS, "bench-probe-chart.png"), full_page=True)
+
+
 def test_bench_side_by_side_and_probe_chart(trained_model_dir, loopback_hub, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     from huggingface_hub import HfApi
@@ -183,42 +224,6 @@ def test_bench_side_by_side_and_probe_chart(trained_model_dir, loopback_hub, tmp
             assert label["End of training"] in page.locator("#fill-mask-message-b").inner_text()
             page.screenshot(path=os.path.join(ARTIFACTS, "bench-side-by-side.png"), full_page=True)
 
-            # probe set with multi-token answers, two templates a line and a distractor, on two revisions:
-            # a row each with 95% intervals, the template spread and the paired comparison, and the chart
-            page.get_by_role("tab", name="Probe set").click()
-            tok = demo.predictor.tokenizer
-            vocab = tok.get_vocab()
-            words = sorted(t[1:] for t in vocab if t.startswith("\u0120") and t[1:].isascii() and t[1:].isalpha() and len(t) > 3)[:24]
-            long_words = sorted({w + s for w in words for s in ("ings", "ers")
-                                 if len(tok(" " + w + s, add_special_tokens=False)["input_ids"]) >= 2})[:12]
-            assert len(long_words) == 12
-            probe_lines = [f"the {a} of the <mask> is {b} . | {b} is the <mask> . \u21d2 {c} | {a}"
-                           for a, b, c in zip(words, words[12:], long_words)]
-            page.locator("#probe-text textarea").fill("\n".join(probe_lines))
-            ticked = ("Training in progress, step 10", "End of training")
-            for title in ticked:
-                page.get_by_label(label[title], exact=True).check()
-            page.get_by_role("button", name="Score probe set").click()
-            page.wait_for_function("() => /Scored|Not scored|Note/.test(document.querySelector('#probe-message').innerText)",
-                                   timeout=90_000)
-            n = 2 * len(probe_lines)
-            assert page.locator("#probe-message").inner_text().strip() == f"Scored {n} probes on 2 revisions."
-            expected = bench.probe("\n".join(probe_lines), [sha[t] for t in ticked])
-            assert all(r["multi_token"] == n for r in expected["rows"])
-            page.wait_for_function("want => document.querySelector('#probe-table').innerText.includes(want)",
-                                   arg=label["End of training"], timeout=30_000)
-            table = page.locator("#probe-table").inner_text()
-            for title, row in zip(ticked, expected["rows"]):
-                assert label[title] in table
-                low, high = row["intervals"]["top1"]
-                assert f"{row['top1']:.3f} [{low:.3f}, {high:.3f}]" in table  # the value and its 95% interval
-                low, high = row["intervals"]["mrr"]
-                assert f"{row['mrr']:.3f} [{low:.3f}, {high:.3f}]" in table
-            notes = page.locator("#probe-compare").inner_text()
-            assert "2 templates" in notes and "spread (max - min)" in notes
-            assert f"on {n} paired probes" in notes and "McNemar exact" in notes
-            page.locator("#probe-plot img").first.wait_for(timeout=30_000)  # the matplotlib chart
-            page.wait_for_timeout(1000)  # let the chart finish drawing before the screenshot
-            page.screenshot(path=os.path.join(ARTIFACTS, "bench-probe-chart.png"), full_page=True)
+            _check_probe_chart(page, demo, label, sha)
         finally:
             browser.close()

@@ -1,6 +1,6 @@
 """The code's shape (issue 26's targets), read with ``ast`` only: nothing is imported; it runs in about a second.
 
-* No file in ``hf_tpu_ext/``, ``spaces_demo/``, ``benchmarks/`` (and the loopback Hub, ``tests/loopback_hub*.py``) over :data:`MAX_FILE_LINES` lines and no function
+* No file in ``hf_tpu_ext/``, ``spaces_demo/``, ``benchmarks/`` and ``tests/`` (every test and helper, issue 49) over :data:`MAX_FILE_LINES` lines and no function
   (method, nested function) over :data:`MAX_FUNCTION_LINES` lines, counted from its ``def`` line to its last line
   (decorators not counted; a nested function's lines count in the outer one too).
 * A ratchet: the files and functions already over a limit when this check came in are listed, with their size
@@ -31,8 +31,8 @@ MAX_FILE_LINES = 600
 MAX_FUNCTION_LINES = 80
 #: the folders checked, relative to the repository root
 ROOTS = ("hf_tpu_ext", "spaces_demo", "benchmarks")
-#: test helpers under the same size limits (the loopback Hub: a server, its routes, its stored objects)
-TEST_HELPERS = "tests/loopback_hub*.py"
+#: the tests and their helpers, under the same size limits (not in the import checks: they are not product code)
+TEST_FILES = "tests/**/*.py"
 THIS_FILE = "tests/test_code_shape.py"
 
 #: file -> its lines when it was last measured over the limit (only ever lower these numbers or drop entries)
@@ -48,14 +48,15 @@ KNOWN_CYCLES: Dict[frozenset, str] = {
 
 # ============================================================================================ sizes
 def _python_files(helpers: bool = False) -> Iterator[Tuple[str, Path]]:
-    """The checked files (``helpers``: the :data:`TEST_HELPERS` too) as ``(relative path, path)``."""
+    """The checked files (``helpers``: the :data:`TEST_FILES` too) as ``(relative path, path)``."""
     for root in ROOTS:
         for path in sorted((REPO_ROOT / root).rglob("*.py")):
             if "__pycache__" not in path.parts:
                 yield path.relative_to(REPO_ROOT).as_posix(), path
     if helpers:
-        for path in sorted(REPO_ROOT.glob(TEST_HELPERS)):
-            yield path.relative_to(REPO_ROOT).as_posix(), path
+        for path in sorted(REPO_ROOT.glob(TEST_FILES)):
+            if "__pycache__" not in path.parts:
+                yield path.relative_to(REPO_ROOT).as_posix(), path
 
 
 def _functions(tree: ast.AST, prefix: str = "") -> Iterator[Tuple[str, int, int]]:
@@ -123,6 +124,7 @@ def test_no_file_over_600_lines_beyond_the_ratchet():
     files, _ = measure()
     assert len(files) > 50 and "hf_tpu_ext/cli.py" in files and "spaces_demo/app.py" in files
     assert "tests/loopback_hub.py" in files and "tests/loopback_hub_handler.py" in files
+    assert THIS_FILE in files and "tests/current/test_keras3_callbacks.py" in files  # the tests, tests/current too
     failures = ratchet_failures(MAX_FILE_LINES, files, FILE_OFFENDERS, {f: f"{f}: the file" for f in files},
                                 "FILE_OFFENDERS", "Split it by job into modules of at most 600 lines.")
     assert not failures, "\n".join(failures)
@@ -395,3 +397,149 @@ def test_direction_check_names_each_wrong_import():
         "hf_tpu_ext.run.y imports the backend module hf_tpu_ext.backends.tensorflow (hf_tpu_ext/run/y.py:1): hub/ and "
         "run/ take a "
         "backend's work as arguments (e.g. export_checkpoint), never import a backend."]
+
+
+# ============================================================================================ environment variables
+#: the product code whose environment reads are counted (the benchmarks and tests are not the product)
+PRODUCT_ROOTS = ("hf_tpu_ext", "spaces_demo")
+
+
+def _strings(node: ast.expr, known: Dict[str, Tuple[str, ...]]) -> Optional[Tuple[str, ...]]:
+    """The strings ``node`` stands for: a literal, a tuple of them (``*T`` spread), a name of ``known``; else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return (node.value,)
+    if isinstance(node, ast.Name):
+        return known.get(node.id)
+    if isinstance(node, ast.Starred):
+        return _strings(node.value, known)
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int):
+        whole = _strings(node.value, known)  # JAX_TIMEOUTS[0]
+        return (whole[node.slice.value],) if whole and -len(whole) <= node.slice.value < len(whole) else None
+    if isinstance(node, (ast.Tuple, ast.List)):
+        parts = [_strings(e, known) for e in node.elts]
+        return None if any(p is None for p in parts) else tuple(s for p in parts for s in p)
+    return None
+
+
+def module_constants(tree: ast.Module, imported: Dict[str, Tuple[str, ...]]) -> Dict[str, Tuple[str, ...]]:
+    """Names bound to strings (or tuples of strings) in ``tree``, beside ``imported`` ones: module-level
+    assignments (``A = "X"``, ``A, B = "X", "Y"``) and loop variables over such tuples (``for v in ("X", T)``)."""
+    known = dict(imported)
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name) and _strings(node.value, known) is not None:
+                    known[target.id] = _strings(node.value, known)
+                elif isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                    for name, value in zip(target.elts, node.value.elts):
+                        if isinstance(name, ast.Name) and _strings(value, known) is not None:
+                            known[name.id] = _strings(value, known)
+    for node in ast.walk(tree):
+        loop = [(node.target, node.iter)] if isinstance(node, ast.For) else [
+            (g.target, g.iter) for g in getattr(node, "generators", [])]
+        for target, values in loop:
+            if isinstance(target, ast.Name) and _strings(values, known) is not None:
+                known[target.id] = _strings(values, known)
+    return known
+
+
+def _is_environ(node: ast.expr, aliases: Set[str]) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+        isinstance(node, ast.Name) and node.id in aliases)
+
+
+def environment_reads(tree: ast.Module, known: Dict[str, Tuple[str, ...]]) -> List[Tuple[str, int]]:
+    """``(variable, line)`` of each read of ``os.environ`` in ``tree``: ``.get(v)``, ``.pop(v)``, ``[v]``, ``v in``,
+    ``os.getenv(v)``, through a name bound to an expression holding ``os.environ`` too (``setdefault`` and item
+    assignment are writes). A variable that cannot be told is ``"?"``."""
+    aliases = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+               and any(isinstance(n, ast.Attribute) and n.attr == "environ" for n in ast.walk(node.value))
+               for t in node.targets if isinstance(t, ast.Name)} | {"environ"} & {
+        a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "os"
+        for a in node.names}
+    found = []
+    for node in ast.walk(tree):
+        arg = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            if node.func.attr in ("get", "pop") and _is_environ(node.func.value, aliases):
+                arg = node.args[0]
+            elif node.func.attr == "getenv":
+                arg = node.args[0]
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_environ(node.value, aliases):
+            arg = node.slice
+        elif isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)) and _is_environ(
+                node.comparators[0], aliases):
+            arg = node.left
+        if arg is not None:
+            found += [(name, node.lineno) for name in (_strings(arg, known) or ("?",))]
+    return found
+
+
+def environment_readers(sources: Dict[str, str]) -> Dict[str, Dict[str, List[int]]]:
+    """``{variable: {file: [lines]}}`` of every environment read in ``sources`` (``{relative path: text}``); a
+    name imported from another module of ``sources`` resolves to that module's constant."""
+    trees = {rel: ast.parse(text, filename=rel) for rel, text in sources.items()}
+    own = {_module_name(rel): module_constants(tree, {}) for rel, tree in trees.items()}
+    readers: Dict[str, Dict[str, List[int]]] = {}
+    for rel, tree in trees.items():
+        imported = {a.asname or a.name: own[node.module][a.name] for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module in own
+                    for a in node.names if a.name in own[node.module]}
+        for name, line in environment_reads(tree, module_constants(tree, imported)):
+            readers.setdefault(name, {}).setdefault(rel, []).append(line)
+    return readers
+
+
+def test_every_environment_variable_has_one_reader_and_a_row():
+    sources = {rel: path.read_text(encoding="utf-8") for rel, path in _python_files() if rel.startswith(
+        tuple(root + "/" for root in PRODUCT_ROOTS))}
+    readers = environment_readers(sources)
+    assert {"JAX_PROCESS_ID", "KERAS_BACKEND", "MODEL_ID", "HF_TOKEN", "XLA_FLAGS"} <= set(readers)  # the scan sees them
+    several = [f"{name} is read in {len(files)} modules ({', '.join(sorted(files))}): read it in one and ask "
+               "that one" for name, files in sorted(readers.items()) if len(files) > 1]
+    unknown = [f"{rel}:{lines[0]}" for rel, lines in readers.get("?", {}).items()]
+    assert not several and not unknown, "\n".join(several + [f"an environment read of a variable that cannot be "
+                                                             f"told (name it with a constant): {u}" for u in unknown])
+    text = (REPO_ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    section = text.split("### Environment variables", 1)[1].split("\n### ", 1)[0]
+    table = "\n".join(line for line in section.splitlines() if line.startswith("| `"))
+    missing = [name for name in sorted(readers) if f"`{name}`" not in table]
+    assert not missing, f"ARCHITECTURE.md's environment table lacks: {', '.join(missing)}"
+
+
+def test_environment_scan_resolves_names():
+    sources = {
+        "pkg/names.py": 'A = "A_VAR"\nB, C = "B_VAR", "C_VAR"\nBOTH = (A, B)\n',
+        "pkg/one.py": ("import os\nfrom pkg.names import BOTH, C\n"
+                       "def f(environ=None):\n    env = os.environ if environ is None else environ\n"
+                       "    return env.get(C), [os.environ.get(n) for n in BOTH], os.environ['D_VAR']\n"),
+        "pkg/two.py": ("import os\ndef g(name):\n    os.environ.setdefault('E_VAR', '1')\n"
+                       "    return 'A_VAR' in os.environ, os.getenv(name)\n"),
+    }
+    assert environment_readers(sources) == {
+        "C_VAR": {"pkg/one.py": [5]}, "A_VAR": {"pkg/one.py": [5], "pkg/two.py": [4]}, "B_VAR": {"pkg/one.py": [5]},
+        "D_VAR": {"pkg/one.py": [5]}, "?": {"pkg/two.py": [4]}}
+
+
+# ============================================================================================ private names
+def private_name_imports(sources: Dict[str, str], roots: Tuple[str, ...] = PRODUCT_ROOTS) -> List[str]:
+    """``"file:line: module._name"`` for every import of another module's private name (``_x``, not ``__x__``)
+    among the project's own modules (absolute or relative), in a function too."""
+    found = []
+    for rel, text in sorted(sources.items()):
+        for node, _ in _imports([ast.parse(text, filename=rel)]):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in roots):
+                found += [f"{rel}:{node.lineno}: {'.' * node.level}{node.module or ''}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_another_modules_private_name():
+    sources = {rel: path.read_text(encoding="utf-8") for rel, path in _python_files() if rel.startswith(
+        tuple(root + "/" for root in PRODUCT_ROOTS))}
+    found = private_name_imports(sources)
+    assert not found, "\n".join(f"{f}: a private name of another module; make it public (named, documented) or "
+                                "ask the module a public question" for f in found)
+    assert private_name_imports({"pkg/a.py": "def f():\n    from pkg.b import _x, y, __all__\nfrom .c import _z\n"},
+                                ("pkg",)) == ["pkg/a.py:2: pkg.b._x", "pkg/a.py:3: .c._z"]

@@ -257,3 +257,32 @@ def test_a_finished_run_ends_on_the_folder_line(tmp_path, monkeypatch, capsys, h
     stdout = capsys.readouterr().out
     assert order[-1] == "line" and ("stdout" in order) is not terminal
     assert stdout == ("" if terminal else '{"global_step": 6, "train_loss": 2.5}\n')
+
+
+def test_a_log_line_in_a_file_is_not_glued_to_the_bar(monkeypatch):
+    """Output redirected to a file: the bar's ``\\r`` line is ended before a log line, which stands alone."""
+    import io
+    import logging
+
+    from tqdm import tqdm
+
+    from hf_tpu_ext.console import log_lines_above_bars
+
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    log = logging.getLogger("hf_tpu_ext.test_bar")
+    handler = logging.StreamHandler()  # on sys.stderr (the file), as setup_logging's
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    monkeypatch.setattr(log, "handlers", [handler])
+    monkeypatch.setattr(log, "propagate", False)
+    with log_lines_above_bars([log]):
+        bar = tqdm(total=4, desc="train", file=stream, bar_format="{desc}: {n_fmt}/{total_fmt}", mininterval=0)
+        bar.update(2)
+        log.error("Could not push")
+        log.warning("second")
+        bar.update(2)
+        bar.close()
+    # each log line a line of its own; the bar goes on after it (redrawn on the next line)
+    assert stream.getvalue().split("\n") == [
+        "\rtrain: 0/4\rtrain: 2/4", "ERROR hf_tpu_ext.test_bar: Could not push",
+        "\rtrain: 2/4", "WARNING hf_tpu_ext.test_bar: second", "\rtrain: 2/4\rtrain: 4/4\rtrain: 4/4", ""]

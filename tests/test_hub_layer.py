@@ -353,3 +353,28 @@ def test_push_command_hides_upload_bars_while_it_pushes(tmp_path, monkeypatch, c
     assert capsys.readouterr().out == "url\n"
     assert seen == [True]  # huggingface_hub's upload bars off during the push
     assert not are_progress_bars_disabled()  # and back on afterwards
+
+
+def test_huggingface_hubs_retry_lines_are_said_once_by_the_push(loopback_hub, tmp_path, caplog, monkeypatch):
+    """The Hub down during an LFS upload: huggingface_hub retries it itself (``Retrying in 1s [Retry 1/5].``);
+    the terminal gets one line of the push's instead of its two per retry."""
+    import types
+
+    from huggingface_hub.utils import _http
+
+    monkeypatch.setattr(_http, "time", types.SimpleNamespace(sleep=lambda seconds: None))  # its backoff: no wait
+    repo = preflight("down", loopback_hub.token)
+    folder = tmp_path / "f"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"\0" * 64)  # an LFS file: its upload runs huggingface_hub's retries
+    caplog.set_level(logging.INFO)
+    q = PushQueue(repo, loopback_hub.token, backoff_seconds=0.01)
+    loopback_hub.server.fail_next(3, status=503, route="lfs_upload")
+    q.submit(folder, commit_message="while down")
+    assert [m for m, _ in q.wait(timeout=30).pushed] == ["while down"]
+    q.close()
+    assert [r["status"] for r in loopback_hub.server.requests if r["route"] == "lfs_upload"] == [503, 503, 503, 200]
+    said = [(r.name, r.levelname, r.getMessage()) for r in caplog.records if r.name.startswith("huggingface_hub")
+            or r.levelno >= logging.WARNING]
+    assert said == [("hf_tpu_ext.hub", "WARNING", "Push 'while down': the Hub did not answer (HTTP Error 503); "
+                                                  "retrying.")]

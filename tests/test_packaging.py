@@ -175,3 +175,14 @@ def test_unmet_requirements_names_what_this_environment_lacks():
     assert f"transformers>=5 (installed: {version('transformers')})" in unmet
     assert f"huggingface_hub>=1.0 (installed: {version('huggingface_hub')})" in unmet
     assert any(u.startswith("jax[cpu]>=0.10 (installed: none)") for u in unmet)
+
+
+def test_packages_are_listed_explicitly_and_every_module_folder_is_one():
+    """pyproject.toml names every package (no namespace-package scan): each folder of modules under hf_tpu_ext/ and
+    spaces_demo/ has an ``__init__.py`` and is in the list, so the wheel holds every module."""
+    listed = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    folders = sorted({p.parent for root in ("hf_tpu_ext", "spaces_demo") for p in (REPO_ROOT / root).rglob("*.py")
+                      if "__pycache__" not in p.parts})
+    assert [str(f.relative_to(REPO_ROOT)) for f in folders if not (f / "__init__.py").is_file()] == []
+    assert sorted(listed) == sorted(".".join(f.relative_to(REPO_ROOT).parts) for f in folders)
+    assert "hf_tpu_ext.backends.keras" in listed

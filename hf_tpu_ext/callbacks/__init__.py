@@ -50,12 +50,11 @@ import sys
 from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 from hf_tpu_ext.errors import ArgumentError, HfTpuExtError, UnknownCallbackError
-from hf_tpu_ext.extras import require_extra
+from hf_tpu_ext.extras import missing_for, require_extra
 
 logger = logging.getLogger("hf_tpu_ext")
 
 FRAMEWORKS = ("tf_keras", "keras", "torch")
-BACKENDS = FRAMEWORKS  # the name before Keras 3 support; kept for callers
 _FRAMEWORK_ALIASES = {
     "tf_keras": "tf_keras", "tensorflow": "tf_keras", "tf": "tf_keras",
     "keras": "keras", "keras3": "keras", "keras_3": "keras",
@@ -66,9 +65,6 @@ ENTRY_POINT_GROUPS = {
     "keras": "hf_tpu_ext.keras_callbacks",
     "torch": "hf_tpu_ext.torch_callbacks",
 }
-ENTRY_POINT_GROUP = ENTRY_POINT_GROUPS["tf_keras"]
-KERAS_ENTRY_POINT_GROUP = ENTRY_POINT_GROUPS["keras"]
-TORCH_ENTRY_POINT_GROUP = ENTRY_POINT_GROUPS["torch"]
 
 # framework -> (pip extra, import names checked before importing a callback, base class for messages)
 _REQUIREMENTS = {
@@ -80,44 +76,59 @@ _REQUIREMENTS = {
 # framework -> name -> class, or "module:Class" not imported yet
 _TABLES: Dict[str, Dict[str, Union[type, str]]] = {fw: {} for fw in FRAMEWORKS}
 _DESCRIPTION_TABLES: Dict[str, Dict[str, str]] = {fw: {} for fw in FRAMEWORKS}
-_REGISTRY = _TABLES["tf_keras"]
-_DESCRIPTIONS = _DESCRIPTION_TABLES["tf_keras"]
-_KERAS_REGISTRY = _TABLES["keras"]
-_KERAS_DESCRIPTIONS = _DESCRIPTION_TABLES["keras"]
-_TORCH_REGISTRY = _TABLES["torch"]
-_TORCH_DESCRIPTIONS = _DESCRIPTION_TABLES["torch"]
+# older names, kept for callers (the names before Keras 3 support): alias -> (the name it stands for, its key or None)
+_ALIASES = {
+    "BACKENDS": ("FRAMEWORKS", None), "normalize_backend": ("normalize_framework", None),
+    "ENTRY_POINT_GROUP": ("ENTRY_POINT_GROUPS", "tf_keras"),
+    "KERAS_ENTRY_POINT_GROUP": ("ENTRY_POINT_GROUPS", "keras"),
+    "TORCH_ENTRY_POINT_GROUP": ("ENTRY_POINT_GROUPS", "torch"),
+    "_REGISTRY": ("_TABLES", "tf_keras"), "_DESCRIPTIONS": ("_DESCRIPTION_TABLES", "tf_keras"),
+    "_KERAS_REGISTRY": ("_TABLES", "keras"), "_KERAS_DESCRIPTIONS": ("_DESCRIPTION_TABLES", "keras"),
+    "_TORCH_REGISTRY": ("_TABLES", "torch"), "_TORCH_DESCRIPTIONS": ("_DESCRIPTION_TABLES", "torch"),
+}
 
-# name -> (description, {framework: "module:Class"}): same name, same job, every framework
-_BUILTINS = {
+
+def __getattr__(name: str) -> Any:
+    """An older name of :data:`_ALIASES` (PEP 562: only names not defined here reach this)."""
+    if name not in _ALIASES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    target, key = _ALIASES[name]
+    value = globals()[target]
+    return value if key is None else value[key]
+
+# name -> (description, {framework: class}): same name, same job, every framework; each class lives in
+# hf_tpu_ext.callbacks.<framework>.<name> and is imported when asked for
+_BUILTIN_CLASSES = {
     "masked_lm_metrics": (
         "Evaluate masked-LM loss, perplexity and accuracy on device (per epoch or every N steps).",
-        {"tf_keras": "hf_tpu_ext.callbacks.tf_keras.masked_lm_metrics:MaskedLMMetrics",
-         "keras": "hf_tpu_ext.callbacks.keras.masked_lm_metrics:MaskedLMMetrics",
-         "torch": "hf_tpu_ext.callbacks.torch.masked_lm_metrics:MaskedLMMetricsCallback"},
+        {"tf_keras": "MaskedLMMetrics", "keras": "MaskedLMMetrics", "torch": "MaskedLMMetricsCallback"},
     ),
     "push_to_hub": (
         "Push checkpoints, the model and its card to the Hub in the background while training runs.",
-        {"tf_keras": "hf_tpu_ext.callbacks.tf_keras.push_to_hub:PushToHubCallback",
-         "keras": "hf_tpu_ext.callbacks.keras.push_to_hub:PushToHubCallback",
-         "torch": "hf_tpu_ext.callbacks.torch.push_to_hub:PushToHubCallback"},
+        dict.fromkeys(FRAMEWORKS, "PushToHubCallback"),
     ),
-    "throughput": (
-        "Log samples/s, tokens/s (per replica), median step time and MFU.",
-        {"tf_keras": "hf_tpu_ext.callbacks.tf_keras.throughput:ThroughputCallback",
-         "keras": "hf_tpu_ext.callbacks.keras.throughput:ThroughputCallback",
-         "torch": "hf_tpu_ext.callbacks.torch.throughput:ThroughputCallback"},
-    ),
-    "xla_recompile_guard": (
-        "Warn or fail when the train function is traced/compiled again after warm-up.",
-        {"tf_keras": "hf_tpu_ext.callbacks.tf_keras.xla_recompile_guard:XLARecompileGuard",
-         "keras": "hf_tpu_ext.callbacks.keras.xla_recompile_guard:XLARecompileGuard",
-         "torch": "hf_tpu_ext.callbacks.torch.xla_recompile_guard:XLARecompileGuard"},
-    ),
+    "throughput": ("Log samples/s, tokens/s (per replica), median step time and MFU.",
+                   dict.fromkeys(FRAMEWORKS, "ThroughputCallback")),
+    "xla_recompile_guard": ("Warn or fail when the train function is traced/compiled again after warm-up.",
+                            dict.fromkeys(FRAMEWORKS, "XLARecompileGuard")),
 }
+# name -> (description, {framework: "module:Class"})
+_BUILTINS = {name: (text, {fw: f"{__name__}.{fw}.{name}:{cls}" for fw, cls in classes.items()})
+             for name, (text, classes) in _BUILTIN_CLASSES.items()}
 for _name, (_text, _targets) in _BUILTINS.items():
     for _fw, _where in _targets.items():
         _TABLES[_fw][_name] = _where
         _DESCRIPTION_TABLES[_fw][_name] = _text
+
+
+def framework_requirements(framework: str):
+    """``(pip extra, import names)`` a framework's callbacks need (``"keras"`` -> ``("keras", ("keras",))``).
+
+    Raises:
+        ArgumentError: an unknown framework name (see :func:`normalize_framework`).
+    """
+    extra, modules, _ = _REQUIREMENTS[normalize_framework(framework)]
+    return extra, modules
 
 
 class CallbackImportError(HfTpuExtError, ImportError):
@@ -140,9 +151,6 @@ def normalize_framework(framework: str) -> str:
             "or 'torch' (alias 'torch_xla')."
         )
     return key
-
-
-normalize_backend = normalize_framework  # the name before Keras 3 support; kept for callers
 
 
 def _framework_arg(framework: Optional[str], backend: Optional[str]) -> Optional[str]:
@@ -216,7 +224,6 @@ def default_framework() -> str:
     keras_side = [fw for fw in loaded if fw != "torch"]
     if keras_side:
         return keras_side[0]  # loaded_frameworks() holds at most one Keras framework
-    from hf_tpu_ext.extras import missing_for
 
     for fw in FRAMEWORKS:
         extra, modules, _ = _REQUIREMENTS[fw]
@@ -552,6 +559,7 @@ __all__ = [
     "build_callbacks",
     "callback_frameworks",
     "default_framework",
+    "framework_requirements",
     "framework_of",
     "get_callback",
     "get_callback_class",

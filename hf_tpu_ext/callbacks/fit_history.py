@@ -11,6 +11,8 @@ import math
 import os
 from typing import Any, Dict, List, Optional
 
+from hf_tpu_ext.outputs import plot_loss_curve
+
 
 def _number(value) -> Optional[float]:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -94,8 +96,6 @@ class FitHistory:
 
     def write_curve(self, folder: str) -> Optional[str]:
         """``folder/loss_curve.png`` (:func:`hf_tpu_ext.outputs.plot_loss_curve`), or None without a loss sample."""
-        from hf_tpu_ext.outputs import plot_loss_curve
-
         entries = self.entries()
         if not any("loss" in e for e in entries):
             return None

@@ -13,6 +13,9 @@ import weakref
 from typing import Any, Dict, Optional
 
 from hf_tpu_ext.callbacks import read_global_step
+from hf_tpu_ext.errors import ArgumentError
+from hf_tpu_ext.flops import Peak
+from hf_tpu_ext.mfu import MFUMeter
 from hf_tpu_ext.step_window import StepWindow, weighted_median
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -64,7 +67,6 @@ class ThroughputMeter:
                  flops_per_token: Optional[float] = None, peak_flops: Optional[float] = None,
                  peak_dtype: str = "float32", warmup_steps: int = 2, log_every: int = 100):
         super().__init__()
-        from hf_tpu_ext.errors import ArgumentError
 
         for name, value in (("global_batch_size", global_batch_size), ("seq_length", seq_length),
                             ("num_replicas", num_replicas)):
@@ -125,9 +127,6 @@ class ThroughputMeter:
             "tokens_per_second_per_replica": tokens / self.num_replicas,
         }
         if self.flops_per_token and self.peak_flops and self.mfu_note is None:
-            from hf_tpu_ext.flops import Peak
-            from hf_tpu_ext.mfu import MFUMeter
-
             # the training loops' meter: above the peak, MFU is left out from here on, said once
             meter = MFUMeter(self.flops_per_token, Peak(self.peak_flops, self.peak_source or "given"),
                              self.num_replicas)

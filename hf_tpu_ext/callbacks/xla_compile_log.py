@@ -28,6 +28,8 @@ import tempfile
 import threading
 from typing import Dict, Optional
 
+from hf_tpu_ext.environment import XLA_FLAGS, process_variables
+
 # the step functions XLA compiles in tf_keras (``run_step``) and Keras 3 on TensorFlow
 # (``one_step_on_data``, ``multi_step_on_iterator``...); XLA full-matches this against the module name
 MODULE_RE = r".*(run_step|train_function|train_step|one_step_on|multi_step_on|step_on_data|step_on_iterator).*"
@@ -101,13 +103,13 @@ def compile_log() -> XlaCompileLog:
     with _LOCK:
         if _LOG is not None:
             return _LOG
-        flags = os.environ.get("XLA_FLAGS", "")
+        flags = process_variables().get(XLA_FLAGS, "")
         existing = _flag_value(flags, "xla_dump_to")
         if existing:
             _LOG = XlaCompileLog(existing, owned=False)
             return _LOG
         directory = tempfile.mkdtemp(prefix="hf-tpu-xla-compile-log-")
-        os.environ["XLA_FLAGS"] = " ".join(
+        os.environ[XLA_FLAGS] = " ".join(
             part for part in (flags, f"--xla_dump_to={directory}", f"--xla_dump_hlo_module_re={MODULE_RE}") if part
         )
         _LOG = XlaCompileLog(directory, owned=True)

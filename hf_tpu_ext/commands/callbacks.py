@@ -23,7 +23,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         ArgumentError: an unknown ``--framework``.
     """
     from hf_tpu_ext.callbacks import ENTRY_POINT_GROUPS, FRAMEWORKS, available_callbacks, callback_frameworks
-    from hf_tpu_ext.callbacks import _REQUIREMENTS, normalize_framework
+    from hf_tpu_ext.callbacks import framework_requirements, normalize_framework
     from hf_tpu_ext.extras import install_hint, missing_for
 
     parser = argparse.ArgumentParser(
@@ -49,7 +49,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name, (frameworks, description) in rows.items():
         print(f"{name.ljust(width)}  {','.join(frameworks).ljust(fw_width)}  {description}")
     for fw in ([normalize_framework(args.framework)] if args.framework else FRAMEWORKS):
-        extra, modules, _ = _REQUIREMENTS[fw]
+        extra, modules = framework_requirements(fw)
         if missing_for(extra, modules):
             print(f"({fw} is not installed here: {install_hint(extra)})")
     return 0

@@ -67,9 +67,9 @@ def load_demo(model: Optional[str], backend: Optional[str] = None, revision: Opt
         from hf_tpu_ext.errors import MissingExtraError
 
         raise MissingExtraError(no_framework_message("hf-tpu demo", extra="demo"))
-    from spaces_demo.app import MODEL_ENV, build_demo
+    from spaces_demo.app import MODEL_ENV, build_demo, model_id_from_environment
 
-    model = model or os.environ.get(MODEL_ENV) or None
+    model = model or model_id_from_environment()
     if not model:
         raise ArgumentError(f"Give the model to show: `hf-tpu demo OUTPUT_DIR` or a repo id, or set ${MODEL_ENV}.")
     if concurrency_limit < 1:
@@ -121,9 +121,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         HubRepoError: the model is neither a folder nor a repo at the Hub endpoint, or the endpoint is unreachable.
     """
     args = build_parser().parse_args(argv)
-    from spaces_demo.app import MODEL_ENV
+    from spaces_demo.app import model_id_from_environment
 
-    if args.model or os.environ.get(MODEL_ENV):  # (no model: load_demo says so first)
+    if args.model or model_id_from_environment():  # (no model: load_demo says so first)
         check_port_free(args.host, args.port)  # before the model is loaded, not a 15-line OSError after
     from hf_tpu_ext.fill_mask.quiet import quieted
     from spaces_demo.app import launch

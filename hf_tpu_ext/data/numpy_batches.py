@@ -34,7 +34,7 @@ import numpy as np
 from hf_tpu_ext.data.sharding import permute
 from hf_tpu_ext.errors import DataError
 
-_TRAIN, _EVAL, _ORDER = 0, 1, 2  # stream ids mixed into the seed: masks, evaluation masks, epoch order
+TRAIN_STREAM, _EVAL, _ORDER = 0, 1, 2  # stream ids mixed into the seed: masks, evaluation masks, epoch order
 
 
 class NumpyMasker:
@@ -170,7 +170,8 @@ class TrainBatches:
 
     def __call__(self, step: int) -> Dict[str, np.ndarray]:
         """This process's rows of the masked batch of global step ``step`` (int >= 0); ``[R, ...]`` arrays."""
-        return self.masker(read_rows(self.blocks, self.block_indices(step)), (self.seed, _TRAIN, int(step)), self.rows)
+        rows = read_rows(self.blocks, self.block_indices(step))
+        return self.masker(rows, (self.seed, TRAIN_STREAM, int(step)), self.rows)
 
 
 def as_blocks(blocks):

@@ -244,7 +244,7 @@ class StreamTrainBatches:
         Raises:
             DataError: ``step`` is not the next step of the stream.
         """
-        from hf_tpu_ext.data.numpy_batches import _TRAIN
+        from hf_tpu_ext.data.numpy_batches import TRAIN_STREAM
 
         if int(step) != self.next_step:
             raise DataError(f"--streaming reads its steps in order: step {step} asked, step {self.next_step} next.")
@@ -254,7 +254,7 @@ class StreamTrainBatches:
             self._states[self.next_step] = self.blocks.state()
             for old in [s for s in self._states if s <= self.next_step - self.keep]:
                 del self._states[old]
-        return self.masker(ids, (self.seed, _TRAIN, int(step)), self.rows)
+        return self.masker(ids, (self.seed, TRAIN_STREAM, int(step)), self.rows)
 
     def state_at(self, steps_done: int) -> str:
         """The JSON position after ``steps_done`` trained steps (what a checkpoint of that step records).

@@ -14,7 +14,7 @@ import os
 import re
 from typing import Callable, Optional, Tuple
 
-from hf_tpu_ext.errors import ModelCardError
+from hf_tpu_ext.errors import ArgumentError, ModelCardError
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -121,8 +121,6 @@ def write_card(output_dir: str, card, *, mode: str = "merge", explicit: Tuple[st
         ArgumentError: an unknown ``mode``.
         ModelCardError: ``"merge"`` of a README.md whose metadata does not parse (nothing is written).
     """
-    from hf_tpu_ext.errors import ArgumentError
-
     if mode not in CARD_MODES:
         raise ArgumentError(f"The card mode must be one of {', '.join(CARD_MODES)}, got {mode!r}.")
     path = os.path.join(output_dir, "README.md")

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from hf_tpu_ext.fileio import read_json_object
 from hf_tpu_ext.hub.card_facts import framework_versions, strategy_label
 from hf_tpu_ext.hub.card_guard import mark_generated
+from hf_tpu_ext.hub.model_ref import hub_url, is_hub_repo_id
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -176,8 +177,6 @@ def keras_preset_folder(output_dir: str) -> Optional[str]:
 
 
 def _is_hub_id(value) -> bool:
-    from hf_tpu_ext.hub.model_ref import is_hub_repo_id
-
     return isinstance(value, str) and bool(_REPO_ID.match(value)) and is_hub_repo_id(value)
 
 
@@ -263,8 +262,6 @@ def _eval_results(evals: dict, dataset_name: Optional[str], description: str, co
 def _model_description(config: dict, info: dict, backend: str, base_model: Optional[str],
                        initialized_from: Optional[str], description: str) -> str:
     """The card's first paragraph: architecture and size, what the weights started from, the framework."""
-    from hf_tpu_ext.hub.model_ref import hub_url
-
     arch = config.get("architectures", ["RobertaForMaskedLM"])[0] if config.get("architectures") else "RoBERTa-style masked LM"
     size = []
     for key, label in (("num_hidden_layers", "layers"), ("hidden_size", "hidden size"), ("num_attention_heads", "heads"),
@@ -379,7 +376,6 @@ def render_model_card(output_dir: str, repo_id: Optional[str] = None, summary: O
     """
     from huggingface_hub import ModelCard, ModelCardData
 
-    from hf_tpu_ext.hub.model_ref import hub_url
 
     info, extra_tags = _card_info(output_dir, summary, card_fields)
     config = info.get("model_config") or _read_json(os.path.join(output_dir, "config.json"))

@@ -38,9 +38,9 @@ from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.hub.preflight import endpoint, scrub, transport_errors
-from hf_tpu_ext.hub.retry_policy import (MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS, describe,  # noqa: F401
-                                         is_retryable, is_unreadable_reply, retry_after_for, retry_after_seconds,
-                                         status_of)
+from hf_tpu_ext.hub.retry_policy import (HUB_LINES, MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS,  # noqa: F401
+                                         describe, is_retryable, is_unreadable_reply, retry_after_for,
+                                         retry_after_seconds, status_of)
 from hf_tpu_ext.hub.staging import STAGING_PREFIX, copy_tree, remove_stale_staging  # noqa: F401 (re-exported)
 
 logger = logging.getLogger("hf_tpu_ext.hub")
@@ -478,16 +478,17 @@ class PushQueue:
 
     def _push_with_retries(self, job: _Job) -> Tuple[str, Optional[str]]:
         api = self._hf_api()
+        HUB_LINES.start(job.commit_message, self._token)
         while True:
             job.attempts += 1
             try:
-                _NO_CHANGES.seen = False
+                HUB_LINES.seen = False
                 info = api.upload_folder(
                     repo_id=self.repo_id, folder_path=job.staging, path_in_repo=job.path_in_repo,
                     commit_message=job.commit_message, commit_description=f"{PUSH_ID_MARKER}: {job.push_id}",
                     revision=self.revision, repo_type=self.repo_type, delete_patterns=job.delete_patterns,
                 )
-                if _NO_CHANGES.seen:  # huggingface_hub's own warning is held back: this line says it
+                if HUB_LINES.seen:  # huggingface_hub's own warning is held back: this line says it
                     logger.info("Push %r: the Hub already holds these files (an earlier attempt whose reply was "
                                 "lost landed, or nothing changed): no new commit.", job.commit_message)
                 return info.oid, getattr(info, "commit_url", None)
@@ -539,35 +540,6 @@ class PushQueue:
     def _commit_url(self, oid: str) -> str:
         prefix = {"model": "", "dataset": "datasets/", "space": "spaces/"}.get(self.repo_type, "")
         return f"{endpoint()}/{prefix}{self.repo_id}/commit/{oid}"
-
-
-class _NoChangesFilter(logging.Filter):
-    """Holds back huggingface_hub's "No files have been modified since last commit" warning in a push worker
-    (the queue logs its own line, :attr:`seen` tells it); every other record passes."""
-
-    def __init__(self):
-        super().__init__()
-        self._local = threading.local()
-
-    @property
-    def seen(self) -> bool:
-        return getattr(self._local, "seen", False)
-
-    @seen.setter
-    def seen(self, value: bool) -> None:
-        self._local.seen = value
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if threading.current_thread().name.startswith("hf-tpu-push-") and str(record.msg).startswith(
-                "No files have been modified"):
-            self.seen = True
-            return False
-        return True
-
-
-_NO_CHANGES = _NoChangesFilter()
-for _name in ("huggingface_hub.hf_api", "huggingface_hub._upload_pipeline"):  # < 1.0 / >= 1.0
-    logging.getLogger(_name).addFilter(_NO_CHANGES)
 
 
 def _close_thread_session() -> None:

@@ -7,17 +7,24 @@ Retried: connection errors, timeouts, HTTP 5xx and 429, with exponential backoff
 A ``Retry-After`` holds for the repo, not for one upload: :class:`RetryAfter` is its one clock, one per repo in a
 process (:func:`retry_after_for`), read by the push queue (an upload waits it out) and the commit budget (no save
 is admitted before it).
+
+huggingface_hub's own retry lines in a push worker are held back (:class:`HubLinesFilter`): the push says its
+retries once, in its own words.
 """
 
 from __future__ import annotations
 
 import email.utils
 import json
+import logging
 import threading
 import time
 from typing import Callable, Dict, Optional
 
-from hf_tpu_ext.hub.preflight import endpoint, transport_errors
+from hf_tpu_ext.console import HUB_RETRY_LOGGER, is_hub_retry_line
+from hf_tpu_ext.hub.preflight import endpoint, scrub, transport_errors
+
+logger = logging.getLogger("hf_tpu_ext.hub")
 
 MAX_BACKOFF_SECONDS = 60.0
 # a Retry-After above this is cut to it: a run must not sleep for hours on one header
@@ -122,3 +129,55 @@ def reset_retry_after() -> None:
     """Forget every repo's ``Retry-After`` (a test's fresh Hub; never needed in a run)."""
     with _CLOCKS_LOCK:
         _CLOCKS.clear()
+
+
+class HubLinesFilter(logging.Filter):
+    """huggingface_hub's own lines in a push worker (a ``hf-tpu-push-*`` thread of
+    :class:`~hf_tpu_ext.hub.push_queue.PushQueue`), held back: the queue says them in its words.
+
+    - "No files have been modified since last commit": :attr:`seen` tells the queue, which logs its own line.
+    - its retry loop's lines (``Retrying in 1s [Retry 1/5].``, ``HTTP Error 503 thrown while requesting ...``,
+      :func:`hf_tpu_ext.console.is_hub_retry_line`): the first of a push is said once as
+      ``Push 'msg': the Hub did not answer (HTTP Error 503); retrying.``, the others not at all.
+
+    Every other record, and every record of another thread, passes.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._local = threading.local()
+
+    @property
+    def seen(self) -> bool:
+        return getattr(self._local, "seen", False)
+
+    @seen.setter
+    def seen(self, value: bool) -> None:
+        self._local.seen = value
+
+    def start(self, commit_message: str, token: Optional[str]) -> None:
+        """A push of ``commit_message`` starts in this thread: its first retry line is said (``token`` scrubbed)."""
+        self._local.push, self._local.token, self._local.said = commit_message, token, False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not threading.current_thread().name.startswith("hf-tpu-push-"):
+            return True
+        if str(record.msg).startswith("No files have been modified"):
+            self.seen = True
+            return False
+        if not is_hub_retry_line(record):
+            return True
+        if not getattr(self._local, "said", True):
+            self._local.said = True
+            text = record.getMessage()
+            cause = (text.split(" thrown while requesting ")[0].strip("'") if " thrown while requesting " in text
+                     else "rate limited" if text.startswith("Rate limited") else "no answer")
+            logger.warning("Push %r: the Hub did not answer (%s); retrying.", self._local.push,
+                           scrub(cause, self._local.token))
+        return False
+
+
+HUB_LINES = HubLinesFilter()
+# < 1.0 / >= 1.0 (the no-changes warning), and the retry loop of both
+for _name in ("huggingface_hub.hf_api", "huggingface_hub._upload_pipeline", HUB_RETRY_LOGGER):
+    logging.getLogger(_name).addFilter(HUB_LINES)

@@ -23,6 +23,9 @@ from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
 
+from hf_tpu_ext.errors import DataError
+from hf_tpu_ext.metrics.masked_lm import load_masked_lm_metric
+
 
 IGNORE_INDEX = -100
 _FORMAT_HELP = (
@@ -107,8 +110,6 @@ def _split_element(element) -> Tuple[Dict[str, tf.Tensor], Optional[tf.Tensor]]:
     else:
         features, labels = element, None
     if not isinstance(features, dict):
-        from hf_tpu_ext.errors import DataError
-
         raise DataError(
             f"Evaluation batches must be dicts of tensors (input_ids, attention_mask, ...), got {type(features).__name__}."
         )
@@ -148,8 +149,6 @@ def batch_sums(model, element) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     if "masked_lm_positions" in features:
         return masked_lm_sums(model, features, training=False)
     if labels is None:
-        from hf_tpu_ext.errors import DataError
-
         raise DataError(_FORMAT_HELP + f"; got keys {sorted(features)}.")
     return stock_labels_sums(model, features, labels)
 
@@ -216,9 +215,6 @@ def evaluate_masked_lm(model, dataset, steps: Optional[int] = None, strategy: Op
     Raises:
         DataError: the dataset yielded no batch or no masked token, or its batches have neither format.
     """
-    from hf_tpu_ext.errors import DataError
-    from hf_tpu_ext.metrics.masked_lm import load_masked_lm_metric
-
     if strategy is None:
         strategy = getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
     spec = getattr(dataset, "element_spec", None)
@@ -280,7 +276,6 @@ def make_probe_scorer(model, tokenizer, probe_file: str, max_seq_length: int, ba
         DataError: the file cannot be parsed, or a probe cannot be scored with this tokenizer.
     """
     from hf_tpu_ext import probes
-    from hf_tpu_ext.errors import DataError
 
     vocab_size = int(model.config.vocab_size)
     try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
+from hf_tpu_ext.metrics.masked_lm import load_masked_lm_metric
+
 
 
 def _encoder_and_head(model):
@@ -88,7 +90,6 @@ def evaluate_masked_lm(model, dataloader, max_predictions: Optional[int], max_ba
     """
     import torch
 
-    from hf_tpu_ext.metrics.masked_lm import load_masked_lm_metric
 
     device = next(model.parameters()).device
     mark_step = None

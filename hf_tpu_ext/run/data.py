@@ -4,6 +4,7 @@ sizes checked before any model work."""
 
 from __future__ import annotations
 
+from hf_tpu_ext.data.loading import is_tfrecord_source
 from hf_tpu_ext.errors import DataError
 
 
@@ -18,7 +19,6 @@ def load_blocks(model_args, data_args, training_args, backend, tokenizer_source)
             data for a TPU Node, a ``--streaming`` source without a train split.
     """
     from hf_tpu_ext.data.block_shards import is_arrow_source
-    from hf_tpu_ext.data.loading import is_tfrecord_source
     from hf_tpu_ext.data.run_data import load_text_blocks, load_tfrecord_blocks
 
     shards = data_args.train_file and is_arrow_source(data_args.train_file)

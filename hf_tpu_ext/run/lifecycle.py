@@ -54,6 +54,9 @@ from hf_tpu_ext import interrupts
 from hf_tpu_ext.backends.base import run_progress
 from hf_tpu_ext.console import rerun_hint, resume_hint
 from hf_tpu_ext.errors import CheckpointError, HubPushError, OutputDirError, TrainingInterrupted
+from hf_tpu_ext.hub.checkpoint_layouts import save_failure_message
+from hf_tpu_ext.hub.space import deploy_space
+from hf_tpu_ext.outputs import read_all_results
 from hf_tpu_ext.run import checks, data, files, history, pushes, resume, state
 from hf_tpu_ext.run_lock import SPAWNED_CHILD_ENV, lock_output_dir
 
@@ -345,7 +348,6 @@ class TrainingRun:
         backend.setup(args)
         if getattr(backend, "processes_to_spawn", 0):  # one process per local device, each running this run
             backend.spawn(_spawned_run, (self.model_args, self.data_args, args))
-            from hf_tpu_ext.outputs import read_all_results
 
             return read_all_results(args.output_dir) or {}
         self._open_pusher()
@@ -373,7 +375,6 @@ class TrainingRun:
                 logger.error("training failed; %d push(es) not uploaded: %s", len(report.pending),
                              ", ".join(report.pending))
             self.pusher.close()
-        from hf_tpu_ext.hub.checkpoint_layouts import save_failure_message
 
         message = save_failure_message(err, args.output_dir, resume_hint(self.argv, self._secrets()))
         if message:  # disk full, quota, read-only: one line naming the intact checkpoint, not a traceback
@@ -466,7 +467,6 @@ class TrainingRun:
             logger.warning("The checkpoint is at global step %d, the run asks for %d steps, and the export, card and "
                            "pushes are done: nothing to do. Raise --max_steps or --num_train_epochs to train further.",
                            start, plan.total_steps)
-            from hf_tpu_ext.outputs import read_all_results
 
             return dict(read_all_results(args.output_dir) or {}, global_step=start)
         if start >= plan.total_steps:
@@ -564,8 +564,6 @@ class TrainingRun:
 
     def space(self) -> None:
         """Phase Space: the fill-mask demo Space of the pushed model (:func:`hf_tpu_ext.hub.space.deploy_space`)."""
-        from hf_tpu_ext.hub.space import deploy_space
-
         url = deploy_space(self.pusher.repo_id, self.args.hub_space_id, token=self.token,
                            private=self.args.hub_private_repo)
         logger.info("deployed the fill-mask demo to %s", url)

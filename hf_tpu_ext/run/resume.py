@@ -15,9 +15,13 @@ from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from hf_tpu_ext.errors import CheckpointError, IncompleteCheckpointError
+from hf_tpu_ext.hub.checkpoint_layouts import check_checkpoint_backend
+from hf_tpu_ext.hub.model_ref import check_model_ref
+from hf_tpu_ext.hub.resume import download_last_checkpoint, looks_like_repo_spec, parse_repo_spec
 from hf_tpu_ext.model_config import ROPE_THETA_FIELDS, parse_config_overrides
 from hf_tpu_ext.model_types import (DEFAULT_MODEL_TYPE, find_record, flag_fields, max_sequence_length,
                                     record_for)
+from hf_tpu_ext.outputs import TrainerState
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -74,8 +78,6 @@ def check_resume_source(args) -> None:
     """Raise :func:`not_a_resume_source` for a spec that is not ``true``, an existing path (or TF checkpoint
     prefix), nor of the form of a Hub repo id: no framework or network needed, so ``hf-tpu train`` runs it
     right after parsing."""
-    from hf_tpu_ext.hub.resume import looks_like_repo_spec
-
     spec = args.resume_from_checkpoint
     if not spec or args.resume_latest or os.path.exists(spec) or os.path.exists(spec + ".index"):
         return
@@ -91,9 +93,6 @@ def check_resume_repo(args) -> None:
         HubRepoError, HubAuthError: see :func:`hf_tpu_ext.hub.model_ref.check_model_ref` (the repo and revision
             named, with the endpoint).
     """
-    from hf_tpu_ext.hub.model_ref import check_model_ref
-    from hf_tpu_ext.hub.resume import looks_like_repo_spec, parse_repo_spec
-
     spec = args.resume_from_checkpoint
     if not spec or args.resume_latest or os.path.exists(spec) or os.path.exists(spec + ".index"):
         return
@@ -117,9 +116,6 @@ def find_resume_checkpoint(args, backend, token: Optional[str], tmp_dirs: List[s
         CheckpointError: no checkpoint found, an unreadable named one, or a spec that is neither a folder,
             ``true`` nor a Hub repo id.
     """
-    from hf_tpu_ext.hub.checkpoint_layouts import check_checkpoint_backend
-    from hf_tpu_ext.hub.resume import looks_like_repo_spec
-
     spec, download = args.resume_from_checkpoint, None
     if not spec:
         return None, None, None
@@ -138,8 +134,6 @@ def find_resume_checkpoint(args, backend, token: Optional[str], tmp_dirs: List[s
             raise CheckpointError(f"No checkpoint of --backend {backend.name} found at {spec!r}.")
         tokenizer_dir = None
     elif looks_like_repo_spec(spec):
-        from hf_tpu_ext.hub.resume import download_last_checkpoint
-
         local = tempfile.mkdtemp(prefix="hf-tpu-resume-")
         tmp_dirs.append(local)
         download = (local, spec)  # messages name the repo, not this temp folder
@@ -561,8 +555,6 @@ def resumed_history(info, output_dir: str, start: int) -> Tuple[Optional[List[Di
     of another step, both are ``None`` without a state."""
     state = info.trainer_state
     if state is None and os.path.isfile(os.path.join(output_dir, "trainer_state.json")):
-        from hf_tpu_ext.outputs import TrainerState
-
         state = dataclasses.asdict(TrainerState.load(os.path.join(output_dir, "trainer_state.json")))
     if not state:
         return None, None

@@ -14,6 +14,7 @@ import signal
 from typing import Any, Callable, Dict, List, Optional
 
 from hf_tpu_ext.backends.base import run_progress, tokens_seen
+from hf_tpu_ext.data.loading import describe_data_source
 from hf_tpu_ext.fileio import atomic_write_text
 from hf_tpu_ext.flops import flops_per_token
 from hf_tpu_ext.hub.model_card import initialization_fields
@@ -199,8 +200,6 @@ def evaluation_fields(data_args, plan) -> Dict[str, Any]:
     """``training_summary.json`` ``evaluation``: what each evaluation reads, for the card's sentence: ``data`` (in
     words: the ``--validation_file``, the Hub dataset's validation data, or the share held out of the training
     text), ``blocks`` (sequences) and ``tokens`` (``blocks x max_seq_length``)."""
-    from hf_tpu_ext.data.loading import describe_data_source
-
     if data_args.validation_file:
         name = data_args.validation_file.rstrip("/")
         data = f"the validation file {name if '://' in name else os.path.basename(name)}"

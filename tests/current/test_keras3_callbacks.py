@@ -171,6 +171,12 @@ def _check_common(out, loopback_hub, tmp_path, train_step_name):
                                 "num_input_tokens_seen")] == [1, 8, 8, 2, 8, 16 * 8 * 32])
     assert state["total_flos"] == pytest.approx(16 * 8 * 32 * out["throughput"]["flops_per_token"])
     assert state["train_runtime"] > 0
+    _check_versions_and_resume(out, card)
+    _check_fit_figures(out, card, train_step_name)
+
+
+def _check_versions_and_resume(out, card):
+    """The card's loss curve and framework versions; the preset loaded back; the resume from last-checkpoint/."""
     # the loss curve and the framework versions of the Keras backend that ran
     from importlib.metadata import version
 
@@ -187,6 +193,10 @@ def _check_common(out, loopback_hub, tmp_path, train_step_name):
     assert (out["resume_state"]["global_step"], out["resume_state"]["epoch"]) == (16, 2.0)
     assert out["resume_iterations"] == 16 and out["resume_weights_equal"] is True
 
+
+def _check_fit_figures(out, card, train_step_name):
+    """The guard's, metrics' and meter's figures, and the throughput rows of the card."""
+    h = out["history"]
     assert h["xla_compilations"] == [1, 1]
     assert len(h["eval_loss"]) == 2 and all(t == h["eval_tokens"][0] > 0 for t in h["eval_tokens"])
     assert h["perplexity"][-1] == pytest.approx(__import__("math").exp(h["eval_loss"][-1]))

@@ -25,18 +25,20 @@ from typing import Callable, List, Optional, Tuple
 from hf_tpu_ext.backends.keras import coordination_service
 from hf_tpu_ext.backends.keras.coordination_service import initialize_with_sidecar
 from hf_tpu_ext.backends.keras.process_agreement import KeyValueAgreement
-from hf_tpu_ext.distributed import (JAX_COORDINATOR_ADDRESS, JAX_DISTRIBUTED_SWITCH, JAX_NUM_PROCESSES,
-                                    JAX_PROCESS_ID, noted_output_dir, run_after_jax_initialize, set_process_agreement)
+from hf_tpu_ext.distributed import noted_output_dir, run_after_jax_initialize, set_process_agreement
+from hf_tpu_ext.environment import (JAX_COORDINATOR_ADDRESS, JAX_DISTRIBUTED_SWITCH, JAX_NUM_CPU_DEVICES,
+                                    JAX_NUM_PROCESSES, JAX_PLATFORMS, JAX_PROCESS_ID, JAX_TIMEOUTS, XLA_FLAGS,
+                                    process_variables)
 
 #: seconds to wait for every process to join (jax's ``initialization_timeout``; its default is 300)
-JAX_INITIALIZATION_TIMEOUT = "HF_TPU_JAX_INITIALIZATION_TIMEOUT"
+JAX_INITIALIZATION_TIMEOUT = JAX_TIMEOUTS[0]
 #: seconds without a heartbeat after which a process counts as lost and the others stop (default 30)
-JAX_HEARTBEAT_TIMEOUT = "HF_TPU_JAX_HEARTBEAT_TIMEOUT"
+JAX_HEARTBEAT_TIMEOUT = JAX_TIMEOUTS[1]
 DEFAULT_HEARTBEAT_TIMEOUT = 30
 #: seconds the other processes wait at exit for process 0 (export, card, final push; jax's default is 300, which
 #: a slow final push outlasts: they then abort with a C++ stack trace after a good run); a lost process 0 still
 #: ends the wait within the heartbeat time-out (:class:`LostProcessWatch`)
-JAX_SHUTDOWN_TIMEOUT = "HF_TPU_JAX_SHUTDOWN_TIMEOUT"
+JAX_SHUTDOWN_TIMEOUT = JAX_TIMEOUTS[2]
 DEFAULT_SHUTDOWN_TIMEOUT = 3600
 
 
@@ -70,7 +72,7 @@ def jax_distributed_arguments(environ=None) -> dict:
             ``JAX_COORDINATOR_ADDRESS``, or it without them, where JAX cannot find the cluster itself (no
             ``HF_TPU_JAX_DISTRIBUTED=1``, TPU host list, Slurm or Open MPI); one line naming the variables.
     """
-    env = os.environ if environ is None else environ
+    env = process_variables() if environ is None else environ
     count = _int_variable(env, JAX_NUM_PROCESSES, 1)
     index = _int_variable(env, JAX_PROCESS_ID, 0)
     if (count is None) != (index is None):
@@ -146,17 +148,17 @@ def shape_before_start(environ=None) -> Tuple[Optional[int], Optional[int]]:
     processes; an accelerator's count is ``None`` (JAX enumerates it). Malformed values give ``None`` (JAX's start
     names them).
     """
-    env = os.environ if environ is None else environ
+    env = process_variables() if environ is None else environ
     try:
         processes = _int_variable(env, JAX_NUM_PROCESSES, 1)
     except ValueError:
         return None, None
     if processes is None:
         processes = None if _cluster_found_by_jax(env) else 1
-    if str(env.get("JAX_PLATFORMS", "")).strip().lower() != "cpu" or processes is None:
+    if str(env.get(JAX_PLATFORMS, "")).strip().lower() != "cpu" or processes is None:
         return None, processes
-    flag = re.search(r"--xla_force_host_platform_device_count=(\d+)", str(env.get("XLA_FLAGS", "")))
-    raw = str(env.get("JAX_NUM_CPU_DEVICES", "")).strip() or (flag.group(1) if flag else "1")
+    flag = re.search(r"--xla_force_host_platform_device_count=(\d+)", str(env.get(XLA_FLAGS, "")))
+    raw = str(env.get(JAX_NUM_CPU_DEVICES, "")).strip() or (flag.group(1) if flag else "1")
     per_process = int(raw) if raw.isdigit() and int(raw) > 0 else None
     return (per_process * processes if per_process else None), processes
 
@@ -178,7 +180,8 @@ def maybe_initialize_distributed() -> bool:
 
     try:
         jax_distributed_arguments()  # half an environment is refused even when it would start nothing
-        if not (_cluster_found_by_jax(os.environ) or os.environ.get(JAX_COORDINATOR_ADDRESS, "").strip()):
+        env = process_variables()
+        if not (_cluster_found_by_jax(env) or env.get(JAX_COORDINATOR_ADDRESS, "").strip()):
             return False
         initialize_jax_distributed()
     except ValueError as err:
@@ -199,7 +202,7 @@ def initialize_jax_distributed() -> None:
     import jax
 
     kwargs = jax_distributed_arguments()
-    address = os.environ.get(JAX_COORDINATOR_ADDRESS, "").strip()
+    address = process_variables().get(JAX_COORDINATOR_ADDRESS, "").strip()
     timeout = kwargs.get("initialization_timeout", 300)
     logging.getLogger("hf_tpu_ext").info(
         "jax.distributed: process %s of %s, coordinator %s (time-out %d s, lost-process heartbeat %d s)",

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
 import keras
 import numpy as np
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.keras import backend_name
-from hf_tpu_ext.metrics.masked_lm import metric_keys
+from hf_tpu_ext.callbacks.masked_lm_evaluations import MaskedLMEvaluations, check_evaluation_arguments
 from hf_tpu_ext.errors import ArgumentError
-
-logger = logging.getLogger("hf_tpu_ext")
+from hf_tpu_ext.extras import require_extra
+from hf_tpu_ext.metrics.masked_lm import load_masked_lm_metric, metric_keys
 
 
 def batch_sums(logits, labels, weights):
@@ -92,7 +91,7 @@ def make_stats_function(model) -> Callable:
 
 
 @register_callback("masked_lm_metrics", framework="keras")
-class MaskedLMMetrics(keras.callbacks.Callback):
+class MaskedLMMetrics(MaskedLMEvaluations, keras.callbacks.Callback):
     """Evaluate masked-LM loss, perplexity and accuracy on device (per epoch or every N steps), Keras 3.
 
     For a keras-hub masked LM (``RobertaMaskedLM``, ``BertMaskedLM``...) or any Keras 3 model whose output
@@ -123,29 +122,17 @@ class MaskedLMMetrics(keras.callbacks.Callback):
     def __init__(self, eval_dataset, eval_steps: Optional[int] = None, every_n_steps: Optional[int] = None,
                  prefix: str = "eval_"):
         super().__init__()
-        from hf_tpu_ext.extras import require_extra
-
         require_extra("keras", "Callback 'masked_lm_metrics' for Keras 3", ("evaluate",))  # its metric, at build time
-        if eval_dataset is None:
-            raise ArgumentError("MaskedLMMetrics needs an eval_dataset: give validation data (or a validation split).")
-        if every_n_steps is not None and every_n_steps < 1:
-            raise ArgumentError(f"MaskedLMMetrics: every_n_steps must be >= 1 (or None), got {every_n_steps}.")
-        if eval_steps is not None and eval_steps < 1:
-            raise ArgumentError(f"MaskedLMMetrics: eval_steps must be >= 1 (or None), got {eval_steps}.")
-        self.eval_dataset = eval_dataset
-        self.eval_steps = eval_steps
-        self.every_n_steps = every_n_steps
+        check_evaluation_arguments("MaskedLMMetrics", eval_dataset, "give validation data (or a validation split).",
+                                   every_n_steps=every_n_steps, eval_steps=eval_steps)
+        self.init_evaluations(eval_dataset, eval_steps, every_n_steps)
         self.keys = metric_keys(prefix)
-        self.results: Dict[str, Any] = {}
-        self.history: List[Dict[str, Any]] = []
         self._stats = None
         self._stats_model = None
         self._steps = 0
 
     def evaluate(self) -> Dict[str, Any]:
         """Run one evaluation now (syncs the model's state on JAX); returns the prefixed results."""
-        from hf_tpu_ext.metrics.masked_lm import load_masked_lm_metric
-
         model = self.model  # the property syncs JAX's training state into the variables
         if self._stats is None or self._stats_model is not model:
             self._stats, self._stats_model = make_stats_function(model), model
@@ -160,10 +147,7 @@ class MaskedLMMetrics(keras.callbacks.Callback):
         raw = load_masked_lm_metric().compute(
             loss_sum=rows["loss_sum"], num_correct=[int(round(v)) for v in rows["num_correct"]],
             num_tokens=[int(round(v)) for v in rows["num_tokens"]])
-        self.results = {self.keys[k]: v for k, v in raw.items()}
-        self.history.append(dict(self.results, step=self._steps))
-        logger.info("eval at step %s: %s", self._steps, ", ".join(f"{k}={v:.4g}" for k, v in self.results.items()))
-        return self.results
+        return self.record(raw, self.keys, self._steps)
 
     def on_train_begin(self, logs=None):
         self._steps = 0
@@ -174,13 +158,13 @@ class MaskedLMMetrics(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         before = self._steps
         self._steps += int(batch) - int(getattr(self, "_batch_begin", batch)) + 1
-        if self.every_n_steps and self._steps // self.every_n_steps > before // self.every_n_steps:
+        if self.crossed(before, self._steps):
             results = self.evaluate()
             if logs is not None:
                 logs.update(results)
 
     def on_epoch_end(self, epoch, logs=None):
-        if not self.every_n_steps or not self.results:
+        if self.due_at_epoch_end():
             self.evaluate()
         if logs is not None:
             logs.update(self.results)

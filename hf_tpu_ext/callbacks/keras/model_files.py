@@ -21,6 +21,10 @@ from typing import Any, Dict, List, Optional
 import keras
 
 from hf_tpu_ext.errors import CheckpointError
+from hf_tpu_ext.hub.card_facts import KERAS_BACKEND_DISTRIBUTIONS, keras_framework_versions
+from hf_tpu_ext.hub.card_render import throughput_rows
+from hf_tpu_ext.hub.model_card import eval_results_from_logs, mark_generated, write_card
+from hf_tpu_ext.hub.resume import download_last_checkpoint
 
 CHECKPOINT_WEIGHTS = "checkpoint.weights.h5"
 TRAINER_STATE = "trainer_state.json"
@@ -88,7 +92,6 @@ def render_card(model, repo_id: str, *, step: int, epoch: float, logs: Optional[
                 f"model = keras.saving.load_model(hf_hub_download(\"{repo_id}\", \"{KERAS_FILE}\"))\n```")
     rows = "\n".join(f"| {k} | {v:.6g} |" for k, v in sorted((logs or {}).items())
                      if isinstance(v, (int, float)) and not isinstance(v, bool))
-    from hf_tpu_ext.hub.model_card import mark_generated
 
     status = "end of training" if final else "training in progress"
     progress = "" if final or not max_steps else (
@@ -115,7 +118,6 @@ def write_model_card(model, folder: str, history, repo_id: str, **render_fields)
     write's outcome (``"written"``, ``"merged"``...)."""
     from huggingface_hub import ModelCard
 
-    from hf_tpu_ext.hub.model_card import write_card
 
     curve = history.write_curve(folder) is not None
     return write_card(folder, ModelCard(render_card(model, repo_id, loss_curve=curve, **render_fields)))
@@ -123,8 +125,6 @@ def write_model_card(model, folder: str, history, repo_id: str, **render_fields)
 
 def _procedure_table(facts: Optional[Dict[str, Any]]) -> str:
     """The card's "Training procedure" table of the throughput meter's ``facts`` (Markdown, starting with a blank line)."""
-    from hf_tpu_ext.hub.card_render import throughput_rows
-
     rows = throughput_rows(facts) if facts else [
         ("Throughput, MFU", "n/a (no hf_tpu_ext ThroughputCallback in this fit's callbacks)")]
     return "\n## Training procedure\n\n| | |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows)
@@ -134,7 +134,6 @@ def _versions_section() -> str:
     """The card's "Framework versions" list (the template's format), the Keras backend's distribution marked."""
     import sys
 
-    from hf_tpu_ext.hub.card_facts import KERAS_BACKEND_DISTRIBUTIONS, keras_framework_versions
 
     backend = keras.backend.backend()
     rows = keras_framework_versions(backend, uses_transformers="transformers" in sys.modules)
@@ -147,7 +146,6 @@ def _eval_results(logs, pipeline_tag, card_fields) -> list:
     """``huggingface_hub.EvalResult`` rows (the card's model-index) of the evaluation in ``logs``."""
     from huggingface_hub import EvalResult
 
-    from hf_tpu_ext.hub.model_card import eval_results_from_logs
 
     found = eval_results_from_logs(logs)
     datasets = card_fields.get("datasets") or []
@@ -227,7 +225,6 @@ def restore_from_hub(model, hub_model_id: str, token: Optional[str] = None, loca
     import logging
     import tempfile
 
-    from hf_tpu_ext.hub.resume import download_last_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="hf-tpu-resume-") as tmp:
         folder = download_last_checkpoint(hub_model_id, token, local_dir or tmp, is_checkpoint=is_checkpoint,

@@ -11,6 +11,7 @@ import numpy as np
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.keras import backend_name
 from hf_tpu_ext.callbacks.throughput_meter import ThroughputMeter
+from hf_tpu_ext.flops import flops_per_token
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -58,7 +59,6 @@ def analytic_flops_per_token(model, seq_length: int) -> Optional[float]:
     """:func:`hf_tpu_ext.flops.flops_per_token` from a keras-hub backbone's config (None for other models)."""
     from types import SimpleNamespace
 
-    from hf_tpu_ext.flops import flops_per_token
 
     backbone = getattr(model, "backbone", model)
     try:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import warnings
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import keras
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.keras import backend_name
-from hf_tpu_ext.errors import ArgumentError
+from hf_tpu_ext.callbacks.recompile_guard import FunctionCompilations, RecompileGuardCore, check_guard_arguments
+from hf_tpu_ext.callbacks.xla_compile_log import compile_log
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -59,8 +59,6 @@ class _XlaDumpEvents:
     """TensorFlow backend: XLA's compilations from its dump folder (see ``callbacks.xla_compile_log``)."""
 
     def __init__(self):
-        from hf_tpu_ext.callbacks.xla_compile_log import compile_log
-
         self._log = compile_log()
 
     def start(self) -> None:
@@ -76,7 +74,7 @@ class _XlaDumpEvents:
 
 
 @register_callback("xla_recompile_guard", framework="keras")
-class XLARecompileGuard(keras.callbacks.Callback):
+class XLARecompileGuard(RecompileGuardCore, keras.callbacks.Callback):
     """Warn or fail when the train step is XLA-compiled again after warm-up (Keras 3, JAX or TensorFlow).
 
     Counts the compiler's real compilations, not Python traces:
@@ -107,15 +105,9 @@ class XLARecompileGuard(keras.callbacks.Callback):
 
     def __init__(self, warmup_compilations: int = 1, action: str = "warn"):
         super().__init__()
-        if action not in ("warn", "raise"):
-            raise ArgumentError(f"XLARecompileGuard: action must be 'warn' or 'raise', got {action!r}.")
-        if int(warmup_compilations) < 1:
-            raise ArgumentError(f"XLARecompileGuard: warmup_compilations must be >= 1, got {warmup_compilations}.")
-        self.warmup_compilations = int(warmup_compilations)
-        self.action = action
-        self.events: List[str] = []
-        self.compiled: List[Dict] = []  # compilations of the current train function
-        self._function = None
+        self.warmup_compilations = check_guard_arguments(action, warmup_compilations)
+        self.init_guard(action)
+        self._functions = FunctionCompilations()
         self._checked_jit = False
         name = backend_name()
         if name == "jax":
@@ -125,6 +117,11 @@ class XLARecompileGuard(keras.callbacks.Callback):
         else:
             self._source = None
             logger.warning("XLARecompileGuard: the %s backend does not compile with XLA here; nothing to guard.", name)
+
+    @property
+    def compiled(self) -> List[Dict]:
+        """The compilations of the current train function (``fun_name``, and seconds on JAX)."""
+        return self._functions.compiled
 
     @property
     def compilations(self) -> int:
@@ -153,12 +150,7 @@ class XLARecompileGuard(keras.callbacks.Callback):
             if backend_name() == "tensorflow" and not getattr(self._model, "jit_compile", True):
                 logger.warning("XLARecompileGuard: the model does not compile with XLA (jit_compile=False); "
                                "nothing to guard. Use model.compile(..., jit_compile=True) as on a TPU.")
-        function = getattr(self._model, "train_function", None)
-        if function is not self._function:  # compile() made Keras build a new train function
-            self._function, self.compiled = function, []
-        for event in new:
-            self.compiled.append(event)
-            n = len(self.compiled)
+        for n, event in self._functions.add(getattr(self._model, "train_function", None), new):
             if n > self.warmup_compilations:
                 self._report(n, event, batch)
         if logs is not None:
@@ -174,12 +166,6 @@ class XLARecompileGuard(keras.callbacks.Callback):
             f"(compilation {n}, {self.warmup_compilations} expected). Each new input shape or dtype costs a "
             "full XLA compilation; keep batches static (drop_remainder=True, one sequence_length, fixed dtypes)."
         )
-        self.events.append(message)
         if self.action == "raise":
-            from hf_tpu_ext.errors import RecompilationError
-
             self._source.stop()  # fit stops without on_train_end
-
-            raise RecompilationError(message)
-        logger.warning(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        self.act(message)

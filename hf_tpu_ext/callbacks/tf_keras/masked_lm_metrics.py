@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import tf_keras
 
 from hf_tpu_ext.callbacks import read_global_step, register_callback
+from hf_tpu_ext.callbacks.masked_lm_evaluations import MaskedLMEvaluations, check_evaluation_arguments
 from hf_tpu_ext.metrics.masked_lm import metric_keys  # noqa: F401  (re-export; framework-free)
-
-logger = logging.getLogger("hf_tpu_ext")
 
 
 @register_callback("masked_lm_metrics")
-class MaskedLMMetrics(tf_keras.callbacks.Callback):
+class MaskedLMMetrics(MaskedLMEvaluations, tf_keras.callbacks.Callback):
     """Evaluate masked-LM loss, perplexity and accuracy on device (per epoch or every N steps).
 
     Uses :func:`hf_tpu_ext.metrics.masked_lm_tf.evaluate_masked_lm`: per-replica sums reduced
@@ -45,23 +43,13 @@ class MaskedLMMetrics(tf_keras.callbacks.Callback):
     def __init__(self, eval_dataset, eval_steps: Optional[int] = None, every_n_steps: Optional[int] = None,
                  prefix: str = "eval_", strategy=None, jit_compile: Optional[bool] = None):
         super().__init__()
-        from hf_tpu_ext.errors import ArgumentError
-
-        if eval_dataset is None:
-            raise ArgumentError("MaskedLMMetrics needs an eval_dataset: give validation data (or a validation split).")
-        if every_n_steps is not None and every_n_steps < 1:
-            raise ArgumentError(f"MaskedLMMetrics: every_n_steps must be >= 1 (or None), got {every_n_steps}.")
-        if eval_steps is not None and eval_steps < 1:
-            raise ArgumentError(f"MaskedLMMetrics: eval_steps must be >= 1 (or None), got {eval_steps}.")
-        self.eval_dataset = eval_dataset
-        self.eval_steps = eval_steps
-        self.every_n_steps = every_n_steps
+        check_evaluation_arguments("MaskedLMMetrics", eval_dataset, "give validation data (or a validation split).",
+                                   every_n_steps=every_n_steps, eval_steps=eval_steps)
+        self.init_evaluations(eval_dataset, eval_steps, every_n_steps)
         self.prefix = prefix
         self.keys = metric_keys(prefix)
         self.strategy = strategy
         self.jit_compile = jit_compile
-        self.results: Dict[str, Any] = {}
-        self.history: List[Dict[str, Any]] = []
         self._last_step: Optional[int] = None
         self._supports_tf_logs = True
 
@@ -88,11 +76,7 @@ class MaskedLMMetrics(tf_keras.callbacks.Callback):
 
         raw = evaluate_masked_lm(self.model, self.eval_dataset, steps=self.eval_steps, strategy=self.strategy,
                                  jit_compile=self.jit_compile)
-        self.results = {self.keys[k]: v for k, v in raw.items()}
-        step = self._global_step()
-        self.history.append(dict(self.results, step=step))
-        logger.info("eval at step %s: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in self.results.items()))
-        return self.results
+        return self.record(raw, self.keys, self._global_step())
 
     def on_train_begin(self, logs=None):
         self._last_step = self._global_step() if self.every_n_steps else None
@@ -105,13 +89,13 @@ class MaskedLMMetrics(tf_keras.callbacks.Callback):
             return
         prev = self._last_step if self._last_step is not None else 0
         self._last_step = step
-        if step // self.every_n_steps > prev // self.every_n_steps:  # steps_per_execution may jump over it
+        if self.crossed(prev, step):
             results = self.evaluate()
             if logs is not None:
                 logs.update(results)
 
     def on_epoch_end(self, epoch, logs=None):
-        if not self.every_n_steps or not self.results:
+        if self.due_at_epoch_end():
             self.evaluate()
         if logs is not None:
             logs.update(self.results)

@@ -6,14 +6,13 @@ import tf_keras
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.throughput_meter import ThroughputMeter
+from hf_tpu_ext.errors import ArgumentError
+from hf_tpu_ext.flops import flops_per_token
 
 
 
 def config_flops_per_token(model, seq_length: int):
     """:func:`hf_tpu_ext.flops.flops_per_token` of ``model.config`` (a transformers model's), or None."""
-    from hf_tpu_ext.errors import ArgumentError
-    from hf_tpu_ext.flops import flops_per_token
-
     config = getattr(model, "config", None)
     if config is None:
         return None

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 import tf_keras
 
 from hf_tpu_ext.callbacks import read_global_step, register_callback
+from hf_tpu_ext.callbacks.recompile_guard import (RecompileGuardCore, Signature, check_guard_arguments,
+                                                  describe_change, recompiled_message)
 from hf_tpu_ext.callbacks.xla_compile_log import compile_log
 
 logger = logging.getLogger("hf_tpu_ext")
-
-Signature = Tuple[Tuple[str, str], ...]  # ((input path, "shape dtype" or repr), ...)
+__all__ = ["XLARecompileGuard", "signature_of", "describe_change", "Signature"]
 
 
 def _spec_entries(obj: Any, path: str, out: List[Tuple[str, str]]) -> None:
@@ -61,19 +61,6 @@ def signature_of(concrete_function) -> Signature:
     return tuple(out)
 
 
-def describe_change(old: Signature, new: Signature) -> str:
-    """Human-readable differences between two input signatures (which input changed and how)."""
-    old_d, new_d = dict(old), dict(new)
-    changes = []
-    for path in new_d:
-        if path not in old_d:
-            changes.append(f"new input {path} ({new_d[path]})")
-        elif old_d[path] != new_d[path]:
-            changes.append(f"input {path} changed {old_d[path]} -> {new_d[path]}")
-    changes.extend(f"input {path} ({old_d[path]}) is gone" for path in old_d if path not in new_d)
-    return "; ".join(changes) or "the input signature is unchanged (a Python argument or captured value changed)"
-
-
 class _Tracked:
     """Traces seen of one train function object."""
 
@@ -86,7 +73,7 @@ class _Tracked:
 
 
 @register_callback("xla_recompile_guard")
-class XLARecompileGuard(tf_keras.callbacks.Callback):
+class XLARecompileGuard(RecompileGuardCore, tf_keras.callbacks.Callback):
     """Warn or fail when the train function is traced/compiled again after warm-up.
 
     A ``tf.function`` is traced (and, with XLA, compiled) once per distinct input signature, and with
@@ -127,19 +114,12 @@ class XLARecompileGuard(tf_keras.callbacks.Callback):
     def __init__(self, warmup_compilations: int = 1, action: str = "warn", function_attr: str = "train_function",
                  count_xla_compilations: bool = True):
         super().__init__()
-        from hf_tpu_ext.errors import ArgumentError
-
-        if action not in ("warn", "raise"):
-            raise ArgumentError(f"XLARecompileGuard: action must be 'warn' or 'raise', got {action!r}.")
-        if int(warmup_compilations) < 1:
-            raise ArgumentError(f"XLARecompileGuard: warmup_compilations must be >= 1, got {warmup_compilations}.")
-        self.warmup_compilations = int(warmup_compilations)
-        self.action = action
+        self.warmup_compilations = check_guard_arguments(action, warmup_compilations)
+        self.init_guard(action)
         self.function_attr = function_attr
         self._tracked: Dict[int, _Tracked] = {}
         self._current: Optional[_Tracked] = None
         self._warned_untraceable = False
-        self.events: List[str] = []  # messages of the recompilations seen
         self._xla_log = compile_log() if count_xla_compilations else None
         self._warned_no_xla = False
         self._supports_tf_logs = True
@@ -201,19 +181,7 @@ class XLARecompileGuard(tf_keras.callbacks.Callback):
                          "None dimension, e.g. a short last batch)")
             step = read_global_step(self.model)
             where = f" at global step {step}" if step is not None else ""
-            message = (
-                f"model.{self.function_attr} was compiled again{where} (compilation {n}, "
-                f"{self.warmup_compilations} expected): {cause}. Each new input "
-                "shape or dtype costs a full XLA compilation; keep batches static (drop_remainder=True, one "
-                "max_seq_length, fixed dtypes)."
-            )
-            self.events.append(message)
-            if self.action == "raise":
-                from hf_tpu_ext.errors import RecompilationError
-
-                raise RecompilationError(message)
-            logger.warning(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            self.act(recompiled_message(self.function_attr, where, n, self.warmup_compilations, cause))
 
     def _warn_if_xla_unseen(self, tracked: _Tracked) -> None:
         """Log once when the model compiles with XLA but XLA's dump shows nothing (XLA_FLAGS read earlier)."""

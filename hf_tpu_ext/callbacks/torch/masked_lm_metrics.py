@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from transformers import TrainerCallback
 
 from hf_tpu_ext.callbacks import register_callback
-
-logger = logging.getLogger("hf_tpu_ext")
+from hf_tpu_ext.callbacks.masked_lm_evaluations import MaskedLMEvaluations, check_evaluation_arguments
 
 
 @register_callback("masked_lm_metrics", framework="torch")
-class MaskedLMMetricsCallback(TrainerCallback):
+class MaskedLMMetricsCallback(MaskedLMEvaluations, TrainerCallback):
     """Evaluate masked-LM loss, perplexity and accuracy on the device (per epoch or every N steps).
 
     Uses :func:`hf_tpu_ext.metrics.masked_lm_torch.evaluate_masked_lm`: sums stay on the device and
@@ -51,19 +50,12 @@ class MaskedLMMetricsCallback(TrainerCallback):
 
     def __init__(self, eval_dataset, data_collator=None, batch_size: int = 8, eval_steps: Optional[int] = None,
                  every_n_steps: Optional[int] = None, prefix: str = "eval_", max_predictions: Optional[int] = None):
-        from hf_tpu_ext.errors import ArgumentError
-
-        if eval_dataset is None:
-            raise ArgumentError("MaskedLMMetricsCallback needs an eval_dataset: give validation data.")
-        for name, value in (("batch_size", batch_size), ("eval_steps", eval_steps), ("every_n_steps", every_n_steps),
-                            ("max_predictions", max_predictions)):
-            if value is not None and int(value) < 1:
-                raise ArgumentError(f"MaskedLMMetricsCallback: {name} must be >= 1 (or None), got {value}.")
-        self.eval_dataset, self.data_collator = eval_dataset, data_collator
-        self.batch_size, self.eval_steps, self.every_n_steps = int(batch_size), eval_steps, every_n_steps
+        check_evaluation_arguments("MaskedLMMetricsCallback", eval_dataset, "give validation data.",
+                                   batch_size=batch_size, eval_steps=eval_steps, every_n_steps=every_n_steps,
+                                   max_predictions=max_predictions)
+        self.init_evaluations(eval_dataset, eval_steps, every_n_steps)
+        self.data_collator, self.batch_size = data_collator, int(batch_size)
         self.prefix, self.max_predictions = prefix, max_predictions
-        self.results: Dict[str, Any] = {}
-        self.history: List[Dict[str, Any]] = []
 
     @classmethod
     def from_run(cls, run) -> "MaskedLMMetricsCallback":
@@ -94,14 +86,11 @@ class MaskedLMMetricsCallback(TrainerCallback):
                             collate_fn=self.data_collator or collator or default_data_collator)
         # None: every position of each batch (a padding collator's length changes per batch)
         raw = evaluate_masked_lm(model, loader, self.max_predictions, max_batches=self.eval_steps)
-        keys = self._keys()
-        self.results = {keys[k]: v for k, v in raw.items()}
         step = state.global_step if state is not None else None
-        self.history.append(dict(self.results, step=step))
+        self.record(raw, self._keys(), step, logging.DEBUG)
         if state is not None:
             self._evaluated_at = step
             state.log_history.append(dict(self.results, epoch=round(state.epoch or 0.0, 4), step=step))
-        logger.debug("eval at step %s: %s", step, ", ".join(f"{k}={v:.4g}" for k, v in self.results.items()))
         return self.results
 
     @staticmethod

@@ -16,6 +16,11 @@ import os
 import shutil
 from typing import Optional, Set
 
+from hf_tpu_ext.hub.card_facts import MASKED_LM_TRAINER_KEYS, eval_results_from_logs
+from hf_tpu_ext.hub.preflight import resolve_token
+from hf_tpu_ext.hub.resume import download_last_checkpoint
+from hf_tpu_ext.outputs import plot_loss_curve
+
 _logger = logging.getLogger("hf_tpu_ext.hub")
 
 # files of a Trainer checkpoint that are training state, not part of the model folder
@@ -44,9 +49,6 @@ def checkpoint_from_hub(spec: str, local_dir: str, token: Optional[str] = None) 
         CheckpointError: it has no ``last-checkpoint/`` holding a Trainer checkpoint.
         HubError: the Hub could not be reached.
     """
-    from hf_tpu_ext.hub.preflight import resolve_token
-    from hf_tpu_ext.hub.resume import download_last_checkpoint
-
     return download_last_checkpoint(spec, resolve_token(token), local_dir, is_checkpoint=is_trainer_checkpoint,
                                     kind="Trainer checkpoint (trainer_state.json)")
 
@@ -123,9 +125,6 @@ def write_loss_curve(log_history, folder: str) -> Optional[str]:
     card reads it (:func:`~hf_tpu_ext.hub.card_facts.eval_results_from_logs`: the ``masked_lm_metrics`` callback's
     ``eval_masked_loss``, else ``eval_loss``). Returns the path, or None (no loss yet, or no matplotlib: the card
     goes without the curve)."""
-    from hf_tpu_ext.hub.card_facts import MASKED_LM_TRAINER_KEYS, eval_results_from_logs
-    from hf_tpu_ext.outputs import plot_loss_curve
-
     history = [e for e in log_history or () if isinstance(e, dict) and "step" in e]
     # one eval point per evaluation: the callback's where it ran (the Trainer's own eval_loss is another draw)
     masked = any(MASKED_LM_TRAINER_KEYS["eval_loss"] in e for e in history)

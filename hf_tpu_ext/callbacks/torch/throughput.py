@@ -12,6 +12,9 @@ from transformers import TrainerCallback
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.torch import wait_device
+from hf_tpu_ext.errors import ArgumentError
+from hf_tpu_ext.flops import Peak, flops_per_token, peak_flops
+from hf_tpu_ext.mfu import MFUMeter
 
 #: measured windows the step-time median looks back over: memory stays flat however long the run is
 MEDIAN_WINDOW = 10_000
@@ -75,8 +78,6 @@ class ThroughputCallback(TrainerCallback):
     def __init__(self, seq_length: int, global_batch_size: Optional[int] = None, num_replicas: Optional[int] = None,
                  flops_per_token: Optional[float] = None, peak_flops: Optional[float] = None, warmup_steps: int = 3,
                  count_tokens: str = "attention_mask", log_line: bool = False):
-        from hf_tpu_ext.errors import ArgumentError
-
         for name, value in (("seq_length", seq_length), ("global_batch_size", global_batch_size),
                             ("num_replicas", num_replicas)):
             if value is not None and int(value) < 1:
@@ -101,8 +102,6 @@ class ThroughputCallback(TrainerCallback):
     @classmethod
     def from_run(cls, run) -> "ThroughputCallback":
         """Configure from the torch backend's ``RunContext`` (sizes, FLOPs per token, the device's peak)."""
-        from hf_tpu_ext.flops import flops_per_token, peak_flops
-
         fraction = min(1.0, run.max_predictions / run.seq_length) if run.max_predictions else None
         fpt = flops_per_token(run.model_config, run.seq_length, masked_fraction=fraction) if run.model_config else None
         dtype = run.compute_dtype
@@ -178,9 +177,6 @@ class ThroughputCallback(TrainerCallback):
 
     def _make_mfu_meter(self):
         """The run's :class:`~hf_tpu_ext.mfu.MFUMeter` (with a note, and no MFU, when a figure is missing)."""
-        from hf_tpu_ext.flops import Peak
-        from hf_tpu_ext.mfu import MFUMeter
-
         note = ("MFU left out: no FLOPs per token" if not self.flops_per_token else
                 "MFU left out: no peak FLOP/s for this device" if not self.peak_flops else None)
         return MFUMeter(self.flops_per_token, Peak(self.peak_flops, self.peak_source or "peak_flops as given"),
@@ -197,7 +193,6 @@ class ThroughputCallback(TrainerCallback):
     def _fill_flops(self, args, model) -> None:
         """FLOPs per token from the model's config; the peak (when not given) of a known CUDA device's datasheet
         or the CPU formula (:func:`hf_tpu_ext.flops.device_peak`)."""
-        from hf_tpu_ext.errors import ArgumentError
         from hf_tpu_ext.flops import device_peak, flops_per_token
 
         config = getattr(model, "config", None)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Dict, FrozenSet, List, Optional
+from typing import Optional
 
 from transformers import TrainerCallback
 
 from hf_tpu_ext.callbacks import register_callback
+from hf_tpu_ext.callbacks.recompile_guard import RecompileGuardCore, StepWindows, check_guard_arguments
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -29,7 +30,12 @@ def _xla_compile_count() -> Optional[int]:
 
 
 def _dynamo_compile_count() -> int:
-    """Graphs TorchDynamo (``torch.compile``) compiled in this process: the first ones and every recompilation."""
+    """Graphs TorchDynamo (``torch.compile``) compiled in this process: the first ones and every recompilation.
+
+    The one adapter over a private module (``torch._dynamo.utils.counters``): torch (2.4 ... 2.9) has no public
+    counter of compiled graphs; the public alternative, ``TORCH_LOGS=recompiles`` (``torch._logging.set_logs
+    (recompiles=True)``), logs each recompilation instead of counting it.
+    """
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
@@ -49,7 +55,7 @@ def _uses_torch_compile(args, model) -> bool:
 
 
 @register_callback("xla_recompile_guard", framework="torch")
-class XLARecompileGuard(TrainerCallback):
+class XLARecompileGuard(RecompileGuardCore, TrainerCallback):
     """Warn or fail when XLA (or torch.compile) compiles new graphs after warm-up.
 
     What is counted (``self.mode``, set at ``on_train_begin`` from the model's device and the arguments):
@@ -87,17 +93,11 @@ class XLARecompileGuard(TrainerCallback):
     """
 
     def __init__(self, warmup_steps: int = 3, action: str = "warn"):
-        from hf_tpu_ext.errors import ArgumentError
-
-        if action not in ("warn", "raise"):
-            raise ArgumentError(f"XLARecompileGuard: action must be 'warn' or 'raise', got {action!r}.")
-        if int(warmup_steps) < 1:
-            raise ArgumentError(f"XLARecompileGuard: warmup_steps must be >= 1, got {warmup_steps}.")
-        self.warmup_steps = int(warmup_steps)
-        self.action = action
+        self.warmup_steps = check_guard_arguments(action, warmup_steps, "warmup_steps")
+        self.init_guard(action)
         self.compilations = 0
         self.compilations_after_warmup = 0
-        self.events: List[str] = []
+        self._windows = StepWindows(self.warmup_steps)
         self.mode: Optional[str] = None
         self._count = _xla_compile_count
         self._reset()
@@ -110,11 +110,7 @@ class XLARecompileGuard(TrainerCallback):
     def _reset(self):
         self._base: Optional[int] = None
         self._mark: Optional[int] = None
-        self._window_step: Optional[int] = None
-        self._window_events: set = set()
-        self._seen_kinds: set = set()
-        self._windows = 0
-        self._per_kind: Dict[FrozenSet[str], int] = {}
+        self._windows.reset()
 
     def _close_window(self, state) -> None:
         count = self._count()
@@ -124,27 +120,15 @@ class XLARecompileGuard(TrainerCallback):
         new = count - self._mark
         self._mark = count
         self.compilations = count - self._base
-        kind = frozenset(self._window_events)
-        in_warmup = self._windows <= self.warmup_steps or kind not in self._seen_kinds
-        self._seen_kinds.add(kind)
-        if new <= 0:
-            return
-        self._per_kind[kind] = self._per_kind.get(kind, 0) + new
-        if in_warmup:
+        what = self._windows.close(new)
+        if what is None:
             return
         self.compilations_after_warmup += new
-        what = "+".join(sorted(kind)) or "a plain train step"
         compiler = "XLA" if self.mode == "xla" else "torch.compile"
         message = (f"{compiler} compiled {new} new graph(s) at global step {state.global_step} (window: {what}), "
                    f"after warm-up; {self.compilations} in all. Each new input shape, dtype or baked-in Python value "
                    "costs a full compilation: keep batches static (dataloader_drop_last=True, pad to max_seq_length).")
-        self.events.append(message)
-        if self.action == "raise":
-            from hf_tpu_ext.errors import RecompilationError
-
-            raise RecompilationError(message)
-        logger.warning(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        self.act(message)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._reset()
@@ -166,33 +150,31 @@ class XLARecompileGuard(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         if self._base is None:
             return
-        if self._window_step is not None:
+        if self._windows.step is not None:
             self._close_window(state)
-        self._windows += 1
-        self._window_step = state.global_step
-        self._window_events = set()
+        self._windows.open(state.global_step)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self._base is None:
             return
-        self._window_events.add("log")
+        self._windows.events.add("log")
         count = self._count()
         if count is not None and state.log_history and state.log_history[-1].get("step") == state.global_step:
             state.log_history[-1]["xla_compilations"] = count - self._base
 
     def on_evaluate(self, args, state, control, **kwargs):
-        self._window_events.add("evaluate")
+        self._windows.events.add("evaluate")
 
     def on_save(self, args, state, control, **kwargs):
-        self._window_events.add("save")
+        self._windows.events.add("save")
 
     def on_epoch_end(self, args, state, control, **kwargs):
-        self._window_events.add("epoch_end")
+        self._windows.events.add("epoch_end")
 
     def on_train_end(self, args, state, control, **kwargs):
         if self._base is None:
             return
-        if self._window_step is not None:
-            self._window_events.add("end")
+        if self._windows.step is not None:
+            self._windows.events.add("end")
             self._close_window(state)
-            self._window_step = None
+            self._windows.step = None
