@@ -374,7 +374,7 @@ def export_masked_lm(masked_lm, folder: str, tokenizer=None, config=None, *, ker
         with fresh_layer_names():  # the same names in every export (see there)
             preprocessor = None
             if tokenizer is not None and arch.name == PRESET_ARCHITECTURE:
-                preprocessor = keras_hub_preprocessor(folder, masked_lm.backbone.max_sequence_length)
+                preprocessor = keras_hub_preprocessor(folder, arch.max_sequence_length(hf_config))
             elif tokenizer is not None:
                 from hf_tpu_ext.backends.keras.keras_hub_bert import keras_hub_wordpiece_preprocessor
 
