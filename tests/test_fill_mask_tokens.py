@@ -67,16 +67,19 @@ def test_the_no_mask_message_names_the_models_mask_token_once(bert_predictor):
 
 
 @pytest.mark.parametrize("text, mask, fills, prefix, expected", [
+    # byte-level BPE, <mask> swallowing the space before it (RoBERTa): the candidate's own spacing counts
     ("Paris is the <mask> of France.", "<mask>", [(" capital", "Ġcapital")], None, "Paris is the capital of France."),
     ("<mask> is the Capital.", "<mask>", [(" Paris", "ĠParis")], None, "Paris is the Capital."),
     ("The <mask> sat on the <mask>.", "<mask>", [(" cat", "Ġcat"), (" mat", "Ġmat")], None, "The cat sat on the mat."),
+    ("The Cat <mask> sat.", "<mask>", [("s", "s")], None, "The Cats sat."),
+    # WordPiece (BERT): words keep the user's spacing, ## pieces join the word before
     ("Paris is the [MASK] of France.", "[MASK]", [("capital", "capital")], "##", "Paris is the capital of France."),
     ("The Cat [MASK] sat.", "[MASK]", [("##s", "##s")], "##", "The Cats sat."),
     ("The [MASK] [MASK] sat.", "[MASK]", [("dog", "dog"), ("##s", "##s")], "##", "The dogs sat."),
     ("No mask here.", "[MASK]", [("dog", "dog")], "##", None),
 ])
 def test_the_filled_sentence_keeps_the_users_text(text, mask, fills, prefix, expected):
-    assert filled_sentence(text, mask, fills, prefix) == expected
+    assert filled_sentence(text, mask, fills, prefix, mask_lstrip=mask == "<mask>") == expected
 
 
 def test_a_bert_fill_keeps_the_casing_and_joins_pieces(bert_predictor, monkeypatch):

@@ -183,7 +183,7 @@ def parse_top_k(top_k: Any) -> Tuple[Optional[int], Optional[str]]:
 
 
 def filled_sentence(text: str, mask_token: str, fills: Sequence[Tuple[str, str]],
-                    continuing_prefix: Optional[str] = None) -> Optional[str]:
+                    continuing_prefix: Optional[str] = None, mask_lstrip: bool = False) -> Optional[str]:
     """``text`` with its masks replaced, left to right, by ``fills``; the rest as the user typed it (casing too).
 
     Args:
@@ -192,11 +192,14 @@ def filled_sentence(text: str, mask_token: str, fills: Sequence[Tuple[str, str]]
         fills: one ``(token_str, raw_token)`` per mask: the decoded candidate (``" city"`` for byte-level
             ``Ġcity``, ``"city"``, ``"##s"`` for a WordPiece piece) and its vocabulary entry.
         continuing_prefix: the tokenizer's prefix of word-continuing pieces (WordPiece's ``"##"``), or ``None``.
+        mask_lstrip: the mask token swallows the space before it (RoBERTa's and ModernBERT's): the model fills
+            the mask with that space, so a candidate's own spacing replaces it (a bare piece joins the word).
 
     Returns:
         The filled sentence: a continuing piece is joined to the word before the mask (``"The cat [MASK] sat"``
-        with ``##s`` -> ``"The cats sat"``); a candidate that carries its own leading space replaces the space
-        before the mask (no double space; none at the start). ``None`` when ``text`` has not one mask per fill.
+        with ``##s`` -> ``"The cats sat"``); a candidate that carries its own leading space (``Ġcity``), or any
+        candidate of a ``mask_lstrip`` mask, replaces the space before the mask (no double space; none at the
+        start). ``None`` when ``text`` has not one mask per fill.
     """
     parts = text.split(mask_token)
     if len(parts) != len(fills) + 1:
@@ -205,7 +208,7 @@ def filled_sentence(text: str, mask_token: str, fills: Sequence[Tuple[str, str]]
     for (token_str, raw_token), after in zip(fills, parts[1:]):
         if continuing_prefix and raw_token.startswith(continuing_prefix):
             out = out.rstrip() + token_str[len(continuing_prefix) if token_str.startswith(continuing_prefix) else 0:]
-        elif token_str[:1].isspace():
+        elif mask_lstrip or token_str[:1].isspace():
             out = out.rstrip() + token_str if out.strip() else token_str.lstrip()
         else:
             out += token_str
@@ -277,6 +280,11 @@ class FillMaskPredictor:
         if tok_max and tok_max < _NO_LIMIT:
             limits.append(int(tok_max))
         return min(limits) if limits else 512
+
+    def _mask_lstrip(self) -> bool:
+        """Whether the tokenizer's mask token swallows the space before it (``AddedToken(lstrip=True)``)."""
+        added = (getattr(self.tokenizer, "added_tokens_decoder", None) or {}).get(self.mask_token_id)
+        return bool(getattr(added, "lstrip", False))
 
     def normalize(self, text: str) -> str:
         """Replace ``<mask>``/``[MASK]`` (any case) and the model's own mask token by the model's mask token."""
@@ -402,7 +410,7 @@ class FillMaskPredictor:
             filled_ids[pos] = ranked[0]["token"]
         model = getattr(getattr(self.tokenizer, "backend_tokenizer", None), "model", None)
         filled = filled_sentence(prep["text"], self.mask_token, [(m[0]["token_str"], m[0]["raw_token"]) for m in masks],
-                                 getattr(model, "continuing_subword_prefix", None))
+                                 getattr(model, "continuing_subword_prefix", None), self._mask_lstrip())
         if filled is None:  # a mask the text does not show as the model's token (cannot happen after normalize)
             filled = self.tokenizer.decode(filled_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         head = (f"Filled {len(masks)} masks (each predicted independently in one forward pass)."
