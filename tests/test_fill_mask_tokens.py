@@ -59,7 +59,8 @@ def _rank_first(monkeypatch, predictor, token):
 
 
 def test_the_no_mask_message_names_the_models_mask_token_once(bert_predictor):
-    assert no_mask_message("<mask>") == "No mask in the input: put <mask> where the missing word goes ([MASK] works too)."
+    assert no_mask_message("<mask>") == ("No mask in the input: put <mask> where the missing word goes "
+                                         "([MASK] works too).")
     result = bert_predictor.predict("Hello world.")
     assert result["ok"] is False and result["mask_token"] == "[MASK]"
     assert result["message"] == "No mask in the input: put [MASK] where the missing word goes (<mask> works too)."
@@ -70,7 +71,8 @@ def test_the_no_mask_message_names_the_models_mask_token_once(bert_predictor):
     # byte-level BPE, <mask> swallowing the space before it (RoBERTa): the candidate's own spacing counts
     ("Paris is the <mask> of France.", "<mask>", [(" capital", "Ġcapital")], None, "Paris is the capital of France."),
     ("<mask> is the Capital.", "<mask>", [(" Paris", "ĠParis")], None, "Paris is the Capital."),
-    ("The <mask> sat on the <mask>.", "<mask>", [(" cat", "Ġcat"), (" mat", "Ġmat")], None, "The cat sat on the mat."),
+    ("The <mask> sat on the <mask>.", "<mask>", [(" cat", "Ġcat"), (" mat", "Ġmat")], None,
+     "The cat sat on the mat."),
     ("The Cat <mask> sat.", "<mask>", [("s", "s")], None, "The Cats sat."),
     # WordPiece (BERT): words keep the user's spacing, ## pieces join the word before
     ("Paris is the [MASK] of France.", "[MASK]", [("capital", "capital")], "##", "Paris is the capital of France."),

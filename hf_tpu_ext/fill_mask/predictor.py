@@ -409,8 +409,9 @@ class FillMaskPredictor:
             masks.append(ranked)
             filled_ids[pos] = ranked[0]["token"]
         model = getattr(getattr(self.tokenizer, "backend_tokenizer", None), "model", None)
-        filled = filled_sentence(prep["text"], self.mask_token, [(m[0]["token_str"], m[0]["raw_token"]) for m in masks],
-                                 getattr(model, "continuing_subword_prefix", None), self._mask_lstrip())
+        best = [(ranked[0]["token_str"], ranked[0]["raw_token"]) for ranked in masks]
+        filled = filled_sentence(prep["text"], self.mask_token, best, getattr(model, "continuing_subword_prefix", None),
+                                 self._mask_lstrip())
         if filled is None:  # a mask the text does not show as the model's token (cannot happen after normalize)
             filled = self.tokenizer.decode(filled_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         head = (f"Filled {len(masks)} masks (each predicted independently in one forward pass)."
@@ -459,7 +460,8 @@ class FillMaskPredictor:
             ``masks`` (list with one list per mask, left to right, of
             ``{"rank": int, "token": int id, "token_str": decoded text, "raw_token": vocab entry,
             "score": float in (0, 1]}`` sorted by score, descending),
-            ``filled`` (the sentence with each mask replaced by its top candidate, or ``None``),
+            ``filled`` (the user's sentence, casing kept, with each mask replaced by its top candidate as
+            :func:`filled_sentence` puts it in, or ``None``),
             ``text`` (the sentence as given to the model), ``mask_token``, ``top_k`` (after clamping),
             ``targets`` (``[{"target", "scored_as": [...], "note"}]``), ``rejected_targets`` (list[str]),
             ``num_tokens`` and ``max_length`` (ints), ``backend``.

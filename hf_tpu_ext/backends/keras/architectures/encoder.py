@@ -2,11 +2,12 @@
 
 BERT (transformers' ``BertForMaskedLM``), DistilBERT (``DistilBertForMaskedLM``) and RoBERTa
 (``RobertaForMaskedLM``, XLM-RoBERTa, CamemBERT) compute the same thing up to names, token-type embeddings, one
-dropout and where positions are numbered from (RoBERTa's offset lives in its name table, ``roberta.py``): absolute learned positions numbered from 0, post-LN layers
-``LN(x + Dropout(Attention(x)))`` then ``LN(x + Dropout(W2 gelu(W1 x)))``, exact GELU, and a head
-``LN(gelu(dense(x))) @ E^T + bias`` tied to the word embeddings ``E``. :class:`EncoderMaskedLM` is that model;
-an architecture module (``bert.py``, ``distilbert.py``, ``roberta.py``) builds it from its transformers config and owns the name
-table mapping its variables to the transformers names.
+dropout and where transformers numbers positions from (RoBERTa's offset lives in its name table): absolute
+learned positions numbered from 0, post-LN layers ``LN(x + Dropout(Attention(x)))`` then
+``LN(x + Dropout(W2 gelu(W1 x)))``, exact GELU, and a head ``LN(gelu(dense(x))) @ E^T + bias`` tied to the word
+embeddings ``E``. :class:`EncoderMaskedLM` is that model; an architecture module (``bert.py``, ``distilbert.py``,
+``roberta.py``) builds it from its transformers config and owns the name table mapping its variables to the
+transformers names.
 
 Model contract: :mod:`.base` (inputs ``token_ids``/``padding_mask``/``mask_positions``, logits ``[B, P, V]`` in
 the compute dtype, every layer named, ``Dropout``/``gelu``/``EinsumDense``/``Dense`` so the step's counter-based
