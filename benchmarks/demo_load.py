@@ -88,7 +88,7 @@ def build_small_preset(folder: str, vocab_size: int = 8000, max_seq_length: int 
     from transformers import RobertaConfig, RobertaForMaskedLM, RobertaTokenizerFast
 
     from hf_tpu_ext.data.corpus import default_corpus_texts
-    from hf_tpu_ext.model_config import DEFAULT_SMALL_CONFIG
+    from hf_tpu_ext.model_types import record_for
 
     os.makedirs(folder, exist_ok=True)
     bpe = ByteLevelBPETokenizer()
@@ -100,7 +100,7 @@ def build_small_preset(folder: str, vocab_size: int = 8000, max_seq_length: int 
     tok.save_pretrained(folder)
     config = RobertaConfig(vocab_size=len(tok), max_position_embeddings=max_seq_length + 2, type_vocab_size=1,
                            pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                           **DEFAULT_SMALL_CONFIG)
+                           **record_for("roberta").small_preset)
     RobertaForMaskedLM(config).save_pretrained(folder, safe_serialization=True)
     return folder
 

@@ -15,8 +15,8 @@ Usage (from the repository root, the current-releases venv):
 A variant is ``name=VAR=value;VAR=value`` (environment of that child; empty: the parent's). ``--bf16`` (or a
 variant's ``BENCH_BF16=1``) runs the step with bfloat16 compute (``mixed_bfloat16``); ``BENCH_NATIVE_BF16_DOTS=1`` / ``0``
 passes ``bf16_dots`` True / False to ``make_train_step`` (unset: on a CPU, as the run's ``PrecisionPlan``);
-``BENCH_MODEL_TYPE=bert|distilbert|modernbert|eurobert`` times that architecture's small preset (``model_config.SMALL_PRESETS``,
-vocabulary 8000; ``BENCH_CONFIG="local_attention=1024"`` overrides config fields, e.g. ModernBERT all-global), and each
+``BENCH_MODEL_TYPE=bert|distilbert|modernbert|eurobert`` times that architecture's small preset (the record's
+``small_preset``, vocabulary 8000; ``BENCH_CONFIG="local_attention=1024"`` overrides config fields, e.g. ModernBERT all-global), and each
 child reports tokens/s, MFU and its peak RSS (the architecture's ``flops_per_token``, the CPU's formula peak); ``BENCH_TREE=<checkout>`` runs that
 variant's child from another checkout of the repository (a before/after of a code change in one run). Prints one JSON line per child and a summary with the per-round
 ratios against the first variant, the load and the CPU's bf16 flags.
@@ -53,12 +53,12 @@ def child(batch: int, seq: int, steps: int, bf16: bool) -> dict:
     if model_type == "roberta":
         config = RobertaConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                                intermediate_size=1024, max_position_embeddings=seq + 2, type_vocab_size=1)
-    else:  # the architecture's small preset (model_config.SMALL_PRESETS), 8000 tokens, BENCH_CONFIG overrides
+    else:  # the architecture's small preset (the record's small_preset), 8000 tokens, BENCH_CONFIG overrides
         from transformers import AutoConfig
 
-        from hf_tpu_ext.model_config import SMALL_PRESETS
+        from hf_tpu_ext.model_types import record_for
 
-        config = AutoConfig.for_model(model_type, **{**SMALL_PRESETS[model_type], "vocab_size": 8000,
+        config = AutoConfig.for_model(model_type, **{**record_for(model_type).small_preset, "vocab_size": 8000,
                                                      "max_position_embeddings": max(512, seq), "pad_token_id": 0})
         if os.environ.get("BENCH_CONFIG"):
             config.update_from_string(os.environ["BENCH_CONFIG"])
@@ -90,11 +90,10 @@ def child(batch: int, seq: int, steps: int, bf16: bool) -> dict:
         cpus.append(time.process_time() - c0)
     ms = statistics.median(walls[3:]) * 1e3
     figures = {"model_type": model_type, "seq": seq, "tokens_per_s": round(batch * seq / ms * 1e3, 1)}
-    try:  # MFU from the architecture's own FLOP count and the CPU's formula peak (hf_tpu_ext.flops)
-        from hf_tpu_ext.backends.keras.architectures import get_architecture
-        from hf_tpu_ext.flops import device_peak
+    try:  # MFU from the model type's own FLOP count (its record's) and the CPU's formula peak (hf_tpu_ext.flops)
+        from hf_tpu_ext.flops import device_peak, flops_per_token
 
-        per_token = get_architecture(config.model_type).flops_per_token(config, seq, p / seq)
+        per_token = flops_per_token(config, seq, p / seq)
         peak = device_peak("CPU", "bfloat16" if bf16 else "float32").flops
         figures.update(flops_per_token=per_token, mfu=round(figures["tokens_per_s"] * per_token / peak, 4))
     except ImportError:  # a checkout from before the architecture registry

@@ -17,7 +17,8 @@ logger = logging.getLogger("hf_tpu_ext")
 
 
 def flops_per_token(config, seq_length: int, masked_fraction: Optional[float] = None) -> float:
-    """Training FLOPs (forward + backward) per input token of a transformer encoder masked LM.
+    """Training FLOPs (forward + backward) per input token of a transformer encoder masked LM: the count of
+    ``config.model_type``'s record (:func:`hf_tpu_ext.model_types.flops_per_token`; every backend reads the same).
 
     Counting follows Kaplan et al. 2020, "Scaling Laws for Neural Language Models" (Table 1, Sec. 2.1):
     a forward pass costs ``2 N`` FLOPs per token for ``N`` non-embedding parameters plus
@@ -26,7 +27,8 @@ def flops_per_token(config, seq_length: int, masked_fraction: Optional[float] = 
     are counted, giving ``12 n_layer d n_ctx`` per token for training:
 
     - encoder: ``6 N`` with ``N = n_layer * (4 h^2 + 2 h i)`` (Q/K/V/output projections and the two
-      feed-forward matmuls; biases, LayerNorm and softmax are ignored as in both papers);
+      feed-forward matmuls; biases, LayerNorm and softmax are ignored as in both papers) -- a record may count
+      its own layers (ModernBERT's GeGLU and local windows);
     - attention: ``12 * n_layer * h * seq_length``;
     - LM head: ``6 * (h^2 + h V)`` (dense transform + vocabulary projection), times ``masked_fraction``
       when the head runs only at masked positions (hf-tpu-ext's trainer), or at every position when
@@ -36,7 +38,7 @@ def flops_per_token(config, seq_length: int, masked_fraction: Optional[float] = 
 
     Args:
         config: a transformers config with ``hidden_size``, ``num_hidden_layers``, ``intermediate_size``
-            (default ``4 * hidden_size``) and ``vocab_size``.
+            (default ``4 * hidden_size``; under the record's field name) and ``vocab_size``.
         seq_length: tokens per sequence (the attention context).
         masked_fraction: share of positions the LM head runs at (e.g. ``max_predictions_per_seq /
             seq_length``), in [0, 1]; None for every position.
@@ -47,20 +49,9 @@ def flops_per_token(config, seq_length: int, masked_fraction: Optional[float] = 
     Raises:
         ArgumentError: ``seq_length < 1`` or ``masked_fraction`` outside [0, 1].
     """
-    from hf_tpu_ext.errors import ArgumentError
+    from hf_tpu_ext.model_types import flops_per_token as count
 
-    if seq_length < 1:
-        raise ArgumentError(f"seq_length must be >= 1, got {seq_length}.")
-    if masked_fraction is not None and not 0.0 <= masked_fraction <= 1.0:
-        raise ArgumentError(f"masked_fraction must be in [0, 1] (or None for every position), got {masked_fraction}.")
-    h = float(config.hidden_size)
-    n_layer = float(config.num_hidden_layers)
-    inter = float(getattr(config, "intermediate_size", None) or 4 * config.hidden_size)
-    vocab = float(config.vocab_size)
-    non_embedding = n_layer * (4.0 * h * h + 2.0 * h * inter)
-    attention = 12.0 * n_layer * h * float(seq_length)
-    head = 6.0 * (h * h + h * vocab) * (1.0 if masked_fraction is None else float(masked_fraction))
-    return 6.0 * non_embedding + attention + head
+    return count(config, seq_length, masked_fraction)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -7,50 +7,14 @@ architecture whichever backend trains it. No TensorFlow or torch import here.
 from __future__ import annotations
 
 from hf_tpu_ext.errors import ArgumentError
+from hf_tpu_ext.model_types import (CONFIG_FLAGS, DEFAULT_MODEL_TYPE, RECORDS, find_record, flag_fields,
+                                    masked_lm_class, max_sequence_length, record_for)
 
-# The default when neither model_name_or_path nor config_name is given: small enough to train on a laptop
-# CPU in minutes, the shape of the issue's "small" preset.
-DEFAULT_SMALL_CONFIG = dict(
-    hidden_size=256,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    intermediate_size=1024,
-    layer_norm_eps=1e-5,  # RoBERTa's (RobertaConfig's default is BERT's 1e-12)
-)
-
-#: ``--model_type`` -> the small preset trained from scratch: ``AutoConfig.for_model(model_type, **preset)``, every
-#: other field the config class's default. Each is 4 layers x 256 hidden x 4 heads, as RoBERTa's; feed-forward 1024
-#: (4x) for BERT/DistilBERT, ModernBERT's GeGLU 512 (``Wi`` [256, 1024]: 393k MLP parameters against RoBERTa's 524k;
-#: each Keras architecture's ``default_config()`` returns its row), with ModernBERT's 128-token local
-#: window and every third layer global. Positions: BERT's/DistilBERT's 512, ModernBERT's class default 8192
-#: (rotary: no weights); RoBERTa's are set per run (``max_seq_length + 2``, see :func:`build_config`).
-SMALL_PRESETS = {
-    "roberta": DEFAULT_SMALL_CONFIG,
-    "bert": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-                 max_position_embeddings=512),
-    "distilbert": dict(dim=256, n_layers=4, n_heads=4, hidden_dim=1024, max_position_embeddings=512),
-    "modernbert": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512,
-                       local_attention=128, global_attn_every_n_layers=3),
-}
-
-SIZE_OVERRIDES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                  "hidden_dropout_prob", "attention_probs_dropout_prob")
-
-#: the config field each size/dropout flag sets where an architecture names it differently (others: the flag's name)
-FLAG_FIELDS = {
-    "distilbert": {"hidden_size": "dim", "num_hidden_layers": "n_layers", "num_attention_heads": "n_heads",
-                   "intermediate_size": "hidden_dim", "hidden_dropout_prob": "dropout",
-                   "attention_probs_dropout_prob": "attention_dropout"},
-    "modernbert": {"hidden_dropout_prob": ("embedding_dropout", "mlp_dropout"),
-                   "attention_probs_dropout_prob": "attention_dropout"},
-}
-
-
-def flag_fields(model_type: str, flag: str) -> tuple:
-    """The config fields ``--<flag>`` sets on a ``model_type`` config (DistilBERT's ``dropout`` for
-    ``hidden_dropout_prob``, ...)."""
-    fields = FLAG_FIELDS.get(model_type, {}).get(flag, flag)
-    return fields if isinstance(fields, tuple) else (fields,)
+#: ``--model_type`` -> the small preset trained from scratch (each record's ``small_preset``:
+#: ``AutoConfig.for_model(model_type, **preset)``, every other field the config class's default)
+SMALL_PRESETS = {record.name: record.small_preset for record in RECORDS}
+#: the default preset (RoBERTa's 4 layers x 256 x 4 heads)
+DEFAULT_SMALL_CONFIG = SMALL_PRESETS[DEFAULT_MODEL_TYPE]
 
 
 def parse_config_overrides(text) -> dict:
@@ -69,14 +33,6 @@ def parse_config_overrides(text) -> dict:
                                 "\"num_hidden_layers=4,hidden_size=256\".")
         pairs[key.strip()] = value.strip()
     return pairs
-
-
-def max_sequence_length(config) -> int:
-    """Longest input the config's position embeddings allow (RoBERTa reserves ``pad_token_id + 1`` slots)."""
-    positions = int(getattr(config, "max_position_embeddings", 0) or 0)
-    if config.model_type in ("roberta", "xlm-roberta", "camembert"):
-        return positions - (int(config.pad_token_id if config.pad_token_id is not None else 1) + 1)
-    return positions
 
 
 def check_positions(config, max_seq_length: int) -> None:
@@ -143,8 +99,8 @@ def scratch_config(model_args):
     """
     from transformers import AutoConfig
 
-    model_type = getattr(model_args, "model_type", None) or "roberta"
-    preset = {} if model_args.config_name else dict(SMALL_PRESETS[model_type])
+    model_type = record_for(getattr(model_args, "model_type", None)).name
+    preset = {} if model_args.config_name else dict(record_for(model_type).small_preset)
 
     def make(**fields):
         if model_args.config_name:
@@ -153,7 +109,7 @@ def scratch_config(model_args):
 
     config = make()
     fields = {}
-    for name in SIZE_OVERRIDES:
+    for name in CONFIG_FLAGS:
         value = getattr(model_args, name)
         if value is not None:
             fields.update({field_name: value for field_name in flag_fields(config.model_type, name)})
@@ -172,10 +128,12 @@ def scratch_config(model_args):
 
 
 def _sized_to_run(config, model_args) -> bool:
-    """Whether :func:`build_config` sets the positions from ``max_seq_length``: RoBERTa's preset (exactly the run's
-    length) and a RoBERTa ``--config_name`` (widened to fit), not positions set by ``--config_overrides``."""
+    """Whether :func:`build_config` sets the positions from ``max_seq_length``: a record with ``positions_fit_run``
+    (RoBERTa's preset: exactly the run's length; its ``--config_name``: widened to fit), not positions set by
+    ``--config_overrides``."""
     overrides = parse_config_overrides(getattr(model_args, "config_overrides", None))
-    return config.model_type == "roberta" and "max_position_embeddings" not in overrides
+    record = find_record(config.model_type)
+    return bool(record and record.positions_fit_run) and "max_position_embeddings" not in overrides
 
 
 def check_scratch_positions(config, model_args, max_seq_length: int) -> None:
@@ -198,7 +156,8 @@ def check_scratch_positions(config, model_args, max_seq_length: int) -> None:
 
 def build_config(model_args, tokenizer, max_seq_length: int):
     """The config of a model trained from scratch: :func:`scratch_config` with the tokenizer's vocabulary and
-    special ids. The default RoBERTa gets ``max_seq_length + 2`` positions, or
+    special ids. A record with ``positions_fit_run`` (the default RoBERTa) gets ``max_seq_length`` + its reserved
+    rows (RoBERTa's 2), or
     ``model_args.checkpoint_max_position_embeddings`` when a resume set it (the checkpoint's, which hold a shorter
     ``--max_seq_length``); a RoBERTa ``--config_name`` is widened to fit.
 
@@ -208,15 +167,16 @@ def build_config(model_args, tokenizer, max_seq_length: int):
     config = scratch_config(model_args)
     _set_tokenizer_ids(config, tokenizer)
     _apply_vocab_override(config, model_args, len(tokenizer))
+    record = find_record(config.model_type)
     if _sized_to_run(config, model_args):
-        # RoBERTa positions start at padding_idx + 1
+        wanted = max_seq_length + record.reserved_positions(config)  # RoBERTa's start at padding_idx + 1
         if model_args.config_name:
-            config.max_position_embeddings = max(config.max_position_embeddings or 0, max_seq_length + 2)
+            config.max_position_embeddings = max(config.max_position_embeddings or 0, wanted)
         else:  # the default config gets exactly the positions it is trained on (a resumed one: the checkpoint's)
             resumed = getattr(model_args, "checkpoint_max_position_embeddings", None)
-            config.max_position_embeddings = int(resumed) if resumed else max_seq_length + 2
-    if config.model_type == "roberta":
-        config.type_vocab_size = 1
+            config.max_position_embeddings = int(resumed) if resumed else wanted
+    for field_name, value in (record.scratch_fields if record else {}).items():
+        setattr(config, field_name, value)
     check_positions(config, max_seq_length)
     return config
 
@@ -269,13 +229,6 @@ def dropout_overrides(model_args, model_type=None) -> dict:
     return overrides
 
 
-#: model_type -> the transformers masked-LM class its export is (the card names it; ``config.architectures``)
-MASKED_LM_CLASSES = {
-    "roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM", "camembert": "CamembertForMaskedLM",
-    "bert": "BertForMaskedLM", "distilbert": "DistilBertForMaskedLM", "modernbert": "ModernBertForMaskedLM",
-}
-
-
 def model_summary_fields(config, num_parameters: int) -> dict:
     """``num_parameters``, ``model_type`` and ``model_config`` (sizes under transformers' common names, e.g.
     DistilBERT's ``dim`` as ``hidden_size``; ``model_type`` and ``architectures``: the masked-LM class), for
@@ -285,8 +238,8 @@ def model_summary_fields(config, num_parameters: int) -> dict:
     for flag in ("intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob"):
         fields[flag] = getattr(config, flag_fields(config.model_type, flag)[0], None)
     architectures = [a[2:] if a.startswith("TF") else a for a in getattr(config, "architectures", None) or []]
-    if not architectures and config.model_type in MASKED_LM_CLASSES:
-        architectures = [MASKED_LM_CLASSES[config.model_type]]
+    if not architectures and masked_lm_class(config.model_type):
+        architectures = [masked_lm_class(config.model_type)]
     return {
         "num_parameters": int(num_parameters),
         "model_type": config.model_type,

@@ -121,7 +121,7 @@ def tiny_bert(tmp_path_factory):
 
 def test_model_type_no_backend_here_trains(tmp_path):
     from hf_tpu_ext.args import parse_args
-    from hf_tpu_ext.backends import keras_model_types
+    from hf_tpu_ext.backends import trained_model_types
     from hf_tpu_ext.run.checks import check_model_type
 
     (tmp_path / "deberta").mkdir()
@@ -135,7 +135,7 @@ def test_model_type_no_backend_here_trains(tmp_path):
                                                "--model_name_or_path", str(tmp_path / "deberta")])
     with pytest.raises(ArgumentError) as err:
         check_model_type(model_args, training_args)
-    keras_types = ", ".join(keras_model_types())  # the registry fills as architectures are added
+    keras_types = ", ".join(trained_model_types("keras"))  # the records name the backends training them
     assert keras_types.startswith("roberta, xlm-roberta, camembert")
     assert str(err.value).endswith(f": --backend keras does not train 'deberta-v2' models (it trains {keras_types}); "
                                    "pass --backend torch_xla (any AutoModelForMaskedLM).")
@@ -202,9 +202,10 @@ def test_card_names_the_architecture_and_base_model(tmp_path, model_type, start)
     from transformers import AutoConfig
 
     from hf_tpu_ext.hub.model_card import initialization_fields, render_model_card
-    from hf_tpu_ext.model_config import SMALL_PRESETS, model_summary_fields
+    from hf_tpu_ext.model_config import model_summary_fields
+    from hf_tpu_ext.model_types import record_for
 
-    config = AutoConfig.for_model(model_type, **{**SMALL_PRESETS[model_type], "vocab_size": 300})
+    config = AutoConfig.for_model(model_type, **{**record_for(model_type).small_preset, "vocab_size": 300})
     summary = {**model_summary_fields(config, 1234), **initialization_fields(start), "mask_token": "[MASK]",
                "eval_results": {"eval_loss": 2.5}}
     assert summary["model_config"]["intermediate_size"] == {"modernbert": 512}.get(model_type, 1024)

@@ -1,9 +1,14 @@
 """Presets of ``hf-tpu train``'s arguments: the accepted choices and the defaults that differ from transformers'.
 
-No imports: every argument module, the backends and the Hub layer read these names (one definition each).
+Every argument module, the backends and the Hub layer read these names (one definition each). The backend names,
+the size flags and the ``--model_type`` choices are the model-type records' (:mod:`hf_tpu_ext.model_types`).
 """
 
-BACKENDS = ("tensorflow", "torch_xla", "keras")  # hf_tpu_ext.backends.BACKEND_REGISTRY has their classes
+# one definition each, in the records' package: BACKENDS (hf_tpu_ext.backends.BACKEND_REGISTRY has their classes),
+# SIZE_OVERRIDES (model-shape flags, from scratch only), MODEL_TYPE_CHOICES (--model_type: one per record; a
+# pretrained --model_name_or_path may be of more types, see hf_tpu_ext.run.checks)
+from hf_tpu_ext.model_types import BACKENDS, MODEL_TYPE_CHOICES, SIZE_OVERRIDES  # noqa: F401 (re-exported)
+
 STRATEGIES = ("no", "steps", "epoch")
 HUB_STRATEGIES = ("end", "every_save", "checkpoint", "all_checkpoints")
 DEFAULT_CALLBACKS = "throughput,xla_recompile_guard"
@@ -22,11 +27,6 @@ BEST_METRICS = {"loss": "eval_loss", "eval_loss": "eval_loss", "perplexity": "ev
                 "eval_perplexity": "eval_loss", "accuracy": "eval_accuracy", "eval_accuracy": "eval_accuracy"}
 # from scratch, longer blocks are refused: attention memory grows with the square of the length
 MAX_SCRATCH_SEQ_LENGTH = 4096
-#: model-shape overrides of ModelArguments (from scratch only; a resumed checkpoint decides the ones left unset)
-SIZE_OVERRIDES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-#: --model_type choices: the architectures trained from scratch (hf_tpu_ext.model_config.SMALL_PRESETS has their
-#: small presets); a pretrained --model_name_or_path may be of more types (see hf_tpu_ext.run.checks)
-MODEL_TYPES = ("roberta", "bert", "distilbert", "modernbert")
 # extensions of the data files --train_file reads (hf_tpu_ext.data.loading.SUPPORTED_EXTENSIONS, less .json: a
 # lone .json argument is a config file); a positional argument with one of them was meant as --train_file
 DATA_FILE_EXTENSIONS = (".txt", ".text", ".jsonl", ".csv", ".parquet")

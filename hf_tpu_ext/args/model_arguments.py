@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from hf_tpu_ext.args.checks import check_number
-from hf_tpu_ext.args.defaults import MODEL_TYPES, SIZE_OVERRIDES
+from hf_tpu_ext.model_types import DEFAULT_MODEL_TYPE, DROPOUT_FLAGS, MODEL_TYPE_CHOICES, SIZE_OVERRIDES
 from hf_tpu_ext.errors import ArgumentError
 
 
@@ -19,9 +19,10 @@ class ModelArguments:
         metadata={"help": "A model folder or Hub repo id to continue pre-training from. Leave unset to train from scratch."},
     )
     model_type: str = field(
-        default="roberta",
+        default=DEFAULT_MODEL_TYPE,
         metadata={"help": "The architecture trained from scratch (its small preset, 4 layers x 256; ignored with "
-                          "--model_name_or_path or --config_name, whose config says it).", "choices": list(MODEL_TYPES)},
+                          "--model_name_or_path or --config_name, whose config says it).",
+                  "choices": list(MODEL_TYPE_CHOICES)},
     )
     config_overrides: Optional[str] = field(
         default=None,
@@ -31,7 +32,7 @@ class ModelArguments:
     )
     do_lower_case: bool = field(
         default=True,
-        metadata={"help": "Lower-case the text in a WordPiece tokenizer trained for bert/distilbert (BERT uncased's)."},
+        metadata={"help": "Lower-case the text in a WordPiece tokenizer trained for --model_type (BERT uncased's)."},
     )
     config_name: Optional[str] = field(
         default=None,
@@ -39,7 +40,7 @@ class ModelArguments:
     )
     tokenizer_name: Optional[str] = field(
         default=None,
-        metadata={"help": "A tokenizer folder or repo id. Unset: use the model's, or train one for --model_type (byte-level BPE for roberta/modernbert, WordPiece for bert/distilbert)."},
+        metadata={"help": "A tokenizer folder or repo id. Unset: use the model's, or train one for --model_type (its record's kind: byte-level BPE or WordPiece)."},
     )
     vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of the tokenizer trained when none is given."})
     hidden_size: Optional[int] = field(default=None, metadata={"help": "Override of the config's hidden size (from scratch)."})
@@ -59,14 +60,14 @@ class ModelArguments:
                 "Size overrides (--hidden_size, --num_hidden_layers, --num_attention_heads, --intermediate_size) only apply "
                 "when training from scratch; drop them or drop --model_name_or_path."
             )
-        if self.model_type not in MODEL_TYPES:
+        if self.model_type not in MODEL_TYPE_CHOICES:
             raise ArgumentError(f"--model_type {self.model_type!r} is not one this package trains from scratch; choose "
-                                f"from: {', '.join(MODEL_TYPES)} (any other masked LM: --model_name_or_path with "
+                                f"from: {', '.join(MODEL_TYPE_CHOICES)} (any other masked LM: --model_name_or_path with "
                                 "--backend torch_xla).")
         if self.config_overrides is not None and self.config_name:
             raise ArgumentError("--config_overrides and --config_name both set the config: put the fields in the "
                                 "config file, or drop --config_name and use --model_type with --config_overrides.")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        for name in DROPOUT_FLAGS:
             if getattr(self, name) is not None:
                 check_number(name, getattr(self, name), low=0.0, high=1.0, high_open=True)
         for name in SIZE_OVERRIDES:

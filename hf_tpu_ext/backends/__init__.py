@@ -2,8 +2,9 @@
 
 :data:`BACKEND_REGISTRY` maps each ``--backend`` name to a lazy ``"module:Class"`` target and what the training
 run checks before building it (the pip extra, the callback framework). Adding a backend is a folder with a class
-implementing the protocol plus one entry here (and its name in :data:`hf_tpu_ext.args.BACKENDS`). Nothing here
-imports a framework.
+implementing the protocol plus one entry here (and its name in :data:`hf_tpu_ext.model_types.BACKENDS`, the one
+list of backend names). Which model types a backend trains is read from the model-type records (their
+``backends``). Nothing here imports a framework.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ class BackendEntry:
         label: how an error names it (``"--backend keras"``).
         environment: ``(variable, default)`` pairs set (when unset) before any framework is imported, e.g.
             ``KERAS_BACKEND=jax``: Keras reads it once, at its first import (the callbacks' check imports Keras).
-        model_types: ``"module:function"`` returning the transformers ``model_type`` values it trains, or ``None``:
-            any ``AutoModelForMaskedLM`` (read by :func:`trained_model_types`, no framework imported).
+        any_masked_lm: it trains any ``AutoModelForMaskedLM``, not only the model types whose record names it
+            (read by :func:`trained_model_types`).
     """
 
     target: str
@@ -34,18 +35,17 @@ class BackendEntry:
     callback_kind: str
     label: str
     environment: Tuple[Tuple[str, str], ...] = ()
-    model_types: Optional[str] = None
+    any_masked_lm: bool = False
 
 
 #: ``--backend`` name -> entry (the default when unset: :func:`hf_tpu_ext.console.default_backend`)
 BACKEND_REGISTRY: Dict[str, BackendEntry] = {
     "tensorflow": BackendEntry("hf_tpu_ext.backends.tensorflow.backend:TensorFlowBackend", "tensorflow", "tf_keras",
-                               "the TensorFlow backend", model_types="hf_tpu_ext.backends:tensorflow_model_types"),
+                               "the TensorFlow backend"),
     "torch_xla": BackendEntry("hf_tpu_ext.backends.torch_xla.backend:TorchXLABackend", "torch-xla", "torch",
-                              "--backend torch_xla"),
+                              "--backend torch_xla", any_masked_lm=True),
     "keras": BackendEntry("hf_tpu_ext.backends.keras.backend:KerasBackend", "jax", "keras", "--backend keras",
-                          environment=(("KERAS_BACKEND", "jax"),),
-                          model_types="hf_tpu_ext.backends:keras_model_types"),
+                          environment=(("KERAS_BACKEND", "jax"),)),
 }
 
 
@@ -73,26 +73,15 @@ def prepare_environment(name) -> None:
         os.environ.setdefault(variable, default)
 
 
-def tensorflow_model_types() -> Tuple[str, ...]:
-    """The model types of transformers 4.57's TF masked LMs whose head ``metrics/masked_lm_tf.py`` runs at the
-    masked positions (``lm_head``, ``mlm``, ``vocab_projector``); transformers has no TF ModernBERT."""
-    return ("roberta", "xlm-roberta", "camembert", "bert", "distilbert")
-
-
-def keras_model_types() -> Tuple[str, ...]:
-    """The Keras backend's architecture registry (``backends/keras/architectures``; no Keras import)."""
-    from hf_tpu_ext.backends.keras.architectures import supported_model_types
-
-    return supported_model_types()
-
-
 def trained_model_types(name) -> Optional[Tuple[str, ...]]:
-    """The ``model_type`` values ``--backend name`` trains; ``None``: any ``AutoModelForMaskedLM`` (torch_xla)."""
-    target = backend_entry(name).model_types
-    if target is None:
+    """The ``model_type`` values ``--backend name`` trains: those of the records whose ``backends`` name it
+    (:func:`hf_tpu_ext.model_types.trained_by`); ``None``: any ``AutoModelForMaskedLM`` (torch_xla)."""
+    from hf_tpu_ext.model_types import trained_by
+
+    entry = backend_entry(name)
+    if entry.any_masked_lm:
         return None
-    module, function = target.split(":")
-    return tuple(getattr(importlib.import_module(module), function)())
+    return trained_by(next(key for key, value in BACKEND_REGISTRY.items() if value is entry))
 
 
 def make_backend(name):

@@ -39,7 +39,9 @@ def load_or_train_tokenizer(model_args, data_args, raw_datasets, tokenizer_sourc
                              cache_dir=model_args.cache_dir)
     else:
         t0 = time.perf_counter()
-        model_type = getattr(model_args, "model_type", "roberta")
+        from hf_tpu_ext.model_types import record_for
+
+        model_type = record_for(getattr(model_args, "model_type", None)).name  # unset: the default record's
         made = []
 
         def train() -> str:

@@ -1,14 +1,14 @@
 """Tokenizers for masked language modeling: train one that fits the architecture, or load an existing one.
 
-Trained per ``--model_type`` (:func:`train_tokenizer`):
+Trained per ``--model_type`` by its record's tokenizer kind (:func:`train_tokenizer`, :data:`TRAINERS`):
 
-- ``roberta``: a byte-level BPE with ``roberta-base``'s conventions: special tokens ``<s>``=0, ``<pad>``=1,
+- ``byte_level_bpe`` (``roberta``): a byte-level BPE with ``roberta-base``'s conventions: special tokens ``<s>``=0, ``<pad>``=1,
   ``</s>``=2, ``<unk>``=3, ``<mask>``=4, each text wrapped as ``<s> ... </s>``, and ``<mask>`` strips the space
   before it (``lstrip=True``), so ``"Hello <mask>!"`` works in the fill-mask widget.
-- ``bert``, ``distilbert``: a WordPiece (``##`` continuations) with BERT's ``[PAD]``=0, ``[UNK]``=1, ``[CLS]``=2,
+- ``wordpiece`` (``bert``, ``distilbert``): a WordPiece (``##`` continuations) with BERT's ``[PAD]``=0, ``[UNK]``=1, ``[CLS]``=2,
   ``[SEP]``=3, ``[MASK]``=4, BERT's normalizer (lower-cased and accents stripped per ``--do_lower_case``, as
   ``bert-base-uncased``), ``[CLS] ... [SEP]``; a ``BertTokenizerFast`` (``vocab.txt`` + ``tokenizer.json``).
-- ``modernbert``: what ``answerdotai/ModernBERT-base`` ships: a ``PreTrainedTokenizerFast`` over a byte-level BPE
+- ``bracket_bpe`` (``modernbert``): what ``answerdotai/ModernBERT-base`` ships: a ``PreTrainedTokenizerFast`` over a byte-level BPE
   (OLMo's kind), cased, with ``[UNK] [CLS] [SEP] [PAD] [MASK]`` (here ids 0..4), ``[CLS] ... [SEP]``, and
   ``[MASK]`` stripping the space before it.
 """
@@ -247,15 +247,27 @@ def train_modernbert_tokenizer(texts: Iterable[str], vocab_size: int, model_max_
         pad_token="[PAD]", mask_token=AddedToken("[MASK]", lstrip=True, rstrip=False, special=True, normalized=False))
 
 
+#: tokenizer kind (:data:`hf_tpu_ext.model_types.TOKENIZER_KINDS`, a record's ``tokenizer_kind``) -> its trainer,
+#: ``(texts, vocab_size, model_max_length, do_lower_case) -> tokenizer`` (the module doc describes each)
+TRAINERS = {
+    "byte_level_bpe": lambda texts, vocab_size, length, lower: train_bpe_tokenizer(texts, vocab_size, length),
+    "wordpiece": train_wordpiece_tokenizer,
+    "bracket_bpe": lambda texts, vocab_size, length, lower: train_modernbert_tokenizer(texts, vocab_size, length),
+}
+
+
 def train_tokenizer(model_type: str, texts: Iterable[str], vocab_size: int, model_max_length: int,
                     do_lower_case: bool = True):
-    """The tokenizer trained for ``--model_type`` (see the module doc): roberta (and an unknown type) byte-level
-    BPE, bert/distilbert WordPiece, modernbert ModernBERT's BPE."""
-    if model_type in ("bert", "distilbert"):
-        return train_wordpiece_tokenizer(texts, vocab_size, model_max_length, do_lower_case)
-    if model_type == "modernbert":
-        return train_modernbert_tokenizer(texts, vocab_size, model_max_length)
-    return train_bpe_tokenizer(texts, vocab_size, model_max_length)
+    """The tokenizer trained for ``--model_type``: the trainer of its record's ``tokenizer_kind`` (:data:`TRAINERS`;
+    the module doc describes each kind).
+
+    Raises:
+        ArgumentError: no record holds ``model_type`` (:func:`hf_tpu_ext.model_types.record_for`).
+        TokenizerError: ``vocab_size`` too small for the kind.
+    """
+    from hf_tpu_ext.model_types import record_for
+
+    return TRAINERS[record_for(model_type).tokenizer_kind](texts, vocab_size, model_max_length, do_lower_case)
 
 
 def _log_trained_size(wanted: int, trained: int) -> None:
@@ -358,7 +370,7 @@ def prepare_tokenizer(model_args, train_texts: Iterable[str], max_seq_length: in
         revision = model_args.model_revision if name == model_args.model_name_or_path else None
         tokenizer = load_tokenizer(name, revision=revision, cache_dir=model_args.cache_dir)
     else:
-        tokenizer = train_tokenizer(getattr(model_args, "model_type", "roberta"), train_texts, model_args.vocab_size,
+        tokenizer = train_tokenizer(getattr(model_args, "model_type", None), train_texts, model_args.vocab_size,
                                     max_seq_length, getattr(model_args, "do_lower_case", True))
     check_mlm_tokenizer(tokenizer)
     return tokenizer

@@ -222,13 +222,11 @@ class FillMaskPredictor:
 
     def _max_length(self) -> int:
         limits = []
-        positions = getattr(self.config, "max_position_embeddings", None)
-        if positions:
-            # RoBERTa-family position ids start after padding_idx (= pad_token_id), losing pad_id + 1 slots.
-            offset = 0
-            if getattr(self.config, "model_type", "") in ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm"):
-                offset = int(getattr(self.config, "pad_token_id", 1) or 0) + 1
-            limits.append(int(positions) - offset)
+        if getattr(self.config, "max_position_embeddings", None):
+            # the model type's record: RoBERTa-family position ids start after padding_idx, losing pad_id + 1 slots
+            from hf_tpu_ext.model_types import max_sequence_length
+
+            limits.append(max_sequence_length(self.config))
         tok_max = getattr(self.tokenizer, "model_max_length", None)
         if tok_max and tok_max < _NO_LIMIT:
             limits.append(int(tok_max))

@@ -147,7 +147,9 @@ def read_model_type(model_args):
 
     name = model_args.model_name_or_path or model_args.config_name
     if not name:
-        model_type = getattr(model_args, "model_type", None) or "roberta"
+        from hf_tpu_ext.model_types import DEFAULT_MODEL_TYPE
+
+        model_type = getattr(model_args, "model_type", None) or DEFAULT_MODEL_TYPE
         return model_type, f"--model_type {model_type}"
     flag = "--model_name_or_path" if model_args.model_name_or_path else "--config_name"
     path = name if os.path.isfile(name) else os.path.join(name, "config.json")

@@ -14,9 +14,10 @@ import tempfile
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from hf_tpu_ext.args.defaults import MODEL_TYPES
 from hf_tpu_ext.errors import CheckpointError, IncompleteCheckpointError
-from hf_tpu_ext.model_config import flag_fields, max_sequence_length, parse_config_overrides
+from hf_tpu_ext.model_config import parse_config_overrides
+from hf_tpu_ext.model_types import (DEFAULT_MODEL_TYPE, find_record, flag_fields, max_sequence_length,
+                                    record_for)
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -296,7 +297,8 @@ def _apply_model_type(info, model_args, training_args, conflicts: List[str], not
         return
     if not saved or m.model_name_or_path or m.config_name:
         return
-    architecture = saved if saved in MODEL_TYPES else "roberta"
+    record = find_record(saved)  # xlm-roberta, camembert: RoBERTa's record
+    architecture = record.name if record else DEFAULT_MODEL_TYPE
     if passed(training_args, "model_type", m):
         if m.model_type != architecture:
             conflicts.append(f"--model_type {m.model_type} (the checkpoint is a {saved!r} model)")
@@ -316,7 +318,7 @@ def _apply_model_shape(info, model_args, conflicts: List[str]) -> None:
             conflicts.append(f"--{name} {given} (the checkpoint has {saved[name]})")
         elif given is None and not m.model_name_or_path and not m.config_name:
             setattr(m, name, int(saved[name]))
-        for key in flag_fields(saved.get("model_type") or m.model_type or "roberta", name):
+        for key in flag_fields(saved.get("model_type") or record_for(m.model_type).name, name):
             if key in overrides and overrides[key] != str(saved[name]):
                 conflicts.append(f"--config_overrides {key}={overrides[key]} (the checkpoint has {saved[name]})")
 
@@ -326,8 +328,9 @@ def _apply_seq_length(info, model_args, data_args, training_args, conflicts: Lis
     epoch and the data position are counted in blocks of one length; a new length is a new run from the model)."""
     saved, m = info.model_config or {}, model_args
     positions = saved.get("max_position_embeddings")
-    # RoBERTa reserves pad_token_id + 1 rows of its table, BERT/DistilBERT/ModernBERT none (model_config's rule)
-    limit = max_sequence_length(SimpleNamespace(model_type=saved.get("model_type") or "roberta", pad_token_id=1,
+    # the record's rule: RoBERTa reserves pad_token_id + 1 rows of its table, BERT/DistilBERT/ModernBERT none
+    model_type = saved.get("model_type") or DEFAULT_MODEL_TYPE
+    limit = max_sequence_length(SimpleNamespace(model_type=model_type, pad_token_id=saved.get("pad_token_id", 1),
                                                 max_position_embeddings=positions)) if positions else None
     length = data_args.max_seq_length
     trained = checkpoint_seq_length(info.trainer_state)

@@ -1,5 +1,5 @@
 """The Keras backend's architecture registry: model building, import, export and FLOPs go through
-``config.model_type``, so a new architecture is one module plus registry rows.
+``config.model_type``, so a new architecture is its record, one module and registry rows.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu python -m pytest tests/current``.
 """
@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("jax")
 transformers = pytest.importorskip("transformers")
 
+from hf_tpu_ext import model_types  # noqa: E402
 from hf_tpu_ext.backends.keras import architectures, hf_convert  # noqa: E402
 from hf_tpu_ext.backends.keras.architectures import roberta  # noqa: E402
 from hf_tpu_ext.backends.keras.export import KERAS_PRESET_DIR, export_masked_lm  # noqa: E402
@@ -31,13 +32,16 @@ class ToyConfig(transformers.RobertaConfig):
     model_type = "toy-roberta"
 
 
-#: the "new architecture": RoBERTa's layers and table under another model_type and transformers class
-TOY = dataclasses.replace(roberta.ARCHITECTURE, name="toy", model_types=("toy-roberta",),
-                          transformers_classes={"toy-roberta": "ToyForMaskedLM"})
+#: the "new architecture": RoBERTa's layers and table under another model_type and transformers class -- its
+#: record (model_types/), its Keras module (here RoBERTa's, renamed) and a registry row
+TOY_RECORD = dataclasses.replace(model_types.record_for("roberta"), name="toy-roberta",
+                                 masked_lm_classes={"toy-roberta": "ToyForMaskedLM"}, same_positions=())
+TOY = dataclasses.replace(roberta.ARCHITECTURE, name="toy-roberta", keras_hub=None)  # keras-hub has no such model
 
 
 @pytest.fixture
 def toy_registered(monkeypatch):
+    monkeypatch.setitem(model_types._BY_MODEL_TYPE, "toy-roberta", TOY_RECORD)
     monkeypatch.setitem(architectures.ARCHITECTURES, "toy-roberta", f"{__name__}:TOY")
     transformers.AutoConfig.register("toy-roberta", ToyConfig, exist_ok=True)
     yield
@@ -48,10 +52,10 @@ def test_registry_rows_name_transformers_classes():
     for model_type, cls in (("roberta", "RobertaForMaskedLM"), ("xlm-roberta", "XLMRobertaForMaskedLM"),
                             ("camembert", "CamembertForMaskedLM")):
         arch = architectures.get_architecture(model_type)
-        assert arch is roberta.ARCHITECTURE and arch.transformers_classes[model_type] == cls
+        assert arch is roberta.ARCHITECTURE and model_types.masked_lm_class(model_type) == cls
         assert hasattr(transformers, cls)  # a class transformers really has (config.json names it)
-    assert roberta.ARCHITECTURE.tokenizer_kind == "byte_level_bpe"
-    assert roberta.ARCHITECTURE.default_config()["hidden_size"] == 256
+    assert model_types.record_for("roberta").tokenizer_kind == "byte_level_bpe"
+    assert model_types.record_for("roberta").small_preset["hidden_size"] == 256
 
 
 def test_unknown_model_type_is_refused_naming_the_supported_ones():
@@ -69,11 +73,11 @@ def test_unknown_model_type_is_refused_naming_the_supported_ones():
 def test_roberta_flops_and_positions():
     config = transformers.RobertaConfig(**SIZES)
     # 6 * 2 * (4 * 32^2 + 2 * 32 * 64) + 12 * 2 * 32 * 32 + 6 * (32^2 + 32 * 300) * 0.25
-    assert roberta.ARCHITECTURE.flops_per_token(config, 32, 0.25) == 98304 + 24576 + 15936
-    assert roberta.ARCHITECTURE.max_sequence_length(config) == 32  # 34 rows - (pad 1 + 1) reserved
+    assert model_types.flops_per_token(config, 32, 0.25) == 98304 + 24576 + 15936
+    assert model_types.max_sequence_length(config) == 32  # 34 rows - (pad 1 + 1) reserved
 
 
-def test_a_new_architecture_needs_only_its_module_and_registry_rows(toy_registered, tmp_path, caplog):
+def test_a_new_architecture_needs_only_its_record_module_and_registry_rows(toy_registered, tmp_path, caplog):
     config = ToyConfig(**SIZES)
     model = build_masked_lm(config, seed=0)
     assert model.config is config and model.backbone.max_sequence_length == 32

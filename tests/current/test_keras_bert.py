@@ -26,6 +26,7 @@ transformers = pytest.importorskip("transformers")
 keras = pytest.importorskip("keras")
 
 from hf_tpu_ext.backends.keras.architectures import get_architecture, supported_model_types  # noqa: E402
+from hf_tpu_ext import model_types  # noqa: E402
 from hf_tpu_ext.errors import CheckpointError  # noqa: E402
 
 #: float32 agreement of two implementations of the same math (summation order differs)
@@ -104,12 +105,12 @@ def pair(request):
 def test_registry_rows():
     assert {"bert", "distilbert"} <= set(supported_model_types())
     for kind, cls in (("bert", "BertForMaskedLM"), ("distilbert", "DistilBertForMaskedLM")):
-        arch = get_architecture(kind)
-        assert (arch.name, arch.model_types, arch.transformers_classes, arch.tokenizer_kind) == (
+        arch, record = get_architecture(kind), model_types.record_for(kind)
+        assert (arch.name, record.model_types, dict(record.masked_lm_classes), record.tokenizer_kind) == (
             kind, (kind,), {kind: cls}, "wordpiece")
-        config = transformers.AutoConfig.for_model(kind, **arch.default_config())
+        config = transformers.AutoConfig.for_model(kind, **record.small_preset)
         assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (256, 4, 4)
-        assert arch.max_sequence_length(config) == 512
+        assert model_types.max_sequence_length(config) == 512
         arch.check_config(config)
 
 
@@ -274,10 +275,9 @@ def test_flops_per_token_hand_count():
     # h=32, 2 layers, FFN 64, V=100, seq 16, head at 1/4 of the positions:
     # 6 * 2 * (4*32*32 + 2*32*64) = 98,304; attention 12 * 2 * 32 * 16 = 12,288; head 6 * (32*32 + 32*100) / 4 = 6,336
     for kind in KINDS:
-        arch = get_architecture(kind)
         config = tiny_config(kind)
-        assert arch.flops_per_token(config, 16, 0.25) == 98304 + 12288 + 6336
-        assert arch.flops_per_token(config, 16, None) == 98304 + 12288 + 6 * (32 * 32 + 32 * 100)
+        assert model_types.flops_per_token(config, 16, 0.25) == 98304 + 12288 + 6336
+        assert model_types.flops_per_token(config, 16, None) == 98304 + 12288 + 6 * (32 * 32 + 32 * 100)
 
 
 @pytest.mark.parametrize("kind, overrides, message", [

@@ -24,6 +24,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("keras")
 
+from hf_tpu_ext import model_types  # noqa: E402
 from hf_tpu_ext.backends.keras.architectures import get_architecture  # noqa: E402
 
 TOLERANCE = 1e-4  # float32, two implementations of the same math
@@ -234,7 +235,7 @@ def test_flops_and_mfu_use_the_architecture_count(trained):
     config = transformers.AutoConfig.from_pretrained(out)
     state = json.loads((out / "trainer_state.json").read_text())
     summary = json.loads((out / "training_summary.json").read_text())
-    own = get_architecture(kind).flops_per_token(config, 32, summary["hyperparameters"]["max_predictions_per_seq"] / 32)
+    own = model_types.flops_per_token(config, 32, summary["hyperparameters"]["max_predictions_per_seq"] / 32)
     assert state["num_input_tokens_seen"] == 20 * 8 * 32
     assert state["total_flos"] == pytest.approx(20 * 8 * 32 * own)
     # MFU = steady tokens/s x the same count / the peak of the one CPU replica (float32)

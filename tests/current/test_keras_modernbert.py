@@ -22,6 +22,7 @@ jax = pytest.importorskip("jax")
 import keras  # noqa: E402
 
 from hf_tpu_ext.backends.keras.architectures import get_architecture, supported_model_types  # noqa: E402
+from hf_tpu_ext import model_types  # noqa: E402
 from hf_tpu_ext.errors import CheckpointError  # noqa: E402
 from modernbert_support import (  # noqa: E402
     ALL_BIASES,
@@ -50,10 +51,11 @@ def pair(request):
 
 
 def test_registry_row():
-    assert ARCH.name == "modernbert" and ARCH.model_types == ("modernbert",)
-    assert ARCH.transformers_classes == {"modernbert": "ModernBertForMaskedLM"}
-    assert ARCH.tokenizer_kind == "modernbert_bpe"
-    assert ARCH.max_sequence_length(tiny_config()) == 64
+    record = model_types.record_for("modernbert")
+    assert ARCH.name == "modernbert" and record.model_types == ("modernbert",)
+    assert dict(record.masked_lm_classes) == {"modernbert": "ModernBertForMaskedLM"}
+    assert record.tokenizer_kind == "bracket_bpe"
+    assert model_types.max_sequence_length(tiny_config()) == 64
 
 
 def test_layer_pattern_read_from_transformers_5(pair):
@@ -182,10 +184,10 @@ def test_flops_count_the_window_on_local_layers():
     config = tiny_config(**ALL_BIASES)  # layers G L G, h 32, i 48, V 100, local_attention 4 (5 keys)
     per_layer = 4 * 32 * 32 + 3 * 32 * 48
     head = 6 * (32 * 32 + 32 * 100)
-    assert ARCH.flops_per_token(config, 12, 0.25) == 6 * 3 * per_layer + 12 * 32 * (12 + 5 + 12) + head * 0.25
-    assert ARCH.flops_per_token(config, 3, None) == 6 * 3 * per_layer + 12 * 32 * (3 + 3 + 3) + head
+    assert model_types.flops_per_token(config, 12, 0.25) == 6 * 3 * per_layer + 12 * 32 * (12 + 5 + 12) + head * 0.25
+    assert model_types.flops_per_token(config, 3, None) == 6 * 3 * per_layer + 12 * 32 * (3 + 3 + 3) + head
     with pytest.raises(Exception, match="seq_length must be >= 1"):
-        ARCH.flops_per_token(config, 0, None)
+        model_types.flops_per_token(config, 0, None)
 
 
 def test_unsupported_activation_refused_naming_the_field():

@@ -109,15 +109,15 @@ def test_fill_mask_pipeline_answers(continued):
 def test_flops_count_the_local_window(continued):
     """trainer_state.json's total_flos and the MFU figure use ModernBERT's own count (local layers attend to their
     window, not the whole sequence), not the encoder formula."""
-    from hf_tpu_ext.backends.keras.architectures import get_architecture
-    from hf_tpu_ext.flops import flops_per_token as encoder_formula
+    from hf_tpu_ext import model_types
+    from hf_tpu_ext.model_types.record import encoder_flops_per_token as encoder_formula
 
     _, out, _, _ = continued
     config = transformers.AutoConfig.from_pretrained(out)
     state = json.loads((out / "trainer_state.json").read_text())
     summary = json.loads((out / "training_summary.json").read_text())
     fraction = summary["hyperparameters"]["max_predictions_per_seq"] / 32
-    own = get_architecture("modernbert").flops_per_token(config, 32, fraction)
+    own = model_types.flops_per_token(config, 32, fraction)
     assert own != pytest.approx(encoder_formula(config, 32, fraction))
     assert state["num_input_tokens_seen"] == 20 * 8 * 32
     assert state["total_flos"] == pytest.approx(20 * 8 * 32 * own)

@@ -31,7 +31,6 @@ from typing import Any, Dict, List, Optional
 
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
 from hf_tpu_ext.backends.keras import checkpoint as ckpt
-from hf_tpu_ext.backends.keras.architectures import architecture_for
 from hf_tpu_ext.backends.keras.best import load_best, restore_best
 from hf_tpu_ext.backends.keras.checkpoint import (STATE_NAME, export_checkpoint_folder, find_checkpoints,
                                                   is_checkpoint_folder, remove_incomplete)
@@ -54,6 +53,7 @@ from hf_tpu_ext.extras import require_extra
 from hf_tpu_ext.host_memory import keep_step_memory
 from hf_tpu_ext.mfu import make_mfu_meter
 from hf_tpu_ext.model_config import build_config, check_positions, dropout_overrides, model_summary_fields
+from hf_tpu_ext.model_types import record_for
 from hf_tpu_ext.precision import has_native_bf16, resolve_precision, xla_bf16_dots_faster
 from hf_tpu_ext.run_context import RunContext
 
@@ -238,8 +238,8 @@ class KerasBackend(BackendDefaults):
         report_to = getattr(args, "report_to", None) or ()
         self.summary_writer = EventWriter(args.logging_dir) if self.is_chief and "tensorboard" in report_to else None
         self.trackio = init_trackio(args, model_args) if self.is_chief and "trackio" in report_to else None
-        try:  # the architecture's own count (the head runs at the masked positions only)
-            self.flops_per_token = architecture_for(self.config).flops_per_token(
+        try:  # the model type's record's count (the head runs at the masked positions only)
+            self.flops_per_token = record_for(self.config.model_type).count_flops(
                 self.config, plan.seq_length, min(1.0, data_args.max_predictions_per_seq / plan.seq_length))
         except Exception:  # a config without the fields the count needs: no MFU
             self.flops_per_token = None

@@ -10,13 +10,13 @@ DistilBERT, an optional keras-hub preset of the masked LM (keras-hub has no Mode
   -- what ``save_pretrained`` writes, so ``AutoModelForMaskedLM.from_pretrained`` (transformers 4 and 5, PyTorch),
   the ``fill-mask`` pipeline and the Hub widget load it;
 - ``config.json``: the architecture's ``export_config`` (RoBERTa: ``max_position_embeddings = positions +
-  pad_token_id + 1``, ``type_vocab_size=1``) with ``architectures = [arch.transformers_classes[model_type]]``;
+  pad_token_id + 1``, ``type_vocab_size=1``) with ``architectures = [masked_lm_class(model_type)]`` (the record's);
 - the tokenizer files (``tokenizer.save_pretrained``);
 - ``keras_hub/`` (only where keras-hub is installed: ``[keras]``; it brings TensorFlow, and only for the
-  architectures of :data:`PRESET_TASKS`): a keras-hub preset (``config.json``, ``task.json``,
+  architectures with a ``keras_hub`` preset, :func:`preset_tasks`): a keras-hub preset (``config.json``, ``task.json``,
   ``model.weights.h5``, ``task.weights.h5``, ``metadata.json``, ``preprocessor.json``, ``tokenizer.json``,
   ``assets/tokenizer/``) of the same weights, head included, float32: ``RobertaMaskedLM``, ``BertMaskedLM``
-  (keras-hub's BERT layers use the tanh approximation of GELU: see :mod:`.keras_hub_bert`) or
+  (keras-hub's BERT layers use the tanh approximation of GELU: see :mod:`.architectures.keras_hub_bert`) or
   ``DistilBertMaskedLM``.
 
 Why a preset in a subfolder: keras-hub's ``from_preset("hf://user/model")`` reads the repo root. There it finds
@@ -49,26 +49,41 @@ import shutil
 import tempfile
 from typing import List, Set
 
-from hf_tpu_ext.backends.keras.architectures import architecture_for, get_architecture
+from hf_tpu_ext.backends.keras.architectures import architecture_for, get_architecture, supported_model_types
 from hf_tpu_ext.backends.model_files import CONFIG_NAME, write_pt_safetensors
 from hf_tpu_ext.data.tokenizer import save_tokenizer_files
 from hf_tpu_ext.errors import CheckpointError
 from hf_tpu_ext.fileio import atomic_write_text
+from hf_tpu_ext.model_types import masked_lm_class, max_sequence_length
 
 logger = logging.getLogger(__name__)
 
 #: The keras-hub preset's folder inside a model folder / Hub repo (beside the transformers files).
 KERAS_PRESET_DIR = "keras_hub"
-#: keras-hub's RobertaTokenizer special tokens, in RoBERTa's order (start, end, pad, mask)
-ROBERTA_SPECIAL_TOKENS = ("<s>", "</s>", "<pad>", "<mask>")
 #: keys of a preset's ``metadata.json`` that change with every save whatever was saved
 PRESET_VOLATILE_KEYS = ("date_saved",)
-#: the architecture of a keras-hub model given without a config (keras-hub's ``RobertaMaskedLM``)
-PRESET_ARCHITECTURE = "roberta"
-#: architecture name -> the keras-hub task its preset is (keras-hub has no ModernBERT)
-PRESET_TASKS = {"roberta": "RobertaMaskedLM", "bert": "BertMaskedLM", "distilbert": "DistilBertMaskedLM"}
 #: model types already told they get no preset (one log line per process, not one per save)
 _NO_PRESET_LOGGED: Set[str] = set()
+
+
+def preset_tasks() -> List[str]:
+    """keras-hub's masked-LM tasks the registry's architectures write presets of, registry order, once each."""
+    tasks = [get_architecture(t).keras_hub for t in supported_model_types()]
+    return list(dict.fromkeys(preset.task for preset in tasks if preset is not None))
+
+
+def preset_architecture(masked_lm):
+    """The architecture whose keras-hub task ``masked_lm`` is (a keras-hub model given without a config).
+
+    Raises:
+        CheckpointError: no architecture writes that task.
+    """
+    for model_type in supported_model_types():
+        arch = get_architecture(model_type)
+        if arch.keras_hub is not None and arch.keras_hub.task == type(masked_lm).__name__:
+            return arch
+    raise CheckpointError(f"A {type(masked_lm).__name__} without a config: no architecture here writes it; pass "
+                          "config=.")
 
 
 def keras_hub_available() -> bool:
@@ -77,45 +92,6 @@ def keras_hub_available() -> bool:
         return importlib.util.find_spec("keras_hub") is not None
     except (ImportError, ValueError):
         return False
-
-
-def keras_hub_preprocessor(tokenizer_folder: str, sequence_length: int):
-    """A keras-hub ``RobertaMaskedLMPreprocessor`` with the same byte-level BPE as a saved transformers tokenizer.
-
-    The vocabulary and merges are read from the folder's ``tokenizer.json`` (``model.type == "BPE"``), so no
-    ``vocab.json``/``merges.txt`` are needed. keras-hub's ``RobertaTokenizer`` requires RoBERTa's special tokens
-    ``<s>``, ``</s>``, ``<pad>``, ``<mask>`` in the vocabulary.
-
-    Args:
-        tokenizer_folder: a folder written by ``tokenizer.save_pretrained``.
-        sequence_length: the preprocessor's padded length (the model's ``max_sequence_length``).
-
-    Returns:
-        The preprocessor, or ``None`` (logged) when the tokenizer is not a RoBERTa-style byte-level BPE.
-    """
-    path = os.path.join(tokenizer_folder, "tokenizer.json")
-    if not os.path.isfile(path):
-        logger.info("No tokenizer.json: the keras-hub preset gets no preprocessor.")
-        return None
-    with open(path, encoding="utf-8") as f:
-        model = json.load(f).get("model") or {}
-    if model.get("type") != "BPE":
-        logger.info("The tokenizer is %s, not a byte-level BPE: the keras-hub preset gets no preprocessor.", model.get("type"))
-        return None
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]  # tokenizers >= 0.20: pairs
-    import keras_hub
-
-    try:
-        # fixed names and token order: keras-hub numbers unnamed layers per process and lists its special tokens
-        # from a set (string hash order), so a re-export would change the preset's JSON bytes
-        tokenizer = keras_hub.models.RobertaTokenizer(vocabulary=dict(model["vocab"]), merges=merges,
-                                                      unsplittable_tokens=list(ROBERTA_SPECIAL_TOKENS),
-                                                      name="roberta_tokenizer")
-    except ValueError as e:  # a special token RoBERTa needs is missing
-        logger.info("keras-hub's RobertaTokenizer cannot use this vocabulary (%s): no preprocessor in the preset.", e)
-        return None
-    return keras_hub.models.RobertaMaskedLMPreprocessor(tokenizer=tokenizer, sequence_length=int(sequence_length),
-                                                        name="roberta_masked_lm_preprocessor")
 
 
 @contextlib.contextmanager
@@ -221,37 +197,20 @@ def save_tokenizer(tokenizer, folder: str, exclude=()) -> List[str]:
 
 
 def keras_hub_masked_lm(state, config, preprocessor=None):
-    """A float32 keras-hub masked LM (:data:`PRESET_TASKS`) of ``config``'s sizes holding the architecture's
-    transformers state dict (RoBERTa's name table assigns it: ``architectures/roberta.py`` knows keras-hub's
-    attribute paths too; BERT and DistilBERT: :mod:`.keras_hub_bert`).
+    """A float32 keras-hub masked LM of ``config``'s sizes holding the architecture's transformers state dict (its
+    :class:`~.architectures.base.KerasHubPreset`'s ``masked_lm``).
 
     Raises:
-        CheckpointError: as the architecture's ``assign``; a weight missing from ``state``.
+        CheckpointError: no keras-hub preset for the architecture; as the architecture's ``assign``; a weight
+            missing from ``state``.
     """
-    import keras_hub  # optional ([keras]); it imports TensorFlow
-
     arch = architecture_for(config, CheckpointError)
-    if arch.name != PRESET_ARCHITECTURE:
-        from hf_tpu_ext.backends.keras import keras_hub_bert
-        from hf_tpu_ext.backends.keras.architectures import bert, distilbert
-
-        names = {"bert": bert.NAMES, "distilbert": distilbert.NAMES}[arch.name].names
-        return keras_hub_bert.keras_hub_bert_masked_lm(state, config, names, arch.max_sequence_length(config),
-                                                       preprocessor)
-    # fixed names, not Keras' per-process numbering: an export's config.json is the same each time
-    backbone = keras_hub.models.RobertaBackbone(
-        vocabulary_size=int(config.vocab_size), num_layers=int(config.num_hidden_layers),
-        num_heads=int(config.num_attention_heads), hidden_dim=int(config.hidden_size),
-        intermediate_dim=int(config.intermediate_size), dropout=float(config.hidden_dropout_prob),
-        max_sequence_length=arch.max_sequence_length(config), dtype="float32", name="roberta_backbone")
-    masked_lm = keras_hub.models.RobertaMaskedLM(backbone=backbone, preprocessor=preprocessor,
-                                                 name="roberta_masked_lm")
-    arch.assign(masked_lm, state, config)
-    return masked_lm
-
+    if arch.keras_hub is None:
+        raise CheckpointError(f"keras-hub has no masked LM of model_type {config.model_type!r}.")
+    return arch.keras_hub.masked_lm(state, config, preprocessor)
 
 def save_keras_preset(state, config, preset_dir: str, preprocessor=None) -> List[str]:
-    """Write a keras-hub preset of the whole masked LM (:data:`PRESET_TASKS`; head included) built from
+    """Write a keras-hub preset of the whole masked LM (:func:`keras_hub_masked_lm`; head included) built from
     transformers weights.
 
     The preset is written into a hidden temp folder beside ``preset_dir`` and swapped into place, so a reader
@@ -298,7 +257,7 @@ def save_keras_preset(state, config, preset_dir: str, preprocessor=None) -> List
 
 def export_config(masked_lm, config=None, tokenizer=None):
     """The transformers config ``config.json`` gets: the architecture's ``export_config`` (or a copy of ``config``),
-    ``architectures`` = ``[arch.transformers_classes[model_type]]``.
+    ``architectures`` = the model type's record's masked-LM class (``[masked_lm_class(model_type)]``).
 
     Args:
         masked_lm: the Keras backend's masked LM, or a keras-hub ``RobertaMaskedLM``.
@@ -310,10 +269,10 @@ def export_config(masked_lm, config=None, tokenizer=None):
     """
     if config is None:  # the Keras backend's model keeps the run's transformers config beside it
         config = getattr(masked_lm, "config", None)
-    arch = get_architecture(PRESET_ARCHITECTURE) if config is None else architecture_for(config, CheckpointError)
+    arch = preset_architecture(masked_lm) if config is None else architecture_for(config, CheckpointError)
     hf_config = (arch.export_config(masked_lm, config, tokenizer) if arch.export_config is not None
                  else copy.deepcopy(config))
-    hf_config.architectures = [arch.transformers_classes[hf_config.model_type]]
+    hf_config.architectures = [masked_lm_class(hf_config.model_type)]
     return hf_config
 
 
@@ -334,7 +293,7 @@ def export_masked_lm(masked_lm, folder: str, tokenizer=None, config=None, *, ker
             ``None``: ``masked_lm.config`` when the model carries one (``backends/keras/model.py``), else one
             derived from the model and the tokenizer.
         keras_preset: also write the keras-hub preset into ``folder/keras_hub/`` (module doc) when keras-hub is
-            installed (``[keras]``) and keras-hub has the architecture (:data:`PRESET_TASKS`; ModernBERT: one
+            installed (``[keras]``) and keras-hub has the architecture (:func:`preset_tasks`; ModernBERT: one
             info line per process).
 
     Returns:
@@ -362,23 +321,18 @@ def export_masked_lm(masked_lm, folder: str, tokenizer=None, config=None, *, ker
     written.append(CONFIG_NAME)
     if tokenizer is not None:
         written += save_tokenizer(tokenizer, folder, exclude=written)
-    if keras_preset and arch.name not in PRESET_TASKS:
+    if keras_preset and arch.keras_hub is None:
         if hf_config.model_type not in _NO_PRESET_LOGGED:
             _NO_PRESET_LOGGED.add(hf_config.model_type)
             logger.info("No keras_hub/ preset for model_type %r: keras-hub has no such masked LM (it has %s); the "
-                        "transformers files are complete.", hf_config.model_type, ", ".join(PRESET_TASKS.values()))
+                        "transformers files are complete.", hf_config.model_type, ", ".join(preset_tasks()))
     elif keras_preset and not keras_hub_available():
         logger.debug("keras-hub is not installed: no %s/ preset in %s (pip install \"hf-tpu-ext[keras]\" adds it; "
                      "keras-hub brings TensorFlow).", KERAS_PRESET_DIR, folder)
     elif keras_preset:
         with fresh_layer_names():  # the same names in every export (see there)
             preprocessor = None
-            if tokenizer is not None and arch.name == PRESET_ARCHITECTURE:
-                preprocessor = keras_hub_preprocessor(folder, masked_lm.backbone.max_sequence_length)
-            elif tokenizer is not None:
-                from hf_tpu_ext.backends.keras.keras_hub_bert import keras_hub_wordpiece_preprocessor
-
-                preprocessor = keras_hub_wordpiece_preprocessor(hf_config.model_type, folder,
-                                                                arch.max_sequence_length(hf_config))
+            if tokenizer is not None:
+                preprocessor = arch.keras_hub.preprocessor(folder, hf_config, max_sequence_length(hf_config))
             written += save_keras_preset(state, hf_config, os.path.join(folder, KERAS_PRESET_DIR), preprocessor)
     return written

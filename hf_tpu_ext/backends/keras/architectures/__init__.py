@@ -1,7 +1,9 @@
 """The Keras backend's architectures: transformers ``model_type`` -> ``"module:ARCHITECTURE"``, imported lazily.
 
-A new architecture is one module beside this file (its layers, its transformers name table, its FLOP count; the
-contract is :mod:`.base`) and one row here per ``model_type`` it reads.
+The rows come from the model-type records (:mod:`hf_tpu_ext.model_types`): every record whose ``backends`` name
+``keras`` is the module of the record's name beside this file (its layers and transformers name table; the
+contract is :mod:`.base`), for each ``model_type`` the record holds. A new architecture is its record, its module
+here and its row in ``model_types.RECORDS``; nothing to add in this file.
 """
 
 from __future__ import annotations
@@ -11,16 +13,12 @@ from typing import Dict, Tuple, Type
 
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
 from hf_tpu_ext.errors import ArgumentError
+from hf_tpu_ext.model_types import RECORDS
 
-#: model_type -> "module:attribute" (no framework is imported until :func:`get_architecture`); one row per line
-ARCHITECTURES: Dict[str, str] = {
-    "roberta": "hf_tpu_ext.backends.keras.architectures.roberta:ARCHITECTURE",
-    "xlm-roberta": "hf_tpu_ext.backends.keras.architectures.roberta:ARCHITECTURE",
-    "camembert": "hf_tpu_ext.backends.keras.architectures.roberta:ARCHITECTURE",
-    "bert": "hf_tpu_ext.backends.keras.architectures.bert:ARCHITECTURE",
-    "distilbert": "hf_tpu_ext.backends.keras.architectures.distilbert:ARCHITECTURE",
-    "modernbert": "hf_tpu_ext.backends.keras.architectures.modernbert:ARCHITECTURE",
-}
+#: model_type -> "module:attribute" (no framework is imported until :func:`get_architecture`), records' order
+ARCHITECTURES: Dict[str, str] = {model_type: f"{__name__}.{record.name}:ARCHITECTURE"
+                                 for record in RECORDS if "keras" in record.backends
+                                 for model_type in record.model_types}
 
 
 def supported_model_types() -> Tuple[str, ...]:

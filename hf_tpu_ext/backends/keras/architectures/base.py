@@ -1,8 +1,9 @@
 """The contract an architecture of the Keras backend fulfils: one module per architecture, one registry entry.
 
-An architecture module (``architectures/<name>.py``) holds its Keras 3 layers, its transformers name table and its
-FLOP count, and exposes one :class:`Architecture` named ``ARCHITECTURE``; ``architectures/__init__.py`` maps each
-transformers ``model_type`` it reads to ``"module:ARCHITECTURE"`` (imported only when asked for).
+An architecture module (``architectures/<name>.py``) holds its Keras 3 layers and its transformers name table, and
+exposes one :class:`Architecture` named ``ARCHITECTURE``; ``architectures/__init__.py`` maps each transformers
+``model_type`` it reads to ``"module:ARCHITECTURE"`` (imported only when asked for). The rest of a model type (presets,
+tokenizer kind, position limit, FLOP count) is its record in :mod:`hf_tpu_ext.model_types`.
 
 Model contract (every architecture's masked LM, so the step, dropout, bf16 dots, probes and export are shared):
 
@@ -24,23 +25,35 @@ No Keras/JAX import here: the registry and this contract are read before the fra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
-#: tokenizer kinds :mod:`hf_tpu_ext.data.tokenizer` trains from text (``--model_type`` picks one)
-TOKENIZER_KINDS = ("byte_level_bpe", "wordpiece", "modernbert_bpe")
+@dataclass(frozen=True)
+class KerasHubPreset:
+    """How an architecture's export writes its optional keras-hub preset (``keras_hub/`` of the model folder).
+
+    Attributes:
+        task: keras-hub's masked-LM task class (``"BertMaskedLM"``), as the preset's ``task.json`` names it.
+        masked_lm: ``(state, config, preprocessor) -> keras_hub task``: a float32 keras-hub masked LM of
+            ``config``'s sizes holding the transformers state dict ``state``; raises ``CheckpointError`` naming a
+            missing weight.
+        preprocessor: ``(tokenizer_folder, config, sequence_length) -> preprocessor | None``: keras-hub's masked-LM
+            preprocessor with the saved transformers tokenizer (None, logged, when keras-hub cannot hold it).
+    """
+
+    task: str
+    masked_lm: Callable[..., Any]
+    preprocessor: Callable[..., Any]
 
 
 @dataclass(frozen=True)
 class Architecture:
-    """One masked-LM architecture of the Keras backend.
+    """One masked-LM architecture of the Keras backend: its layers and the conversions to and from transformers.
+    What is not Keras (the transformers classes, the preset, the tokenizer kind, the position limit, the FLOP
+    count) is the family's :class:`hf_tpu_ext.model_types.ModelTypeRecord` (``record_for(name)``).
 
     Attributes:
-        name: the registry's name (``"roberta"``, ``"bert"``, ``"distilbert"``, ``"modernbert"``).
-        model_types: transformers ``model_type`` values this module reads and writes, e.g. ``("roberta",
-            "xlm-roberta", "camembert")``.
-        transformers_classes: ``{model_type: "<Arch>ForMaskedLM"}``: the class ``config.json``'s ``architectures``
-            names on export (transformers 4.57 and 5 both have each).
-        tokenizer_kind: one of :data:`TOKENIZER_KINDS`: what ``--model_type`` trains from text.
+        name: the family's record name (``"roberta"``, ``"bert"``, ``"distilbert"``, ``"modernbert"``); the
+            registry maps each of that record's ``model_types`` to this architecture.
         build: ``(config, dtype: str) -> keras.Model``: a new masked LM of ``config``'s sizes (``dtype`` a Keras
             dtype policy name, ``"float32"`` or ``"mixed_bfloat16"``); sets ``model.config``.
         check_config: ``(config) -> None``; raises ``CheckpointError`` naming the field when a transformers config
@@ -50,26 +63,18 @@ class Architecture:
             ``save_pretrained`` does, an untied one written).
         assign: ``(model, state, config) -> None``: the inverse, in place; raises ``CheckpointError`` naming a
             missing weight or a shape that differs (a head-less checkpoint: warn, keep the head's initialization).
-        flops_per_token: ``(config, seq_length: int, masked_fraction: float | None) -> float``: training FLOPs
-            (forward + backward) per input token, PaLM's accounting (see :func:`hf_tpu_ext.flops.flops_per_token`).
-        max_sequence_length: ``(config) -> int``: the longest input the config's positions allow.
-        default_config: ``() -> Dict[str, Any]``: keyword arguments of the transformers config class for the small
-            preset of this architecture (similar size to RoBERTa's 4 x 256 default).
         export_config: optional ``(model, config, tokenizer) -> config``: the transformers config ``config.json``
             gets, a copy of ``config`` fitted to the model (e.g. RoBERTa's position rows), raising
             ``CheckpointError`` naming a size that differs from the model's. ``None``: a copy of ``config``. Either
-            way the export then sets ``architectures = [transformers_classes[model_type]]``.
+            way the export then sets ``architectures`` to the record's masked-LM class.
+        keras_hub: optional :class:`KerasHubPreset`: how the export writes a keras-hub preset (``None``: keras-hub
+            has no such masked LM; the export says so once and writes the transformers files only).
     """
 
     name: str
-    model_types: Tuple[str, ...]
-    transformers_classes: Dict[str, str]
-    tokenizer_kind: str
     build: Callable[..., Any]
     check_config: Callable[[Any], None]
     state_dict: Callable[..., Dict[str, Any]]
     assign: Callable[..., None]
-    flops_per_token: Callable[..., float]
-    max_sequence_length: Callable[[Any], int]
-    default_config: Callable[[], Dict[str, Any]]
     export_config: Optional[Callable[..., Any]] = None
+    keras_hub: Optional[KerasHubPreset] = None

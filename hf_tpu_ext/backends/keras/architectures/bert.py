@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from hf_tpu_ext.backends.keras.architectures.keras_hub_bert import preset
 from hf_tpu_ext.backends.keras.architectures.post_ln import EncoderNames, check_encoder, encoder_architecture
 from hf_tpu_ext.errors import CheckpointError
-from hf_tpu_ext.model_config import SMALL_PRESETS
 
 _LAYER = "bert.encoder.layer.{i}."
 NAMES = EncoderNames(
@@ -67,10 +67,4 @@ def encoder_kwargs(config) -> Dict[str, Any]:
                 attention_output_dropout=hidden_dropout)
 
 
-def default_config() -> Dict[str, Any]:
-    """The small preset: RoBERTa's 4 layers x 256 wide, 4 heads, FFN 1024; BERT's own defaults otherwise
-    (``layer_norm_eps`` 1e-12, 512 positions, 2 token types)."""
-    return dict(SMALL_PRESETS["bert"])  # the presets' one owner: model_config
-
-
-ARCHITECTURE = encoder_architecture("bert", "BertForMaskedLM", NAMES, check_config, encoder_kwargs, default_config)
+ARCHITECTURE = encoder_architecture("bert", NAMES, check_config, encoder_kwargs, preset("bert", NAMES.names))

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+from hf_tpu_ext.backends.keras.architectures.keras_hub_bert import preset
 from hf_tpu_ext.backends.keras.architectures.post_ln import EncoderNames, check_encoder, encoder_architecture
 from hf_tpu_ext.errors import CheckpointError
-from hf_tpu_ext.model_config import SMALL_PRESETS
 
 #: transformers' DistilBERT LayerNorms (embeddings, layers, head) are built with eps=1e-12; the config has no field
 LAYER_NORM_EPS = 1e-12
@@ -63,11 +63,4 @@ def encoder_kwargs(config) -> Dict[str, Any]:
                 attention_dropout=float(config.attention_dropout), attention_output_dropout=0.0)
 
 
-def default_config() -> Dict[str, Any]:
-    """The small preset, ``DistilBertConfig`` names: 4 layers x 256 wide, 4 heads, FFN 1024 (RoBERTa's preset
-    sizes), 512 positions, gelu."""
-    return dict(SMALL_PRESETS["distilbert"])  # the presets' one owner: model_config
-
-
-ARCHITECTURE = encoder_architecture("distilbert", "DistilBertForMaskedLM", NAMES, check_config, encoder_kwargs,
-                                    default_config)
+ARCHITECTURE = encoder_architecture("distilbert", NAMES, check_config, encoder_kwargs, preset("distilbert", NAMES.names))

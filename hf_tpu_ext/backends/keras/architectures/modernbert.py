@@ -331,16 +331,5 @@ def assign(model, state, config=None) -> None:
         variable.assign(array)
 
 
-ARCHITECTURE = Architecture(
-    name="modernbert",
-    model_types=("modernbert",),
-    transformers_classes={"modernbert": "ModernBertForMaskedLM"},
-    tokenizer_kind="modernbert_bpe",
-    build=build,
-    check_config=mc.check_config,
-    state_dict=state_dict,
-    assign=assign,
-    flops_per_token=mc.flops_per_token,
-    max_sequence_length=mc.max_sequence_length,
-    default_config=mc.default_config,
-)
+ARCHITECTURE = Architecture(name="modernbert", build=build, check_config=mc.check_config, state_dict=state_dict,
+                            assign=assign)

@@ -1,4 +1,5 @@
-"""ModernBERT's transformers config as the Keras layers read it, its name table and its FLOP count (no Keras/JAX).
+"""ModernBERT's transformers config as the Keras layers read it and its name table (no Keras/JAX); the layer kinds,
+the window and the FLOP count are the record's (:mod:`hf_tpu_ext.model_types.modernbert`).
 
 transformers 4.57 and 5 store the same model with different config fields: 4.57 has ``global_attn_every_n_layers``,
 ``global_rope_theta`` and ``local_rope_theta`` (``None``: the global theta); 5 turns them into ``layer_types``
@@ -10,39 +11,19 @@ either. The weights (``ModernBertForMaskedLM.state_dict()``) have the same names
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Tuple
+from typing import Dict, List, Tuple
 
 from hf_tpu_ext.errors import CheckpointError
-from hf_tpu_ext.model_config import SMALL_PRESETS
+from hf_tpu_ext.model_types.modernbert import FULL, SLIDING, half_window, layer_types  # noqa: F401 (the layers')
 
 logger = logging.getLogger(__name__)
 
-FULL, SLIDING = "full_attention", "sliding_attention"
 #: transformers ``ACT2FN`` names this module computes -> Keras ``gelu``'s ``approximate`` flag (exact: erf;
 #: ``gelu_pytorch_tanh``/``gelu_new``: the tanh formula of Hendrycks & Gimpel 2016, which both sides compute)
 ACTIVATIONS = {"gelu": False, "gelu_pytorch_tanh": True, "gelu_new": True}
 #: Layout kinds: ``SAME`` (identical arrays) or ``LINEAR`` (Keras ``Dense`` kernel ``[in, out]`` <-> torch
 #: ``Linear.weight`` ``[out, in]``)
 SAME, LINEAR = "same", "linear"
-
-
-def default_config() -> Dict[str, Any]:
-    """``ModernBertConfig`` keyword arguments of the small preset: 4 layers x 256 wide, 4 heads (the RoBERTa
-    preset's 4 x 256 x 4), GeGLU ``intermediate_size`` 512 (``Wi`` is ``[256, 1024]``, so the MLP holds 393k
-    parameters against RoBERTa's 524k at 1024), ``local_attention`` 128 with layers 0 and 3 global (ModernBERT's
-    ``global_attn_every_n_layers`` 3). Everything else is ``ModernBertConfig``'s default (no biases but the
-    decoder's, exact GELU, ``norm_eps`` 1e-5, thetas 160000 global / 10000 local)."""
-    return dict(SMALL_PRESETS["modernbert"])  # the presets' one owner: model_config
-
-
-def layer_types(config) -> List[str]:
-    """``"full_attention"`` or ``"sliding_attention"`` per layer: transformers 5's ``layer_types``, else 4.57's rule
-    (layer ``i`` is global when ``i % global_attn_every_n_layers == 0``)."""
-    types = getattr(config, "layer_types", None)
-    if types:
-        return list(types)
-    every = int(getattr(config, "global_attn_every_n_layers", 3))
-    return [FULL if i % every == 0 else SLIDING for i in range(int(config.num_hidden_layers))]
 
 
 def rope_thetas(config) -> Dict[str, float]:
@@ -56,12 +37,6 @@ def rope_thetas(config) -> Dict[str, float]:
         if isinstance(params.get(kind), dict) and params[kind].get("rope_theta") is not None:
             thetas[kind] = float(params[kind]["rope_theta"])
     return thetas
-
-
-def half_window(config) -> int:
-    """Keys a local layer's query sees on each side: ``local_attention // 2`` (transformers' ``sliding_window``;
-    its mask keeps ``|query - key| <= local_attention // 2``, both versions)."""
-    return int(config.local_attention) // 2
 
 
 def check_config(config) -> None:
@@ -84,11 +59,6 @@ def check_config(config) -> None:
         if isinstance(params, dict) and params.get("rope_type", "default") != "default":
             raise CheckpointError(f"rope_parameters[{kind!r}].rope_type={params['rope_type']!r} is not supported "
                                   "by --backend keras's ModernBERT (only 'default' RoPE).")
-
-
-def max_sequence_length(config) -> int:
-    """``max_position_embeddings``: RoPE has no table, this is the length the config declares (8192 by default)."""
-    return int(config.max_position_embeddings)
 
 
 def name_table(config) -> List[Tuple[str, str, str]]:
@@ -120,32 +90,3 @@ def name_table(config) -> List[Tuple[str, str, str]]:
     if config.decoder_bias:
         rows.append(("decoder.bias", "decoder_bias", SAME))
     return rows
-
-
-def flops_per_token(config, seq_length: int, masked_fraction=None) -> float:
-    """Training FLOPs (forward + backward) per input token of ``ModernBertForMaskedLM``, PaLM's accounting as
-    :func:`hf_tpu_ext.flops.flops_per_token` (``6 N`` for the matmul parameters, ``12 h keys`` per layer for
-    ``Q K^T`` and ``A V``, the head ``6 (h^2 + h V)`` times ``masked_fraction``; norms, RoPE, softmax ignored).
-
-    ModernBERT's parameters per layer: ``Wqkv`` ``[h, 3h]``, ``Wo`` ``[h, h]``, GeGLU ``Wi`` ``[h, 2i]``, ``Wo``
-    ``[i, h]``: ``N_layer = 4 h^2 + 3 h i``. Keys per query: ``seq_length`` on a global layer; on a local layer
-    ``min(2 * (local_attention // 2) + 1, seq_length)``, the window of a query away from the sequence's ends
-    (``|q - k| <= local_attention // 2``; queries near an end see fewer, not counted: an upper bound, high by about
-    ``local_attention / (4 seq_length)`` of the local layers' attention FLOPs when ``seq_length > local_attention``).
-
-    Raises:
-        ArgumentError: ``seq_length < 1`` or ``masked_fraction`` outside [0, 1] (as the shared count).
-    """
-    from hf_tpu_ext.errors import ArgumentError
-
-    if seq_length < 1:
-        raise ArgumentError(f"seq_length must be >= 1, got {seq_length}.")
-    if masked_fraction is not None and not 0.0 <= masked_fraction <= 1.0:
-        raise ArgumentError(f"masked_fraction must be in [0, 1] (or None for every position), got {masked_fraction}.")
-    h, inter, vocab = float(config.hidden_size), float(config.intermediate_size), float(config.vocab_size)
-    window = min(2 * half_window(config) + 1, int(seq_length))
-    keys = [float(seq_length if kind == FULL else window) for kind in layer_types(config)]
-    parameters = len(keys) * (4.0 * h * h + 3.0 * h * inter)
-    attention = sum(12.0 * h * k for k in keys)
-    head = 6.0 * (h * h + h * vocab) * (1.0 if masked_fraction is None else float(masked_fraction))
-    return 6.0 * parameters + attention + head

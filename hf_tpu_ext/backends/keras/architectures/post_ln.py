@@ -1,10 +1,10 @@
 """What the post-LN encoder architectures (``bert.py``, ``distilbert.py``) share beside their layers
 (:mod:`.encoder`): config checks, and :func:`encoder_architecture`, which makes an :class:`.base.Architecture`
-(build, the state dict both ways through the name table, the FLOP count) from an architecture's names and config
+(build, the state dict both ways through the name table) from an architecture's names and config
 reading.
 
 Each module gives one :class:`EncoderNames`, its ``check_config`` and ``encoder_kwargs`` (its config fields ->
-the model's arguments). No Keras/JAX import at module level: the config checks and the FLOP count run before the
+the model's arguments). No Keras/JAX import at module level: the config checks run before the
 framework starts (refusals before compute); build and the state-dict functions import :mod:`.encoder` when
 called.
 """
@@ -12,10 +12,9 @@ called.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from hf_tpu_ext.backends.keras.architectures.base import Architecture
+from hf_tpu_ext.backends.keras.architectures.base import Architecture, KerasHubPreset
 from hf_tpu_ext.backends.keras.architectures.name_table import normalized_names, table_assign, table_state_dict
 from hf_tpu_ext.errors import CheckpointError
 
@@ -76,23 +75,20 @@ def check_encoder(what: str, config, hidden_size: int, num_heads: int, activatio
         raise CheckpointError(f"hidden size {hidden_size} is not a multiple of the attention heads {num_heads}.")
 
 
-def encoder_architecture(name: str, transformers_class: str, names: EncoderNames,
-                         check_config: Callable[[Any], None], encoder_kwargs: Callable[[Any], Dict[str, Any]],
-                         default_config: Callable[[], Dict[str, Any]],
-                         tokenizer_kind: str = "wordpiece") -> Architecture:
+def encoder_architecture(name: str, names: EncoderNames, check_config: Callable[[Any], None],
+                         encoder_kwargs: Callable[[Any], Dict[str, Any]],
+                         keras_hub: Optional[KerasHubPreset] = None) -> Architecture:
     """The :class:`.base.Architecture` of a post-LN encoder whose model is :class:`.encoder.EncoderMaskedLM`.
 
     Args:
-        name: the registry's name and the transformers ``model_type`` (``"bert"``).
-        transformers_class: the masked-LM class ``config.json`` names (``"BertForMaskedLM"``).
+        name: the family's record name and the transformers ``model_type`` (``"bert"``).
         names: its transformers names.
         check_config: ``(config) -> None``, raises ``CheckpointError`` naming a field it cannot hold.
         encoder_kwargs: ``(config) -> dict``: :class:`.encoder.EncoderMaskedLM`'s size and rate arguments read
             from the architecture's own config fields (``vocabulary_size``, ``num_layers``, ``num_heads``,
             ``hidden_dim``, ``intermediate_dim``, ``max_position_embeddings``, ``type_vocab_size``,
             ``layer_norm_epsilon``, ``dropout``, ``attention_dropout``, ``attention_output_dropout``).
-        default_config: the small preset's config arguments.
-        tokenizer_kind: what ``--model_type`` trains from text (BERT's and DistilBERT's WordPiece).
+        keras_hub: the export's keras-hub preset (:func:`.keras_hub_bert.preset`), or None.
 
     The functions made (see :class:`.base.Architecture` for their signatures):
 
@@ -101,10 +97,7 @@ def encoder_architecture(name: str, transformers_class: str, names: EncoderNames
     * ``state_dict(model, config)``: transformers names and shapes (float32 numpy), the tied decoder left out as
       ``save_pretrained`` leaves it out; ``assign(model, state, config)``: the inverse, a bare base-model
       checkpoint keeps the head's initialization with one warning (``CheckpointError`` for a missing or
-      misshaped weight, named);
-    * ``flops_per_token(config, seq_length, masked_fraction)``: :func:`hf_tpu_ext.flops.flops_per_token`'s PaLM
-      accounting (attention over the whole sequence; the head at ``masked_fraction`` of the positions, all when
-      None); ``max_sequence_length(config)``: ``max_position_embeddings`` (positions numbered from 0).
+      misshaped weight, named).
     """
 
     def build(config, dtype: str = "float32"):
@@ -130,18 +123,5 @@ def encoder_architecture(name: str, transformers_class: str, names: EncoderNames
         table = name_table(names.names, encoder_kwargs(config)["num_layers"])
         table_assign(model, state, table, names.head_names(), names.aliases, names.what)
 
-    def flops_per_token(config, seq_length: int, masked_fraction: Optional[float] = None) -> float:
-        from hf_tpu_ext.flops import flops_per_token as count
-
-        sizes = encoder_kwargs(config)
-        return count(SimpleNamespace(hidden_size=sizes["hidden_dim"], num_hidden_layers=sizes["num_layers"],
-                                     intermediate_size=sizes["intermediate_dim"], vocab_size=sizes["vocabulary_size"]),
-                     seq_length, masked_fraction)
-
-    def max_sequence_length(config) -> int:
-        return int(encoder_kwargs(config)["max_position_embeddings"])
-
-    return Architecture(name=name, model_types=(name,), transformers_classes={name: transformers_class},
-                        tokenizer_kind=tokenizer_kind, build=build, check_config=check_config, state_dict=state_dict,
-                        assign=assign, flops_per_token=flops_per_token, max_sequence_length=max_sequence_length,
-                        default_config=default_config)
+    return Architecture(name=name, build=build, check_config=check_config, state_dict=state_dict, assign=assign,
+                        keras_hub=keras_hub)

@@ -48,19 +48,15 @@ from keras import layers, ops
 
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
 from hf_tpu_ext.backends.keras.architectures.encoder import MaskedLMHead, SelfAttention
+from hf_tpu_ext.backends.keras.architectures.keras_hub_roberta import preset as keras_hub_preset
 from hf_tpu_ext.backends.keras.architectures.layouts import (LINEAR, OUT_KERNEL, QKV_BIAS, QKV_KERNEL, SAME,
                                                             attribute, from_hf, hf_shape, take, to_hf,
                                                             variable_numpy)
 from hf_tpu_ext.backends.keras.architectures.name_table import normalized_names
 from hf_tpu_ext.errors import CheckpointError
-from hf_tpu_ext.flops import flops_per_token as encoder_flops_per_token
-from hf_tpu_ext.model_config import DEFAULT_SMALL_CONFIG
 
 logger = logging.getLogger("hf_tpu_ext")
 
-#: transformers model types whose ``*ForMaskedLM`` is RoBERTa's architecture under the ``roberta.`` prefix
-TRANSFORMERS_CLASSES = {"roberta": "RobertaForMaskedLM", "xlm-roberta": "XLMRobertaForMaskedLM",
-                        "camembert": "CamembertForMaskedLM"}
 BASE_PREFIX = "roberta."
 #: a bare ``RobertaModel``'s name prefixes (they get :data:`BASE_PREFIX` on import)
 BARE_PREFIXES = ("embeddings.", "encoder.", "pooler.")
@@ -447,7 +443,7 @@ def export_config(masked_lm, config=None, tokenizer=None):
     return config
 
 
-# ------------------------------------------------------------------ building, sizes, FLOPs
+# ------------------------------------------------------------------ building, sizes
 def max_sequence_length(config) -> int:
     """Positions a real token may use: ``max_position_embeddings - (pad_token_id + 1)``."""
     return int(config.max_position_embeddings) - position_offset(config.pad_token_id)
@@ -471,20 +467,5 @@ def build(config, dtype: Optional[str] = "float32") -> RobertaMaskedLM:
     return model
 
 
-def flops_per_token(config, seq_length: int, masked_fraction: Optional[float] = None) -> float:
-    """Training FLOPs per token: :func:`hf_tpu_ext.flops.flops_per_token` (PaLM's accounting), whose encoder count
-    (Q/K/V/output projections, two feed-forward matmuls, both attention matmuls, the LM head's dense transform
-    and vocabulary projection) is exactly this architecture's."""
-    return encoder_flops_per_token(config, seq_length, masked_fraction)
-
-
-def default_config() -> Dict[str, Any]:
-    """``RobertaConfig`` keyword arguments of the small preset (4 layers x 256, 4 heads, 1024 feed-forward)."""
-    return dict(DEFAULT_SMALL_CONFIG)
-
-
-ARCHITECTURE = Architecture(
-    name="roberta", model_types=tuple(TRANSFORMERS_CLASSES), transformers_classes=dict(TRANSFORMERS_CLASSES),
-    tokenizer_kind="byte_level_bpe", build=build, check_config=check_config, state_dict=state_dict, assign=assign,
-    flops_per_token=flops_per_token, max_sequence_length=max_sequence_length, default_config=default_config,
-    export_config=export_config)
+ARCHITECTURE = Architecture(name="roberta", build=build, check_config=check_config, state_dict=state_dict,
+                            assign=assign, export_config=export_config, keras_hub=keras_hub_preset(assign))

@@ -1,7 +1,7 @@
 """keras-hub's ``BertMaskedLM`` and ``DistilBertMaskedLM`` holding a transformers ``BertForMaskedLM`` /
 ``DistilBertForMaskedLM`` state dict, and their WordPiece preprocessors: the BERT and DistilBERT halves of the
-export's optional ``keras_hub/`` preset (:mod:`.export` writes it; RoBERTa's half is there and in
-``architectures/roberta.py``).
+export's optional ``keras_hub/`` preset (``backends/keras/export.py`` writes it through each architecture's
+:class:`.base.KerasHubPreset`, :func:`preset` here; RoBERTa's is :mod:`.keras_hub_roberta`).
 
 The weights are placed by the architecture's own transformers name table (``architectures/bert.py`` /
 ``distilbert.py`` ``NAMES``), transposed to Keras' layouts: a ``Linear`` weight ``[out, in]`` becomes a ``Dense``
@@ -22,6 +22,7 @@ import os
 
 import numpy as np
 
+from hf_tpu_ext.backends.keras.architectures.base import KerasHubPreset
 from hf_tpu_ext.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
@@ -167,3 +168,17 @@ def keras_hub_wordpiece_preprocessor(model_type: str, tokenizer_folder: str, seq
         return None
     return getattr(keras_hub.models, preprocessor_class)(tokenizer=tokenizer, sequence_length=int(sequence_length),
                                                          name=f"{model_type}_masked_lm_preprocessor")
+
+
+def preset(model_type: str, names) -> KerasHubPreset:
+    """The :class:`.base.KerasHubPreset` of ``model_type`` (a key of :data:`KERAS_HUB_CLASSES`) whose transformers
+    name table is ``names`` (the architecture's ``NAMES.names``); the position table keeps all its rows (numbered
+    from 0 on both sides)."""
+    def masked_lm(state, config, preprocessor=None):
+        positions = int(config.max_position_embeddings)
+        return keras_hub_bert_masked_lm(state, config, names, positions, preprocessor)
+
+    def preprocessor(tokenizer_folder: str, config, sequence_length: int):
+        return keras_hub_wordpiece_preprocessor(model_type, tokenizer_folder, sequence_length)
+
+    return KerasHubPreset(KERAS_HUB_CLASSES[model_type][1], masked_lm, preprocessor)
