@@ -11,6 +11,9 @@ Trained per ``--model_type`` by its record's tokenizer kind (:func:`train_tokeni
 - ``bracket_bpe`` (``modernbert``): what ``answerdotai/ModernBERT-base`` ships: a ``PreTrainedTokenizerFast`` over a byte-level BPE
   (OLMo's kind), cased, with ``[UNK] [CLS] [SEP] [PAD] [MASK]`` (here ids 0..4), ``[CLS] ... [SEP]``, and
   ``[MASK]`` stripping the space before it.
+- ``llama_bpe`` (``eurobert``): EuroBERT's kind, Llama 3's: its pre-tokenization split, a cased byte-level BPE,
+  ``<|begin_of_text|>``=0, ``<|end_of_text|>``=1, ``<|mask|>``=2 (stripping the space before it), ``<|pad|>``=3,
+  ``<|begin_of_text|> ... <|end_of_text|>``.
 """
 
 from __future__ import annotations
@@ -253,6 +256,7 @@ TRAINERS = {
     "byte_level_bpe": lambda texts, vocab_size, length, lower: train_bpe_tokenizer(texts, vocab_size, length),
     "wordpiece": train_wordpiece_tokenizer,
     "bracket_bpe": lambda texts, vocab_size, length, lower: train_modernbert_tokenizer(texts, vocab_size, length),
+    "llama_bpe": lambda texts, vocab_size, length, lower: train_llama_bpe_tokenizer(texts, vocab_size, length),
 }
 
 
