@@ -201,11 +201,13 @@ def _apply_vocab_override(config, model_args, tokens: int) -> None:
 def _set_tokenizer_ids(config, tokenizer) -> None:
     """The tokenizer's vocabulary size and special ids on ``config``. A config whose class sets ``bos_token_id`` /
     ``eos_token_id`` (ModernBERT's: ``[CLS]``/``[SEP]``) gets the tokenizer's ``[CLS]``/``[SEP]`` where the
-    tokenizer has no BOS/EOS token; ``cls_token_id``/``sep_token_id`` where the config names them."""
+    tokenizer has no BOS/EOS token; ``cls_token_id``/``sep_token_id``/``mask_token_id`` where the config names them
+    (EuroBERT's ``mask_token_id`` defaults to Llama 3's 128002, outside a trained vocabulary)."""
     config.vocab_size = len(tokenizer)
     config.pad_token_id = tokenizer.pad_token_id
     ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
-           "cls_token_id": tokenizer.cls_token_id, "sep_token_id": tokenizer.sep_token_id}
+           "cls_token_id": tokenizer.cls_token_id, "sep_token_id": tokenizer.sep_token_id,
+           "mask_token_id": tokenizer.mask_token_id}
     for field_name, fallback in (("bos_token_id", "cls_token_id"), ("eos_token_id", "sep_token_id")):
         if ids[field_name] is None and getattr(config, field_name, None) is not None:
             ids[field_name] = ids[fallback]
