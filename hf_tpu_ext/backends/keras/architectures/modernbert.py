@@ -49,6 +49,7 @@ from hf_tpu_ext.backends.keras.architectures import modernbert_config as mc
 from hf_tpu_ext.backends.keras.architectures.attention import attend
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
 from hf_tpu_ext.backends.keras.architectures.layouts import attribute
+from hf_tpu_ext.backends.keras.architectures.rotary import apply_rope, inverse_frequencies, rope_tables
 
 
 def _init(config, out: bool = False):
@@ -69,11 +70,6 @@ def _norm(config, name: str, policy):
 def _activation(name: str):
     approximate = mc.ACTIVATIONS[name]
     return lambda x: keras.activations.gelu(x, approximate=approximate)
-
-
-def _rotate_half(x):
-    half = x.shape[-1] // 2
-    return ops.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
 class ModernBertAttention(layers.Layer):
@@ -103,11 +99,8 @@ class ModernBertAttention(layers.Layer):
     def call(self, x, mask, rope, training=False):
         length = x.shape[1]
         qkv = ops.reshape(self.Wqkv(x), (-1, length, 3, self.heads, self.head_dim))
-        cos, sin = (r[None, :, None, :] for r in rope)
         query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        # RoPE in float32, as transformers' apply_rotary_pos_emb, back to the compute dtype
-        query, key = (ops.cast(ops.cast(t, "float32") * cos + _rotate_half(ops.cast(t, "float32")) * sin, x.dtype)
-                      for t in (query, key))
+        query, key = apply_rope(query, rope), apply_rope(key, rope)  # float32 inside, back to the compute dtype
         scale = self.head_dim ** -0.5
         attended = attend(query, key, value, mask, self.attention_probs_dropout, training, scale)
         attended = ops.reshape(attended, (-1, length, self.hidden))
@@ -197,10 +190,8 @@ class ModernBertBackbone(layers.Layer):
         policy = self.dtype_policy
         self.hidden, self.half_window = int(config.hidden_size), mc.half_window(config)
         head_dim = self.hidden // int(config.num_attention_heads)
-        # inv_freq = theta^(-2j/d), j < d/2 (transformers' default RoPE), one per attention type
-        exponent = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
-        self.inv_freq = {kind: (1.0 / (np.float32(theta) ** exponent)).astype(np.float32)
-                         for kind, theta in mc.rope_thetas(config).items()}
+        # transformers' default RoPE, one inv_freq per attention type
+        self.inv_freq = {kind: inverse_frequencies(theta, head_dim) for kind, theta in mc.rope_thetas(config).items()}
         self.embeddings = ModernBertEmbeddings(config, dtype=policy, name="embeddings")
         self.encoder_layers = [ModernBertEncoderLayer(config, i, dtype=policy, name=f"layers_{i}")
                                for i in range(int(config.num_hidden_layers))]
@@ -213,11 +204,6 @@ class ModernBertBackbone(layers.Layer):
         self.final_norm.build((None, None, self.hidden))
         self.built = True
 
-    def _rope(self, kind: str, length: int):
-        freqs = np.arange(length, dtype=np.float32)[:, None] * self.inv_freq[kind][None, :]
-        angles = ops.convert_to_tensor(np.concatenate([freqs, freqs], axis=-1))
-        return ops.cos(angles), ops.sin(angles)
-
     def call(self, token_ids, padding_mask, training=False):
         length = token_ids.shape[1]
         x = self.embeddings(token_ids, training=training)
@@ -225,7 +211,7 @@ class ModernBertBackbone(layers.Layer):
         position = np.arange(length)
         window = np.abs(position[:, None] - position[None, :]) <= self.half_window  # [L, L]
         masks = {mc.FULL: keys, mc.SLIDING: ops.logical_and(keys, ops.convert_to_tensor(window)[None, None])}
-        ropes = {kind: self._rope(kind, length) for kind in self.inv_freq}
+        ropes = {kind: rope_tables(self.inv_freq[kind], length) for kind in self.inv_freq}
         for layer in self.encoder_layers:
             x = layer(x, masks[layer.attention_type], ropes[layer.attention_type], training=training)
         return self.final_norm(x)
