@@ -46,7 +46,7 @@ import numpy as np
 from keras import layers, ops
 
 from hf_tpu_ext.backends.keras.architectures import modernbert_config as mc
-from hf_tpu_ext.backends.keras.architectures.attention import attend
+from hf_tpu_ext.backends.keras.architectures.attention import attend, describe_paths
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
 
 
@@ -76,8 +76,8 @@ def _rotate_half(x):
 
 
 class ModernBertAttention(layers.Layer):
-    """Fused-QKV self-attention with RoPE (module doc). Call: ``(x [B, L, H], mask bool [B, 1, L, L], rope (cos,
-    sin) float32 [L, head_dim])`` -> ``[B, L, H]``."""
+    """Fused-QKV self-attention with RoPE (module doc). Call: ``(x [B, L, H], padding bool [B, L] (True: real key),
+    rope (cos, sin) float32 [L, head_dim], half_window=int or None (global))`` -> ``[B, L, H]``."""
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
@@ -99,7 +99,7 @@ class ModernBertAttention(layers.Layer):
         self.Wo.build(input_shape)
         self.built = True
 
-    def call(self, x, mask, rope, training=False):
+    def call(self, x, padding, rope, half_window=None, training=False):
         length = x.shape[1]
         qkv = ops.reshape(self.Wqkv(x), (-1, length, 3, self.heads, self.head_dim))
         cos, sin = (r[None, :, None, :] for r in rope)
@@ -108,7 +108,8 @@ class ModernBertAttention(layers.Layer):
         query, key = (ops.cast(ops.cast(t, "float32") * cos + _rotate_half(ops.cast(t, "float32")) * sin, x.dtype)
                       for t in (query, key))
         scale = self.head_dim ** -0.5
-        attended = attend(query, key, value, mask, self.attention_probs_dropout, training, scale)
+        attended = attend(query, key, value, None, self.attention_probs_dropout, training, scale,
+                          key_padding=padding, half_window=half_window)
         attended = ops.reshape(attended, (-1, length, self.hidden))
         return self.out_drop(self.Wo(attended), training=training)
 
@@ -140,7 +141,8 @@ class ModernBertMLP(layers.Layer):
 
 
 class ModernBertEncoderLayer(layers.Layer):
-    """Pre-LN layer ``i`` (module doc); ``attn_norm`` is None on layer 0. Call: ``(x [B, L, H], mask, rope)``."""
+    """Pre-LN layer ``i`` (module doc); ``attn_norm`` is None on layer 0. Call: ``(x [B, L, H], padding [B, L], rope,
+    half_window=int or None)``."""
 
     def __init__(self, config, layer_id: int, **kwargs):
         super().__init__(**kwargs)
@@ -157,9 +159,9 @@ class ModernBertEncoderLayer(layers.Layer):
                 layer.build(input_shape)
         self.built = True
 
-    def call(self, x, mask, rope, training=False):
+    def call(self, x, padding, rope, half_window=None, training=False):
         normed = x if self.attn_norm is None else self.attn_norm(x)
-        x = x + self.attn(normed, mask, rope, training=training)
+        x = x + self.attn(normed, padding, rope, half_window=half_window, training=training)
         return x + self.mlp(self.mlp_norm(x), training=training)
 
 
@@ -220,13 +222,16 @@ class ModernBertBackbone(layers.Layer):
     def call(self, token_ids, padding_mask, training=False):
         length = token_ids.shape[1]
         x = self.embeddings(token_ids, training=training)
-        keys = ops.cast(padding_mask, "bool")[:, None, None, :]  # [B, 1, 1, L]: a query attends to real keys
-        position = np.arange(length)
-        window = np.abs(position[:, None] - position[None, :]) <= self.half_window  # [L, L]
-        masks = {mc.FULL: keys, mc.SLIDING: ops.logical_and(keys, ops.convert_to_tensor(window)[None, None])}
+        padding = ops.cast(padding_mask, "bool")  # [B, L]: a query attends to real keys
+        windows = {mc.FULL: None, mc.SLIDING: self.half_window}
+        kinds = {layer.attention_type for layer in self.encoder_layers}
+        dropout = bool(training and self.encoder_layers[0].attn.probability_dropout > 0)
+        describe_paths(length, {("global" if k == mc.FULL else "local"): windows[k] for k in sorted(kinds)},
+                       keras.backend.standardize_dtype(x.dtype), dropout)
         ropes = {kind: self._rope(kind, length) for kind in self.inv_freq}
         for layer in self.encoder_layers:
-            x = layer(x, masks[layer.attention_type], ropes[layer.attention_type], training=training)
+            kind = layer.attention_type
+            x = layer(x, padding, ropes[kind], half_window=windows[kind], training=training)
         return self.final_norm(x)
 
 
