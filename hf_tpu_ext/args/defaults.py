@@ -20,8 +20,6 @@ REPORT_TO = ("tensorboard", "trackio")
 # metric_for_best_model -> the evaluation key compared (perplexity = exp(eval_loss): same order as the loss)
 BEST_METRICS = {"loss": "eval_loss", "eval_loss": "eval_loss", "perplexity": "eval_loss",
                 "eval_perplexity": "eval_loss", "accuracy": "eval_accuracy", "eval_accuracy": "eval_accuracy"}
-# from scratch, longer blocks are refused: attention memory grows with the square of the length
-MAX_SCRATCH_SEQ_LENGTH = 4096
 #: model-shape overrides of ModelArguments (from scratch only; a resumed checkpoint decides the ones left unset)
 SIZE_OVERRIDES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 #: --model_type choices: the architectures trained from scratch (hf_tpu_ext.model_config.SMALL_PRESETS has their

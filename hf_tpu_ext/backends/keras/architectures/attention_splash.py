@@ -32,8 +32,9 @@ def _kernel(length: int, heads: int, half_window, interpret: bool):
         head_mask = masks.FullMask(shape)
     else:
         head_mask = masks.LocalMask(shape, window_size=(int(half_window), int(half_window)), offset=0)
-    return splash.make_splash_mha(masks.MultiHeadMask([head_mask] * heads), head_shards=1, q_seq_shards=1,
-                                  interpret=interpret)
+    with jax.ensure_compile_time_eval():  # concrete mask tables, cached across traces (no leaked tracers)
+        return splash.make_splash_mha(masks.MultiHeadMask([head_mask] * heads), head_shards=1, q_seq_shards=1,
+                                      interpret=interpret)
 
 
 def splash_attention(query, key, value, key_padding, scale: float, half_window=None, interpret: bool = False):
