@@ -16,22 +16,17 @@ The computation (Warner et al. 2024, "Smarter, Better, Faster, Longer"; transfor
 LayerNorms have a bias only with ``norm_bias``; ``Wqkv``/``Wo`` with ``attention_bias``, ``Wi``/``Wo`` with
 ``mlp_bias``, ``head.dense`` with ``classifier_bias``, the decoder with ``decoder_bias``.
 
-Which attention runs: ``keras.ops.dot_product_attention`` with a boolean mask (padding ``[B, 1, 1, L]``; ``[B, 1, L,
-L]`` with the window on local layers) whenever no attention-probability dropout applies (``attention_dropout == 0``, the config
-default, or inference). With ``attention_dropout > 0`` while training, the same attention is computed by
-``einsum`` + float32 softmax + ``keras.layers.Dropout`` on the probabilities (``dot_product_attention`` has no
-dropout argument), as transformers' eager path does; the output dropout after ``Wo`` runs in both cases.
-What ``dot_product_attention`` then runs on JAX (Keras 3.x ``backend/jax/nn.py``, JAX 0.10 ``jax.nn``): on CPU,
-XLA's reference attention (einsums, masked softmax); on an Ampere+ GPU with cuDNN and bfloat16/float16 inputs
-(``--bf16``) and head_dim a multiple of 8 (<= 128, <= 256 from Hopper), cuDNN's fused flash attention with the mask
-turned into an additive bias (the window saves no work: cuDNN's window is left-only, for causal masks), and XLA's
-in float32 or when cuDNN refuses; on TPU, XLA's: Keras' Splash-kernel path reads one batch row's mask (row 0), so
-with per-row padding it would be wrong, and inside ``jit`` (every training/eval step) it falls back to XLA anyway
-because the mask is traced; :func:`.attention.flash_attention_setting` therefore passes ``flash_attention=False``
-on TPU (:func:`.attention.attend`, the attention of every architecture here, chooses between the two paths).
-Every one of these computes all ``L x L`` scores and masks them: a local layer costs what a global one costs
-(measured: small preset, seq 512, 2-core CPU, equal step times within noise), while ``flops_per_token`` counts
-the window's keys (the useful work), so MFU at ``seq > local_attention`` understates the hardware's load.
+Which attention runs: :func:`.attention.attend` with the padding (``[B, L]``) and, on local layers, the half window
+(``local_attention // 2``); it picks the kernel and the backbone says which in one INFO line per length
+(:func:`.attention.describe_paths`). On the JAX backend's CPU/GPU a local layer computes only the key blocks that
+cover its window (block-local: time and memory linear in ``L``), a global layer is dense below 512 tokens and
+chunked (online softmax, recomputing backward, no ``L x L``) from 512 (cuDNN flash attention on a GPU in
+bfloat16/float16); on a TPU both take splash attention (a ``LocalMask`` for local layers, the padding as segment
+ids). With ``attention_dropout > 0`` while training, every layer takes the dense path written out (``einsum`` +
+float32 softmax + ``keras.layers.Dropout`` on the probabilities, as transformers' eager path): ``L x L`` again, as
+no fused kernel applies dropout. ``flops_per_token`` counts the window's keys on local layers and ``L`` on global
+ones: the useful work (block-local scores ``3 block`` keys per query, 192 at ModernBERT's 129-key window; the
+chunked backward recomputes the scores), PaLM's MFU convention.
 
 Model contract: :mod:`hf_tpu_ext.backends.keras.architectures.base` (inputs ``token_ids`` / ``padding_mask`` /
 ``mask_positions``, logits ``[B, P, V]`` in the compute dtype, the decoder tied to the token embedding).
