@@ -147,3 +147,16 @@ def test_the_choice_is_logged_once(caplog):
     assert line == ("Attention at seq 1000: global layers: chunked (seq 1000 >= 512: chunked online softmax, no L x "
                     "L); local layers: local (the window (+-32) is narrower than the sequence (1000): block-local).")
     assert [r.getMessage() for r in caplog.records] == [line]
+
+
+def test_cudnn_refused_falls_back_to_chunked_with_one_warning(caplog):
+    """Without cuDNN (this CPU) the GPU path's trace-time refusal gives the chunked kernel, said once."""
+    caplog.set_level(logging.WARNING, logger=attention.__name__)
+    attention._LOGGED.clear()
+    q, k, v, padding = _inputs(20, real=(None, 7))
+    for _ in range(2):
+        got = attention._kernel("cudnn", q, k, v, padding, None, SCALE)
+    expected = kernels.dense_attention(q, k, v, padding[:, None, None, :], SCALE)
+    assert np.abs(np.asarray(got) - np.asarray(expected))[padding].max() <= TOLERANCE
+    assert len(caplog.records) == 1 and caplog.records[0].getMessage().startswith("cuDNN attention refused (")
+    assert caplog.records[0].getMessage().endswith("); chunked attention instead.")

@@ -10,7 +10,9 @@ that never holds ``L x L`` (:func:`attention_path` decides, :func:`describe_path
 * ``"chunked"`` (global, ``L >= CHUNKED_MIN_LENGTH``, CPU; GPU in float32): online-softmax over key chunks with a
   recomputing backward (:func:`.attention_kernels.chunked_attention`);
 * ``"cudnn"`` (global, GPU, bfloat16/float16): ``jax.nn.dot_product_attention(implementation="cudnn")``, cuDNN's
-  flash attention (its window is causal-only, so local layers take ``"local"``);
+  flash attention with the padding as key lengths (right padding, as every batch here; its window is causal-only,
+  so local layers take ``"local"``); where cuDNN refuses at trace time, ``"chunked"`` with one warning. Not run on
+  a GPU in CI;
 * ``"splash"`` (TPU, local and global): Pallas splash attention with a ``LocalMask`` and the padding as segment ids
   (:mod:`.attention_splash`), which skips masked blocks;
 * ``"dense"``: everything else — short global sequences (measured faster below ``CHUNKED_MIN_LENGTH`` on CPU),
@@ -99,10 +101,14 @@ def describe_paths(length: int, half_windows, dtype="float32", dropout: bool = F
         path, reason = attention_path(length, half_window, dtype, dropout=dropout)
         parts.append(f"{name} layers: {path} ({reason})")
     line = f"Attention at seq {length}: " + "; ".join(parts) + "."
+    _log_once(line)
+    return line
+
+
+def _log_once(line: str, level: int = logging.INFO) -> None:
     if line not in _LOGGED:
         _LOGGED.add(line)
-        logger.info(line)
-    return line
+        logger.log(level, line)
 
 
 def dense_mask(key_padding, half_window: Optional[int], length: int):
@@ -132,9 +138,17 @@ def _kernel(path: str, query, key, value, key_padding, half_window, scale: float
         from hf_tpu_ext.backends.keras.architectures.attention_splash import splash_attention
 
         return splash_attention(query, key, value, padding, scale, half_window)
-    # cudnn: the padding as a [B, 1, 1, S] mask (cuDNN adds it as a bias broadcast over heads and queries)
-    return jax.nn.dot_product_attention(query, key, value, mask=padding[:, None, None, :], scale=scale,
-                                        implementation="cudnn")
+    # cudnn: the padding as key lengths (cuDNN's padding mask, no [T, S] bias: a bias must be [.., T, S]), which
+    # holds for right padding (real tokens first: the collators' blocks and padded batches)
+    lengths = jnp.sum(padding, axis=1, dtype=jnp.int32)
+    try:
+        return jax.nn.dot_product_attention(query, key, value, scale=scale, key_value_seq_lengths=lengths,
+                                            implementation="cudnn")
+    except (ValueError, NotImplementedError, RuntimeError) as error:  # cuDNN missing or refusing these shapes
+        _log_once(f"cuDNN attention refused ({error}); chunked attention instead.", logging.WARNING)
+        from hf_tpu_ext.backends.keras.architectures.attention_kernels import chunked_attention
+
+        return chunked_attention(query, key, value, padding, scale, GLOBAL_CHUNK)
 
 
 def attend(query, key, value, mask, probs_dropout, training: bool, scale: Optional[float] = None, *,
