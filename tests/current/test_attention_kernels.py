@@ -160,3 +160,20 @@ def test_cudnn_refused_falls_back_to_chunked_with_one_warning(caplog):
     assert np.abs(np.asarray(got) - np.asarray(expected))[padding].max() <= TOLERANCE
     assert len(caplog.records) == 1 and caplog.records[0].getMessage().startswith("cuDNN attention refused (")
     assert caplog.records[0].getMessage().endswith("); chunked attention instead.")
+
+
+def test_bfloat16_inputs_run_on_cpu_close_to_float32():
+    """bf16 q/k/v (``--bf16``): scores upcast on CPU (XLA:CPU's batched dot rejects bf16 x bf16 -> f32), the
+    jitted gradients of both kernels run and stay within bf16's precision of the float32 ones."""
+    q, k, v, padding = _inputs(70, real=(None, 30))
+    runs = {}
+    for dtype in ("float32", "bfloat16"):
+        qkv = [t.astype(dtype) for t in (q, k, v)]
+        for name, fn in (("local", lambda *a: kernels.local_attention(*a, jnp.asarray(padding), 8, SCALE)),
+                         ("chunked", lambda *a: kernels.chunked_attention(*a, jnp.asarray(padding), SCALE, 32))):
+            out = jax.jit(fn)(*qkv)
+            assert out.dtype == dtype
+            runs[name, dtype] = [np.asarray(t, np.float32) for t in (out,) + _grads(fn, *qkv, padding)]
+    for name in ("local", "chunked"):
+        for low, high in zip(runs[name, "bfloat16"], runs[name, "float32"]):
+            assert np.abs(low - high).max() <= 0.05 * np.abs(high).max() + 1e-3, name

@@ -35,6 +35,15 @@ MASKED_LOGIT = -1e30
 ABSENT_LOGIT = -3e30
 
 
+def _dot(spec: str, a, b):
+    """``einsum`` with a float32 result. XLA:CPU's batched dot rejects bf16 x bf16 -> f32 ("Unsupported element
+    type for DotThunk::Execute", see ``backends/keras/bf16_dot.py``), so on CPU non-float32 operands are upcast
+    first; accelerators multiply them natively with float32 accumulation."""
+    if (a.dtype != jnp.float32 or b.dtype != jnp.float32) and jax.default_backend() == "cpu":
+        a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+    return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+
+
 def local_block_size(half_window: int) -> int:
     """The query block of :func:`local_attention`: ``half_window`` rounded up to a multiple of 8 (at least 8, at
     most 256), so three blocks (``r = 1``) cover the window: each query scores ``3 block`` keys against the
@@ -73,7 +82,7 @@ def local_attention(query, key, value, key_padding, half_window: int, scale: flo
 
     keys_w, values_w, valid_w = windows(key_p), windows(value_p), windows(valid)
     q = jnp.pad(query, [(0, 0), (0, tail), (0, 0), (0, 0)]).reshape(batch, blocks, block, heads, dim)
-    scores = jnp.einsum("bcqnd,bcknd->bcnqk", q, keys_w, preferred_element_type=jnp.float32) * scale
+    scores = _dot("bcqnd,bcknd->bcnqk", q, keys_w) * scale
     # positions: query block c row i is c*block + i; its key column k is (c - reach)*block + k
     q_pos = jnp.arange(block)[:, None]
     k_pos = jnp.arange(span * block)[None, :] - reach * block
@@ -116,13 +125,13 @@ def _forward(query, key, value, key_padding, scale, chunk):
     def step(carry, xs):
         top, total, acc = carry
         k, v, bias = xs
-        s = jnp.einsum("btnd,bsnd->bnts", query, k, preferred_element_type=jnp.float32) * scale
+        s = _dot("btnd,bsnd->bnts", query, k) * scale
         s = s + bias[:, None, None, :]
         new_top = jnp.maximum(top, s.max(-1))
         p = jnp.exp(s - new_top[..., None])
         decay = jnp.exp(top - new_top)
         total = total * decay + p.sum(-1)
-        pv = jnp.einsum("bnts,bsnd->btnd", p.astype(value.dtype), v, preferred_element_type=jnp.float32)
+        pv = _dot("bnts,bsnd->btnd", p.astype(value.dtype), v)
         acc = acc * jnp.moveaxis(decay, 1, 2)[..., None] + pv
         return (new_top, total, acc), None
 
@@ -150,7 +159,7 @@ def _chunked_bwd(scale, chunk, residuals, d_out):
 
     def step(d_query, xs):
         k, v, bias = xs
-        s = jnp.einsum("btnd,bsnd->bnts", query, k, preferred_element_type=jnp.float32) * scale
+        s = _dot("btnd,bsnd->bnts", query, k) * scale
         p = jnp.exp(s + bias[:, None, None, :] - lse[..., None])
         d_value = jnp.einsum("bnts,btnd->bsnd", p, d_out32)
         d_p = jnp.einsum("btnd,bsnd->bnts", d_out32, v.astype(jnp.float32))
@@ -191,6 +200,6 @@ def chunked_attention(query, key, value, key_padding, scale: float, chunk: int =
 
 def dense_attention(query, key, value, mask, scale: float):
     """The reference: all ``T x S`` scores, float32 softmax, ``mask`` bool broadcastable to ``[B, N, T, S]``."""
-    s = jnp.einsum("btnd,bsnd->bnts", query, key, preferred_element_type=jnp.float32) * scale
+    s = _dot("btnd,bsnd->bnts", query, key) * scale
     probs = jax.nn.softmax(jnp.where(mask, s, MASKED_LOGIT), axis=-1).astype(value.dtype)
     return jnp.einsum("bnts,bsnd->btnd", probs, value)
