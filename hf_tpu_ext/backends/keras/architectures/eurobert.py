@@ -9,7 +9,9 @@ The computation (Boizard et al. 2025, "EuroBERT"; transformers' ``modeling_eurob
   (grouped-query attention when ``num_key_value_heads < num_attention_heads``: query head ``n`` reads key/value head
   ``n // (heads / kv_heads)``, transformers' ``repeat_kv``), RoPE on queries and keys (:mod:`.rotary`, theta
   ``rope_parameters["rope_theta"]``), scale ``head_dim^-0.5``, the padding mask (bidirectional), probabilities
-  dropped at ``attention_dropout`` while training (:func:`.attention.attend`);
+  dropped at ``attention_dropout`` while training (:func:`.attention.attend` with the padding: global only, so
+  dense below 512 tokens and from 512 the chunked kernel with no ``L x L``, cuDNN flash on a GPU in bf16, splash on
+  TPU; with attention dropout while training, dense);
 * ``norm`` (RMSNorm), then the head ``lm_head`` ``[h, V]`` (bias with ``mlp_bias``, as transformers builds it):
   its own weight (``tie_word_embeddings: false``, EuroBERT's default) or ``embed_tokens`` transposed when tied.
 
@@ -28,7 +30,7 @@ from typing import List, Tuple
 import keras
 from keras import layers, ops
 
-from hf_tpu_ext.backends.keras.architectures.attention import attend
+from hf_tpu_ext.backends.keras.architectures.attention import attend, describe_paths
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
 from hf_tpu_ext.backends.keras.architectures.layouts import LINEAR, SAME
 from hf_tpu_ext.backends.keras.architectures.name_table import table_assign, table_state_dict
@@ -123,8 +125,8 @@ def _dense(config, units: int, bias: bool, name: str, policy):
 
 
 class EuroBertAttention(layers.Layer):
-    """Grouped-query self-attention with RoPE (module doc). Call: ``(x [B, L, H], mask bool [B, 1, 1, L], rope
-    (cos, sin) float32 [L, head_dim])`` -> ``[B, L, H]``."""
+    """Grouped-query self-attention with RoPE (module doc). Call: ``(x [B, L, H], padding bool [B, L] (True: real
+    key), rope (cos, sin) float32 [L, head_dim])`` -> ``[B, L, H]``."""
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
@@ -145,7 +147,7 @@ class EuroBertAttention(layers.Layer):
         self.o_proj.build(tuple(input_shape[:-1]) + (self.heads * self.head_dim,))
         self.built = True
 
-    def call(self, x, mask, rope, training=False):
+    def call(self, x, padding, rope, training=False):
         length = x.shape[1]
         query = apply_rope(ops.reshape(self.q_proj(x), (-1, length, self.heads, self.head_dim)), rope)
         key = apply_rope(ops.reshape(self.k_proj(x), (-1, length, self.kv_heads, self.head_dim)), rope)
@@ -153,7 +155,9 @@ class EuroBertAttention(layers.Layer):
         if self.kv_heads != self.heads:  # repeat_kv: query head n reads key/value head n // groups
             groups = self.heads // self.kv_heads
             key, value = ops.repeat(key, groups, axis=2), ops.repeat(value, groups, axis=2)
-        attended = attend(query, key, value, mask, self.attention_probs_dropout, training, self.head_dim ** -0.5)
+        # the padding, not a [B, 1, 1, L] mask: attend picks the kernel that holds no L x L at long lengths
+        attended = attend(query, key, value, None, self.attention_probs_dropout, training, self.head_dim ** -0.5,
+                          key_padding=padding)
         return self.o_proj(ops.reshape(attended, (-1, length, self.heads * self.head_dim)))
 
 
@@ -179,7 +183,7 @@ class EuroBertMLP(layers.Layer):
 
 
 class EuroBertLayer(layers.Layer):
-    """Pre-RMSNorm layer (module doc). Call: ``(x [B, L, H], mask, rope)`` -> ``[B, L, H]``."""
+    """Pre-RMSNorm layer (module doc). Call: ``(x [B, L, H], padding [B, L], rope)`` -> ``[B, L, H]``."""
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
@@ -194,8 +198,8 @@ class EuroBertLayer(layers.Layer):
             layer.build(input_shape)
         self.built = True
 
-    def call(self, x, mask, rope, training=False):
-        x = x + self.self_attn(self.input_layernorm(x), mask, rope, training=training)
+    def call(self, x, padding, rope, training=False):
+        x = x + self.self_attn(self.input_layernorm(x), padding, rope, training=training)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -225,10 +229,13 @@ class EuroBertBackbone(layers.Layer):
 
     def call(self, token_ids, padding_mask, training=False):
         x = self.embed_tokens(token_ids)
-        mask = ops.cast(padding_mask, "bool")[:, None, None, :]  # [B, 1, 1, L]: a query attends to real keys
-        rope = rope_tables(self.inv_freq, token_ids.shape[1])
+        padding = ops.cast(padding_mask, "bool")  # [B, L]: a query attends to real keys
+        length = token_ids.shape[1]
+        dropout = bool(training and self.encoder_layers[0].self_attn.attention_probs_dropout.rate > 0)
+        describe_paths(length, {"global": None}, keras.backend.standardize_dtype(x.dtype), dropout)
+        rope = rope_tables(self.inv_freq, length)
         for layer in self.encoder_layers:
-            x = layer(x, mask, rope, training=training)
+            x = layer(x, padding, rope, training=training)
         return self.norm(x)
 
 
