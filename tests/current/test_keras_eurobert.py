@@ -147,3 +147,23 @@ def test_assign_refuses_a_misshapen_weight_naming_it(pair):
     bad = dict(state, **{"model.layers.1.mlp.up_proj.weight": np.zeros((5, 32), np.float32)})
     with pytest.raises(CheckpointError, match="model.layers.1.mlp.up_proj.weight"):
         ARCH.assign(model, bad, config)
+
+
+def test_long_padded_batch_takes_the_chunked_kernel_and_equals_transformers(caplog):
+    """Past ``attention.CHUNKED_MIN_LENGTH`` EuroBERT's (global) attention is the chunked kernel, no ``L x L``,
+    grouped-query heads and right padding included."""
+    from hf_tpu_ext.backends.keras.architectures import attention
+
+    length = attention.CHUNKED_MIN_LENGTH + 88  # not a multiple of the chunk
+    config = tiny_config(max_position_embeddings=1024)
+    reference = random_torch_model(config)
+    model = ARCH.build(config, "float32")
+    ARCH.assign(model, saved_state(reference), config)
+    rng = np.random.default_rng(3)
+    ids, mask = rng.integers(4, 100, size=(2, length)), np.ones((2, length), dtype=np.int64)
+    ids[1, 300:], mask[1, 300:] = 0, 0
+    batch = ids, mask, np.array([[0, 1, length - 2, length - 1], [0, 150, 298, 299]])
+    caplog.set_level("INFO", logger=attention.__name__)
+    attention._LOGGED.clear()
+    np.testing.assert_allclose(keras_logits(model, batch), torch_logits(reference, batch), rtol=0, atol=TOLERANCE)
+    assert f"Attention at seq {length}: global layers: chunked (" in caplog.text
