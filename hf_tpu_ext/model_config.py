@@ -1,20 +1,16 @@
-"""Backend-neutral model configuration: the small preset per architecture, size overrides, position limits.
+"""Backend-neutral model configuration from the model-type records (:mod:`hf_tpu_ext.model_types`): the
+``--model_type`` preset, size and dropout flags under each family's field names, ``--config_overrides``, position
+limits, the summary's model fields.
 
-Both backends build their model from :func:`build_config`, so the same arguments give the same
-architecture whichever backend trains it. No TensorFlow or torch import here.
+Every backend builds its model from :func:`build_config`, so the same arguments give the same architecture
+whichever backend trains it. No TensorFlow or torch import here.
 """
 
 from __future__ import annotations
 
 from hf_tpu_ext.errors import ArgumentError
-from hf_tpu_ext.model_types import (CONFIG_FLAGS, DEFAULT_MODEL_TYPE, RECORDS, find_record, flag_fields,
-                                    masked_lm_class, max_sequence_length, record_for)
-
-#: ``--model_type`` -> the small preset trained from scratch (each record's ``small_preset``:
-#: ``AutoConfig.for_model(model_type, **preset)``, every other field the config class's default)
-SMALL_PRESETS = {record.name: record.small_preset for record in RECORDS}
-#: the default preset (RoBERTa's 4 layers x 256 x 4 heads)
-DEFAULT_SMALL_CONFIG = SMALL_PRESETS[DEFAULT_MODEL_TYPE]
+from hf_tpu_ext.model_types import (CONFIG_FLAGS, DROPOUT_FLAGS, find_record, flag_fields, masked_lm_class,
+                                    max_sequence_length, record_for)
 
 
 def parse_config_overrides(text) -> dict:
@@ -89,7 +85,7 @@ def check_overrides_of_pretrained(config, text, name: str) -> None:
 
 
 def scratch_config(model_args):
-    """The config ``--model_type``'s preset (:data:`SMALL_PRESETS`, via ``AutoConfig.for_model``) or
+    """The config ``--model_type``'s preset (its record's ``small_preset``, via ``AutoConfig.for_model``) or
     ``--config_name`` makes with the size flags and then ``--config_overrides`` (applied last, as run_mlm does),
     before the tokenizer fills its vocabulary (:func:`build_config` finishes it).
 
@@ -99,8 +95,8 @@ def scratch_config(model_args):
     """
     from transformers import AutoConfig
 
-    model_type = record_for(getattr(model_args, "model_type", None)).name
-    preset = {} if model_args.config_name else dict(record_for(model_type).small_preset)
+    record = record_for(getattr(model_args, "model_type", None))
+    model_type, preset = record.name, {} if model_args.config_name else dict(record.small_preset)
 
     def make(**fields):
         if model_args.config_name:
@@ -234,7 +230,7 @@ def dropout_overrides(model_args, model_type=None) -> dict:
     """Config kwargs for a model loaded from ``model_name_or_path``: the dropout flags (under ``model_type``'s
     field names, :func:`flag_fields`: DistilBERT's ``dropout``, ...) and the dropout fields of
     ``--config_overrides`` (the only ones accepted there: :func:`check_overrides_of_pretrained`), as floats."""
-    overrides = {field: getattr(model_args, name) for name in ("hidden_dropout_prob", "attention_probs_dropout_prob")
+    overrides = {field: getattr(model_args, name) for name in DROPOUT_FLAGS
                  if getattr(model_args, name) is not None for field in set_fields(model_type, name)}
     for key, value in parse_config_overrides(getattr(model_args, "config_overrides", None)).items():
         if "dropout" in key:

@@ -50,9 +50,10 @@ def hf_shape(kind: str, keras_shape: Tuple[int, ...]) -> Tuple[int, ...]:
 
 
 def attribute(obj, path: str):
-    """``obj.a.b.c`` for ``path`` ``"a.b.c"``."""
+    """``obj.a.b[2].c`` for ``path`` ``"a.b.2.c"`` (integers index lists): the one reader of the name tables'
+    attribute paths."""
     for name in path.split("."):
-        obj = getattr(obj, name)
+        obj = obj[int(name)] if name.isdigit() else getattr(obj, name)
     return obj
 
 

@@ -48,6 +48,7 @@ from keras import layers, ops
 from hf_tpu_ext.backends.keras.architectures import modernbert_config as mc
 from hf_tpu_ext.backends.keras.architectures.attention import attend
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
+from hf_tpu_ext.backends.keras.architectures.layouts import attribute
 from hf_tpu_ext.backends.keras.architectures.rotary import apply_rope, inverse_frequencies, rope_tables
 
 
@@ -278,20 +279,13 @@ def build(config, dtype: str = "float32") -> ModernBertMaskedLM:
     return ModernBertMaskedLM(config, dtype=dtype)
 
 
-def _variable(model, path: str):
-    target = model
-    for part in path.split("."):
-        target = target[int(part)] if part.isdigit() else getattr(target, part)
-    return target
-
-
 def state_dict(model, config=None):
     """The weights under ``ModernBertForMaskedLM.state_dict()`` names (float32, C-contiguous, ``decoder.weight``
     left out as ``save_pretrained`` does for the tie). ``{name: np.ndarray}``."""
     config = model.config if config is None else config
     out = {}
     for hf_name, path, kind in mc.name_table(config):
-        array = np.asarray(keras.ops.convert_to_numpy(_variable(model, path).value), dtype=np.float32)
+        array = np.asarray(keras.ops.convert_to_numpy(attribute(model, path).value), dtype=np.float32)
         out[hf_name] = np.ascontiguousarray(array.T if kind == mc.LINEAR else array)
     return out
 
@@ -319,7 +313,7 @@ def assign(model, state, config=None) -> None:
                                   "config (check num_hidden_layers and the *_bias flags).")
         array = np.asarray(state[hf_name], dtype=np.float32)
         array = array.T if kind == mc.LINEAR else array
-        variable = _variable(model, path)
+        variable = attribute(model, path)
         if tuple(array.shape) != tuple(variable.shape):
             raise CheckpointError(f"{hf_name!r} has shape {tuple(np.shape(state[hf_name]))}; this config needs "
                                   f"{tuple(reversed(variable.shape)) if kind == mc.LINEAR else tuple(variable.shape)}.")

@@ -14,20 +14,14 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 import numpy as np
 
-from hf_tpu_ext.backends.keras.architectures.layouts import from_hf, hf_shape, take, to_hf, variable_numpy
+from hf_tpu_ext.backends.keras.architectures.layouts import (attribute, from_hf, hf_shape, take, to_hf,
+                                                            variable_numpy)
 from hf_tpu_ext.errors import CheckpointError
 
 logger = logging.getLogger("hf_tpu_ext")
 
 #: one row: (transformers name, attribute path from the masked LM, layout kind of :mod:`.layouts`)
 Row = Tuple[str, str, str]
-
-
-def attribute(obj, path: str):
-    """``obj.a.b[2].c`` for ``path`` ``"a.b.2.c"`` (integers index lists)."""
-    for name in path.split("."):
-        obj = obj[int(name)] if name.isdigit() else getattr(obj, name)
-    return obj
 
 
 def variables_of(model, table: Iterable[Row]) -> List[Tuple[str, Any, str]]:
