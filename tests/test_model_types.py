@@ -191,8 +191,8 @@ def test_model_type_choices_in_the_parser():
     with pytest.raises(ArgumentError) as err:
         _model_args(model_type="electra")
     assert str(err.value) == ("--model_type 'electra' is not one this package trains from scratch; choose from: "
-                              "roberta, bert, distilbert, modernbert (any other masked LM: --model_name_or_path with "
-                              "--backend torch_xla).")
+                              "roberta, bert, distilbert, modernbert, eurobert (any other masked LM: "
+                              "--model_name_or_path with --backend torch_xla).")
 
 
 @pytest.mark.parametrize("model_type,start", [("bert", "google-bert/bert-base-uncased"),
