@@ -91,12 +91,17 @@ def scratch_config(model_args):
 
     Raises:
         ArgumentError: an unknown ``--config_overrides`` key or a value of the wrong type; a hidden size that is
-            not a multiple of the heads.
+            not a multiple of the heads; a ``--model_type`` the installed transformers has no config class for
+            (EuroBERT before transformers 5).
     """
-    from transformers import AutoConfig
+    import transformers
+    from transformers import CONFIG_MAPPING, AutoConfig
 
     record = record_for(getattr(model_args, "model_type", None))
     model_type, preset = record.name, {} if model_args.config_name else dict(record.small_preset)
+    if not model_args.config_name and model_type not in CONFIG_MAPPING:
+        raise ArgumentError(f"--model_type {model_type}: transformers {transformers.__version__} has no {model_type} "
+                            "config; install a transformers release that has it (pip install -U transformers).")
 
     def make(**fields):
         if model_args.config_name:

@@ -170,3 +170,21 @@ def test_a_flag_without_a_field_is_refused_not_ignored():
     assert dropout_overrides(args, "eurobert") == {"attention_dropout": 0.2}
     with pytest.raises(ArgumentError, match="--hidden_dropout_prob changes nothing"):
         dropout_overrides(SimpleNamespace(**{**vars(args), "hidden_dropout_prob": 0.1}), "eurobert")
+
+
+def test_a_model_type_the_installed_transformers_lacks_is_one_line():
+    """``--model_type eurobert`` under transformers 4.57 (no EuroBERT): one line naming the version, not
+    ``AutoConfig``'s list of every model type."""
+    import transformers
+
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.model_config import scratch_config
+
+    model_args, _, _ = parse_args(["--output_dir", "out", "--model_type", "eurobert"])
+    if hasattr(transformers, "EuroBertConfig"):
+        assert scratch_config(model_args).num_key_value_heads == 4  # the record's preset
+        return
+    with pytest.raises(ArgumentError) as err:
+        scratch_config(model_args)
+    assert str(err.value) == (f"--model_type eurobert: transformers {transformers.__version__} has no eurobert config; "
+                              "install a transformers release that has it (pip install -U transformers).")
