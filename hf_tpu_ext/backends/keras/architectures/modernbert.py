@@ -24,9 +24,9 @@ chunked (online softmax, recomputing backward, no ``L x L``) from 512 (cuDNN fla
 bfloat16/float16); on a TPU both take splash attention (a ``LocalMask`` for local layers, the padding as segment
 ids). With ``attention_dropout > 0`` while training, every layer takes the dense path written out (``einsum`` +
 float32 softmax + ``keras.layers.Dropout`` on the probabilities, as transformers' eager path): ``L x L`` again, as
-no fused kernel applies dropout. The record's ``flops_per_token`` (``model_types/modernbert.py``) counts the window's keys on local layers and ``L`` on global
-ones: the useful work (block-local scores ``3 block`` keys per query, 192 at ModernBERT's 129-key window; the
-chunked backward recomputes the scores), PaLM's MFU convention.
+no fused kernel applies dropout. The record's ``flops_per_token`` (``model_types/modernbert.py``) counts the
+window's keys on local layers and ``L`` on global ones: the useful work (block-local scores ``3 block`` keys per
+query, 192 at ModernBERT's 129-key window; the chunked backward recomputes the scores), PaLM's MFU convention.
 
 Model contract: :mod:`hf_tpu_ext.backends.keras.architectures.base` (inputs ``token_ids`` / ``padding_mask`` /
 ``mask_positions``, logits ``[B, P, V]`` in the compute dtype, the decoder tied to the token embedding).
