@@ -121,10 +121,10 @@ def step_part(seq: int, rounds: int):
     import numpy as np
     from transformers import ModernBertConfig
 
-    from hf_tpu_ext.backends.keras.architectures import modernbert_config as mc
     from hf_tpu_ext.flops import device_peak
+    from hf_tpu_ext.model_types import flops_per_token, record_for
 
-    base = dict(mc.default_config(), vocab_size=8000, max_position_embeddings=max(seq, 8192), pad_token_id=0,
+    base = dict(record_for("modernbert").small_preset, vocab_size=8000, max_position_embeddings=max(seq, 8192), pad_token_id=0,
                 bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
     configs = {"mix": ModernBertConfig(**base),
                "all_global": ModernBertConfig(**dict(base, global_attn_every_n_layers=1))}
@@ -139,7 +139,7 @@ def step_part(seq: int, rounds: int):
     out = {"part": "step", "seq": seq, "batch": 1, "peak_flops": peak.flops, "peak_source": peak.source}
     for name, config in configs.items():
         median = statistics.median(seconds[name])
-        fpt = mc.flops_per_token(config, seq, setups[name][3])
+        fpt = flops_per_token(config, seq, setups[name][3])
         out[name] = {"s_per_step": round(median, 3), "tokens_per_s": round(seq / median, 1),
                      "flops_per_token": fpt, "mfu": round(seq / median * fpt / peak.flops, 4) if peak.flops else None}
     out["speedup"] = round(out["all_global"]["s_per_step"] / out["mix"]["s_per_step"], 2)
