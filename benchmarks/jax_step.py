@@ -15,9 +15,9 @@ Usage (from the repository root, the current-releases venv):
 A variant is ``name=VAR=value;VAR=value`` (environment of that child; empty: the parent's). ``--bf16`` (or a
 variant's ``BENCH_BF16=1``) runs the step with bfloat16 compute (``mixed_bfloat16``); ``BENCH_NATIVE_BF16_DOTS=1`` / ``0``
 passes ``bf16_dots`` True / False to ``make_train_step`` (unset: on a CPU, as the run's ``PrecisionPlan``);
-``BENCH_MODEL_TYPE=bert|distilbert|modernbert`` times that architecture's small preset (the record's ``small_preset``,
-vocabulary 8000; ``BENCH_CONFIG="local_attention=1024"`` overrides config fields, e.g. ModernBERT all-global), and each
-child reports tokens/s and MFU (the architecture's ``flops_per_token``, the CPU's formula peak); ``BENCH_TREE=<checkout>`` runs that
+``BENCH_MODEL_TYPE=bert|distilbert|modernbert|eurobert`` times that architecture's small preset (the record's
+``small_preset``, vocabulary 8000; ``BENCH_CONFIG="local_attention=1024"`` overrides config fields, e.g. ModernBERT all-global), and each
+child reports tokens/s, MFU and its peak RSS (the architecture's ``flops_per_token``, the CPU's formula peak); ``BENCH_TREE=<checkout>`` runs that
 variant's child from another checkout of the repository (a before/after of a code change in one run). Prints one JSON line per child and a summary with the per-round
 ratios against the first variant, the load and the CPU's bf16 flags.
 """
@@ -98,6 +98,9 @@ def child(batch: int, seq: int, steps: int, bf16: bool) -> dict:
         figures.update(flops_per_token=per_token, mfu=round(figures["tokens_per_s"] * per_token / peak, 4))
     except ImportError:  # a checkout from before the architecture registry
         pass
+    import resource  # peak resident memory of this child (Linux: KiB): the model, optimizer state, compiled step
+
+    figures["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return {**figures, "devices": placement.num_devices, "bf16": bf16, "ms_per_step": ms,
             "cpu_ms_per_step": statistics.median(cpus[3:]) * 1e3, "first_step_s": walls[0],
             "loss": float(loss), "xla_flags": os.environ.get("XLA_FLAGS", ""), "jax": jax.__version__}

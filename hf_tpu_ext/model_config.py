@@ -111,12 +111,17 @@ def scratch_config(model_args):
 
     Raises:
         ArgumentError: an unknown ``--config_overrides`` key or a value of the wrong type; a hidden size that is
-            not a multiple of the heads.
+            not a multiple of the heads; a ``--model_type`` the installed transformers has no config class for
+            (EuroBERT before transformers 5).
     """
-    from transformers import AutoConfig
+    import transformers
+    from transformers import CONFIG_MAPPING, AutoConfig
 
     record = record_for(getattr(model_args, "model_type", None))
     model_type, preset = record.name, {} if model_args.config_name else dict(record.small_preset)
+    if not model_args.config_name and model_type not in CONFIG_MAPPING:
+        raise ArgumentError(f"--model_type {model_type}: transformers {transformers.__version__} has no {model_type} "
+                            "config; install a transformers release that has it (pip install -U transformers).")
 
     def make(**fields):
         if model_args.config_name:
@@ -128,7 +133,7 @@ def scratch_config(model_args):
     for name in CONFIG_FLAGS:
         value = getattr(model_args, name)
         if value is not None:
-            fields.update({field_name: value for field_name in flag_fields(config.model_type, name)})
+            fields.update({field_name: value for field_name in set_fields(config.model_type, name)})
     probe = make(**fields)
     text = getattr(model_args, "config_overrides", None)
     apply_config_overrides(probe, text)  # checks each key and types its value as the field
@@ -217,11 +222,13 @@ def _apply_vocab_override(config, model_args, tokens: int) -> None:
 def _set_tokenizer_ids(config, tokenizer) -> None:
     """The tokenizer's vocabulary size and special ids on ``config``. A config whose class sets ``bos_token_id`` /
     ``eos_token_id`` (ModernBERT's: ``[CLS]``/``[SEP]``) gets the tokenizer's ``[CLS]``/``[SEP]`` where the
-    tokenizer has no BOS/EOS token; ``cls_token_id``/``sep_token_id`` where the config names them."""
+    tokenizer has no BOS/EOS token; ``cls_token_id``/``sep_token_id``/``mask_token_id`` where the config names them
+    (EuroBERT's ``mask_token_id`` defaults to Llama 3's 128002, outside a trained vocabulary)."""
     config.vocab_size = len(tokenizer)
     config.pad_token_id = tokenizer.pad_token_id
     ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
-           "cls_token_id": tokenizer.cls_token_id, "sep_token_id": tokenizer.sep_token_id}
+           "cls_token_id": tokenizer.cls_token_id, "sep_token_id": tokenizer.sep_token_id,
+           "mask_token_id": tokenizer.mask_token_id}
     for field_name, fallback in (("bos_token_id", "cls_token_id"), ("eos_token_id", "sep_token_id")):
         if ids[field_name] is None and getattr(config, field_name, None) is not None:
             ids[field_name] = ids[fallback]
@@ -230,12 +237,26 @@ def _set_tokenizer_ids(config, tokenizer) -> None:
             setattr(config, field_name, token_id)
 
 
+def set_fields(model_type, flag: str) -> tuple:
+    """The config fields ``--<flag>`` sets on a ``model_type`` config (:func:`flag_fields`).
+
+    Raises:
+        ArgumentError: the flag is given but the config has no field it could set (EuroBERT has no hidden dropout),
+            so it would change nothing.
+    """
+    names = flag_fields(model_type, flag)
+    if not names:
+        raise ArgumentError(f"--{flag} changes nothing in a {model_type} model (its config has no such field); "
+                            "drop the flag.")
+    return names
+
+
 def dropout_overrides(model_args, model_type=None) -> dict:
     """Config kwargs for a model loaded from ``model_name_or_path``: the dropout flags (under ``model_type``'s
     field names, :func:`flag_fields`: DistilBERT's ``dropout``, ...) and the dropout fields of
     ``--config_overrides`` (the only ones accepted there: :func:`check_overrides_of_pretrained`), as floats."""
     overrides = {field: getattr(model_args, name) for name in DROPOUT_FLAGS
-                 if getattr(model_args, name) is not None for field in flag_fields(model_type, name)}
+                 if getattr(model_args, name) is not None for field in set_fields(model_type, name)}
     for key, value in parse_config_overrides(getattr(model_args, "config_overrides", None)).items():
         if "dropout" in key:
             try:
@@ -252,7 +273,8 @@ def model_summary_fields(config, num_parameters: int) -> dict:
     fields = {k: getattr(config, k, None) for k in (
         "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings")}
     for flag in ("intermediate_size", "hidden_dropout_prob", "attention_probs_dropout_prob"):
-        fields[flag] = getattr(config, flag_fields(config.model_type, flag)[0], None)
+        names = flag_fields(config.model_type, flag)
+        fields[flag] = getattr(config, names[0], None) if names else None
     architectures = [a[2:] if a.startswith("TF") else a for a in getattr(config, "architectures", None) or []]
     if not architectures and masked_lm_class(config.model_type):
         architectures = [masked_lm_class(config.model_type)]

@@ -51,7 +51,7 @@ if os.path.isdir(os.path.join(_HERE, "hf_tpu_ext")) and _HERE not in sys.path:
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # before gradio is imported (in build_demo)
 
 from hf_tpu_ext.fill_mask import DEFAULT_TOP_K, FillMaskBench, FillMaskPredictor, parse_top_k  # noqa: E402
-from hf_tpu_ext.fill_mask.predictor import BACKEND_ENV, BACKENDS, select_backend  # noqa: E402
+from hf_tpu_ext.fill_mask.predictor import BACKEND_ENV, BACKENDS, other_mask_spelling, select_backend  # noqa: E402
 from hf_tpu_ext.fill_mask.bench import CACHE_ENV, REVISION_ENV  # noqa: E402
 from hf_tpu_ext.fill_mask.quiet import LOG_LEVELS, ignore_request_warnings, quiet_libraries  # noqa: E402
 
@@ -385,9 +385,11 @@ def _revision_pickers(bench: FillMaskBench, listing, choices) -> SimpleNamespace
     import gradio as gr
 
     where = "local folder" if bench.local else "Hub repo"
+    mask = bench.default.mask_token  # the model's own, named once; the other spelling is read as it too
+    other = other_mask_spelling(mask)
     gr.Markdown(
         f"# Fill-mask test bench\nModel: `{bench.model}` ({where}, {bench.default.backend}). Pick one or two "
-        f"revisions, type a sentence with `{bench.default.mask_token}` (or `[MASK]`) where a word is missing, or "
+        f"revisions, type a sentence with `{mask}` (or `{other}`) where a word is missing, or "
         "score a probe set on several revisions. Several masks are predicted independently in one forward pass.")
     with gr.Row():
         rev_a = gr.Dropdown(label="Revision A", choices=choices, value=bench.default_value(), elem_id="revision-a",
@@ -439,8 +441,8 @@ def _probe_tab(mask: str, choices) -> SimpleNamespace:
     import gradio as gr
 
     with gr.Row():
-        text = gr.Textbox(label="Probes, one per line: sentence with <mask> \u21d2 answer; templates 'a <mask> | b "
-                                "<mask>', distractors '\u21d2 answer | other' (or CSV text,answer / JSONL)", lines=8,
+        text = gr.Textbox(label=f"Probes, one per line: sentence with {mask} \u21d2 answer; templates 'a {mask} | b "
+                                f"{mask}', distractors '\u21d2 answer | other' (or CSV text,answer / JSONL)", lines=8,
                           elem_id="probe-text", scale=3,
                           placeholder=f"The capital of France is {mask}. | France's capital is {mask}. \u21d2 Paris "
                                       "| Lyon")

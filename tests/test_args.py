@@ -241,13 +241,11 @@ def test_warmup_ratio_one_is_allowed():
     assert _training("--warmup_ratio", "1").num_warmup_steps(10) == 10
 
 
-def test_max_seq_length_from_scratch_is_bounded():
-    assert _error("--max_seq_length", "100000") == (
-        "--max_seq_length 100000 is too long to train from scratch here (at most 4096): attention memory and time "
-        "grow with the square of the length (100000x100000 scores per head and sequence) and the model would need "
-        "100002 position embeddings. Pass --max_seq_length 4096 or less (RoBERTa uses 512).")
-    assert parse_args(["--max_seq_length", "4096"])[1].max_seq_length == 4096
-
+def test_max_seq_length_from_scratch_has_no_fixed_cap():
+    """The position table decides later (model_config.check_scratch_positions), not a fixed from-scratch cap:
+    ModernBERT's 8,192 (and longer) parse."""
+    assert parse_args(["--max_seq_length", "8192", "--model_type", "modernbert"])[1].max_seq_length == 8192
+    assert parse_args(["--max_seq_length", "100000"])[1].max_seq_length == 100000
 
 # ----------------------------------------------------------------------------- run_mlm-style JSON config
 

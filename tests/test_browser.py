@@ -77,7 +77,7 @@ def test_page_shows_ranked_predictions(trained_model_dir):
             message = page.locator("#fill-mask-message")
             page.wait_for_function("() => document.querySelector('#fill-mask-message').innerText.includes('No mask')",
                                    timeout=30_000)
-            assert "put <mask> (or [MASK])" in message.inner_text()
+            assert "put <mask> where the missing word goes ([MASK] works too)" in message.inner_text()
             assert filled.input_value() == ""
         finally:
             browser.close()

@@ -48,7 +48,7 @@ def test_record_for_refuses_an_unknown_type_in_one_line():
     with pytest.raises(ArgumentError) as err:
         model_types.record_for("Bert")
     assert str(err.value) == ("model_type 'Bert' has no record: known are roberta, xlm-roberta, camembert, bert, "
-                              "distilbert, modernbert. Did you mean 'bert'?")
+                              "distilbert, modernbert, eurobert. Did you mean 'bert'?")
     assert model_types.find_record("electra") is None and model_types.masked_lm_class("electra") is None
 
 
@@ -72,14 +72,17 @@ def test_backends_read_the_records():
     assert tuple(BACKEND_REGISTRY) == model_types.BACKENDS  # the one list of names, one entry each
     assert trained_model_types("tensorflow") == ("roberta", "xlm-roberta", "camembert", "bert", "distilbert")
     assert trained_model_types("keras") == ("roberta", "xlm-roberta", "camembert", "bert", "distilbert",
-                                            "modernbert")
+                                            "modernbert", "eurobert")
     assert trained_model_types("torch_xla") is None  # any AutoModelForMaskedLM
 
 
 @pytest.mark.parametrize("name", model_types.MODEL_TYPE_CHOICES)
 def test_each_preset_builds_and_the_records_rules_read_it(name):
+    import transformers
     from transformers import AutoConfig
 
+    if name == "eurobert" and not hasattr(transformers, "EuroBertConfig"):
+        pytest.skip("transformers has no EuroBERT (5.x has it)")
     record = model_types.record_for(name)
     config = AutoConfig.for_model(name, **{**record.small_preset, "vocab_size": 300, "pad_token_id": 1,
                                            "max_position_embeddings": 130})
@@ -87,11 +90,12 @@ def test_each_preset_builds_and_the_records_rules_read_it(name):
     sizes = [getattr(config, record.fields(flag)[0]) for flag in model_types.SIZE_OVERRIDES]
     assert sizes == [256, 4, 4, {"modernbert": 512}.get(name, 1024)]
     assert model_types.max_sequence_length(config) == {"roberta": 128}.get(name, 130)
-    # 6 N + attention + head at a quarter of the positions; GeGLU (modernbert) counts 3 h i per layer
-    ffn = 3 if name == "modernbert" else 2
+    # 6 N + attention + head at a quarter of the positions; GeGLU (modernbert) and SwiGLU (eurobert) count 3 h i
+    # per layer; EuroBERT's head is lm_head alone (no dense transform)
+    ffn = 3 if name in ("modernbert", "eurobert") else 2
     parameters = 4 * (4 * 256 * 256 + ffn * 256 * sizes[3])
     attention = 12 * 256 * 4 * 64  # every layer sees all 64 keys (ModernBERT's local window holds 129)
-    head = 6 * (256 * 256 + 256 * 300) * 0.25
+    head = 6 * ((256 * 256 if name != "eurobert" else 0) + 256 * 300) * 0.25
     assert model_types.flops_per_token(config, 64, 0.25) == pytest.approx(6 * parameters + attention + head)
 
 
@@ -149,3 +153,38 @@ def test_no_product_module_outside_the_records_names_an_architecture():
             with open(os.path.join(folder, name), encoding="utf-8") as f:
                 found += [f"{os.path.join(rel, name)} {hit}" for hit in architecture_names_in_code(f.read(), names)]
     assert found == []
+
+
+def test_a_flag_without_a_field_is_refused_not_ignored():
+    """EuroBERT has no hidden dropout: ``--hidden_dropout_prob`` would change nothing, so it is refused in one line
+    (from scratch and with a pretrained model); ``--attention_probs_dropout_prob`` sets ``attention_dropout``."""
+    from types import SimpleNamespace
+
+    from hf_tpu_ext.model_config import dropout_overrides, set_fields
+
+    with pytest.raises(ArgumentError) as err:
+        set_fields("eurobert", "hidden_dropout_prob")
+    assert str(err.value) == ("--hidden_dropout_prob changes nothing in a eurobert model (its config has no such "
+                              "field); drop the flag.")
+    args = SimpleNamespace(hidden_dropout_prob=None, attention_probs_dropout_prob=0.2, config_overrides=None)
+    assert dropout_overrides(args, "eurobert") == {"attention_dropout": 0.2}
+    with pytest.raises(ArgumentError, match="--hidden_dropout_prob changes nothing"):
+        dropout_overrides(SimpleNamespace(**{**vars(args), "hidden_dropout_prob": 0.1}), "eurobert")
+
+
+def test_a_model_type_the_installed_transformers_lacks_is_one_line():
+    """``--model_type eurobert`` under transformers 4.57 (no EuroBERT): one line naming the version, not
+    ``AutoConfig``'s list of every model type."""
+    import transformers
+
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.model_config import scratch_config
+
+    model_args, _, _ = parse_args(["--output_dir", "out", "--model_type", "eurobert"])
+    if hasattr(transformers, "EuroBertConfig"):
+        assert scratch_config(model_args).num_key_value_heads == 4  # the record's preset
+        return
+    with pytest.raises(ArgumentError) as err:
+        scratch_config(model_args)
+    assert str(err.value) == (f"--model_type eurobert: transformers {transformers.__version__} has no eurobert config; "
+                              "install a transformers release that has it (pip install -U transformers).")

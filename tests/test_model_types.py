@@ -188,8 +188,8 @@ def test_model_type_choices_in_the_parser():
     from hf_tpu_ext.args import parse_args
 
     line = ("--model_type 'electra' is not one this package trains from scratch (choose from: roberta, bert, "
-            "distilbert, modernbert); a pretrained 'electra' model trains with --model_name_or_path <its folder or "
-            "repo> --backend torch_xla (any AutoModelForMaskedLM).")
+            "distilbert, modernbert, eurobert); a pretrained 'electra' model trains with --model_name_or_path <its "
+            "folder or repo> --backend torch_xla (any AutoModelForMaskedLM).")
     with pytest.raises(ArgumentError) as err:  # not argparse's bare "invalid choice"
         parse_args(["--output_dir", "x", "--model_type", "electra"])
     assert str(err.value) == line
@@ -199,7 +199,7 @@ def test_model_type_choices_in_the_parser():
     with pytest.raises(ArgumentError) as err:
         _model_args(model_type="robert")
     assert str(err.value) == ("--model_type 'robert' is not one this package trains from scratch; did you mean "
-                              "'roberta'? (choose from: roberta, bert, distilbert, modernbert).")
+                              "'roberta'? (choose from: roberta, bert, distilbert, modernbert, eurobert).")
 
 
 @pytest.mark.parametrize("model_type,start", [("bert", "google-bert/bert-base-uncased"),

@@ -23,7 +23,7 @@ from hf_tpu_ext.args.checks import check_arguments, check_number, check_repo_id,
 from hf_tpu_ext.args.data_arguments import DataTrainingArguments
 from hf_tpu_ext.args.defaults import (BACKENDS, BEST_METRICS, DATA_FILE_EXTENSIONS, DEFAULT_CALLBACKS,
                                       DEFAULTS_DIFFERING_FROM_TRANSFORMERS, HUB_STRATEGIES, LR_SCHEDULER_TYPES,
-                                      MAX_SCRATCH_SEQ_LENGTH, OPTIMIZERS, REPORT_TO, SHORT_USAGE, SIZE_OVERRIDES,
+                                      OPTIMIZERS, REPORT_TO, SHORT_USAGE, SIZE_OVERRIDES,
                                       STRATEGIES)
 from hf_tpu_ext.args.model_arguments import ModelArguments
 from hf_tpu_ext.args.parser import (HelpFormatter, check_config_types, given_field_names, hf_argument_parser_class,
@@ -35,6 +35,6 @@ __all__ = [
     "check_config_types", "check_number", "check_repo_id", "given_field_names", "hf_argument_parser_class",
     "HelpFormatter", "positional_argument_error", "resolve_report_to",
     "BACKENDS", "BEST_METRICS", "DATA_FILE_EXTENSIONS", "DEFAULT_CALLBACKS", "DEFAULTS_DIFFERING_FROM_TRANSFORMERS",
-    "HUB_STRATEGIES", "LR_SCHEDULER_TYPES", "MAX_SCRATCH_SEQ_LENGTH", "OPTIMIZERS", "REPORT_TO", "SHORT_USAGE",
+    "HUB_STRATEGIES", "LR_SCHEDULER_TYPES", "OPTIMIZERS", "REPORT_TO", "SHORT_USAGE",
     "SIZE_OVERRIDES", "STRATEGIES",
 ]

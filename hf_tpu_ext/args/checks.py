@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import List
 
-from hf_tpu_ext.args.defaults import MAX_SCRATCH_SEQ_LENGTH, REPORT_TO
+from hf_tpu_ext.args.defaults import REPORT_TO
 from hf_tpu_ext.errors import ArgumentError
 
 
@@ -92,20 +92,15 @@ def resolve_report_to(value, backend: str) -> List[str]:
 def check_arguments(model_args, data_args, training_args) -> None:
     """Checks that need more than one argument dataclass (run by :func:`parse_args`, cheap, no I/O).
 
+    No cap on ``max_seq_length`` here: the model's position table decides (``model_config.check_positions`` /
+    ``check_scratch_positions``), and attention holds no ``L x L`` tensor on the Keras backend's JAX kernels
+    (``backends/keras/architectures/attention.py``), so ModernBERT trains at its 8,192.
+
     Raises:
-        ArgumentError: ``max_seq_length`` above :data:`MAX_SCRATCH_SEQ_LENGTH` when training from scratch;
-            ``--streaming`` without what it needs (:func:`check_streaming`).
+        ArgumentError: ``--streaming`` without what it needs (:func:`check_streaming`).
     """
     if data_args.streaming:
         check_streaming(model_args, training_args)
-    L = data_args.max_seq_length
-    if not model_args.model_name_or_path and L > MAX_SCRATCH_SEQ_LENGTH:
-        raise ArgumentError(
-            f"--max_seq_length {L} is too long to train from scratch here (at most {MAX_SCRATCH_SEQ_LENGTH}): attention "
-            f"memory and time grow with the square of the length ({L}x{L} scores per head and sequence) and the "
-            f"model would need {L + 2} position embeddings. Pass --max_seq_length {MAX_SCRATCH_SEQ_LENGTH} or less "
-            "(RoBERTa uses 512)."
-        )
 
 
 def check_streaming(model_args, training_args) -> None:

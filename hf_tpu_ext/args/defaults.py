@@ -25,8 +25,6 @@ REPORT_TO = ("tensorboard", "trackio")
 # metric_for_best_model -> the evaluation key compared (perplexity = exp(eval_loss): same order as the loss)
 BEST_METRICS = {"loss": "eval_loss", "eval_loss": "eval_loss", "perplexity": "eval_loss",
                 "eval_perplexity": "eval_loss", "accuracy": "eval_accuracy", "eval_accuracy": "eval_accuracy"}
-# from scratch, longer blocks are refused: attention memory grows with the square of the length
-MAX_SCRATCH_SEQ_LENGTH = 4096
 # extensions of the data files --train_file reads (hf_tpu_ext.data.loading.SUPPORTED_EXTENSIONS, less .json: a
 # lone .json argument is a config file); a positional argument with one of them was meant as --train_file
 DATA_FILE_EXTENSIONS = (".txt", ".text", ".jsonl", ".csv", ".parquet")

@@ -11,6 +11,9 @@ Trained per ``--model_type`` by its record's tokenizer kind (:func:`train_tokeni
 - ``bracket_bpe`` (``modernbert``): what ``answerdotai/ModernBERT-base`` ships: a ``PreTrainedTokenizerFast`` over a byte-level BPE
   (OLMo's kind), cased, with ``[UNK] [CLS] [SEP] [PAD] [MASK]`` (here ids 0..4), ``[CLS] ... [SEP]``, and
   ``[MASK]`` stripping the space before it.
+- ``llama_bpe`` (``eurobert``): EuroBERT's kind, Llama 3's: its pre-tokenization split, a cased byte-level BPE,
+  ``<|begin_of_text|>``=0, ``<|end_of_text|>``=1, ``<|mask|>``=2 (stripping the space before it), ``<|pad|>``=3,
+  ``<|begin_of_text|> ... <|end_of_text|>``.
 """
 
 from __future__ import annotations
@@ -196,6 +199,53 @@ def _kept_alphabet(first, texts) -> set:
     return set(sorted(found, key=lambda c: (-counts[c], c))[:ALPHABET_LIMIT])
 
 
+#: Llama 3's special tokens as EuroBERT's tokenizer names them, and a padding token of its own (EuroBERT pads with
+#: ``<|end_of_text|>``; a separate one keeps every real ``<|end_of_text|>`` inside the attention mask): ids 0..3
+LLAMA_SPECIAL_TOKENS = ("<|begin_of_text|>", "<|end_of_text|>", "<|mask|>", "<|pad|>")
+#: Llama 3's pre-tokenization split (contractions, letters, 1-3 digits, punctuation, newlines, spaces), before bytes
+LLAMA_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train_llama_bpe_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int):
+    """Train a Llama-3-style tokenizer on ``texts`` (EuroBERT's kind): a cased byte-level BPE after Llama 3's
+    split, each text wrapped as ``<|begin_of_text|> ... <|end_of_text|>``, in a ``PreTrainedTokenizerFast``.
+
+    Returns:
+        transformers.PreTrainedTokenizerFast: ``<|begin_of_text|>``=0 (bos), ``<|end_of_text|>``=1 (eos),
+        ``<|mask|>``=2 (strips the space before it), ``<|pad|>``=3; ``model_input_names`` ``input_ids`` /
+        ``attention_mask`` (EuroBERT takes no token types).
+
+    Raises:
+        TokenizerError: ``vocab_size`` is too small for the byte alphabet and special tokens.
+    """
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab_size < 256 + len(LLAMA_SPECIAL_TOKENS):
+        raise TokenizerError(f"vocab_size {vocab_size} cannot hold the 256 byte symbols and 4 special tokens; use >= 300.")
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA_SPLIT), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
+                                  special_tokens=list(LLAMA_SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator((t for t in texts if t), trainer)
+    _log_trained_size(vocab_size, backend.get_vocab_size())
+    mask = AddedToken("<|mask|>", lstrip=True, rstrip=False, special=True, normalized=False)
+    backend.add_special_tokens([mask])  # the trainer added it without lstrip: "is <|mask|>." keeps no lone space
+    bos, eos = LLAMA_SPECIAL_TOKENS[:2]
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{bos}:0 $A:0 {eos}:0", pair=f"{bos}:0 $A:0 {eos}:0 $B:0 {eos}:0",
+        special_tokens=[(bos, backend.token_to_id(bos)), (eos, backend.token_to_id(eos))])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, model_max_length=int(model_max_length), clean_up_tokenization_spaces=False,
+        model_input_names=["input_ids", "attention_mask"], bos_token=bos, eos_token=eos, pad_token="<|pad|>",
+        mask_token=mask)
+
+
 def train_modernbert_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int):
     """Train a ModernBERT tokenizer on ``texts``: a cased byte-level BPE wrapped as ``[CLS] ... [SEP]``, in a
     ``PreTrainedTokenizerFast`` (the class ``answerdotai/ModernBERT-base``'s ``tokenizer_config.json`` names).
@@ -233,6 +283,7 @@ TRAINERS = {
     "byte_level_bpe": lambda texts, vocab_size, length, lower: train_bpe_tokenizer(texts, vocab_size, length),
     "wordpiece": train_wordpiece_tokenizer,
     "bracket_bpe": lambda texts, vocab_size, length, lower: train_modernbert_tokenizer(texts, vocab_size, length),
+    "llama_bpe": lambda texts, vocab_size, length, lower: train_llama_bpe_tokenizer(texts, vocab_size, length),
 }
 
 

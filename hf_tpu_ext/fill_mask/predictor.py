@@ -35,6 +35,19 @@ _NO_LIMIT = 1_000_000
 _MASK_VARIANTS = (r"<\s*mask\s*>", r"\[\s*mask\s*\]")
 
 
+def other_mask_spelling(mask_token: str) -> str:
+    """The other spelling :meth:`FillMaskPredictor.normalize` reads as ``mask_token``: ``"[MASK]"`` for
+    ``"<mask>"`` (and any other token), ``"<mask>"`` for ``"[MASK]"``."""
+    return "<mask>" if mask_token.lower() == "[mask]" else "[MASK]"
+
+
+def no_mask_message(mask_token: str) -> str:
+    """The answer to a sentence with no mask: names the model's mask token once, and the other spelling read as it
+    (``"No mask in the input: put <mask> where the missing word goes ([MASK] works too)."``)."""
+    return (f"No mask in the input: put {mask_token} where the missing word goes "
+            f"({other_mask_spelling(mask_token)} works too).")
+
+
 def select_backend(backend: Optional[str] = None) -> str:
     """Pick the forward-pass backend.
 
@@ -169,6 +182,40 @@ def parse_top_k(top_k: Any) -> Tuple[Optional[int], Optional[str]]:
     return int(value), None
 
 
+def filled_sentence(text: str, mask_token: str, fills: Sequence[Tuple[str, str]],
+                    continuing_prefix: Optional[str] = None, mask_lstrip: bool = False) -> Optional[str]:
+    """``text`` with its masks replaced, left to right, by ``fills``; the rest as the user typed it (casing too).
+
+    Args:
+        text: the sentence with ``mask_token`` where words are missing.
+        mask_token: the model's mask token (``"<mask>"``, ``"[MASK]"``).
+        fills: one ``(token_str, raw_token)`` per mask: the decoded candidate (``" city"`` for byte-level
+            ``Ġcity``, ``"city"``, ``"##s"`` for a WordPiece piece) and its vocabulary entry.
+        continuing_prefix: the tokenizer's prefix of word-continuing pieces (WordPiece's ``"##"``), or ``None``.
+        mask_lstrip: the mask token swallows the space before it (RoBERTa's and ModernBERT's): the model fills
+            the mask with that space, so a candidate's own spacing replaces it (a bare piece joins the word).
+
+    Returns:
+        The filled sentence: a continuing piece is joined to the word before the mask (``"The cat [MASK] sat"``
+        with ``##s`` -> ``"The cats sat"``); a candidate that carries its own leading space (``Ġcity``), or any
+        candidate of a ``mask_lstrip`` mask, replaces the space before the mask (no double space; none at the
+        start). ``None`` when ``text`` has not one mask per fill.
+    """
+    parts = text.split(mask_token)
+    if len(parts) != len(fills) + 1:
+        return None
+    out = parts[0]
+    for (token_str, raw_token), after in zip(fills, parts[1:]):
+        if continuing_prefix and raw_token.startswith(continuing_prefix):
+            out = out.rstrip() + token_str[len(continuing_prefix) if token_str.startswith(continuing_prefix) else 0:]
+        elif mask_lstrip or token_str[:1].isspace():
+            out = out.rstrip() + token_str if out.strip() else token_str.lstrip()
+        else:
+            out += token_str
+        out += after
+    return out
+
+
 class FillMaskPredictor:
     """Tokenizer + masked-LM forward pass + the input rules of the demo, for one model revision.
 
@@ -232,6 +279,11 @@ class FillMaskPredictor:
             limits.append(int(tok_max))
         return min(limits) if limits else 512
 
+    def _mask_lstrip(self) -> bool:
+        """Whether the tokenizer's mask token swallows the space before it (``AddedToken(lstrip=True)``)."""
+        added = (getattr(self.tokenizer, "added_tokens_decoder", None) or {}).get(self.mask_token_id)
+        return bool(getattr(added, "lstrip", False))
+
     def normalize(self, text: str) -> str:
         """Replace ``<mask>``/``[MASK]`` (any case) and the model's own mask token by the model's mask token."""
         return self._mask_re.sub(self.mask_token, text)
@@ -292,9 +344,7 @@ class FillMaskPredictor:
                 f"e.g. 'Paris is the {self.mask_token} of France.'", **common)
         text = self.normalize(str(text))
         if self.mask_token not in text:
-            return empty_result(
-                f"No mask in the input: put {self.mask_token} (or [MASK]) where the missing word goes, "
-                f"e.g. '{text.strip()} {self.mask_token}'.", text=text, **common)
+            return empty_result(no_mask_message(self.mask_token), text=text, **common)
         k, problem = parse_top_k(top_k)
         if problem:
             return empty_result(problem, text=text, **common)
@@ -356,7 +406,12 @@ class FillMaskPredictor:
                       for r, i in enumerate(order)]
             masks.append(ranked)
             filled_ids[pos] = ranked[0]["token"]
-        filled = self.tokenizer.decode(filled_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        model = getattr(getattr(self.tokenizer, "backend_tokenizer", None), "model", None)
+        best = [(ranked[0]["token_str"], ranked[0]["raw_token"]) for ranked in masks]
+        filled = filled_sentence(prep["text"], self.mask_token, best, getattr(model, "continuing_subword_prefix", None),
+                                 self._mask_lstrip())
+        if filled is None:  # a mask the text does not show as the model's token (cannot happen after normalize)
+            filled = self.tokenizer.decode(filled_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         head = (f"Filled {len(masks)} masks (each predicted independently in one forward pass)."
                 if len(masks) > 1 else "Filled 1 mask.")
         return {"ok": True, "message": " ".join([head, *prep["notes"]]), "masks": masks, "filled": filled,
@@ -403,7 +458,8 @@ class FillMaskPredictor:
             ``masks`` (list with one list per mask, left to right, of
             ``{"rank": int, "token": int id, "token_str": decoded text, "raw_token": vocab entry,
             "score": float in (0, 1]}`` sorted by score, descending),
-            ``filled`` (the sentence with each mask replaced by its top candidate, or ``None``),
+            ``filled`` (the user's sentence, casing kept, with each mask replaced by its top candidate as
+            :func:`filled_sentence` puts it in, or ``None``),
             ``text`` (the sentence as given to the model), ``mask_token``, ``top_k`` (after clamping),
             ``targets`` (``[{"target", "scored_as": [...], "note"}]``), ``rejected_targets`` (list[str]),
             ``num_tokens`` and ``max_length`` (ints), ``backend``.

@@ -31,12 +31,13 @@ import difflib
 from typing import Dict, Optional, Tuple
 
 from hf_tpu_ext.errors import ArgumentError
-from hf_tpu_ext.model_types import bert, distilbert, modernbert, roberta
+from hf_tpu_ext.model_types import bert, distilbert, eurobert, modernbert, roberta
 from hf_tpu_ext.model_types.record import (BACKENDS, CONFIG_FLAGS, DROPOUT_FLAGS, SIZE_OVERRIDES, TOKENIZER_KINDS,
                                            ModelTypeRecord, encoder_flops_per_token)
 
 #: one record per family, in ``--model_type`` choice order (the first is the default)
-RECORDS: Tuple[ModelTypeRecord, ...] = (roberta.RECORD, bert.RECORD, distilbert.RECORD, modernbert.RECORD)
+RECORDS: Tuple[ModelTypeRecord, ...] = (roberta.RECORD, bert.RECORD, distilbert.RECORD, modernbert.RECORD,
+                                         eurobert.RECORD)
 #: ``--model_type`` choices: one per record
 MODEL_TYPE_CHOICES: Tuple[str, ...] = tuple(record.name for record in RECORDS)
 #: ``--model_type``'s default

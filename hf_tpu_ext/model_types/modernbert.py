@@ -38,6 +38,11 @@ def flops_per_token(config, seq_length: int, masked_fraction: Optional[float] = 
     ``min(2 * (local_attention // 2) + 1, seq_length)``, the window of a query away from the sequence's ends
     (``|q - k| <= local_attention // 2``; queries near an end see fewer, not counted: an upper bound, high by about
     ``local_attention / (4 seq_length)`` of the local layers' attention FLOPs when ``seq_length > local_attention``).
+    What the Keras backend computes (``backends/keras/architectures/attention.py``): a global layer's chunked or
+    dense kernel scores exactly ``seq_length`` keys per query, as counted; a local layer's block-local kernel scores
+    ``3 block`` keys (block: ``half_window`` rounded up to 8, 192 for ModernBERT's 129), of which the window's are
+    counted (the useful work, as PaLM's MFU leaves recomputation out); before that kernel every local layer scored
+    all ``seq_length``.
 
     Raises:
         ArgumentError: ``seq_length < 1`` or ``masked_fraction`` outside [0, 1] (as the shared count).

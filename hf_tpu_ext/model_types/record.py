@@ -19,8 +19,9 @@ DROPOUT_FLAGS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 CONFIG_FLAGS = SIZE_OVERRIDES + DROPOUT_FLAGS
 #: tokenizers :mod:`hf_tpu_ext.data.tokenizer` trains from text (its ``TRAINERS`` table has one trainer per kind):
 #: ``byte_level_bpe`` (``<s> <pad> </s> <unk> <mask>``), ``wordpiece`` (``[PAD] [UNK] [CLS] [SEP] [MASK]``, honours
-#: ``--do_lower_case``), ``bracket_bpe`` (a cased byte-level BPE with ``[UNK] [CLS] [SEP] [PAD] [MASK]``)
-TOKENIZER_KINDS = ("byte_level_bpe", "wordpiece", "bracket_bpe")
+#: ``--do_lower_case``), ``bracket_bpe`` (a cased byte-level BPE with ``[UNK] [CLS] [SEP] [PAD] [MASK]``),
+#: ``llama_bpe`` (Llama 3's split and byte-level BPE with ``<|begin_of_text|> <|end_of_text|> <|mask|> <|pad|>``)
+TOKENIZER_KINDS = ("byte_level_bpe", "wordpiece", "bracket_bpe", "llama_bpe")
 
 
 def no_reserved_positions(config) -> int:

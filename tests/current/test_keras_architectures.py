@@ -80,7 +80,7 @@ def test_roberta_flops_and_positions():
 def test_a_new_architecture_needs_only_its_record_module_and_registry_rows(toy_registered, tmp_path, caplog):
     config = ToyConfig(**SIZES)
     model = build_masked_lm(config, seed=0)
-    assert model.config is config and model.backbone.max_sequence_length == 32
+    assert model.config is config and model.embeddings.max_position_embeddings == 32
 
     with caplog.at_level(logging.INFO, logger="hf_tpu_ext.backends.keras.export"):
         files = export_masked_lm(model, str(tmp_path / "a"))
@@ -100,26 +100,36 @@ def test_a_new_architecture_needs_only_its_record_module_and_registry_rows(toy_r
         assert a.path == b.path and np.array_equal(np.asarray(a.value), np.asarray(b.value)), a.path
 
 
-def test_roberta_attention_is_the_shared_one_under_its_checkpoint_paths(monkeypatch):
+def test_roberta_is_the_shared_encoder_and_reads_its_old_paths(monkeypatch):
     from hf_tpu_ext.backends.keras.architectures import attention, encoder
+    from hf_tpu_ext.backends.keras.architectures.name_table import renamed_paths
 
     config = transformers.RobertaConfig(**SIZES)
     model = build_masked_lm(config, seed=0)
-    block = model.backbone.transformer_layers[0]
-    assert type(block.self_attention) is encoder.SelfAttention
-    assert type(model.masked_lm_head) is encoder.MaskedLMHead
-    # the paths (checkpoint keys) and order (optimizer slots) keras.layers.MultiHeadAttention's RoBERTa wrote
-    attention_paths = [f"roberta_backbone/transformer_layer_0/self_attention/{part}/{kind}"
-                       for part in ("query", "key", "value", "attention_output") for kind in ("kernel", "bias")]
+    assert type(model) is encoder.EncoderMaskedLM and model.name == "roberta_masked_lm"
+    block = model.encoder_layers[0]
+    assert type(block.attention) is encoder.SelfAttention
+    assert model.embeddings.token_type_embeddings is None  # folded into the positions (module doc)
     paths = [w.path for w in model.weights]
-    assert paths[4:12] == attention_paths
-    assert paths[:4] == ["roberta_backbone/position_embeddings", "roberta_backbone/token_embedding/embeddings",
-                         "roberta_backbone/embeddings_layer_norm/gamma", "roberta_backbone/embeddings_layer_norm/beta"]
+    assert paths[:4] == ["embeddings/position_embeddings", "embeddings/word_embeddings/embeddings",
+                         "embeddings/layer_norm/gamma", "embeddings/layer_norm/beta"]
     assert paths[-5:] == ["mlm_head/bias", "mlm_head/dense/kernel", "mlm_head/dense/bias",
                           "mlm_head/layer_norm/gamma", "mlm_head/layer_norm/beta"]
     assert len(paths) == 4 + 2 * 16 + 5
+    # the paths (checkpoint keys) RoBERTa's own layers wrote before, in the same order (optimizer slots)
+    old = ["roberta_backbone/position_embeddings", "roberta_backbone/token_embedding/embeddings",
+           "roberta_backbone/embeddings_layer_norm/gamma", "roberta_backbone/embeddings_layer_norm/beta"]
+    old += [f"roberta_backbone/transformer_layer_{i}/{part}" for i in range(2) for part in (
+        *(f"self_attention/{p}/{k}" for p in ("query", "key", "value", "attention_output") for k in ("kernel", "bias")),
+        "self_attention_layer_norm/gamma", "self_attention_layer_norm/beta",
+        "feedforward_intermediate_dense/kernel", "feedforward_intermediate_dense/bias",
+        "feedforward_output_dense/kernel", "feedforward_output_dense/bias",
+        "feedforward_layer_norm/gamma", "feedforward_layer_norm/beta")]
+    old += paths[-5:]
+    assert list(renamed_paths(dict.fromkeys(old), model.legacy_paths)) == paths
+    assert list(renamed_paths(dict.fromkeys(paths), model.legacy_paths)) == paths  # today's paths stay
     # independently initialized projections (a shared Keras initializer instance would make them equal)
-    kernels = [np.asarray(getattr(block.self_attention, n).kernel) for n in ("query", "key", "value")]
+    kernels = [np.asarray(getattr(block.attention, n).kernel) for n in ("query", "key", "value")]
     assert not np.array_equal(kernels[0], kernels[1]) and not np.array_equal(kernels[1], kernels[2])
     assert 0.01 < float(np.std(kernels[0])) < 0.02  # truncated normal, stddev 0.02
     # every attention call goes through attend (one implementation for every architecture)

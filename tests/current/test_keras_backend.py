@@ -460,7 +460,7 @@ def test_best_model_survives_a_kill_and_is_exported(tmp_path):
     for name, value in kept.items():
         np.testing.assert_allclose(value, at_best[name], atol=1e-6, err_msg=name)
     exported = _weights(out)["roberta.embeddings.word_embeddings.weight"]
-    token_embedding = next(k for k in at_best if k.endswith("token_embedding/embeddings"))  # the model's own path
+    token_embedding = next(k for k in at_best if k.endswith("word_embeddings/embeddings"))  # the model's own path
     np.testing.assert_allclose(exported, at_best[token_embedding], atol=1e-6)
     if best_step != 8:  # the export is the best, not the last step's weights
         last = load_file(str(out / "checkpoint-8" / "model_state.safetensors"))[token_embedding]

@@ -221,7 +221,7 @@ def test_round_trip_transformers_keras_transformers(tmp_path, batch, tokenizer):
     expected = torch_logits(original, *batch)
 
     masked_lm, loaded_config = hf_convert.load_masked_lm(str(tmp_path / "hf"))
-    assert masked_lm.backbone.max_sequence_length == SEQ and loaded_config.model_type == "roberta"
+    assert masked_lm.embeddings.max_position_embeddings == SEQ and loaded_config.model_type == "roberta"
     assert max_diff_at_tokens(keras_logits(masked_lm, *batch), expected, batch[1]) <= 1e-4
 
     export_masked_lm(masked_lm, str(tmp_path / "back"), str(tmp_path / "hf"), loaded_config, keras_preset=False)

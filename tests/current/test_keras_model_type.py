@@ -47,6 +47,37 @@ def test_modernbert_from_scratch(tmp_path):
     assert "A ModernBertForMaskedLM (3 layers, 64 hidden size, 2 heads, a 500-token vocabulary" in card
 
 
+
+def test_eurobert_from_scratch_with_a_llama_style_tokenizer(tmp_path):
+    """``--model_type eurobert``: the Llama-3-style tokenizer (ids 0..3 ``<|begin_of_text|> <|end_of_text|>
+    <|mask|> <|pad|>``, its ids in the config), grouped-query attention from ``--config_overrides``, the untied head
+    exported as ``lm_head.weight``, loaded by transformers and answering ``<|mask|>``."""
+    from hf_tpu_ext.args import parse_args
+    from hf_tpu_ext.run import train
+
+    out = tmp_path / "out"
+    train(*parse_args([
+        "--backend", "keras", "--model_type", "eurobert", "--output_dir", str(out), "--vocab_size", "500",
+        "--config_overrides", "hidden_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,"
+                              "intermediate_size=96",
+        "--max_seq_length", "32", "--max_steps", "3", "--per_device_train_batch_size", "4",
+        "--per_device_eval_batch_size", "4", "--max_train_samples", "64", "--max_eval_samples", "16",
+        "--disable_tqdm", "true"]))
+    config = json.loads((out / "config.json").read_text())
+    assert (config["model_type"], config["architectures"]) == ("eurobert", ["EuroBertForMaskedLM"])
+    assert (config["num_key_value_heads"], config["tie_word_embeddings"]) == (2, False)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
+    assert tokenizer.convert_ids_to_tokens([0, 1, 2, 3]) == ["<|begin_of_text|>", "<|end_of_text|>", "<|mask|>",
+                                                             "<|pad|>"]
+    ids = [config[k] for k in ("bos_token_id", "eos_token_id", "mask_token_id", "pad_token_id")]
+    assert ids == [0, 1, 2, 3] and config["vocab_size"] == len(tokenizer)
+    model, info = transformers.AutoModelForMaskedLM.from_pretrained(str(out), output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+    answers = transformers.pipeline("fill-mask", model=model, tokenizer=tokenizer, device="cpu")(
+        "The module defines a <|mask|>.")
+    assert len(answers) == 5 and all(0.0 <= a["score"] <= 1.0 for a in answers)
+
 def test_bert_from_scratch_with_a_wordpiece_tokenizer(tmp_path):
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.run import train

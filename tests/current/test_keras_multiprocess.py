@@ -9,9 +9,9 @@ one makes the other exit 1 within 60 s with one line naming the lost process and
 commands resume; so does a SIGKILL of process 0, the coordinator (its coordination service runs in a sidecar that
 outlives it, and ends once the others reported; after a good run nothing is left on the coordinator's port). Bad
 input (a process id not below the count, a coordinator that does not answer) gets one line and writes nothing. The
-same equalities hold for the other architectures (``--model_type bert`` and ``modernbert``): 2 x 2 = 1 x 4, and a
-single process killed (SIGKILL) after a checkpoint and rerun with ``--resume_from_checkpoint true`` logs the
-uninterrupted run's per-step losses.
+same equalities hold for the other architectures (``--model_type bert``, ``modernbert`` and ``eurobert``): 2 x 2 =
+1 x 4, and a single process killed (SIGKILL) after a checkpoint and rerun with ``--resume_from_checkpoint true`` logs
+the uninterrupted run's per-step losses.
 
 Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu python -m pytest tests/current``.
 """
@@ -34,9 +34,11 @@ if os.environ.get("KERAS_BACKEND", "jax") != "jax":
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 STEPS = 10
-#: --model_type -> its extra arguments (ModernBERT: a local window shorter than the 32-token blocks, so it matters)
+#: --model_type -> its extra arguments (ModernBERT: a local window shorter than the 32-token blocks, so it matters;
+#: EuroBERT: grouped-query attention, 2 query heads over 1 key/value head)
 ARCHITECTURE_ARGS = {"bert": ("--model_type", "bert"),
-                     "modernbert": ("--model_type", "modernbert", "--config_overrides", "local_attention=16")}
+                     "modernbert": ("--model_type", "modernbert", "--config_overrides", "local_attention=16"),
+                     "eurobert": ("--model_type", "eurobert", "--config_overrides", "num_key_value_heads=1")}
 
 
 def mp_args(output_dir, *extra):

@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional
 
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook, data_step
 from hf_tpu_ext.backends.keras import checkpoint as ckpt
+from hf_tpu_ext.backends.keras.architectures.name_table import renamed_paths
 from hf_tpu_ext.backends.keras.best import load_best, restore_best
 from hf_tpu_ext.backends.keras.checkpoint import (STATE_NAME, export_checkpoint_folder, find_checkpoints,
                                                   is_checkpoint_folder, remove_incomplete)
@@ -300,7 +301,8 @@ class KerasBackend(BackendDefaults):
             CheckpointError: a file is unreadable, or a variable is missing or of another shape (named).
         """
         meta = ckpt.read_meta(path)
-        model_vars = ckpt.load_tensors(path, ckpt.MODEL_NAME)
+        # an older checkpoint's variable paths renamed to the model's (e.g. RoBERTa before the shared encoder)
+        model_vars = renamed_paths(ckpt.load_tensors(path, ckpt.MODEL_NAME), getattr(self.model, "legacy_paths", ()))
         opt_vars = ckpt.load_tensors(path, ckpt.OPTIMIZER_NAME)
         named = [(var.path, var) for var in self.model.trainable_variables] + [
             (f"{NON_TRAINABLE_PREFIX}{i:05d}", var) for i, var in enumerate(self.model.non_trainable_variables)]

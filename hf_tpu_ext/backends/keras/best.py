@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from hf_tpu_ext.backends.keras import checkpoint as ckpt
+from hf_tpu_ext.backends.keras.architectures.name_table import renamed_paths
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -63,7 +64,8 @@ def load_best(backend) -> None:
         logger.warning("load_best_model_at_end: the best weights of step %d are gone from %s; the final weights "
                        "are exported.", best_step, os.path.join(backend.args.output_dir, ckpt.BEST_DIRNAME))
         return
+    weights = renamed_paths(kept["weights"], getattr(backend.model, "legacy_paths", ()))  # an older run's paths
     for var in backend.model.trainable_variables:
-        var.assign(kept["weights"][var.path])
+        var.assign(weights[var.path])
     backend.loaded_best = True
     logger.info("loaded the best model of step %d (load_best_model_at_end)", best_step)

@@ -124,11 +124,18 @@ def load_masked_lm(path_or_repo_id: str, revision: Optional[str] = None, *, cach
                    token=None, dtype=None, **config_overrides):
     """Load a transformers masked-LM folder or Hub repo as a new Keras masked LM of its architecture.
 
-    Arguments and errors as :func:`read_transformers_checkpoint`; ``dtype`` is the model's Keras dtype policy
-    (``None``: the global policy).
+    Every architecture of the Keras backend (:func:`~hf_tpu_ext.backends.keras.architectures.
+    supported_model_types`): ``roberta``/``xlm-roberta``/``camembert`` (``RobertaForMaskedLM``, ...), ``bert``
+    (``BertForMaskedLM``), ``distilbert`` (``DistilBertForMaskedLM``), ``modernbert``
+    (``ModernBertForMaskedLM``); the model's logits equal transformers' within 1e-4 (float32).
+
+    Arguments and errors as :func:`read_transformers_checkpoint` (another ``model_type``: ``CheckpointError``
+    naming the supported ones); ``dtype`` is the model's Keras dtype policy (``None``: the global policy).
 
     Returns:
-        ``(masked_lm, config)``.
+        ``(masked_lm, config)``: the Keras model (the contract of ``architectures/base.py``: inputs
+        ``token_ids``/``padding_mask``/``mask_positions``, logits ``[B, P, vocab_size]``) and its transformers
+        config.
     """
     config, state = read_transformers_checkpoint(path_or_repo_id, revision, cache_dir=cache_dir, token=token,
                                                  **config_overrides)

@@ -1,6 +1,24 @@
 """Scaled dot-product attention for every architecture of the Keras backend: :func:`attend`.
 
-Which implementation runs (``keras.ops.dot_product_attention`` has no dropout argument):
+Two ways to give the mask. ``mask`` (bool, broadcastable to ``[B, N, T, S]``), as before: the dense paths below.
+Or ``key_padding`` (``[B, S]``, True/1 at real keys) with ``half_window`` (a sliding window ``|i - j| <=
+half_window``, transformers' ModernBERT ``sliding_window``; None: global), which lets the JAX backend pick a path
+that never holds ``L x L`` (:func:`attention_path` decides, :func:`describe_paths` says it in the log):
+
+* ``"local"`` (a window narrower than the sequence, CPU/GPU): block-local, only the key blocks covering the
+  window (:func:`.attention_kernels.local_attention`; time and memory linear in ``L``);
+* ``"chunked"`` (global, ``L >= CHUNKED_MIN_LENGTH``, CPU; GPU in float32): online-softmax over key chunks with a
+  recomputing backward (:func:`.attention_kernels.chunked_attention`);
+* ``"cudnn"`` (global, GPU, bfloat16/float16): ``jax.nn.dot_product_attention(implementation="cudnn")``, cuDNN's
+  flash attention with the padding as key lengths (right padding, as every batch here; its window is causal-only,
+  so local layers take ``"local"``); where cuDNN refuses at trace time, ``"chunked"`` with one warning. Not run on
+  a GPU in CI;
+* ``"splash"`` (TPU, local and global): Pallas splash attention with a ``LocalMask`` and the padding as segment ids
+  (:mod:`.attention_splash`), which skips masked blocks;
+* ``"dense"``: everything else — short global sequences (measured faster below ``CHUNKED_MIN_LENGTH`` on CPU),
+  a window covering the sequence, a non-JAX backend, and training with attention-probability dropout.
+
+The dense paths:
 
 * inference, or training with an attention-probability dropout rate of 0: ``keras.ops.dot_product_attention(q, k,
   v, mask=mask)``. What Keras 3.15's JAX backend runs then: on CPU ``jax.nn.dot_product_attention``'s XLA
@@ -11,21 +29,33 @@ Which implementation runs (``keras.ops.dot_product_attention`` has no dropout ar
   :func:`flash_attention_setting` turns it off there;
 * training with a nonzero rate: the same math written out (``Q K^T`` in float32, the mask, a float32 softmax cast
   to the compute dtype, ``keras.layers.Dropout`` on the probabilities, then ``A V``), as transformers' eager
-  attention computes it; no fused kernel applies dropout here.
+  attention computes it; no fused kernel applies dropout here, so this path stays dense (``L x L``) on every
+  device.
 
 Imported only on the Keras backend, after the framework starts.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
 import keras
+import numpy as np
 from keras import ops
+
+logger = logging.getLogger(__name__)
 
 #: where the softmax must not look: finite, so a query whose keys are all masked gets a uniform row, not NaN
 #: (no real token reads such a query's output)
 MASKED_LOGIT = -1e30
+#: global attention takes the chunked kernel from this length on (CPU; GPU float32). Measured (2-core Xeon, AVX-512,
+#: fp32, 4 heads x 64, 4,096 tokens per batch, forward + backward): dense 51 / 90-105 / 160-166 / 479-605 ms at
+#: 128 / 256 / 512 / 1,024 against chunked 52 / 84-93 / 102-105 / 230-312 ms: equal up to 256, faster from 512
+CHUNKED_MIN_LENGTH = 512
+#: keys per chunk of the chunked kernel (one chunk at 512: the same kernel, dense in effect)
+GLOBAL_CHUNK = 512
+_LOGGED = set()
 
 
 def flash_attention_setting() -> Optional[bool]:
@@ -39,21 +69,121 @@ def flash_attention_setting() -> Optional[bool]:
     return None
 
 
-def attend(query, key, value, mask, probs_dropout, training: bool, scale: Optional[float] = None):
+def attention_path(length: int, half_window: Optional[int], dtype="float32", platform: Optional[str] = None,
+                   dropout: bool = False):
+    """``(path, reason)``: which kernel :func:`attend` runs for self-attention over ``length`` positions (module
+    doc). ``platform``: ``jax.default_backend()`` when None; ``dropout``: training with attention dropout > 0."""
+    if keras.config.backend() != "jax":
+        return "dense", f"the {keras.config.backend()} backend has only keras.ops.dot_product_attention"
+    if dropout:
+        return "dense", "attention-probability dropout while training needs the probabilities (no fused kernel)"
+    if platform is None:
+        import jax
+
+        platform = jax.default_backend()
+    local = half_window is not None and int(half_window) < int(length) - 1  # else the window holds every key
+    if platform == "tpu":
+        return "splash", "TPU: splash attention skips the blocks the mask removes"
+    if local:
+        return "local", f"the window (+-{half_window}) is narrower than the sequence ({length}): block-local"
+    if platform == "gpu" and str(dtype) in ("bfloat16", "float16"):
+        return "cudnn", f"GPU, {dtype}: cuDNN flash attention"
+    if length >= CHUNKED_MIN_LENGTH:
+        return "chunked", f"seq {length} >= {CHUNKED_MIN_LENGTH}: chunked online softmax, no L x L"
+    return "dense", f"seq {length} < {CHUNKED_MIN_LENGTH}: dense attention is as fast here"
+
+
+def describe_paths(length: int, half_windows, dtype="float32", dropout: bool = False) -> str:
+    """One INFO line (logged once per distinct line per process): the path of each attention kind at ``length``.
+    ``half_windows``: ``{name: half_window or None}``, e.g. ``{"global": None, "local": 64}``. Returns the line."""
+    parts = []
+    for name, half_window in half_windows.items():
+        path, reason = attention_path(length, half_window, dtype, dropout=dropout)
+        parts.append(f"{name} layers: {path} ({reason})")
+    line = f"Attention at seq {length}: " + "; ".join(parts) + "."
+    _log_once(line)
+    return line
+
+
+def _log_once(line: str, level: int = logging.INFO) -> None:
+    if line not in _LOGGED:
+        _LOGGED.add(line)
+        logger.log(level, line)
+
+
+def dense_mask(key_padding, half_window: Optional[int], length: int):
+    """bool ``[B, 1, 1, L]`` (global) or ``[B, 1, L, L]`` (``|i - j| <= half_window``) from ``key_padding``."""
+    keys = ops.cast(key_padding, "bool")[:, None, None, :]
+    if half_window is None:
+        return keys
+    position = np.arange(length)
+    window = np.abs(position[:, None] - position[None, :]) <= int(half_window)
+    return ops.logical_and(keys, ops.convert_to_tensor(window)[None, None])
+
+
+def _kernel(path: str, query, key, value, key_padding, half_window, scale: float):
+    import jax
+    import jax.numpy as jnp
+
+    padding = jnp.asarray(key_padding).astype(bool)
+    if path == "local":
+        from hf_tpu_ext.backends.keras.architectures.attention_kernels import local_attention
+
+        return local_attention(query, key, value, padding, int(half_window), scale)
+    if path == "chunked":
+        from hf_tpu_ext.backends.keras.architectures.attention_kernels import chunked_attention
+
+        return chunked_attention(query, key, value, padding, scale, GLOBAL_CHUNK)
+    if path == "splash":
+        from hf_tpu_ext.backends.keras.architectures.attention_splash import splash_attention
+
+        return splash_attention(query, key, value, padding, scale, half_window)
+    # cudnn: the padding as key lengths (cuDNN's padding mask, no [T, S] bias: a bias must be [.., T, S]), which
+    # holds for right padding (real tokens first: the collators' blocks and padded batches)
+    lengths = jnp.sum(padding, axis=1, dtype=jnp.int32)
+    try:
+        return jax.nn.dot_product_attention(query, key, value, scale=scale, key_value_seq_lengths=lengths,
+                                            implementation="cudnn")
+    except (ValueError, NotImplementedError, RuntimeError) as error:  # cuDNN missing or refusing these shapes
+        _log_once(f"cuDNN attention refused ({error}); chunked attention instead.", logging.WARNING)
+        from hf_tpu_ext.backends.keras.architectures.attention_kernels import chunked_attention
+
+        return chunked_attention(query, key, value, padding, scale, GLOBAL_CHUNK)
+
+
+def attend(query, key, value, mask, probs_dropout, training: bool, scale: Optional[float] = None, *,
+           key_padding=None, half_window: Optional[int] = None):
     """Multi-head attention of projected ``query``/``key``/``value`` (module doc says which path runs when).
 
     Args:
         query: ``[B, T, N, D]`` (compute dtype); key, value: ``[B, S, N, D]``.
-        mask: bool, broadcastable to ``[B, N, T, S]``; True where a query may attend to a key.
+        mask: bool, broadcastable to ``[B, N, T, S]``; True where a query may attend to a key. May be None when
+            ``key_padding`` is given (then built from it where a dense path runs).
         probs_dropout: the ``keras.layers.Dropout`` of the attention probabilities (its ``rate``; the step's
             counter-based dropout patches it).
         training: Keras' training flag.
         scale: multiplies ``Q K^T``; None: ``1 / sqrt(D)``.
+        key_padding: int/bool ``[B, S]``, True/1 at real keys (self-attention, ``T == S``): enables the kernels
+            that never hold ``T x S`` (:func:`attention_path`); ``mask`` is then ignored.
+        half_window: with ``key_padding``: a query ``i`` sees keys ``|i - j| <= half_window``; None: all keys.
 
     Returns:
         ``[B, T, N, D]`` in ``value``'s dtype.
+
+    Raises:
+        ValueError: neither ``mask`` nor ``key_padding`` given.
     """
-    if not (training and probs_dropout.rate > 0):
+    dropout = bool(training and probs_dropout.rate > 0)
+    if key_padding is not None:
+        length = query.shape[1]
+        path, _ = attention_path(length, half_window, keras.backend.standardize_dtype(query.dtype), dropout=dropout)
+        if path != "dense":
+            scale = float(query.shape[-1]) ** -0.5 if scale is None else float(scale)
+            return _kernel(path, query, key, value, key_padding, half_window, scale)
+        mask = dense_mask(key_padding, half_window, length)
+    elif mask is None:
+        raise ValueError("attend needs mask or key_padding.")
+    if not dropout:
         return ops.dot_product_attention(query, key, value, mask=mask, scale=scale,
                                          flash_attention=flash_attention_setting())
     scale = float(query.shape[-1]) ** -0.5 if scale is None else float(scale)

@@ -14,7 +14,10 @@ Model contract (every architecture's masked LM, so the step, dropout, bf16 dots,
 * dropout through ``keras.layers.Dropout`` / ``keras.random.dropout`` and GELU through Keras' ``gelu`` (the step's
   counter-based dropout and erf GELU patch those), projections through ``Dense``/``EinsumDense`` (``bf16_dot``),
   attention through ``keras.ops.dot_product_attention``;
-* the output projection tied to the token embedding (one variable), as transformers ties ``decoder.weight``.
+* the output projection as the transformers config says: tied to the token embedding (one variable) where the
+  class ties it (``tie_word_embeddings``, the default of BERT, RoBERTa, DistilBERT, ModernBERT), else a variable of
+  its own (EuroBERT's ``lm_head``, ``tie_word_embeddings: false``); ``state_dict`` leaves a tied weight out, as
+  ``save_pretrained`` does, and writes an untied one.
 
 No Keras/JAX import here: the registry and this contract are read before the framework starts.
 """
@@ -56,8 +59,8 @@ class Architecture:
         check_config: ``(config) -> None``; raises ``CheckpointError`` naming the field when a transformers config
             is one this module cannot hold (e.g. ``hidden_act``, ``position_embedding_type``).
         state_dict: ``(model, config) -> Dict[str, np.ndarray]``: the weights as the transformers class's
-            ``state_dict()`` names and shapes (float32, C-contiguous; tied ``decoder.weight`` left out as
-            ``save_pretrained`` does).
+            ``state_dict()`` names and shapes (float32, C-contiguous; a tied output weight left out as
+            ``save_pretrained`` does, an untied one written).
         assign: ``(model, state, config) -> None``: the inverse, in place; raises ``CheckpointError`` naming a
             missing weight or a shape that differs (a head-less checkpoint: warn, keep the head's initialization).
         export_config: optional ``(model, config, tokenizer) -> config``: the transformers config ``config.json``

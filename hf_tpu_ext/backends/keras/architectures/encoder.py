@@ -1,11 +1,13 @@
-"""A post-LN transformer encoder masked LM from Keras 3 layers: the layers BERT and DistilBERT share.
+"""A post-LN transformer encoder masked LM from Keras 3 layers: the layers BERT, DistilBERT and RoBERTa share.
 
-BERT (transformers' ``BertForMaskedLM``) and DistilBERT (``DistilBertForMaskedLM``) compute the same thing up to
-names, token-type embeddings and one dropout: absolute learned positions numbered from 0, post-LN layers
-``LN(x + Dropout(Attention(x)))`` then ``LN(x + Dropout(W2 gelu(W1 x)))``, exact GELU, and a head
-``LN(gelu(dense(x))) @ E^T + bias`` tied to the word embeddings ``E``. :class:`EncoderMaskedLM` is that model;
-an architecture module (``bert.py``, ``distilbert.py``) builds it from its transformers config and owns the name
-table mapping its variables to the transformers names.
+BERT (transformers' ``BertForMaskedLM``), DistilBERT (``DistilBertForMaskedLM``) and RoBERTa
+(``RobertaForMaskedLM``, XLM-RoBERTa, CamemBERT) compute the same thing up to names, token-type embeddings, one
+dropout and where transformers numbers positions from (RoBERTa's offset lives in its name table): absolute
+learned positions numbered from 0, post-LN layers ``LN(x + Dropout(Attention(x)))`` then
+``LN(x + Dropout(W2 gelu(W1 x)))``, exact GELU, and a head ``LN(gelu(dense(x))) @ E^T + bias`` tied to the word
+embeddings ``E``. :class:`EncoderMaskedLM` is that model; an architecture module (``bert.py``, ``distilbert.py``,
+``roberta.py``) builds it from its transformers config and owns the name table mapping its variables to the
+transformers names.
 
 Model contract: :mod:`.base` (inputs ``token_ids``/``padding_mask``/``mask_positions``, logits ``[B, P, V]`` in
 the compute dtype, every layer named, ``Dropout``/``gelu``/``EinsumDense``/``Dense`` so the step's counter-based
@@ -46,15 +48,11 @@ class SelfAttention(layers.Layer):
         num_heads: heads (``hidden_dim % num_heads == 0``).
         hidden_dim: model width ``H``.
         attention_dropout: rate on the attention probabilities.
-        output_name: the output projection's layer name (its variables' path): ``"output_dense"`` (BERT,
-            DistilBERT); RoBERTa passes ``"attention_output"``, the name ``keras.layers.MultiHeadAttention`` gave
-            it, so checkpoints written before RoBERTa used this layer keep loading.
 
     Call: ``(x [B, L, H], attention_mask bool [B, 1, 1, L] (True = a real key), training)`` -> ``[B, L, H]``.
     """
 
-    def __init__(self, num_heads: int, hidden_dim: int, attention_dropout: float, output_name: str = "output_dense",
-                 **kwargs):
+    def __init__(self, num_heads: int, hidden_dim: int, attention_dropout: float, **kwargs):
         super().__init__(**kwargs)
         policy = self.dtype_policy
         self.num_heads, self.hidden_dim = int(num_heads), int(hidden_dim)
@@ -66,7 +64,7 @@ class SelfAttention(layers.Layer):
                                kernel_initializer=_initializer(), dtype=policy, name=name)
             for name in ("query", "key", "value"))
         self.output_dense = layers.EinsumDense("btnh,nhd->btd", output_shape=(None, self.hidden_dim), bias_axes="d",
-                                               kernel_initializer=_initializer(), dtype=policy, name=output_name)
+                                               kernel_initializer=_initializer(), dtype=policy, name="output_dense")
         self.probs_dropout = layers.Dropout(float(attention_dropout), dtype=policy, name="attention_probs_dropout")
 
     def build(self, input_shape):
@@ -210,7 +208,13 @@ class EncoderMaskedLM(keras.Model):
 
     Call: ``{"token_ids": int [B, L], "padding_mask": int [B, L] (1 = real), "mask_positions": int [B, P]}`` ->
     logits ``[B, P, V]`` in the compute dtype.
+
+    ``legacy_paths``: ``((regular expression, replacement), ...)`` renaming an older checkpoint's variable paths to
+    this model's (:func:`.name_table.renamed_paths`; the checkpoint restore applies it); none here, an
+    architecture whose variables once had other paths sets it on the model it builds (``roberta.py``).
     """
+
+    legacy_paths = ()
 
     def __init__(self, vocabulary_size: int, num_layers: int, num_heads: int, hidden_dim: int, intermediate_dim: int,
                  max_position_embeddings: int, type_vocab_size: int, layer_norm_epsilon: float, dropout: float,
@@ -264,7 +268,7 @@ PARTS = {
 }
 
 
-def name_table(names: Dict[str, str], num_layers: int) -> List[Row]:
+def name_table(names: Dict[str, str], num_layers: int, parts=None) -> List[Row]:
     """The rows (:mod:`.name_table`) of an :class:`EncoderMaskedLM` for an architecture's transformers names.
 
     Args:
@@ -273,12 +277,14 @@ def name_table(names: Dict[str, str], num_layers: int) -> List[Row]:
             (``"cls.predictions.bias"``). A role left out has no variable in that architecture (DistilBERT's
             token types).
         num_layers: encoder layers (``{i}`` runs over ``range(num_layers)``).
+        parts: the roles' attribute paths and layouts, :data:`PARTS` when ``None``; another model of the same
+            computation gives its own (keras-hub's ``RobertaMaskedLM``: ``roberta.KERAS_HUB_PARTS``).
 
     Returns:
         ``[(transformers name, attribute path, layout)]`` (by role, then layer; the state dicts sort by name).
     """
     rows: List[Row] = []
-    for role, (path, weight, bias) in PARTS.items():
+    for role, (path, weight, bias) in (PARTS if parts is None else parts).items():
         if role not in names:
             continue
         for i in range(int(num_layers)) if "{i}" in path else (None,):

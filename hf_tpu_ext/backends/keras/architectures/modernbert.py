@@ -16,22 +16,17 @@ The computation (Warner et al. 2024, "Smarter, Better, Faster, Longer"; transfor
 LayerNorms have a bias only with ``norm_bias``; ``Wqkv``/``Wo`` with ``attention_bias``, ``Wi``/``Wo`` with
 ``mlp_bias``, ``head.dense`` with ``classifier_bias``, the decoder with ``decoder_bias``.
 
-Which attention runs: ``keras.ops.dot_product_attention`` with a boolean mask (padding ``[B, 1, 1, L]``; ``[B, 1, L,
-L]`` with the window on local layers) whenever no attention-probability dropout applies (``attention_dropout == 0``, the config
-default, or inference). With ``attention_dropout > 0`` while training, the same attention is computed by
-``einsum`` + float32 softmax + ``keras.layers.Dropout`` on the probabilities (``dot_product_attention`` has no
-dropout argument), as transformers' eager path does; the output dropout after ``Wo`` runs in both cases.
-What ``dot_product_attention`` then runs on JAX (Keras 3.x ``backend/jax/nn.py``, JAX 0.10 ``jax.nn``): on CPU,
-XLA's reference attention (einsums, masked softmax); on an Ampere+ GPU with cuDNN and bfloat16/float16 inputs
-(``--bf16``) and head_dim a multiple of 8 (<= 128, <= 256 from Hopper), cuDNN's fused flash attention with the mask
-turned into an additive bias (the window saves no work: cuDNN's window is left-only, for causal masks), and XLA's
-in float32 or when cuDNN refuses; on TPU, XLA's: Keras' Splash-kernel path reads one batch row's mask (row 0), so
-with per-row padding it would be wrong, and inside ``jit`` (every training/eval step) it falls back to XLA anyway
-because the mask is traced; :func:`.attention.flash_attention_setting` therefore passes ``flash_attention=False``
-on TPU (:func:`.attention.attend`, the attention of every architecture here, chooses between the two paths).
-Every one of these computes all ``L x L`` scores and masks them: a local layer costs what a global one costs
-(measured: small preset, seq 512, 2-core CPU, equal step times within noise), while ``flops_per_token`` counts
-the window's keys (the useful work), so MFU at ``seq > local_attention`` understates the hardware's load.
+Which attention runs: :func:`.attention.attend` with the padding (``[B, L]``) and, on local layers, the half window
+(``local_attention // 2``); it picks the kernel and the backbone says which in one INFO line per length
+(:func:`.attention.describe_paths`). On the JAX backend's CPU/GPU a local layer computes only the key blocks that
+cover its window (block-local: time and memory linear in ``L``), a global layer is dense below 512 tokens and
+chunked (online softmax, recomputing backward, no ``L x L``) from 512 (cuDNN flash attention on a GPU in
+bfloat16/float16); on a TPU both take splash attention (a ``LocalMask`` for local layers, the padding as segment
+ids). With ``attention_dropout > 0`` while training, every layer takes the dense path written out (``einsum`` +
+float32 softmax + ``keras.layers.Dropout`` on the probabilities, as transformers' eager path): ``L x L`` again, as
+no fused kernel applies dropout. The record's ``flops_per_token`` (``model_types/modernbert.py``) counts the
+window's keys on local layers and ``L`` on global ones: the useful work (block-local scores ``3 block`` keys per
+query, 192 at ModernBERT's 129-key window; the chunked backward recomputes the scores), PaLM's MFU convention.
 
 Model contract: :mod:`hf_tpu_ext.backends.keras.architectures.base` (inputs ``token_ids`` / ``padding_mask`` /
 ``mask_positions``, logits ``[B, P, V]`` in the compute dtype, the decoder tied to the token embedding).
@@ -46,9 +41,10 @@ import numpy as np
 from keras import layers, ops
 
 from hf_tpu_ext.backends.keras.architectures import modernbert_config as mc
-from hf_tpu_ext.backends.keras.architectures.attention import attend
+from hf_tpu_ext.backends.keras.architectures.attention import attend, describe_paths
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
 from hf_tpu_ext.backends.keras.architectures.layouts import attribute
+from hf_tpu_ext.backends.keras.architectures.rotary import apply_rope, inverse_frequencies, rope_tables
 
 
 def _init(config, out: bool = False):
@@ -71,14 +67,9 @@ def _activation(name: str):
     return lambda x: keras.activations.gelu(x, approximate=approximate)
 
 
-def _rotate_half(x):
-    half = x.shape[-1] // 2
-    return ops.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-
-
 class ModernBertAttention(layers.Layer):
-    """Fused-QKV self-attention with RoPE (module doc). Call: ``(x [B, L, H], mask bool [B, 1, L, L], rope (cos,
-    sin) float32 [L, head_dim])`` -> ``[B, L, H]``."""
+    """Fused-QKV self-attention with RoPE (module doc). Call: ``(x [B, L, H], padding bool [B, L] (True: real key),
+    rope (cos, sin) float32 [L, head_dim], half_window=int or None (global))`` -> ``[B, L, H]``."""
 
     def __init__(self, config, **kwargs):
         super().__init__(**kwargs)
@@ -100,16 +91,14 @@ class ModernBertAttention(layers.Layer):
         self.Wo.build(input_shape)
         self.built = True
 
-    def call(self, x, mask, rope, training=False):
+    def call(self, x, padding, rope, half_window=None, training=False):
         length = x.shape[1]
         qkv = ops.reshape(self.Wqkv(x), (-1, length, 3, self.heads, self.head_dim))
-        cos, sin = (r[None, :, None, :] for r in rope)
         query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        # RoPE in float32, as transformers' apply_rotary_pos_emb, back to the compute dtype
-        query, key = (ops.cast(ops.cast(t, "float32") * cos + _rotate_half(ops.cast(t, "float32")) * sin, x.dtype)
-                      for t in (query, key))
+        query, key = apply_rope(query, rope), apply_rope(key, rope)  # float32 inside, back to the compute dtype
         scale = self.head_dim ** -0.5
-        attended = attend(query, key, value, mask, self.attention_probs_dropout, training, scale)
+        attended = attend(query, key, value, None, self.attention_probs_dropout, training, scale,
+                          key_padding=padding, half_window=half_window)
         attended = ops.reshape(attended, (-1, length, self.hidden))
         return self.out_drop(self.Wo(attended), training=training)
 
@@ -141,7 +130,8 @@ class ModernBertMLP(layers.Layer):
 
 
 class ModernBertEncoderLayer(layers.Layer):
-    """Pre-LN layer ``i`` (module doc); ``attn_norm`` is None on layer 0. Call: ``(x [B, L, H], mask, rope)``."""
+    """Pre-LN layer ``i`` (module doc); ``attn_norm`` is None on layer 0. Call: ``(x [B, L, H], padding [B, L], rope,
+    half_window=int or None)``."""
 
     def __init__(self, config, layer_id: int, **kwargs):
         super().__init__(**kwargs)
@@ -158,9 +148,9 @@ class ModernBertEncoderLayer(layers.Layer):
                 layer.build(input_shape)
         self.built = True
 
-    def call(self, x, mask, rope, training=False):
+    def call(self, x, padding, rope, half_window=None, training=False):
         normed = x if self.attn_norm is None else self.attn_norm(x)
-        x = x + self.attn(normed, mask, rope, training=training)
+        x = x + self.attn(normed, padding, rope, half_window=half_window, training=training)
         return x + self.mlp(self.mlp_norm(x), training=training)
 
 
@@ -197,10 +187,8 @@ class ModernBertBackbone(layers.Layer):
         policy = self.dtype_policy
         self.hidden, self.half_window = int(config.hidden_size), mc.half_window(config)
         head_dim = self.hidden // int(config.num_attention_heads)
-        # inv_freq = theta^(-2j/d), j < d/2 (transformers' default RoPE), one per attention type
-        exponent = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
-        self.inv_freq = {kind: (1.0 / (np.float32(theta) ** exponent)).astype(np.float32)
-                         for kind, theta in mc.rope_thetas(config).items()}
+        # transformers' default RoPE, one inv_freq per attention type
+        self.inv_freq = {kind: inverse_frequencies(theta, head_dim) for kind, theta in mc.rope_thetas(config).items()}
         self.embeddings = ModernBertEmbeddings(config, dtype=policy, name="embeddings")
         self.encoder_layers = [ModernBertEncoderLayer(config, i, dtype=policy, name=f"layers_{i}")
                                for i in range(int(config.num_hidden_layers))]
@@ -213,21 +201,19 @@ class ModernBertBackbone(layers.Layer):
         self.final_norm.build((None, None, self.hidden))
         self.built = True
 
-    def _rope(self, kind: str, length: int):
-        freqs = np.arange(length, dtype=np.float32)[:, None] * self.inv_freq[kind][None, :]
-        angles = ops.convert_to_tensor(np.concatenate([freqs, freqs], axis=-1))
-        return ops.cos(angles), ops.sin(angles)
-
     def call(self, token_ids, padding_mask, training=False):
         length = token_ids.shape[1]
         x = self.embeddings(token_ids, training=training)
-        keys = ops.cast(padding_mask, "bool")[:, None, None, :]  # [B, 1, 1, L]: a query attends to real keys
-        position = np.arange(length)
-        window = np.abs(position[:, None] - position[None, :]) <= self.half_window  # [L, L]
-        masks = {mc.FULL: keys, mc.SLIDING: ops.logical_and(keys, ops.convert_to_tensor(window)[None, None])}
-        ropes = {kind: self._rope(kind, length) for kind in self.inv_freq}
+        padding = ops.cast(padding_mask, "bool")  # [B, L]: a query attends to real keys
+        windows = {mc.FULL: None, mc.SLIDING: self.half_window}
+        kinds = {layer.attention_type for layer in self.encoder_layers}
+        dropout = bool(training and self.encoder_layers[0].attn.probability_dropout > 0)
+        describe_paths(length, {("global" if k == mc.FULL else "local"): windows[k] for k in sorted(kinds)},
+                       keras.backend.standardize_dtype(x.dtype), dropout)
+        ropes = {kind: rope_tables(self.inv_freq[kind], length) for kind in self.inv_freq}
         for layer in self.encoder_layers:
-            x = layer(x, masks[layer.attention_type], ropes[layer.attention_type], training=training)
+            kind = layer.attention_type
+            x = layer(x, padding, ropes[kind], half_window=windows[kind], training=training)
         return self.final_norm(x)
 
 

@@ -10,6 +10,7 @@ No Keras/JAX import at module level (the registry is read before the framework s
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 import numpy as np
@@ -66,6 +67,27 @@ def normalized_names(state: Dict[str, Any], prefix: str, bare_prefixes: Sequence
         if name.startswith(tuple(bare_prefixes)):
             name = prefix + name
         out[name] = array
+    return out
+
+
+def renamed_paths(state: Dict[str, Any], legacy_paths: Sequence[Tuple[str, str]]) -> Dict[str, Any]:
+    """A checkpoint's ``{Keras variable path: array}`` with older paths renamed to the model's (same order).
+
+    Args:
+        state: as read from a checkpoint (``model_state.safetensors``, the best weights).
+        legacy_paths: the model's ``legacy_paths``: ``(regular expression matching a whole old path,
+            replacement)`` pairs, the first match wins; a path no pattern matches is kept.
+    """
+    if not legacy_paths:
+        return state
+    compiled = [(re.compile(pattern), replacement) for pattern, replacement in legacy_paths]
+    out = {}
+    for path, array in state.items():
+        for pattern, replacement in compiled:
+            if pattern.fullmatch(path):
+                path = pattern.sub(replacement, path)
+                break
+        out[path] = array
     return out
 
 

@@ -1,4 +1,4 @@
-"""What the post-LN encoder architectures (``bert.py``, ``distilbert.py``) share beside their layers
+"""What the post-LN encoder architectures (``bert.py``, ``distilbert.py``, ``roberta.py``) share beside their layers
 (:mod:`.encoder`): config checks, and :func:`encoder_architecture`, which makes an :class:`.base.Architecture`
 (build, the state dict both ways through the name table) from an architecture's names and config
 reading.
