@@ -46,6 +46,7 @@ import keras
 import numpy as np
 from keras import layers, ops
 
+from hf_tpu_ext.backends.keras.architectures.attention import segment_mask
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
 from hf_tpu_ext.backends.keras.architectures.encoder import MaskedLMHead, SelfAttention
 from hf_tpu_ext.backends.keras.architectures.layouts import (LINEAR, OUT_KERNEL, QKV_BIAS, QKV_KERNEL, SAME,
@@ -163,13 +164,19 @@ class RobertaBackbone(layers.Layer):
             layer.build(hidden_shape)
         self.built = True
 
-    def call(self, token_ids, padding_mask, training=False):
+    def call(self, token_ids, padding_mask, training=False, segment_ids=None, position_ids=None):
         length = token_ids.shape[1]
-        positions = ops.cast(self.position_embeddings[:length], self.compute_dtype)
-        x = self.token_embedding(token_ids) + positions[None]
+        if position_ids is None:
+            positions = ops.cast(self.position_embeddings[:length], self.compute_dtype)[None]
+        else:  # packed documents: from 0 in each (the table starts after RoBERTa's reserved rows)
+            positions = ops.cast(ops.take(self.position_embeddings, ops.cast(position_ids, "int32"), axis=0),
+                                 self.compute_dtype)
+        x = self.token_embedding(token_ids) + positions
         x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
-        # a query attends to the real keys only: [B, 1 (heads), 1 (queries), L]
+        # a query attends to the real keys only: [B, 1 (heads), 1 (queries), L]; packed: and its segment's [B, 1, L, L]
         attention_mask = ops.cast(padding_mask, "bool")[:, None, None, :]
+        if segment_ids is not None:
+            attention_mask = segment_mask(padding_mask, segment_ids)
         for layer in self.transformer_layers:
             x = layer(x, attention_mask=attention_mask, training=training)
         return x
@@ -199,7 +206,8 @@ class RobertaMaskedLM(keras.Model):
         self.built = True
 
     def call(self, inputs, training=False):
-        x = self.backbone(inputs["token_ids"], inputs["padding_mask"], training=training)
+        x = self.backbone(inputs["token_ids"], inputs["padding_mask"], training=training,
+                          segment_ids=inputs.get("segment_ids"), position_ids=inputs.get("position_ids"))
         return self.masked_lm_head(x, inputs["mask_positions"], self.backbone.token_embedding.embeddings)
 
 
