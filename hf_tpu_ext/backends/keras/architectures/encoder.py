@@ -165,11 +165,10 @@ class Embeddings(layers.Layer):
     def call(self, token_ids, training=False, position_ids=None):
         length = token_ids.shape[1]
         if position_ids is None:
-            positions = ops.cast(self.position_embeddings[:length], self.compute_dtype)[None]
+            x = self.word_embeddings(token_ids) + ops.cast(self.position_embeddings[:length], self.compute_dtype)[None]
         else:
-            positions = ops.cast(ops.take(self.position_embeddings, ops.cast(position_ids, "int32"), axis=0),
-                                 self.compute_dtype)
-        x = self.word_embeddings(token_ids) + positions
+            rows = ops.take(self.position_embeddings, ops.cast(position_ids, "int32"), axis=0)
+            x = self.word_embeddings(token_ids) + ops.cast(rows, self.compute_dtype)
         if self.token_type_embeddings is not None:
             x = x + ops.cast(self.token_type_embeddings[0], self.compute_dtype)
         return self.dropout(self.layer_norm(x), training=training)

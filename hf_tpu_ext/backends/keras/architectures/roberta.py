@@ -167,11 +167,11 @@ class RobertaBackbone(layers.Layer):
     def call(self, token_ids, padding_mask, training=False, segment_ids=None, position_ids=None):
         length = token_ids.shape[1]
         if position_ids is None:
-            positions = ops.cast(self.position_embeddings[:length], self.compute_dtype)[None]
+            positions = ops.cast(self.position_embeddings[:length], self.compute_dtype)
+            x = self.token_embedding(token_ids) + positions[None]
         else:  # packed documents: from 0 in each (the table starts after RoBERTa's reserved rows)
-            positions = ops.cast(ops.take(self.position_embeddings, ops.cast(position_ids, "int32"), axis=0),
-                                 self.compute_dtype)
-        x = self.token_embedding(token_ids) + positions
+            rows = ops.take(self.position_embeddings, ops.cast(position_ids, "int32"), axis=0)
+            x = self.token_embedding(token_ids) + ops.cast(rows, self.compute_dtype)
         x = self.embeddings_dropout(self.embeddings_layer_norm(x), training=training)
         # a query attends to the real keys only: [B, 1 (heads), 1 (queries), L]; packed: and its segment's [B, 1, L, L]
         attention_mask = ops.cast(padding_mask, "bool")[:, None, None, :]
