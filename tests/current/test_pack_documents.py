@@ -203,7 +203,11 @@ def test_refused_on_other_backends_in_one_line(backend):
         f"pass --backend keras, or drop --pack_documents with --backend {backend}.")
 
 
-def test_tiny_train_run_with_pack_documents(tmp_path):
+def test_tiny_train_run_with_pack_documents(tmp_path, capfd):
+    """ModernBERT from scratch, 4 steps on the embedded corpus: finite losses, the flag in the summary, the args and
+    the card; the trained tokenizer ends each document with its separator, which the log names."""
+    from transformers import AutoTokenizer
+
     from hf_tpu_ext.args import parse_args
     from hf_tpu_ext.run import train
 
@@ -215,6 +219,10 @@ def test_tiny_train_run_with_pack_documents(tmp_path):
             "--logging_steps", "2", "--learning_rate", "1e-3", "--seed", "3", "--do_eval", "false",
             "--save_steps", "100", "--disable_tqdm", "true", "--pack_documents", "true"]
     results = train(*parse_args(args))
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert tokenizer("the cat")["input_ids"][-1] == tokenizer.sep_token_id
+    assert (f"Packed documents: attention and positions restart after each token id {tokenizer.sep_token_id} "
+            "(the tokenizer's separator ending every document).") in capfd.readouterr().err
     assert results["global_step"] == 4
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     losses = [e["loss"] for e in history if "loss" in e]
