@@ -2,7 +2,8 @@
 
 * segment and position ids of packed blocks (``data/numpy_batches.py``), and the masker's batches with and without;
 * the kernels with segment ids (block-local, chunked, splash in Pallas interpret mode) equal the dense reference
-  masked block-diagonally (float32, <= 1e-5), outputs at real queries and gradients;
+  masked block-diagonally (float32, <= 1e-5), outputs at real queries and gradients; so does ``attend`` on its
+  dense and local paths;
 * a block holding two documents (and the head of a third) gives, at each document's tokens, the logits of that
   document alone (<= 1e-5): ModernBERT (a global layer and local layers with a window, dense and chunked global
   paths), BERT and RoBERTa (learned positions);
@@ -112,6 +113,18 @@ def test_splash_with_segments_in_pallas_interpret_mode_equals_dense():
         fn = lambda *qkv: splash_attention(*qkv, jnp.asarray(padding), SCALE, half_window,  # noqa: E731
                                            interpret=True, segment_ids=jnp.asarray(segments))
         _assert_equals_reference(fn, q, k, v, padding, segments, half_window)
+
+
+@pytest.mark.parametrize("length,half_window,path", [(20, 25, "dense"), (20, None, "dense"), (20, 3, "local")])
+def test_attend_with_segments_equals_dense(length, half_window, path):
+    """:func:`attend` with ``segment_ids``: the dense path (a window covering the sequence, or global) builds the
+    block-diagonal mask, the local one passes the ids to the kernel."""
+    q, k, v, padding, segments = _segmented_inputs(length)
+    assert attention.attention_path(length, half_window)[0] == path
+    dropout = keras.layers.Dropout(0.0)
+    fn = lambda *qkv: attention.attend(*qkv, None, dropout, False, SCALE, key_padding=jnp.asarray(padding),  # noqa: E731
+                                       half_window=half_window, segment_ids=jnp.asarray(segments))
+    _assert_equals_reference(fn, q, k, v, padding, segments, half_window)
 
 
 def _documents(seed=3):
