@@ -269,7 +269,8 @@ class TrainingSummary:
     ``max_position_embeddings``."""
     hyperparameters: Optional[Dict[str, Any]] = None
     """readable values for the card's table: ``learning_rate``, ``lr_scheduler``, ``warmup_steps``, ``optimizer``,
-    ``weight_decay``, ``max_grad_norm``, batch sizes, ``mlm_probability``, ``total_steps``, ``seed``, ..."""
+    ``weight_decay``, ``max_grad_norm``, batch sizes, ``mlm_probability``, ``pack_documents`` (only when true),
+    ``total_steps``, ``seed``, ..."""
     eval_results: Optional[Dict[str, Any]] = None
     """the last evaluation: ``eval_loss``, ``perplexity``, ``eval_accuracy`` (floats or None; probe scores with
     ``--probe_file``)."""
@@ -453,6 +454,8 @@ def build_training_summary(model_args, data_args, training_args, *, backend: str
             "max_seq_length": data_args.max_seq_length,
             "mlm_probability": data_args.mlm_probability,
             "max_predictions_per_seq": data_args.max_predictions_per_seq,
+            # only when on, so an unpacked run's summary and card stay as they were
+            **({"pack_documents": True} if getattr(data_args, "pack_documents", False) else {}),
             "total_steps": total_steps,
             "seed": args.seed,
         },

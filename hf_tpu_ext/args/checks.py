@@ -97,8 +97,14 @@ def check_arguments(model_args, data_args, training_args) -> None:
     (``backends/keras/architectures/attention.py``), so ModernBERT trains at its 8,192.
 
     Raises:
-        ArgumentError: ``--streaming`` without what it needs (:func:`check_streaming`).
+        ArgumentError: ``--streaming`` without what it needs (:func:`check_streaming`); ``--pack_documents true`` on
+            a backend other than keras.
     """
+    backend = getattr(training_args, "backend", None)
+    if getattr(data_args, "pack_documents", False) and backend != "keras":
+        raise ArgumentError(f"--pack_documents true is implemented by --backend keras only (segment ids through its "
+                            f"attention kernels); pass --backend keras, or drop --pack_documents with --backend "
+                            f"{backend}.")
     if data_args.streaming:
         check_streaming(model_args, training_args)
 

@@ -34,6 +34,10 @@ class DataTrainingArguments:
         default=False,
         metadata={"help": "run_mlm's one-sequence-per-line mode: not supported (texts are concatenated and cut into full blocks); only false is accepted."},
     )
+    pack_documents: bool = field(
+        default=False,
+        metadata={"help": "Packing by document (--backend keras): blocks stay full, but attention and positions restart at each document boundary (the tokenizer's separator/eos ending each document). Off: documents run into each other (run_mlm's grouping). Recommended for long --max_seq_length."},
+    )
     pad_to_max_length: bool = field(
         default=False,
         metadata={"help": "run_mlm's padding switch. Accepted either way: every block is max_seq_length tokens (static shapes), so nothing is padded."},

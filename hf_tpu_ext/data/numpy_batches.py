@@ -10,7 +10,10 @@ computed with NumPy's counter-based Philox generator instead of TensorFlow's sta
 * masks: row ``r`` of step ``g`` is masked by a generator seeded by ``(seed, g, r)`` (evaluation batch ``i``:
   ``(seed, i, r)`` in another stream): per sequence exactly ``min(P, maskable)`` positions drawn uniformly
   without replacement among non-special tokens, ascending, padding slots last (position 0, weight 0); 80%
-  ``<mask>``, 10% a random non-special id, 10% unchanged.
+  ``<mask>``, 10% a random non-special id, 10% unchanged;
+* packed documents (``--pack_documents``, :func:`document_segments`): ``segment_ids`` and ``position_ids`` int32
+  ``[B, L]`` from the unmasked block, a new segment after each separator (the token that ends every document in
+  :mod:`hf_tpu_ext.data.blocks`), positions from 0 in each; absent otherwise.
 
 Nothing depends on the history of an iterator, so a run started at ``start_step`` sees exactly the batches an
 uninterrupted run sees from there on; and nothing depends on which process builds a row, so a process of ``N``
@@ -46,13 +49,15 @@ class NumpyMasker:
         special_token_ids: ids never chosen nor drawn as replacements.
         max_predictions: ``P`` per sequence (``data_args.max_predictions_per_seq``), ``1 <= P <= L``.
         pad_token_id: ``attention_mask`` is 0 where ``input_ids == pad_token_id`` (None: all ones).
+        separator_token_id: packed documents: the id that ends each document (``sep_token``, else ``eos_token``);
+            the batches then carry ``segment_ids`` and ``position_ids`` (:func:`document_segments`). None: off.
 
     Raises:
         DataError: ``max_predictions < 1`` or no id left for random replacement.
     """
 
     def __init__(self, mask_token_id: int, vocab_size: int, special_token_ids: Iterable[int], max_predictions: int,
-                 pad_token_id: Optional[int] = None):
+                 pad_token_id: Optional[int] = None, separator_token_id: Optional[int] = None):
         self.mask_token_id = int(mask_token_id)
         self.special = np.array(sorted({int(i) for i in special_token_ids if i is not None}) or [-1], np.int32)
         self.replacement_ids = np.setdiff1d(np.arange(int(vocab_size), dtype=np.int32), self.special)
@@ -62,12 +67,24 @@ class NumpyMasker:
         if self.max_predictions < 1:
             raise DataError(f"max_predictions_per_seq must be >= 1, got {max_predictions}.")
         self.pad_token_id = pad_token_id
+        self.separator_token_id = None if separator_token_id is None else int(separator_token_id)
 
     @classmethod
-    def for_tokenizer(cls, tokenizer, max_predictions: int) -> "NumpyMasker":
-        """The masker of a tokenizer with a mask token (``len(tokenizer)`` as vocabulary size)."""
+    def for_tokenizer(cls, tokenizer, max_predictions: int, pack_documents: bool = False) -> "NumpyMasker":
+        """The masker of a tokenizer with a mask token (``len(tokenizer)`` as vocabulary size); ``pack_documents``:
+        segments end at the tokenizer's ``sep_token_id``, else its ``eos_token_id``.
+
+        Raises:
+            DataError: ``pack_documents`` with a tokenizer that has neither.
+        """
+        separator = None
+        if pack_documents:
+            separator = next((i for i in (tokenizer.sep_token_id, tokenizer.eos_token_id) if i is not None), None)
+            if separator is None:
+                raise DataError("--pack_documents true needs a tokenizer with a sep_token or eos_token ending each "
+                                "document; this one has neither: pass --pack_documents false.")
         return cls(tokenizer.mask_token_id, len(tokenizer), tokenizer.all_special_ids, max_predictions,
-                   tokenizer.pad_token_id)
+                   tokenizer.pad_token_id, separator)
 
     def __call__(self, ids: np.ndarray, seed, rows: Optional[np.ndarray] = None) -> Dict[str, np.ndarray]:
         """Mask ``ids`` (int ``[B, L]``): row ``i`` with a generator seeded by ``(*seed, rows[i])``.
@@ -105,9 +122,12 @@ class NumpyMasker:
         masked[rows[valid], positions[valid]] = new[valid]
         attention = (np.ones_like(ids) if self.pad_token_id is None
                      else (ids != int(self.pad_token_id)).astype(np.int32))
-        return {"input_ids": masked, "attention_mask": attention, "masked_lm_positions": positions,
-                "masked_lm_ids": np.where(valid, original, 0).astype(np.int32),
-                "masked_lm_weights": valid.astype(np.float32)}
+        out = {"input_ids": masked, "attention_mask": attention, "masked_lm_positions": positions,
+               "masked_lm_ids": np.where(valid, original, 0).astype(np.int32),
+               "masked_lm_weights": valid.astype(np.float32)}
+        if self.separator_token_id is not None:
+            out["segment_ids"], out["position_ids"] = document_segments(ids, self.separator_token_id)
+        return out
 
     def _draws(self, seed, rows, length: int):
         """Per row, one generator each: ``[L]`` uniform scores, ``[P]`` actions 0..9, ``[P]`` replacement indices."""
@@ -122,6 +142,24 @@ class NumpyMasker:
             action[i] = rng.integers(0, 10, size=P)
             pick[i] = rng.integers(0, len(self.replacement_ids), size=P)
         return scores, action, pick
+
+
+def document_segments(ids: np.ndarray, separator_token_id: int):
+    """``(segment_ids, position_ids)``, int32 ``[B, L]`` each, of blocks ``ids`` (int ``[B, L]``) that concatenate
+    documents each ending with ``separator_token_id``: segment 0 from the block's start, a new one after each
+    separator (which belongs to the document it ends); positions count from 0 in each segment.
+
+    E.g. ``[CLS] a [SEP] [CLS] b c [SEP] [CLS]`` -> segments ``0 0 0 1 1 1 1 2``, positions ``0 1 2 0 1 2 3 0``.
+    """
+    ids = np.asarray(ids)
+    ends = ids == int(separator_token_id)
+    segments = np.cumsum(ends, axis=1) - ends  # the separator stays in its document
+    index = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+    starts = np.zeros(ids.shape, bool)
+    starts[:, 0] = True
+    starts[:, 1:] = ends[:, :-1]
+    first = np.maximum.accumulate(np.where(starts, index, 0), axis=1)  # each token's segment start
+    return segments.astype(np.int32), (index - first).astype(np.int32)
 
 
 class TrainBatches:

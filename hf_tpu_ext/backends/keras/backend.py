@@ -226,7 +226,11 @@ class KerasBackend(BackendDefaults):
         self.optimizer, self.schedule = make_optimizer(args, plan.total_steps)
         self.optimizer.build(self.model.trainable_variables)
         self.model.optimizer = self.optimizer  # callbacks read model.optimizer
-        masker = NumpyMasker.for_tokenizer(tokenizer, data_args.max_predictions_per_seq)
+        masker = NumpyMasker.for_tokenizer(tokenizer, data_args.max_predictions_per_seq,
+                                           getattr(data_args, "pack_documents", False))
+        if masker.separator_token_id is not None:
+            logger.info("Packed documents: attention and positions restart after each token id %d (the tokenizer's "
+                        "separator ending every document).", masker.separator_token_id)
         self.masker = masker
         place = self.placement  # this process's rows only; None on Keras-on-TensorFlow (one device: every row)
         rows = place.process_batch_rows(plan.global_batch_size, self.accumulation) if place else None

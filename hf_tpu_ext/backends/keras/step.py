@@ -27,11 +27,17 @@ if TYPE_CHECKING:  # the annotation only; the class lives in placement.py
 
 #: the batch keys the step reads (ARCHITECTURE.md "Training batch")
 BATCH_KEYS = ("input_ids", "attention_mask", "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+#: with --pack_documents, the batch also holds these (int32 [B, L]), handed to the model under the same names
+PACKED_KEYS = ("segment_ids", "position_ids")
 
 
 def _model_inputs(batch):
-    return {"token_ids": batch["input_ids"], "padding_mask": batch["attention_mask"],
-            "mask_positions": batch["masked_lm_positions"]}
+    inputs = {"token_ids": batch["input_ids"], "padding_mask": batch["attention_mask"],
+              "mask_positions": batch["masked_lm_positions"]}
+    for key in PACKED_KEYS:  # --pack_documents only: the unpacked step has no such inputs
+        if key in batch:
+            inputs[key] = batch[key]
+    return inputs
 
 
 def masked_lm_sums(logits, labels, weights):

@@ -30,8 +30,12 @@ def masked_lm_sums(logits, labels, weights):
 
 
 def _inputs(batch):
-    return {"token_ids": batch["input_ids"], "padding_mask": batch["attention_mask"],
-            "mask_positions": batch["masked_lm_positions"]}
+    inputs = {"token_ids": batch["input_ids"], "padding_mask": batch["attention_mask"],
+              "mask_positions": batch["masked_lm_positions"]}
+    for key in ("segment_ids", "position_ids"):  # --pack_documents only (step.PACKED_KEYS)
+        if key in batch:
+            inputs[key] = batch[key]
+    return inputs
 
 
 def make_train_step(model, optimizer, accumulation: int) -> Callable:

@@ -18,6 +18,12 @@ that never holds ``L x L`` (:func:`attention_path` decides, :func:`describe_path
 * ``"dense"``: everything else — short global sequences (measured faster below ``CHUNKED_MIN_LENGTH`` on CPU),
   a window covering the sequence, a non-JAX backend, and training with attention-probability dropout.
 
+Packed documents (``--pack_documents``): ``segment_ids`` (int ``[B, L]``, one id per document of a block) restrict
+each query to the keys of its own segment on every path: the dense mask becomes block-diagonal
+(:func:`segment_mask`), block-local and chunked compare segment ids in their masks, splash takes them as its
+segment ids, and ``"cudnn"`` gives way to ``"chunked"`` (``jax.nn.dot_product_attention`` has no segment ids).
+Without ``segment_ids`` nothing of this is traced: the unpacked program is unchanged.
+
 The dense paths:
 
 * inference, or training with an attention-probability dropout rate of 0: ``keras.ops.dot_product_attention(q, k,
@@ -111,9 +117,21 @@ def _log_once(line: str, level: int = logging.INFO) -> None:
         logger.log(level, line)
 
 
-def dense_mask(key_padding, half_window: Optional[int], length: int):
-    """bool ``[B, 1, 1, L]`` (global) or ``[B, 1, L, L]`` (``|i - j| <= half_window``) from ``key_padding``."""
-    keys = ops.cast(key_padding, "bool")[:, None, None, :]
+def segment_mask(padding_mask, segment_ids):
+    """bool ``[B, 1, L, L]``: True where key ``j`` is real (``padding_mask`` ``[B, L]``, 1/True: real) and in the
+    query ``i``'s segment (``segment_ids`` int ``[B, L]``): the block-diagonal mask of packed documents."""
+    segments = ops.convert_to_tensor(segment_ids)
+    same = ops.equal(segments[:, None, :, None], segments[:, None, None, :])
+    return ops.logical_and(ops.cast(padding_mask, "bool")[:, None, None, :], same)
+
+
+def dense_mask(key_padding, half_window: Optional[int], length: int, segment_ids=None):
+    """bool ``[B, 1, 1, L]`` (global) or ``[B, 1, L, L]`` (``|i - j| <= half_window``, or ``segment_ids`` given:
+    also the same segment) from ``key_padding``."""
+    if segment_ids is None:
+        keys = ops.cast(key_padding, "bool")[:, None, None, :]
+    else:
+        keys = segment_mask(key_padding, segment_ids)
     if half_window is None:
         return keys
     position = np.arange(length)
@@ -121,23 +139,28 @@ def dense_mask(key_padding, half_window: Optional[int], length: int):
     return ops.logical_and(keys, ops.convert_to_tensor(window)[None, None])
 
 
-def _kernel(path: str, query, key, value, key_padding, half_window, scale: float):
+def _kernel(path: str, query, key, value, key_padding, half_window, scale: float, segment_ids=None):
     import jax
     import jax.numpy as jnp
 
     padding = jnp.asarray(key_padding).astype(bool)
+    # as keywords only when packed, so the unpacked calls (and programs) stay as they were
+    packed = {} if segment_ids is None else {"segment_ids": jnp.asarray(segment_ids).astype(jnp.int32)}
+    if path == "cudnn" and packed:
+        _log_once("Packed documents on GPU: chunked global attention (cuDNN's has no segment ids).")
+        path = "chunked"
     if path == "local":
         from hf_tpu_ext.backends.keras.architectures.attention_kernels import local_attention
 
-        return local_attention(query, key, value, padding, int(half_window), scale)
+        return local_attention(query, key, value, padding, int(half_window), scale, **packed)
     if path == "chunked":
         from hf_tpu_ext.backends.keras.architectures.attention_kernels import chunked_attention
 
-        return chunked_attention(query, key, value, padding, scale, GLOBAL_CHUNK)
+        return chunked_attention(query, key, value, padding, scale, GLOBAL_CHUNK, **packed)
     if path == "splash":
         from hf_tpu_ext.backends.keras.architectures.attention_splash import splash_attention
 
-        return splash_attention(query, key, value, padding, scale, half_window)
+        return splash_attention(query, key, value, padding, scale, half_window, **packed)
     # cudnn: the padding as key lengths (cuDNN's padding mask, no [T, S] bias: a bias must be [.., T, S]), which
     # holds for right padding (real tokens first: the collators' blocks and padded batches)
     lengths = jnp.sum(padding, axis=1, dtype=jnp.int32)
@@ -152,7 +175,7 @@ def _kernel(path: str, query, key, value, key_padding, half_window, scale: float
 
 
 def attend(query, key, value, mask, probs_dropout, training: bool, scale: Optional[float] = None, *,
-           key_padding=None, half_window: Optional[int] = None):
+           key_padding=None, half_window: Optional[int] = None, segment_ids=None):
     """Multi-head attention of projected ``query``/``key``/``value`` (module doc says which path runs when).
 
     Args:
@@ -166,6 +189,8 @@ def attend(query, key, value, mask, probs_dropout, training: bool, scale: Option
         key_padding: int/bool ``[B, S]``, True/1 at real keys (self-attention, ``T == S``): enables the kernels
             that never hold ``T x S`` (:func:`attention_path`); ``mask`` is then ignored.
         half_window: with ``key_padding``: a query ``i`` sees keys ``|i - j| <= half_window``; None: all keys.
+        segment_ids: with ``key_padding``: None, or int ``[B, L]``: packed documents, a query sees only the keys of
+            its own segment (module doc).
 
     Returns:
         ``[B, T, N, D]`` in ``value``'s dtype.
@@ -179,8 +204,8 @@ def attend(query, key, value, mask, probs_dropout, training: bool, scale: Option
         path, _ = attention_path(length, half_window, keras.backend.standardize_dtype(query.dtype), dropout=dropout)
         if path != "dense":
             scale = float(query.shape[-1]) ** -0.5 if scale is None else float(scale)
-            return _kernel(path, query, key, value, key_padding, half_window, scale)
-        mask = dense_mask(key_padding, half_window, length)
+            return _kernel(path, query, key, value, key_padding, half_window, scale, segment_ids)
+        mask = dense_mask(key_padding, half_window, length, segment_ids)
     elif mask is None:
         raise ValueError("attend needs mask or key_padding.")
     if not dropout:

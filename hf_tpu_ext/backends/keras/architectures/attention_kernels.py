@@ -1,8 +1,9 @@
 """JAX attention kernels that never hold an ``L x L`` tensor: block-local (sliding window) and chunked global.
 
 Both take the layout of :func:`.attention.attend`: ``query`` ``[B, T, N, D]``, ``key``/``value`` ``[B, S, N, D]``
-(self-attention: ``T == S == L``), ``key_padding`` bool ``[B, S]`` (True: a real key), and return ``[B, T, N, D]``
-in ``value``'s dtype. Scores and the softmax are float32 (``preferred_element_type``), as the dense path's.
+(self-attention: ``T == S == L``), ``key_padding`` bool ``[B, S]`` (True: a real key), optionally
+``segment_ids`` int ``[B, L]`` (documents packed in one block, ``--pack_documents``: a query sees only the keys of
+its own segment), and return ``[B, T, N, D]`` in ``value``'s dtype. Scores and the softmax are float32 (``preferred_element_type``), as the dense path's.
 
 * :func:`local_attention`: a query at position ``i`` sees the real keys ``j`` with ``|i - j| <= half_window``
   (transformers' ModernBERT ``sliding_window``, both ends inclusive). Queries are cut into blocks of ``block``
@@ -51,7 +52,8 @@ def local_block_size(half_window: int) -> int:
     return int(min(256, max(8, -(-int(half_window) // 8) * 8)))
 
 
-def local_attention(query, key, value, key_padding, half_window: int, scale: float, block: int = 0):
+def local_attention(query, key, value, key_padding, half_window: int, scale: float, block: int = 0,
+                    segment_ids=None):
     """Sliding-window attention computing only the blocks that cover the window (module doc).
 
     Args:
@@ -60,6 +62,7 @@ def local_attention(query, key, value, key_padding, half_window: int, scale: flo
         half_window: keys seen on each side (``|i - j| <= half_window``), >= 0.
         scale: multiplies ``Q K^T``.
         block: query block length; 0: :func:`local_block_size`.
+        segment_ids: None, or int ``[B, L]``: a query sees only keys of its own segment (packed documents).
 
     Returns:
         ``[B, L, N, D]`` in ``value``'s dtype.
@@ -89,6 +92,10 @@ def local_attention(query, key, value, key_padding, half_window: int, scale: flo
     in_window = jnp.abs(q_pos - k_pos) <= half_window  # [block, span*block]: same for every block
     exists = _existing_keys(present, blocks, block, span)
     allowed = jnp.logical_and(valid_w[:, :, None, None, :], in_window[None, None, None])
+    if segment_ids is not None:  # packed documents: the window stops at the document's edges
+        seg_q = jnp.pad(segment_ids, [(0, 0), (0, tail)], constant_values=-1).reshape(batch, blocks, block)
+        seg_k = windows(jnp.pad(segment_ids, [(0, 0), (reach * block, reach * block + tail)], constant_values=-1))
+        allowed = jnp.logical_and(allowed, (seg_q[:, :, :, None] == seg_k[:, :, None, :])[:, :, None])
     scores = jnp.where(allowed, scores, MASKED_LOGIT)
     scores = jnp.where(exists[None, :, None, None, :], scores, ABSENT_LOGIT)
     probs = jax.nn.softmax(scores, axis=-1).astype(value.dtype)
@@ -116,16 +123,30 @@ def _bias_chunks(key_padding, chunk: int):
     return _chunks(bias, chunk, ABSENT_LOGIT)
 
 
-def _forward(query, key, value, key_padding, scale, chunk):
+def _same_segment(s, segments, segment_chunk):
+    """``s`` ``[B, N, T, chunk]`` with MASKED_LOGIT where the key's segment differs from the query's (packed
+    documents); unchanged when ``segments`` is None (no operation traced)."""
+    if segments is None:
+        return s
+    same = segments[:, None, :, None] == segment_chunk[:, None, None, :]
+    return jnp.where(same, s, MASKED_LOGIT)
+
+
+def _segment_chunks(segments, chunk: int):
+    return None if segments is None else _chunks(segments, chunk, -1)
+
+
+def _forward(query, key, value, key_padding, segments, scale, chunk):
     keys, values, biases = _chunks(key, chunk, 0), _chunks(value, chunk, 0), _bias_chunks(key_padding, chunk)
+    segment_chunks = _segment_chunks(segments, chunk)
     batch, length, heads, dim = query.shape
     init = (jnp.full((batch, heads, length), -jnp.inf, jnp.float32), jnp.zeros((batch, heads, length), jnp.float32),
             jnp.zeros((batch, length, heads, dim), jnp.float32))
 
     def step(carry, xs):
         top, total, acc = carry
-        k, v, bias = xs
-        s = _dot("btnd,bsnd->bnts", query, k) * scale
+        k, v, bias, segment_chunk = xs
+        s = _same_segment(_dot("btnd,bsnd->bnts", query, k) * scale, segments, segment_chunk)
         s = s + bias[:, None, None, :]
         new_top = jnp.maximum(top, s.max(-1))
         p = jnp.exp(s - new_top[..., None])
@@ -135,31 +156,32 @@ def _forward(query, key, value, key_padding, scale, chunk):
         acc = acc * jnp.moveaxis(decay, 1, 2)[..., None] + pv
         return (new_top, total, acc), None
 
-    (top, total, acc), _ = jax.lax.scan(step, init, (keys, values, biases))
+    (top, total, acc), _ = jax.lax.scan(step, init, (keys, values, biases, segment_chunks))
     out = (acc / jnp.moveaxis(total, 1, 2)[..., None]).astype(value.dtype)
     return out, top + jnp.log(total)  # [B, T, N, D], log-sum-exp [B, N, T]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _chunked(query, key, value, key_padding, scale, chunk):
-    return _forward(query, key, value, key_padding, scale, chunk)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _chunked(query, key, value, key_padding, segments, scale, chunk):
+    return _forward(query, key, value, key_padding, segments, scale, chunk)[0]
 
 
-def _chunked_fwd(query, key, value, key_padding, scale, chunk):
-    out, lse = _forward(query, key, value, key_padding, scale, chunk)
-    return out, (query, key, value, key_padding, out, lse)
+def _chunked_fwd(query, key, value, key_padding, segments, scale, chunk):
+    out, lse = _forward(query, key, value, key_padding, segments, scale, chunk)
+    return out, (query, key, value, key_padding, segments, out, lse)
 
 
 def _chunked_bwd(scale, chunk, residuals, d_out):
-    query, key, value, key_padding, out, lse = residuals
+    query, key, value, key_padding, segments, out, lse = residuals
     length = key.shape[1]
     keys, values, biases = _chunks(key, chunk, 0), _chunks(value, chunk, 0), _bias_chunks(key_padding, chunk)
+    segment_chunks = _segment_chunks(segments, chunk)
     d_out32 = d_out.astype(jnp.float32)
     delta = jnp.einsum("btnd,btnd->bnt", d_out32, out.astype(jnp.float32))  # rowsum(dO * O)
 
     def step(d_query, xs):
-        k, v, bias = xs
-        s = _dot("btnd,bsnd->bnts", query, k) * scale
+        k, v, bias, segment_chunk = xs
+        s = _same_segment(_dot("btnd,bsnd->bnts", query, k) * scale, segments, segment_chunk)
         p = jnp.exp(s + bias[:, None, None, :] - lse[..., None])
         d_value = jnp.einsum("bnts,btnd->bsnd", p, d_out32)
         d_p = jnp.einsum("btnd,bsnd->bnts", d_out32, v.astype(jnp.float32))
@@ -168,21 +190,23 @@ def _chunked_bwd(scale, chunk, residuals, d_out):
         d_query = d_query + jnp.einsum("bnts,bsnd->btnd", d_s, k.astype(jnp.float32))
         return d_query, (d_key, d_value)
 
-    d_query, (d_keys, d_values) = jax.lax.scan(step, jnp.zeros(query.shape, jnp.float32), (keys, values, biases))
+    d_query, (d_keys, d_values) = jax.lax.scan(step, jnp.zeros(query.shape, jnp.float32),
+                                               (keys, values, biases, segment_chunks))
 
     def unchunk(t):  # [S / chunk, B, chunk, N, D] -> [B, S, N, D]
         t = jnp.moveaxis(t, 0, 1)
         return t.reshape((t.shape[0], -1) + t.shape[3:])[:, :length]
 
     no_gradient = jnp.zeros(key_padding.shape, jax.dtypes.float0)  # a bool input has no cotangent
+    no_segment_gradient = None if segments is None else jnp.zeros(segments.shape, jax.dtypes.float0)
     return (d_query.astype(query.dtype), unchunk(d_keys).astype(key.dtype), unchunk(d_values).astype(value.dtype),
-            no_gradient)
+            no_gradient, no_segment_gradient)
 
 
 _chunked.defvjp(_chunked_fwd, _chunked_bwd)
 
 
-def chunked_attention(query, key, value, key_padding, scale: float, chunk: int = 512):
+def chunked_attention(query, key, value, key_padding, scale: float, chunk: int = 512, segment_ids=None):
     """Global attention over key chunks of ``chunk`` (module doc); forward and backward in ``O(T chunk)`` memory.
 
     Args:
@@ -190,12 +214,14 @@ def chunked_attention(query, key, value, key_padding, scale: float, chunk: int =
         key_padding: bool ``[B, S]``, True at real keys.
         scale: multiplies ``Q K^T``.
         chunk: keys per step (``S`` need not be a multiple).
+        segment_ids: None, or int ``[B, L]`` (self-attention): a query sees only keys of its own segment.
 
     Returns:
         ``[B, T, N, D]`` in ``value``'s dtype.
     """
     chunk = max(1, min(int(chunk), key.shape[1]))
-    return _chunked(query, key, value, key_padding.astype(bool), float(scale), chunk)
+    segments = None if segment_ids is None else jnp.asarray(segment_ids).astype(jnp.int32)
+    return _chunked(query, key, value, key_padding.astype(bool), segments, float(scale), chunk)
 
 
 def dense_attention(query, key, value, mask, scale: float):

@@ -5,7 +5,8 @@ Layout of :func:`.attention.attend`: ``query`` ``[B, L, N, D]``, ``key``/``value
 ``key_padding`` bool ``[B, L]``. Padding becomes segment ids (1: real token, 0: padding), so a real query sees only
 real keys and a padded query only padded keys (always itself: no empty softmax row, and no real token reads a
 padded query's output). ``L`` is padded up to a multiple of the 128-position block with segment id 2 (positions
-nothing else sees). The kernel does not scale: ``query`` is multiplied by ``scale`` first.
+nothing else sees). Packed documents (``segment_ids``, ``--pack_documents``): a real token's segment id is its
+document's id + 3, so a query sees only the real keys of its own document. The kernel does not scale: ``query`` is multiplied by ``scale`` first.
 
 Runs compiled on a TPU; ``interpret=True`` runs the same kernels through the Pallas interpreter (CPU, tests).
 """
@@ -37,8 +38,10 @@ def _kernel(length: int, heads: int, half_window, interpret: bool):
                                       interpret=interpret)
 
 
-def splash_attention(query, key, value, key_padding, scale: float, half_window=None, interpret: bool = False):
-    """Self-attention by splash kernels (module doc); ``half_window`` None: global, else ``|i - j| <= half_window``.
+def splash_attention(query, key, value, key_padding, scale: float, half_window=None, interpret: bool = False,
+                     segment_ids=None):
+    """Self-attention by splash kernels (module doc); ``half_window`` None: global, else ``|i - j| <= half_window``;
+    ``segment_ids`` None, or int ``[B, L]`` >= 0: packed documents (a query sees only its own segment's keys).
 
     Returns:
         ``[B, L, N, D]`` in ``value``'s dtype.
@@ -52,7 +55,10 @@ def splash_attention(query, key, value, key_padding, scale: float, half_window=N
     def heads_first(t):  # [B, L, N, D] -> [B, N, padded, D]
         return jnp.moveaxis(jnp.pad(t, [(0, 0), (0, extra), (0, 0), (0, 0)]), 2, 1)
 
-    segments = jnp.pad(key_padding.astype(jnp.int32), [(0, 0), (0, extra)], constant_values=2)
+    segments = key_padding.astype(jnp.int32)
+    if segment_ids is not None:  # 0: padding, 2: block padding, 3 + document: real tokens
+        segments = jnp.where(key_padding, jnp.asarray(segment_ids).astype(jnp.int32) + 3, 0)
+    segments = jnp.pad(segments, [(0, 0), (0, extra)], constant_values=2)
     kernel = _kernel(padded, heads, None if half_window is None else int(half_window), bool(interpret))
     q = heads_first((query.astype(jnp.float32) * np.float32(scale)).astype(query.dtype))
     k, v = heads_first(key), heads_first(value)

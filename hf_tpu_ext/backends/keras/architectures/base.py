@@ -11,6 +11,9 @@ Model contract (every architecture's masked LM, so the step, dropout, bf16 dots,
   paths are the same in every process; ``model.config`` is the transformers config it was built from;
 * inputs ``{"token_ids": int32 [B, L], "padding_mask": int32 [B, L] (1 = real token), "mask_positions": int32
   [B, P]}``; output: logits ``[B, P, vocab_size]`` in the compute dtype (the head runs only at ``mask_positions``);
+  optional inputs (``--pack_documents`` only, absent otherwise so the unpacked program is unchanged):
+  ``"segment_ids"`` int32 ``[B, L]`` (a token attends only within its segment: ``attend(segment_ids=)``) and
+  ``"position_ids"`` int32 ``[B, L]`` (positions from 0 in each segment: a position table's rows, RoPE's angles);
 * dropout through ``keras.layers.Dropout`` / ``keras.random.dropout`` and GELU through Keras' ``gelu`` (the step's
   counter-based dropout and erf GELU patch those), projections through ``Dense``/``EinsumDense`` (``bf16_dot``),
   attention through ``keras.ops.dot_product_attention``;

@@ -26,7 +26,7 @@ from typing import Dict, List
 import keras
 from keras import layers, ops
 
-from hf_tpu_ext.backends.keras.architectures.attention import attend
+from hf_tpu_ext.backends.keras.architectures.attention import attend, segment_mask
 from hf_tpu_ext.backends.keras.architectures.layouts import LINEAR, OUT_KERNEL, QKV_BIAS, QKV_KERNEL, SAME
 from hf_tpu_ext.backends.keras.architectures.name_table import Row
 
@@ -133,7 +133,8 @@ class Embeddings(layers.Layer):
     ``token_type_embeddings`` (``[type_vocab_size, H]``) exists when ``type_vocab_size > 0`` (BERT) so an
     import/export round-trips every row; DistilBERT has none (0).
 
-    Call: ``(token_ids int [B, L], training)`` -> ``[B, L, H]`` (``L <= max_position_embeddings``).
+    Call: ``(token_ids int [B, L], training, position_ids=None)`` -> ``[B, L, H]`` (``L <= max_position_embeddings``);
+    ``position_ids`` int ``[B, L]``: the table rows to read (packed documents), else ``0..L-1``.
     """
 
     def __init__(self, vocabulary_size: int, hidden_dim: int, max_position_embeddings: int, type_vocab_size: int,
@@ -159,9 +160,13 @@ class Embeddings(layers.Layer):
         self.layer_norm.build((None, None, self.hidden_dim))
         self.built = True
 
-    def call(self, token_ids, training=False):
+    def call(self, token_ids, training=False, position_ids=None):
         length = token_ids.shape[1]
-        x = self.word_embeddings(token_ids) + ops.cast(self.position_embeddings[:length], self.compute_dtype)[None]
+        if position_ids is None:
+            x = self.word_embeddings(token_ids) + ops.cast(self.position_embeddings[:length], self.compute_dtype)[None]
+        else:
+            rows = ops.take(self.position_embeddings, ops.cast(position_ids, "int32"), axis=0)
+            x = self.word_embeddings(token_ids) + ops.cast(rows, self.compute_dtype)
         if self.token_type_embeddings is not None:
             x = x + ops.cast(self.token_type_embeddings[0], self.compute_dtype)
         return self.dropout(self.layer_norm(x), training=training)
@@ -207,7 +212,8 @@ class EncoderMaskedLM(keras.Model):
         dtype: a Keras dtype policy name (``"float32"``, ``"mixed_bfloat16"``); ``name``: the model's name.
 
     Call: ``{"token_ids": int [B, L], "padding_mask": int [B, L] (1 = real), "mask_positions": int [B, P]}`` ->
-    logits ``[B, P, V]`` in the compute dtype.
+    logits ``[B, P, V]`` in the compute dtype; optional ``"segment_ids"`` int ``[B, L]`` (packed documents: a
+    token attends only within its segment) and ``"position_ids"`` int ``[B, L]`` (positions from 0 in each).
 
     ``legacy_paths``: ``((regular expression, replacement), ...)`` renaming an older checkpoint's variable paths to
     this model's (:func:`.name_table.renamed_paths`; the checkpoint restore applies it); none here, an
@@ -237,9 +243,11 @@ class EncoderMaskedLM(keras.Model):
         self.built = True
 
     def call(self, inputs, training=False):
-        x = self.embeddings(inputs["token_ids"], training=training)
-        # a query attends to the real keys only: [B, 1 (heads), 1 (queries), L]
+        x = self.embeddings(inputs["token_ids"], training=training, position_ids=inputs.get("position_ids"))
+        # a query attends to the real keys only: [B, 1 (heads), 1 (queries), L]; packed: and its segment's [B, 1, L, L]
         attention_mask = ops.cast(inputs["padding_mask"], "bool")[:, None, None, :]
+        if inputs.get("segment_ids") is not None:
+            attention_mask = segment_mask(inputs["padding_mask"], inputs["segment_ids"])
         for layer in self.encoder_layers:
             x = layer(x, attention_mask, training=training)
         return self.masked_lm_head(x, inputs["mask_positions"], self.embeddings.word_embeddings.embeddings)

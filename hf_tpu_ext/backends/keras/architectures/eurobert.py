@@ -147,7 +147,7 @@ class EuroBertAttention(layers.Layer):
         self.o_proj.build(tuple(input_shape[:-1]) + (self.heads * self.head_dim,))
         self.built = True
 
-    def call(self, x, padding, rope, training=False):
+    def call(self, x, padding, rope, training=False, segment_ids=None):
         length = x.shape[1]
         query = apply_rope(ops.reshape(self.q_proj(x), (-1, length, self.heads, self.head_dim)), rope)
         key = apply_rope(ops.reshape(self.k_proj(x), (-1, length, self.kv_heads, self.head_dim)), rope)
@@ -157,7 +157,7 @@ class EuroBertAttention(layers.Layer):
             key, value = ops.repeat(key, groups, axis=2), ops.repeat(value, groups, axis=2)
         # the padding, not a [B, 1, 1, L] mask: attend picks the kernel that holds no L x L at long lengths
         attended = attend(query, key, value, None, self.attention_probs_dropout, training, self.head_dim ** -0.5,
-                          key_padding=padding)
+                          key_padding=padding, segment_ids=segment_ids)
         return self.o_proj(ops.reshape(attended, (-1, length, self.heads * self.head_dim)))
 
 
@@ -198,8 +198,8 @@ class EuroBertLayer(layers.Layer):
             layer.build(input_shape)
         self.built = True
 
-    def call(self, x, padding, rope, training=False):
-        x = x + self.self_attn(self.input_layernorm(x), padding, rope, training=training)
+    def call(self, x, padding, rope, training=False, segment_ids=None):
+        x = x + self.self_attn(self.input_layernorm(x), padding, rope, training=training, segment_ids=segment_ids)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -227,15 +227,15 @@ class EuroBertBackbone(layers.Layer):
         self.norm.build((None, None, self.hidden))
         self.built = True
 
-    def call(self, token_ids, padding_mask, training=False):
+    def call(self, token_ids, padding_mask, training=False, segment_ids=None, position_ids=None):
         x = self.embed_tokens(token_ids)
         padding = ops.cast(padding_mask, "bool")  # [B, L]: a query attends to real keys
         length = token_ids.shape[1]
         dropout = bool(training and self.encoder_layers[0].self_attn.attention_probs_dropout.rate > 0)
         describe_paths(length, {"global": None}, keras.backend.standardize_dtype(x.dtype), dropout)
-        rope = rope_tables(self.inv_freq, length)
+        rope = rope_tables(self.inv_freq, length, position_ids)  # packed documents: positions from 0 in each
         for layer in self.encoder_layers:
-            x = layer(x, padding, rope, training=training)
+            x = layer(x, padding, rope, training=training, segment_ids=segment_ids)
         return self.norm(x)
 
 
@@ -263,7 +263,8 @@ class EuroBertMaskedLM(keras.Model):
         self.built = True
 
     def call(self, inputs, training=False):
-        x = self.backbone(inputs["token_ids"], inputs["padding_mask"], training=training)
+        x = self.backbone(inputs["token_ids"], inputs["padding_mask"], training=training,
+                          segment_ids=inputs.get("segment_ids"), position_ids=inputs.get("position_ids"))
         index = ops.expand_dims(ops.cast(inputs["mask_positions"], "int32"), axis=-1)
         x = ops.take_along_axis(x, index, axis=1)
         if self.lm_head is not None:

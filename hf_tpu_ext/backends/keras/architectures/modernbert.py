@@ -91,14 +91,14 @@ class ModernBertAttention(layers.Layer):
         self.Wo.build(input_shape)
         self.built = True
 
-    def call(self, x, padding, rope, half_window=None, training=False):
+    def call(self, x, padding, rope, half_window=None, training=False, segment_ids=None):
         length = x.shape[1]
         qkv = ops.reshape(self.Wqkv(x), (-1, length, 3, self.heads, self.head_dim))
         query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         query, key = apply_rope(query, rope), apply_rope(key, rope)  # float32 inside, back to the compute dtype
         scale = self.head_dim ** -0.5
         attended = attend(query, key, value, None, self.attention_probs_dropout, training, scale,
-                          key_padding=padding, half_window=half_window)
+                          key_padding=padding, half_window=half_window, segment_ids=segment_ids)
         attended = ops.reshape(attended, (-1, length, self.hidden))
         return self.out_drop(self.Wo(attended), training=training)
 
@@ -148,9 +148,9 @@ class ModernBertEncoderLayer(layers.Layer):
                 layer.build(input_shape)
         self.built = True
 
-    def call(self, x, padding, rope, half_window=None, training=False):
+    def call(self, x, padding, rope, half_window=None, training=False, segment_ids=None):
         normed = x if self.attn_norm is None else self.attn_norm(x)
-        x = x + self.attn(normed, padding, rope, half_window=half_window, training=training)
+        x = x + self.attn(normed, padding, rope, half_window=half_window, training=training, segment_ids=segment_ids)
         return x + self.mlp(self.mlp_norm(x), training=training)
 
 
@@ -179,7 +179,9 @@ class ModernBertEmbeddings(layers.Layer):
 class ModernBertBackbone(layers.Layer):
     """transformers' ``ModernBertModel``: embeddings, ``num_hidden_layers`` encoder layers, ``final_norm``.
 
-    Call: ``(token_ids int [B, L], padding_mask int/bool [B, L])`` -> ``[B, L, H]`` (positions ``0..L-1``).
+    Call: ``(token_ids int [B, L], padding_mask int/bool [B, L], segment_ids=None, position_ids=None)`` -> ``[B, L,
+    H]``: positions ``0..L-1``, or ``position_ids`` int ``[B, L]`` (packed documents: from 0 in each); with
+    ``segment_ids`` int ``[B, L]`` a token attends only within its segment.
     """
 
     def __init__(self, config, **kwargs):
@@ -201,7 +203,7 @@ class ModernBertBackbone(layers.Layer):
         self.final_norm.build((None, None, self.hidden))
         self.built = True
 
-    def call(self, token_ids, padding_mask, training=False):
+    def call(self, token_ids, padding_mask, training=False, segment_ids=None, position_ids=None):
         length = token_ids.shape[1]
         x = self.embeddings(token_ids, training=training)
         padding = ops.cast(padding_mask, "bool")  # [B, L]: a query attends to real keys
@@ -210,10 +212,10 @@ class ModernBertBackbone(layers.Layer):
         dropout = bool(training and self.encoder_layers[0].attn.probability_dropout > 0)
         describe_paths(length, {("global" if k == mc.FULL else "local"): windows[k] for k in sorted(kinds)},
                        keras.backend.standardize_dtype(x.dtype), dropout)
-        ropes = {kind: rope_tables(self.inv_freq[kind], length) for kind in self.inv_freq}
+        ropes = {kind: rope_tables(self.inv_freq[kind], length, position_ids) for kind in self.inv_freq}
         for layer in self.encoder_layers:
             kind = layer.attention_type
-            x = layer(x, padding, ropes[kind], half_window=windows[kind], training=training)
+            x = layer(x, padding, ropes[kind], half_window=windows[kind], training=training, segment_ids=segment_ids)
         return self.final_norm(x)
 
 
@@ -243,7 +245,8 @@ class ModernBertMaskedLM(keras.Model):
     ``mask_positions`` and the decoder tied to ``backbone.embeddings.tok_embeddings`` (plus ``decoder_bias``
     ``[V]`` when ``config.decoder_bias``). Built on construction; ``model.config`` is ``config``.
 
-    Call: ``{"token_ids" int [B, L], "padding_mask" int [B, L], "mask_positions" int [B, P]}`` -> ``[B, P, V]``.
+    Call: ``{"token_ids" int [B, L], "padding_mask" int [B, L], "mask_positions" int [B, P]}`` -> ``[B, P, V]``;
+    optional ``"segment_ids"`` / ``"position_ids"`` int ``[B, L]`` (packed documents, :class:`ModernBertBackbone`).
     """
 
     def __init__(self, config, dtype=None, name: str = "modernbert_masked_lm", **kwargs):
@@ -259,7 +262,8 @@ class ModernBertMaskedLM(keras.Model):
         self.built = True
 
     def call(self, inputs, training=False):
-        x = self.backbone(inputs["token_ids"], inputs["padding_mask"], training=training)
+        x = self.backbone(inputs["token_ids"], inputs["padding_mask"], training=training,
+                          segment_ids=inputs.get("segment_ids"), position_ids=inputs.get("position_ids"))
         index = ops.expand_dims(ops.cast(inputs["mask_positions"], "int32"), axis=-1)
         x = self.head(ops.take_along_axis(x, index, axis=1))
         embeddings = self.backbone.embeddings.tok_embeddings.embeddings
