@@ -165,7 +165,7 @@ def test_the_run_reuses_the_early_whoami(loopback_hub, tmp_path):
 
 
 # ----------------------------------------------------------------------------- flags that would change nothing (issue 48)
-_MODEL_TYPES = "choose from: roberta, bert, distilbert, modernbert"
+_MODEL_TYPES = "choose from: roberta, bert, distilbert, modernbert, eurobert"
 
 
 @pytest.mark.parametrize("args,line", [
