@@ -209,7 +209,7 @@ def hook_saves(backend: str, after_save):
         from hf_tpu_ext.backends.tensorflow.checkpoint import TrainingCheckpointer as owner
         name = "write"
     else:
-        from hf_tpu_ext.backends.keras.backend import KerasBackend as owner
+        from hf_tpu_ext.backends.keras.trainer import JaxTrainer as owner
         name = "save"
     original = getattr(owner, name)
 

@@ -1,8 +1,10 @@
 """The Keras backend's compiled training step as optimized HLO text, for before/after guards of a code change.
 
 Builds the small preset's model (:func:`hf_tpu_ext.backends.keras.model.build_masked_lm`: 4 layers x 256, vocab
-8000), AdamW and the backend's step (:func:`hf_tpu_ext.backends.keras.step.make_train_step`, jitted as the backend
-does), lowers and compiles it for this machine and writes the optimized HLO module's text with its ``metadata={...}``
+8000), AdamW and the backend's trainer (:class:`hf_tpu_ext.backends.keras.trainer.JaxTrainer`: its compiled step on
+its placed state, as a run has them; ``--steps_per_execution 1``), lowers the step
+(:meth:`~hf_tpu_ext.backends.keras.trainer.JaxTrainer.lower_train_step`) and compiles it for this machine and writes
+the optimized HLO module's text with its ``metadata={...}``
 and the module's source-location tables stripped, so moving code between files is no change. Prints one JSON
 line: the text's sha256, its dot count and the dtypes of the dots' results.
 
@@ -38,7 +40,7 @@ def step_hlo(batch: int = 32, seq: int = 128, bf16: bool = False) -> str:
 
     from hf_tpu_ext.backends.keras.model import build_masked_lm
     from hf_tpu_ext.backends.keras.placement import Placement
-    from hf_tpu_ext.backends.keras.step import jit_train_step, make_train_step
+    from hf_tpu_ext.backends.keras.trainer import JaxTrainer
     from hf_tpu_ext.data.masking import default_max_predictions
 
     config = RobertaConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
@@ -46,17 +48,16 @@ def step_hlo(batch: int = 32, seq: int = 128, bf16: bool = False) -> str:
     model = build_masked_lm(config, dtype="mixed_bfloat16" if bf16 else "float32", seed=42)
     optimizer = keras.optimizers.AdamW(learning_rate=5e-4, weight_decay=0.01)
     optimizer.build(model.trainable_variables)
-    placement = Placement()
     on_cpu = jax.default_backend() == "cpu"  # the run's PrecisionPlan routes the dots on an XLA:CPU step only
-    step = jit_train_step(make_train_step(model, optimizer, 42, 1, bf16_dots=on_cpu), placement)
-    state = (placement.put_replicated([v.value for v in model.trainable_variables]),
-             placement.put_replicated([v.value for v in model.non_trainable_variables]),
-             placement.put_replicated([v.value for v in optimizer.variables]))
+    # only the step is lowered: no batches, schedule, evaluation, writers or checkpoints are read
+    trainer = JaxTrainer(model, optimizer, Placement(), batches=None, schedule=None, evaluate=None,
+                         summary_writer=None, checkpoints=None, bf16_dots=on_cpu, seed=42, accumulation=1,
+                         steps_per_execution=1)
     p = default_max_predictions(seq)
     host = {"input_ids": np.zeros((1, batch, seq), np.int32), "attention_mask": np.ones((1, batch, seq), np.int32),
             "masked_lm_positions": np.zeros((1, batch, p), np.int32),
             "masked_lm_ids": np.zeros((1, batch, p), np.int32), "masked_lm_weights": np.ones((1, batch, p), np.float32)}
-    text = step.lower(state, placement.put_batch(host, axis=1), np.int32(0)).compile().as_text()
+    text = trainer.lower_train_step(host).compile().as_text()
     return strip_debug_info(text)
 
 

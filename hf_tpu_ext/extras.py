@@ -25,7 +25,7 @@ from hf_tpu_ext.errors import MissingExtraError
 EXTRA_MODULES: Dict[str, Tuple[str, ...]] = {
     "tensorflow": ("tensorflow", "tf_keras", "transformers"),
     "keras": ("keras",),
-    # `hf-tpu train --backend keras` (Keras 3 on JAX; KERAS_BACKEND=tensorflow needs tensorflow installed too)
+    # `hf-tpu train --backend keras` (Keras 3 on JAX)
     "jax": ("keras", "jax", "transformers", "safetensors", "tokenizers", "datasets"),  # keras_hub: [keras], optional
     "torch": ("torch", "transformers"),
     "torch-xla": ("torch", "torch_xla", "transformers", "accelerate"),

@@ -91,6 +91,21 @@ def test_a_truncated_model_safetensors_is_one_line_before_the_frameworks_load(tm
     assert not (tmp_path / "out").exists()
 
 
+def test_keras_on_tensorflow_is_refused_before_the_frameworks_load(tmp_path):
+    """--backend keras trains on JAX only: KERAS_BACKEND=tensorflow is one line naming --backend tensorflow, before
+    the data checks (the train file is missing too) and any framework; another name gets the same line without it."""
+    proc = _train(tmp_path, "--backend", "keras", "--train_file", "missing.txt", KERAS_BACKEND="tensorflow")
+    assert proc.stdout.strip() == "1 []", proc.stderr[-2000:]
+    assert proc.stderr == ("hf-tpu train: error: --backend keras trains on JAX, but KERAS_BACKEND=tensorflow: unset it "
+                           "(or set KERAS_BACKEND=jax), or use --backend tensorflow for TensorFlow's strategies.\n")
+    assert not (tmp_path / "out").exists()
+    proc = _train(tmp_path, "--backend", "keras", KERAS_BACKEND="torch")
+    assert proc.stderr == ("hf-tpu train: error: --backend keras trains on JAX, but KERAS_BACKEND=torch: unset it "
+                           "(or set KERAS_BACKEND=jax).\n")
+    proc = _train(tmp_path, "--backend", "tensorflow", "--train_file", "missing.txt", KERAS_BACKEND="tensorflow")
+    assert proc.stderr.startswith("hf-tpu train: error: --train_file missing.txt does not exist"), proc.stderr
+
+
 # ----------------------------------------------------------------------------- the Hub token (--push_to_hub true)
 _STALE = "hf_staleEnvironmentToken_not_on_the_hub"
 

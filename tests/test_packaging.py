@@ -60,7 +60,7 @@ EXTRA_PATHS = {
 # imports an extra leaves out on purpose: each is behind a flag or a choice the user makes
 OPTIONAL_IMPORTS = {
     "tensorflow": {"torch", "trackio"},  # torch: PyTorch-side checks when installed; --report_to trackio
-    # KERAS_BACKEND=tensorflow; torch-format weights when torch is installed; the keras_hub/ preset with [keras]
+    # the Keras 3 callbacks on KERAS_BACKEND=tensorflow; torch-format weights with torch; keras_hub/ with [keras]
     "jax": {"tensorflow", "torch", "keras_hub"},
     "keras": {"jax", "tensorflow", "torch"},  # the Keras backend the user installs
     "torch": {"torch_xla"},  # XLA devices ([torch-xla])

@@ -15,6 +15,8 @@ model references again, and the run's push checks reuse the whoami answer
 
 from __future__ import annotations
 
+import os
+
 
 def check_before_imports(model_args, data_args, training_args) -> None:
     """Refuse a model reference that is neither a folder nor an existing Hub repo, a missing, empty, binary or
@@ -33,12 +35,13 @@ def check_before_imports(model_args, data_args, training_args) -> None:
         ArgumentError: a ``model_type`` the backend does not train (:func:`hf_tpu_ext.run.checks.check_model_type`),
             ``pytorch_model.bin`` weights only without torch (:func:`hf_tpu_ext.run.checks.check_weight_files`).
         HubAuthError, HubRepoError, HubError: see :func:`check_push_token`.
-        BackendError: see :func:`check_process_environment`.
+        BackendError: see :func:`check_keras_backend` and :func:`check_process_environment`.
         CheckpointError: see :func:`check_resume_shape`.
     """
     from hf_tpu_ext.run.checks import check_data_files, check_model_refs, check_model_type, check_weight_files
     from hf_tpu_ext.run.resume import check_resume_repo, check_resume_source
 
+    check_keras_backend(training_args)  # KERAS_BACKEND=tensorflow: --backend keras trains on JAX only
     check_process_environment(training_args)  # before any request: a slice's host missing a variable
     check_resume_source(training_args)  # a path that does not exist (no Hub request)
     check_model_refs(model_args, remember=True)  # a missing model is named before transformers (and torch) load
@@ -72,6 +75,27 @@ def check_push_token(training_args) -> None:
     from hf_tpu_ext.run.pushes import push_repo
 
     check_push_access(push_repo(training_args), resolve_token(training_args.hub_token), remember=True)
+
+
+def _trains_keras(training_args) -> bool:
+    from hf_tpu_ext.console import default_backend
+
+    return (getattr(training_args, "backend", None) or default_backend()) == "keras"
+
+
+def check_keras_backend(training_args) -> None:
+    """With ``--backend keras`` (or the default backend being it): a ``KERAS_BACKEND`` other than ``jax``, refused
+    before any framework loads (:func:`hf_tpu_ext.backends.keras.refuse_keras_backend`; the backend's set-up
+    refuses what Keras was imported with too, for a library caller). Unset or empty: JAX (the run sets it).
+
+    Raises:
+        BackendError: one line naming the value and what to do (``--backend tensorflow`` for TensorFlow).
+    """
+    value = os.environ.get("KERAS_BACKEND")
+    if value and _trains_keras(training_args):
+        from hf_tpu_ext.backends.keras import refuse_keras_backend
+
+        refuse_keras_backend(value)
 
 
 def check_process_environment(training_args) -> None:
@@ -108,14 +132,9 @@ def check_resume_shape(model_args, data_args, training_args) -> None:
             checkpoint's step of an unfinished run (:func:`hf_tpu_ext.run.resume.check_max_steps`).
     """
     import copy
-    import os
 
     args = training_args
-    if not args.resume_from_checkpoint:
-        return
-    from hf_tpu_ext.console import default_backend
-
-    if (getattr(args, "backend", None) or default_backend()) != "keras":
+    if not args.resume_from_checkpoint or not _trains_keras(args):
         return
     from hf_tpu_ext.backends.keras.checkpoint import find_checkpoints, read_checkpoint_info
     from hf_tpu_ext.backends.keras.processes import shape_before_start
@@ -134,9 +153,7 @@ def check_resume_shape(model_args, data_args, training_args) -> None:
             continue  # the run skips it (or names it)
     if info is None:
         return
-    # Keras on TensorFlow trains on one device in one process (KerasBackend._setup_tensorflow)
-    on_tf = os.environ.get("KERAS_BACKEND", "jax").strip() == "tensorflow"
-    devices, processes = (1, 1) if on_tf else shape_before_start()
+    devices, processes = shape_before_start()
     shape = checkpoint_run_shape(info.path, devices, processes, keras=True)
     apply_checkpoint_shape(info, *copy.deepcopy((model_args, data_args, training_args)), str, shape)
     if int(args.max_steps or 0) > 0:  # an explicit length below the checkpoint's step (epochs: the run counts them)

@@ -37,11 +37,11 @@ def test_multi_step_equals_single_steps_with_one_program():
     import jax
     from transformers import RobertaConfig
 
-    from hf_tpu_ext.backends.keras.loop import stack_batches
     from hf_tpu_ext.backends.keras.model import build_masked_lm
     from hf_tpu_ext.backends.keras.optimization import make_optimizer
     from hf_tpu_ext.backends.keras.placement import Placement
     from hf_tpu_ext.backends.keras.step import make_multi_step, make_train_step, split_micro_batches, state_to_host
+    from hf_tpu_ext.backends.keras.trainer import stack_batches
     from hf_tpu_ext.data.numpy_batches import NumpyMasker, TrainBatches
 
     args = SimpleNamespace(lr_scheduler_type="linear", learning_rate=1e-3, num_warmup_steps=lambda total: 2,

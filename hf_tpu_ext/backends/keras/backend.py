@@ -11,15 +11,16 @@ Data: the run's text blocks, masked in NumPy by :mod:`hf_tpu_ext.data.numpy_batc
 ``(seed, global_step)``) and put on the devices by a background thread two steps ahead, so the loop's host work
 per step is one queue read (with ``--streaming``: :mod:`hf_tpu_ext.data.streaming`, this process's slice of an
 IterableDataset, its position saved with each checkpoint). Checkpoints: :mod:`~hf_tpu_ext.backends.keras.checkpoint` (atomic
-``checkpoint-<step>/`` folders). The loop (:mod:`~hf_tpu_ext.backends.keras.loop`: ``--steps_per_execution``
-steps per device call) checks :mod:`hf_tpu_ext.interrupts` between calls, so SIGINT/SIGTERM stop it at a call
-boundary. Keras 3 callbacks (``callback_kind = "keras"``) get the standard hooks
+``checkpoint-<step>/`` folders). The shared loop (:class:`~hf_tpu_ext.backends.loop.StepLoop`) drives the one
+trainer (:class:`~hf_tpu_ext.backends.keras.trainer.JaxTrainer`: the state, the compiled steps, ``--steps_per_execution``
+steps per device call, saves and best weights), built here with everything it reads and only called from here;
+the loop checks :mod:`hf_tpu_ext.interrupts` between calls, so SIGINT/SIGTERM stop it at a call boundary. Keras 3 callbacks (``callback_kind = "keras"``) get the standard hooks
 (``on_train_begin``, ``on_epoch_begin/end``, ``on_train_batch_begin/end``, ``on_train_end``) with
 ``model.train_function`` set to the compiled step.
 
-KERAS_BACKEND is ``jax`` by default (set when unset). ``KERAS_BACKEND=tensorflow`` runs the same loop with the
-step of :mod:`~hf_tpu_ext.backends.keras.step_tf` (one XLA-compiled ``tf.function`` updating the variables, one
-device, Keras' own dropout); other Keras backends are refused.
+KERAS_BACKEND is ``jax`` (set when unset); any other Keras backend is refused before compute
+(:func:`hf_tpu_ext.backends.keras.refuse_keras_backend`): TensorFlow users train with ``--backend tensorflow``
+(its ``tf.distribute`` strategies, TPUStrategy included).
 """
 
 from __future__ import annotations
@@ -31,26 +32,23 @@ from typing import Any, Dict, List, Optional
 
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook, data_step
 from hf_tpu_ext.backends.keras import checkpoint as ckpt
-from hf_tpu_ext.backends.keras.architectures.name_table import renamed_paths
-from hf_tpu_ext.backends.keras.best import load_best, restore_best
-from hf_tpu_ext.backends.keras.checkpoint import (STATE_NAME, export_checkpoint_folder, find_checkpoints,
-                                                  is_checkpoint_folder, remove_incomplete)
+from hf_tpu_ext.backends.keras import refuse_keras_backend
+from hf_tpu_ext.backends.keras.best import best_folder, load_best, restore_best
+from hf_tpu_ext.backends.keras.checkpoint import (MODEL_CONFIG_FIELDS, STATE_NAME, export_checkpoint_folder,
+                                                  find_checkpoints, is_checkpoint_folder, remove_incomplete)
 from hf_tpu_ext.backends.keras.processes import maybe_initialize_distributed
 from hf_tpu_ext.backends.keras.events import EventWriter
 from hf_tpu_ext.backends.keras.export import export_masked_lm
-from hf_tpu_ext.backends.keras.loop import KerasTrainer
 from hf_tpu_ext.backends.keras.model import build_masked_lm, count_parameters, load_pretrained
 from hf_tpu_ext.backends.keras.placement import Placement
 from hf_tpu_ext.backends.keras.probes import preparing_probes, scoring_probes, wants_probes
-from hf_tpu_ext.backends.keras.step import CompileCounter
 from hf_tpu_ext.backends.keras.stream_state import restore_data_state, stream_batches
+from hf_tpu_ext.backends.keras.trainer import CheckpointTarget, JaxTrainer
 from hf_tpu_ext.backends.loop import StepLoop, restored_loss_window
 from hf_tpu_ext.backends.trackio_log import init_trackio
 from hf_tpu_ext.best_metric import BestMetric, BestTracker
 from hf_tpu_ext.data.numpy_batches import NumpyMasker, TrainBatches, eval_batches
 from hf_tpu_ext.data.streaming import is_stream
-from hf_tpu_ext.errors import BackendError, CheckpointError
-from hf_tpu_ext.extras import require_extra
 from hf_tpu_ext.host_memory import keep_step_memory
 from hf_tpu_ext.mfu import make_mfu_meter
 from hf_tpu_ext.model_config import build_config, check_positions, dropout_overrides, model_summary_fields
@@ -59,9 +57,6 @@ from hf_tpu_ext.precision import has_native_bf16, resolve_precision, xla_bf16_do
 from hf_tpu_ext.run_context import RunContext
 
 logger = logging.getLogger("hf_tpu_ext")
-
-#: checkpoint keys of the model's non-trainable variables (by position)
-NON_TRAINABLE_PREFIX = "non_trainable/"
 
 
 def _host_device_count() -> int:
@@ -102,27 +97,24 @@ class KerasBackend(BackendDefaults):
         self.model = None
         self.config = None
         self.placement = None
-        self.trainer: Optional[KerasTrainer] = None  # the train state, compiled steps, step reached (build on)
+        self.trainer: Optional[JaxTrainer] = None  # the train state, compiled steps, step reached (build on)
         self.trainer_ran = False
         self._restored_meta: Dict[str, Any] = {}
         self.restored_fit_metrics: Optional[Dict[str, Any]] = None
         self.loaded_best = False
-        self.best_model_checkpoint = None
         self.best: Optional[BestTracker] = None  # the best evaluation so far (hf_tpu_ext.best_metric)
 
     # ------------------------------------------------------------------ devices
     def setup(self, training_args) -> None:
+        """Devices (a mesh over every JAX device of every process), the chief, the precision plan.
+
+        Raises:
+            BackendError: Keras runs on another backend than JAX (``KERAS_BACKEND``; one line saying what to do).
+        """
         os.environ.setdefault("KERAS_BACKEND", "jax")
         import keras  # the backend Keras was imported with wins (it reads KERAS_BACKEND once)
 
-        self.keras_backend = keras.backend.backend()
-        if self.keras_backend not in ("jax", "tensorflow"):
-            raise BackendError(
-                f"--backend keras trains on Keras 3's JAX (default) or TensorFlow backend, but Keras runs on "
-                f"{self.keras_backend!r} (KERAS_BACKEND): unset it, or set KERAS_BACKEND=jax or tensorflow.")
-        if self.keras_backend == "tensorflow":
-            self._setup_tensorflow(training_args)
-            return
+        refuse_keras_backend(keras.backend.backend())  # hf-tpu train refused it before any import already
         # before the JAX client's threads first allocate: its executor threads allocate each step's temporaries
         self.host_memory_tuned = keep_step_memory(single_arena=True)
         self.distributed = maybe_initialize_distributed()
@@ -144,36 +136,11 @@ class KerasBackend(BackendDefaults):
         logger.info("keras %s on JAX %s: %d %s device(s) in %d process(es), data parallel over all of them; "
                     "host memory: %s", _version("keras"), jax.__version__, self.num_replicas, self.device_kind,
                     jax.process_count(), "malloc_tuned" if self.host_memory_tuned else "defaults")
-        self._log_precision()
-
-    def _setup_tensorflow(self, args) -> None:
-        """``KERAS_BACKEND=tensorflow``: one device (a GPU when TensorFlow sees one), this process the chief."""
-        require_extra("tensorflow", "--backend keras with KERAS_BACKEND=tensorflow", modules=("tensorflow",))
-        import tensorflow as tf
-
-        self.placement, self.num_replicas, self.is_chief = None, 1, True
-        self.accelerator = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
-        self.device_kind = self.accelerator
-        native = has_native_bf16(self.accelerator)  # a GPU: TensorFlow's own compute-capability check
-        self.precision = resolve_precision(args.bf16, True, self.accelerator, native)
-        logger.info("keras %s on TensorFlow %s: one %s device", _version("keras"), tf.__version__, self.accelerator)
-        self._log_precision()
-
-    def _log_precision(self) -> None:
-        """The TensorFlow backend's precision line: precision, compiler path and why (hf_tpu_ext/precision.py)."""
-        if self.is_chief:
-            compiler = "XLA (Keras 3 on TensorFlow)" if self.on_tensorflow else "XLA (JAX)"
-            logger.info("precision %s, compiler path: %s. Why: %s.", self.precision.precision, compiler,
+        if self.is_chief:  # the TensorFlow backend's precision line: precision, compiler path and why (precision.py)
+            logger.info("precision %s, compiler path: XLA (JAX). Why: %s.", self.precision.precision,
                         self.precision.reason)
 
-    @property
-    def on_tensorflow(self) -> bool:
-        return getattr(self, "keras_backend", "jax") == "tensorflow"
-
     def device_summary(self) -> Dict[str, Any]:
-        if self.on_tensorflow:
-            return {"accelerator": self.accelerator, "device_kind": self.device_kind, "num_devices": 1,
-                    "strategy": "one device (Keras 3 on TensorFlow)", "num_replicas": 1, "num_workers": 1}
         import jax
 
         return {"accelerator": self.accelerator, "device_kind": self.device_kind, "num_devices": self.num_replicas,
@@ -232,18 +199,16 @@ class KerasBackend(BackendDefaults):
             logger.info("Packed documents: attention and positions restart after each token id %d (the tokenizer's "
                         "separator ending every document).", masker.separator_token_id)
         self.masker = masker
-        place = self.placement  # this process's rows only; None on Keras-on-TensorFlow (one device: every row)
-        rows = place.process_batch_rows(plan.global_batch_size, self.accumulation) if place else None
+        rows = self.placement.process_batch_rows(plan.global_batch_size, self.accumulation)  # this process's only
         self.train_batches = (stream_batches(self, blocks["train"], rows) if is_stream(blocks["train"]) else
                               TrainBatches(blocks["train"], plan.global_batch_size, args.seed, masker, rows,
                                            step_offset=data_step(plan, 0)))  # a new length's phase: in tokens
         self.eval_blocks = blocks.get("validation") if plan.has_eval else None
-        self.trainer = KerasTrainer(self, self.precision, int(args.seed), self.accumulation,
-                                    getattr(args, "steps_per_execution", 1))
         self.best = BestTracker(BestMetric.from_args(args))
         report_to = getattr(args, "report_to", None) or ()
         self.summary_writer = EventWriter(args.logging_dir) if self.is_chief and "tensorboard" in report_to else None
         self.trackio = init_trackio(args, model_args) if self.is_chief and "trackio" in report_to else None
+        self.trainer = self._make_trainer()
         try:  # the model type's record's count (the head runs at the masked positions only)
             self.flops_per_token = record_for(self.config.model_type).count_flops(
                 self.config, plan.seq_length, min(1.0, data_args.max_predictions_per_seq / plan.seq_length))
@@ -256,80 +221,40 @@ class KerasBackend(BackendDefaults):
                                   model=self.model, output_dir=args.output_dir, flops_per_token=self.flops_per_token,
                                   max_predictions=int(data_args.max_predictions_per_seq))
 
-    @property
-    def state(self):
-        """The train state (:attr:`KerasTrainer.state`; None before ``build`` and on Keras-on-TensorFlow)."""
-        return self.trainer.state if self.trainer is not None else None
+    def _make_trainer(self) -> JaxTrainer:
+        """The one trainer, given everything it reads (it never reads this backend)."""
+        args = self.args
+        self.steps_per_execution = int(getattr(args, "steps_per_execution", 1) or 1)  # read once, here
+        target = CheckpointTarget(output_dir=args.output_dir, keep=args.save_total_limit, writes=self.is_chief,
+                                  facts=self._checkpoint_facts)
+        return JaxTrainer(self.model, self.optimizer, self.placement, batches=self.train_batches,
+                          schedule=self.schedule, evaluate=self.evaluate, summary_writer=self.summary_writer,
+                          checkpoints=target, bf16_dots=self.precision.bf16_dots, seed=int(args.seed),
+                          accumulation=self.accumulation, steps_per_execution=self.steps_per_execution)
 
     # ------------------------------------------------------------------ checkpoints with a model
-    def _named_state(self):
-        trainable, non_trainable, opt = self.trainer.host_state()
-        # trainable variables by path (keras-hub names every layer); non-trainable ones (dropout seed states,
-        # auto-numbered "seed_generator_N" per process) and the optimizer's by position
-        model_vars = {var.path: value for var, value in zip(self.model.trainable_variables, trainable)}
-        model_vars.update({f"{NON_TRAINABLE_PREFIX}{i:05d}": value for i, value in enumerate(non_trainable)})
-        opt_vars = {f"{i:05d}/{var.path}": value for i, (var, value) in enumerate(zip(self.optimizer.variables, opt))}
-        return model_vars, opt_vars
-
-    def save(self, step: int, fields: Optional[Dict[str, Any]] = None) -> Optional[str]:
-        """Checkpoint the state at ``step`` (process 0 writes; every process takes part in the device read) with the
-        loop's ``fields`` (:meth:`~hf_tpu_ext.backends.loop.StepLoop.checkpoint_fields`: ``loss_window``,
-        ``fit_metrics``, to which this backend adds its XLA compile counts)."""
-        from hf_tpu_ext.backends.keras.checkpoint import MODEL_CONFIG_FIELDS, save_checkpoint
-
-        model_vars, opt_vars = self._named_state()
-        from hf_tpu_ext.backends.keras.stream_state import data_state_files
-
-        data_states = data_state_files(self, step)  # --streaming: every process's position (a collective)
-        if not self.is_chief:
-            return None
+    def _checkpoint_facts(self, step: int) -> Dict[str, Any]:
+        """The run's fields of ``checkpoint-<step>/checkpoint.json`` (the trainer adds the loop's and its own)."""
         plan, args = self.plan, self.args
         meta = {"epoch": step / plan.steps_per_epoch,
                 "model_config": {k: getattr(self.config, k, None) for k in MODEL_CONFIG_FIELDS},
                 "data": {"seed": int(args.seed), "global_batch_size": plan.global_batch_size,
                          "num_train_blocks": plan.num_train_blocks, "seq_length": plan.seq_length},
-                "keras_backend": self.keras_backend, "dtype_policy": self.precision.keras_policy,
+                "keras_backend": "jax", "dtype_policy": self.precision.keras_policy,
                 "keras_version": _version("keras"), "optim": args.optim}
         if _version("keras-hub") != "?":  # only where installed
             meta["keras_hub_version"] = _version("keras-hub")
-        meta.update(fields or {})  # the loop's: the logging window and what this process measured
-        if "fit_metrics" in meta:
-            meta["fit_metrics"] = {**meta["fit_metrics"], **self._compile_figures()}
-        return save_checkpoint(args.output_dir, step, model_vars, opt_vars, meta, keep=args.save_total_limit,
-                               extra_files=data_states)
+        return meta
 
     def restore(self, path: str) -> int:
-        """Load weights and optimizer state of a checkpoint; returns its global step.
+        """Load weights and optimizer state of a checkpoint (the trainer's), this process's ``--streaming``
+        position and the best-model tracking; returns its global step.
 
         Raises:
             CheckpointError: a file is unreadable, or a variable is missing or of another shape (named).
         """
-        meta = ckpt.read_meta(path)
-        # an older checkpoint's variable paths renamed to the model's (e.g. RoBERTa before the shared encoder)
-        model_vars = renamed_paths(ckpt.load_tensors(path, ckpt.MODEL_NAME), getattr(self.model, "legacy_paths", ()))
-        opt_vars = ckpt.load_tensors(path, ckpt.OPTIMIZER_NAME)
-        named = [(var.path, var) for var in self.model.trainable_variables] + [
-            (f"{NON_TRAINABLE_PREFIX}{i:05d}", var) for i, var in enumerate(self.model.non_trainable_variables)]
-        for key, var in named:
-            value = model_vars.get(key)
-            if value is None or tuple(value.shape) != tuple(var.shape):
-                raise CheckpointError(
-                    f"Checkpoint {path} does not fit the model: variable {var.path} "
-                    f"{'is missing' if value is None else f'has shape {tuple(value.shape)}, the model {tuple(var.shape)}'}.")
-            var.assign(value)
-        ordered = [opt_vars[k] for k in sorted(opt_vars)]
-        if len(ordered) != len(self.optimizer.variables) or any(
-                tuple(a.shape) != tuple(v.shape) for a, v in zip(ordered, self.optimizer.variables)):
-            trained = (f"trained with --optim {meta['optim']}" if meta.get("optim") not in (None, self.args.optim)
-                       else f"its optimizer state has {len(ordered)} variables, --optim {self.args.optim} "
-                            f"{len(self.optimizer.variables)}")
-            raise CheckpointError(f"--optim {self.args.optim} contradicts the checkpoint {path} ({trained}): drop "
-                                  "--optim or start a new run in another --output_dir.")
-        for var, value in zip(self.optimizer.variables, ordered):
-            var.assign(value)
-        self.trainer.state_from_variables()
-        step = self.trainer.step = int(meta["global_step"])
-
+        meta = self.trainer.restore(path, self.args.optim)
+        step = int(meta["global_step"])
         restore_data_state(self, path, step)  # --streaming: this process's position
         self._restored_meta = meta
         # a resume that only finishes the export reports what the training process measured (all_results, card)
@@ -343,16 +268,24 @@ class KerasBackend(BackendDefaults):
 
     # ------------------------------------------------------------------ training
     def current_step(self) -> int:
-        return int(self.trainer.step) if self.trainer is not None else 0
+        return self.trainer.current_step() if self.trainer is not None else 0
+
+    @property
+    def best_model_checkpoint(self) -> Optional[str]:
+        """``checkpoints/best/`` once a best evaluation's weights are kept there (``--load_best_model_at_end``:
+        the trainer's ``keep_best``, or restored with the checkpoint), else None."""
+        if self.best is None or self.best.step is None or not getattr(self.args, "load_best_model_at_end", False):
+            return None
+        return best_folder(self.args.output_dir)
 
     @scoring_probes  # with --probe_file also probe_top1, probe_top5, probe_mrr, probe_n
     def evaluate(self) -> Dict[str, float]:
         """``eval_loss``, ``perplexity``, ``eval_accuracy`` over the validation split's full batches ({} without)."""
-        if self.eval_blocks is None or (self.state is None and not self.on_tensorflow):
+        if self.eval_blocks is None or self.trainer is None:
             return {}
 
         loss = correct = count = 0.0
-        rows = self.placement.process_batch_rows(self.plan.eval_batch_size) if self.placement else None
+        rows = self.placement.process_batch_rows(self.plan.eval_batch_size)
         for batch in eval_batches(self.eval_blocks, self.plan.eval_batch_size, self.args.seed, self.masker, rows):
             l, c, n = self.trainer.eval_sums(batch)
             loss, correct, count = loss + l, correct + c, count + n
@@ -366,7 +299,7 @@ class KerasBackend(BackendDefaults):
     def fit(self, callbacks: list, on_save: SaveHook, start_step: int,
             log_history: List[Dict[str, Any]]) -> Dict[str, Any]:
         """Train from ``start_step`` to the plan's last step (the shared :class:`~hf_tpu_ext.backends.loop.StepLoop`
-        on :class:`~hf_tpu_ext.backends.keras.loop.KerasTrainer`: ``--steps_per_execution`` steps per device call),
+        on :class:`~hf_tpu_ext.backends.keras.trainer.JaxTrainer`: ``--steps_per_execution`` steps per device call),
         then checkpoint the step reached; returns the segment's figures (``train_loss``, ``train_runtime``,
         ``steady_tokens_per_second``, ``mfu``, ``global_step``, ...).
 
@@ -378,9 +311,8 @@ class KerasBackend(BackendDefaults):
 
         args, plan = self.args, self.plan
         spe, total = plan.steps_per_epoch, plan.total_steps
-        trainer = self.trainer
-        step = trainer.step = int(start_step)
-        trainer.on_save = on_save
+        trainer, step = self.trainer, int(start_step)
+        trainer.start(step, on_save)
         self.log_history = log_history
         self.trainer_ran = True
         cb = keras.callbacks.CallbackList(list(callbacks), add_history=False, add_progbar=False, model=self.model,
@@ -391,35 +323,21 @@ class KerasBackend(BackendDefaults):
         # the logging window of the checkpoint resumed from: the next entry averages the same steps as without a
         # stop; the restored checkpoint (start_step) is never written again
         loop = StepLoop(trainer, args, plan, cb, log_history, step,
-                                     restored_loss_window(self._restored_meta, step), self.mfu_of, best=self.best,
-                                     saved_step=step, is_chief=self.is_chief, trackio=self.trackio,
-                                     passes_of=self.data_passes)
-        compiles = self._compiles = CompileCounter("train_step")
-        if not self.on_tensorflow:
-            compiles.__enter__()  # XLA's compilations of the step, from JAX's events
+                        restored_loss_window(self._restored_meta, step), self.mfu_of, best=self.best,
+                        saved_step=step, is_chief=self.is_chief, trackio=self.trackio, passes_of=self.data_passes)
         try:
-            step = loop.run()
+            with trainer.counting_compiles():  # XLA's compilations of the step, from JAX's events
+                step = loop.run()
         finally:
-            if not self.on_tensorflow:
-                compiles.__exit__(None, None, None)
             if self.trackio is not None:
                 self.trackio.finish()
         loop.finish(step)  # the final checkpoint; after a signal, KeyboardInterrupt
         self.callbacks = cb
-        trainer.variables_from_state()
+        trainer.write_variables()
         if getattr(args, "load_best_model_at_end", False):
-
             load_best(self)
         self.final_logs = loop.logs
-        return {**loop.results(step), "first_step_seconds": loop.meter.first_step, **self._compile_figures()}
-
-    def _compile_figures(self) -> Dict[str, Any]:
-        """The train step's XLA compilations in this segment (``xla_step_compilations``: 1 = compiled once) and
-        their seconds."""
-        compiles = self._compiles
-        count = (int(self.trainer.train_step.experimental_get_tracing_count()) if self.on_tensorflow
-                 else compiles.count)
-        return {"xla_step_compilations": int(count), "xla_step_compile_seconds": round(float(compiles.seconds), 3)}
+        return {**loop.results(step), "first_step_seconds": loop.meter.first_step, **trainer.compile_figures()}
 
     def end_training(self, logs: Dict[str, Any]) -> None:
         cb = getattr(self, "callbacks", None)
@@ -430,8 +348,8 @@ class KerasBackend(BackendDefaults):
     def export(self, folder: str, tokenizer) -> List[str]:
         """``config.json``, ``model.safetensors`` (the architecture's transformers names, ``format: pt``), the
         tokenizer (and, for RoBERTa, the keras-hub preset) through :mod:`hf_tpu_ext.backends.keras.export`."""
-        if self.state is not None and not self.loaded_best:
-            self.trainer.variables_from_state()
+        if self.trainer is not None and not self.loaded_best:
+            self.trainer.write_variables()
 
         return export_masked_lm(self.model, folder, tokenizer=tokenizer, config=self.config)
 
@@ -449,9 +367,7 @@ class KerasBackend(BackendDefaults):
         return {**model_summary_fields(self.config, count_parameters(self.model)),
                 "optimizer": optimizer_description(self.args), "jit_compile": True,
                 "precision": self.precision.precision,
-                "steps_per_execution": self.trainer.steps_per_execution,
-                "compiler": ("XLA (Keras 3 on TensorFlow), whole step in one program" if self.on_tensorflow
-                             else "XLA (JAX), whole step in one program")}
+                "steps_per_execution": self.steps_per_execution, "compiler": "XLA (JAX), whole step in one program"}
 
 
 def _version(dist: str) -> str:

@@ -2,14 +2,15 @@
 
 Which evaluation is the best is decided by the shared loop (:class:`hf_tpu_ext.best_metric.BestTracker`,
 ``backend.best``); each new best's trainable weights go to ``checkpoints/best/``
-(:func:`hf_tpu_ext.backends.keras.checkpoint.save_best`), so a killed run's best survives into the resumed one;
-``backend.best_model_checkpoint`` is its folder.
+(:func:`save_best_weights`, called by the trainer's ``keep_best``), so a killed run's best survives into the resumed
+one; ``backend.best_model_checkpoint`` is that folder once a best is kept.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from typing import Dict
 
 import numpy as np
 
@@ -28,26 +29,18 @@ def restore_best(backend) -> None:
     best = ckpt.read_best(backend.args.output_dir, with_weights=False)
     if best is not None and best["metric"] == backend.best.key and 0 < best["global_step"] <= backend.current_step():
         backend.best.value, backend.best.step = best["value"], best["global_step"]
-        backend.best_model_checkpoint = best["folder"]
 
 
-def keep_best(backend, step: int, key: str, value: float) -> None:
-    """The new best evaluation's trainable weights on disk (process 0 writes), not in memory: a killed run's best
-    survives into the resumed one."""
-    if backend.is_chief:
-        if backend.on_tensorflow:
-            from keras import ops
+def best_folder(output_dir: str) -> str:
+    """``output_dir/checkpoints/best/``: where the best evaluation's weights are kept."""
+    return os.path.join(output_dir, ckpt.BEST_DIRNAME)
 
-            weights = [ops.convert_to_numpy(v.value) for v in backend.model.trainable_variables]
-        else:
-            import jax
 
-            weights = [np.asarray(x) for x in jax.device_get(backend.state[0])]
-        ckpt.save_best(backend.args.output_dir, step, key, float(value),
-                       {var.path: w for var, w in zip(backend.model.trainable_variables, weights)})
-        logger.info("new best %s=%.4g at step %d: weights kept in %s", key, value, step,
-                    os.path.join(backend.args.output_dir, ckpt.BEST_DIRNAME))
-    backend.best_model_checkpoint = os.path.join(backend.args.output_dir, ckpt.BEST_DIRNAME)
+def save_best_weights(output_dir: str, step: int, key: str, value: float, weights: Dict[str, np.ndarray]) -> None:
+    """The new best evaluation's trainable weights (variable path -> array) on disk, not in memory: a killed run's
+    best survives into the resumed one (the caller is the process that writes files)."""
+    ckpt.save_best(output_dir, step, key, float(value), weights)
+    logger.info("new best %s=%.4g at step %d: weights kept in %s", key, value, step, best_folder(output_dir))
 
 
 def load_best(backend) -> None:
@@ -62,7 +55,7 @@ def load_best(backend) -> None:
     kept = ckpt.read_best(backend.args.output_dir)
     if kept is None or kept["global_step"] != best_step:
         logger.warning("load_best_model_at_end: the best weights of step %d are gone from %s; the final weights "
-                       "are exported.", best_step, os.path.join(backend.args.output_dir, ckpt.BEST_DIRNAME))
+                       "are exported.", best_step, best_folder(backend.args.output_dir))
         return
     weights = renamed_paths(kept["weights"], getattr(backend.model, "legacy_paths", ()))  # an older run's paths
     for var in backend.model.trainable_variables:

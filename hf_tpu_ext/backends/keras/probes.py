@@ -8,9 +8,9 @@ answer the tokenizer cannot spell fails before the first step), and each evaluat
 :func:`hf_tpu_ext.probes.score_encoded` on NumPy logits. Its log-history keys are the TensorFlow backend's:
 ``probe_top1``, ``probe_top5``, ``probe_mrr`` (floats in [0, 1]) and ``probe_n`` (probes scored).
 
-On JAX the forward pass is one ``jax.jit`` program of ``model.stateless_call`` on the training state as it is
-(``backend.state``, replicated on every device), batches padded to ``[batch_size, seq_length]`` (rows repeated,
-their logits dropped), so it compiles once per run; under ``KERAS_BACKEND=tensorflow`` the model is called eagerly.
+The forward pass is one ``jax.jit`` program of ``model.stateless_call`` on the training state as it is (the
+trainer's weights: :meth:`~hf_tpu_ext.backends.keras.trainer.JaxTrainer.on_weights`), batches padded to
+``[batch_size, seq_length]`` (rows repeated, their logits dropped), so it compiles once per run.
 """
 
 from __future__ import annotations
@@ -34,23 +34,14 @@ def _pad_rows(values: np.ndarray, rows: int) -> np.ndarray:
     return np.concatenate([values, np.repeat(values[-1:], rows - len(values), axis=0)])
 
 
-def _mask_logits_function(backend, batch_size: int) -> Callable:
+def _mask_logits_function(trainer, batch_size: int) -> Callable:
     """``(input_ids [B, L], attention_mask [B, L], mask_index [B]) -> float32 [B, V]``: the logits at one position per
-    row with the backend's current weights (``B <= batch_size``)."""
-    model = backend.model
+    row with the trainer's current weights (``B <= batch_size``)."""
+    model = trainer.model
 
     def inputs(input_ids, attention_mask, mask_index):
         return {"token_ids": input_ids, "padding_mask": attention_mask, "mask_positions": mask_index[:, None]}
 
-    if backend.on_tensorflow:
-        from keras import ops
-
-        def eager(input_ids, attention_mask, mask_index):
-            ids, mask, index = (np.asarray(a, np.int32) for a in (input_ids, attention_mask, mask_index))
-            logits = model(inputs(ids, mask, index), training=False)  # [B, 1, V]
-            return ops.convert_to_numpy(ops.cast(logits[:, 0, :], "float32"))
-
-        return eager
     import jax
     import jax.numpy as jnp
 
@@ -63,7 +54,7 @@ def _mask_logits_function(backend, batch_size: int) -> Callable:
     def on_device(input_ids, attention_mask, mask_index):
         rows = len(input_ids)
         arrays = [_pad_rows(np.asarray(a, np.int32), batch_size) for a in (input_ids, attention_mask, mask_index)]
-        out = probe_logits(backend.state[0], backend.state[1], *backend.placement.put_replicated(arrays))
+        out = trainer.on_weights(probe_logits, arrays)
         return np.asarray(out.addressable_data(0))[:rows]  # replicated: this process's copy (multi-host too)
 
     return on_device
@@ -71,7 +62,7 @@ def _mask_logits_function(backend, batch_size: int) -> Callable:
 
 def make_probe_scorer(backend, batch_size: int = 64) -> Callable[[], Dict[str, float]]:
     """A ``() -> {"probe_top1", "probe_top5", "probe_mrr", "probe_n"}`` scorer of ``--probe_file`` for a built
-    Keras backend (its tokenizer, config, plan and state).
+    Keras backend (its tokenizer, config, plan and trainer).
 
     Args:
         backend: a :class:`~hf_tpu_ext.backends.keras.backend.KerasBackend` after ``build``.
@@ -93,7 +84,7 @@ def make_probe_scorer(backend, batch_size: int = 64) -> Callable[[], Dict[str, f
         raise DataError(f"--probe_file {err}") from None
     blocked = probes.blocked_ids(tokenizer, vocab_size)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    mask_logits = _mask_logits_function(backend, batch_size)
+    mask_logits = _mask_logits_function(backend.trainer, batch_size)
 
     def score() -> Dict[str, float]:
         result = probes.score_encoded(encoded, mask_logits, blocked, pad_id, batch_size=batch_size, pad_to=seq_length)

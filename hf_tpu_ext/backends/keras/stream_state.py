@@ -11,45 +11,43 @@ from __future__ import annotations
 import os
 from typing import Dict
 
-import numpy as np
-
 from hf_tpu_ext.errors import CheckpointError, DataError
 
 
 def stream_batches(backend, source, rows):
     """The :class:`~hf_tpu_ext.data.streaming.StreamTrainBatches` of a built backend (tokenizer, plan, masker
-    set): this process's ``split_dataset_by_node`` slice of ``source``, ``rows`` (int ``[R]``, None: all) per step.
+    set): this process's ``split_dataset_by_node`` slice of ``source``, ``rows`` (int ``[R]``) per step.
     """
     from hf_tpu_ext.data.streaming import StreamedBlocks, StreamTrainBatches
     from hf_tpu_ext.distributed import process_index
 
-    count = 1
-    if backend.placement is not None:
-        import jax
+    import jax
 
-        count = jax.process_count()
-    rows = np.arange(backend.plan.global_batch_size) if rows is None else rows
-    blocks = StreamedBlocks(source, backend.tokenizer, backend.plan.seq_length, process_index(), count)
+    blocks = StreamedBlocks(source, backend.tokenizer, backend.plan.seq_length, process_index(), jax.process_count())
     # the prefetcher is 2 device calls of --steps_per_execution steps ahead; states of a few more are kept
     n = int(getattr(backend.args, "steps_per_execution", 1) or 1)
     return StreamTrainBatches(blocks, backend.args.seed, backend.masker, rows, keep=4 * n + 8)
 
 
-def _streaming(backend) -> bool:
+def _is_stream(batches) -> bool:
     from hf_tpu_ext.data.streaming import StreamTrainBatches
 
-    return isinstance(getattr(backend, "train_batches", None), StreamTrainBatches)
+    return isinstance(batches, StreamTrainBatches)
 
 
-def data_state_files(backend, step: int) -> Dict[str, str]:
-    """Every process's ``data_state-<i>.json`` text after ``step`` steps (a collective: all processes call it),
-    for process 0 to write into the checkpoint; ``{}`` without ``--streaming``."""
+def _streaming(backend) -> bool:
+    return _is_stream(getattr(backend, "train_batches", None))
+
+
+def data_state_files(batches, placement, step: int) -> Dict[str, str]:
+    """Every process's ``data_state-<i>.json`` text after ``step`` steps of the batch source ``batches`` (a
+    collective over ``placement``'s processes: all call it), for process 0 to write into the checkpoint; ``{}``
+    without ``--streaming``."""
     from hf_tpu_ext.data.streaming import STATE_FILE
 
-    if not _streaming(backend):
+    if not _is_stream(batches):
         return {}
-    own = backend.train_batches.state_at(step)
-    texts = [own] if backend.placement is None else backend.placement.gather_texts(own)
+    texts = placement.gather_texts(batches.state_at(step))
     return {STATE_FILE.format(i): text for i, text in enumerate(texts)}
 
 

@@ -1,0 +1,281 @@
+"""The Keras backend's one trainer, on JAX (:class:`JaxTrainer`), behind :class:`hf_tpu_ext.backends.loop.StepBackend`.
+
+The loop itself (cadence, logging window, best model, signal save, final checkpoint) is the one of
+:mod:`hf_tpu_ext.backends.loop`. Here: the train state and where it lives, the compiled steps, and the state's
+saves. One device call runs ``N = --steps_per_execution`` optimizer steps
+(:func:`hf_tpu_ext.backends.keras.step.make_multi_step`: a ``lax.fori_loop`` over ``N`` stacked global batches
+inside the one jitted program); its batches are built and put on the devices by a background thread two calls
+ahead (:class:`hf_tpu_ext.data.numpy_batches.Prefetcher`); several processes agree on a signal at each call
+boundary.
+
+One direction: the backend builds the trainer with everything it reads (model, optimizer, placement, batch source,
+schedule, evaluation, writers, checkpoint target) and calls its methods; the trainer never reads the backend. The
+state is put on the devices at one call site (:meth:`JaxTrainer._place_state`, :mod:`~hf_tpu_ext.backends.keras.placement`)
+and written at one (:meth:`JaxTrainer.save`, :func:`hf_tpu_ext.backends.keras.checkpoint.save_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from hf_tpu_ext import interrupts
+from hf_tpu_ext.backends.base import SaveHook
+from hf_tpu_ext.backends.keras import checkpoint as ckpt
+from hf_tpu_ext.backends.keras.architectures.name_table import renamed_paths
+from hf_tpu_ext.backends.keras.best import save_best_weights
+from hf_tpu_ext.backends.keras.step import (CompileCounter, jit_eval_step, jit_train_step, make_eval_step,
+                                            make_multi_step, make_train_step, split_micro_batches, state_to_host)
+from hf_tpu_ext.backends.keras.stream_state import data_state_files
+from hf_tpu_ext.data.numpy_batches import Prefetcher
+from hf_tpu_ext.distributed import OWN_LINE
+from hf_tpu_ext.errors import CheckpointError
+
+logger = logging.getLogger("hf_tpu_ext")
+
+#: checkpoint keys of the model's non-trainable variables (by position)
+NON_TRAINABLE_PREFIX = "non_trainable/"
+
+
+def stack_batches(batches: List[Dict[str, np.ndarray]], steps: int) -> Dict[str, np.ndarray]:
+    """``steps`` batches ``[A, B/A, ...]`` as one ``[steps, A, B/A, ...]`` batch; missing ones (a short call) are
+    zeros, never trained on (the call's step count stops the loop before them)."""
+    out = {}
+    for key in batches[0]:
+        values = [b[key] for b in batches]
+        values += [np.zeros_like(values[0])] * (steps - len(values))
+        out[key] = np.stack(values)
+    return out
+
+
+@dataclass(frozen=True)
+class CheckpointTarget:
+    """Where and with what the trainer writes ``checkpoint-<step>/`` and the best weights.
+
+    Attributes:
+        output_dir: the run folder (``checkpoint-<step>/``, ``checkpoints/best/``).
+        keep: ``--save_total_limit`` (None: every checkpoint stays).
+        writes: whether this process writes files (process 0; every process takes part in the device reads).
+        facts: ``facts(step) -> dict``: the run's fields of ``checkpoint.json`` at a step (epoch, model config,
+            data position, versions, ``--optim``).
+    """
+
+    output_dir: str
+    keep: Optional[int]
+    writes: bool
+    facts: Callable[[int], Dict[str, Any]]
+
+
+class JaxTrainer:
+    """The train state ``(trainable, non_trainable, optimizer variables)`` (placed by ``placement``), the global
+    step reached, the compiled train/eval steps (built here, once) and their saves; the step loop's side
+    (:class:`~hf_tpu_ext.backends.loop.StepBackend`).
+
+    Args:
+        model: the built Keras model (``stateless_call``; its variables are written back by
+            :meth:`write_variables`); ``model.train_function`` is set to the compiled step (the recompile guard).
+        optimizer: the built Keras optimizer (``stateless_apply``).
+        placement: the :class:`~hf_tpu_ext.backends.keras.placement.Placement` of the state and the batches.
+        batches: ``batches(step) -> {key: [B_local, ...]}``: this process's rows of global step ``step``'s batch.
+        schedule: the learning-rate schedule (``value(step) -> float``).
+        evaluate: ``evaluate() -> metrics`` of the step loop's evaluations (the backend's, probes included).
+        summary_writer: the TensorBoard writer (``scalars(entry)``), or None.
+        checkpoints: where the saves go (:class:`CheckpointTarget`).
+        bf16_dots: the run's :class:`~hf_tpu_ext.precision.PrecisionPlan` ``bf16_dots`` (XLA:CPU dot routing).
+        seed: the run's seed (dropout keys); accumulation: micro-batches ``A`` per step (>= 1).
+        steps_per_execution: ``N``, optimizer steps per device call (>= 1); the step loop and the stacked batches
+            use this one value.
+    """
+
+    def __init__(self, model, optimizer, placement, *, batches: Callable[[int], Dict[str, np.ndarray]], schedule,
+                 evaluate: Callable[[], Dict[str, float]], summary_writer, checkpoints: CheckpointTarget,
+                 bf16_dots: bool, seed: int, accumulation: int, steps_per_execution: int):
+        self.model, self.optimizer, self.placement = model, optimizer, placement
+        self._batches, self._schedule, self._evaluate = batches, schedule, evaluate
+        self._summary_writer, self._checkpoints = summary_writer, checkpoints
+        self.accumulation = int(accumulation)
+        self.steps_per_execution = int(steps_per_execution)  # StepLoop reads it: one value for loop and batches
+        self._step = 0
+        self._on_save: Optional[SaveHook] = None
+        self._compiles = CompileCounter("train_step")
+        step = make_train_step(model, optimizer, int(seed), self.accumulation, bf16_dots=bf16_dots)
+        n = self.steps_per_execution
+        self._train_step = jit_train_step(make_multi_step(step, n) if n > 1 else step, placement)
+        self._eval_step = jit_eval_step(make_eval_step(model, bf16_dots=bf16_dots))
+        model.train_function = self._train_step  # the recompile guard watches this function
+        self._state = self._place_state()
+
+    # ------------------------------------------------------------------ state <-> Keras variables
+    def _variables(self):
+        return self.model.trainable_variables, self.model.non_trainable_variables, self.optimizer.variables
+
+    def _place_state(self) -> tuple:
+        """The train state from the Keras variables, on the devices (the one placement of the state)."""
+        return tuple(self.placement.put_replicated([v.value for v in vs]) for vs in self._variables())
+
+    def write_variables(self) -> None:
+        """Write the train state back into the Keras variables (export, callbacks reading weights)."""
+        for variables, values in zip(self._variables(), state_to_host(self._state)):
+            for var, value in zip(variables, values):
+                var.assign(value)
+
+    def _named_host_state(self) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
+        """``(model variables, optimizer variables)`` by checkpoint name, as NumPy (a device read every process
+        takes part in)."""
+        trainable, non_trainable, opt = state_to_host(self._state)
+        # trainable variables by path (keras-hub names every layer); non-trainable ones (dropout seed states,
+        # auto-numbered "seed_generator_N" per process) and the optimizer's by position
+        model_vars = {var.path: value for var, value in zip(self.model.trainable_variables, trainable)}
+        model_vars.update({f"{NON_TRAINABLE_PREFIX}{i:05d}": value for i, value in enumerate(non_trainable)})
+        opt_vars = {f"{i:05d}/{var.path}": value for i, (var, value) in enumerate(zip(self.optimizer.variables, opt))}
+        return model_vars, opt_vars
+
+    def restore(self, path: str, optim: str) -> Dict[str, Any]:
+        """Load a checkpoint's weights and optimizer state into the variables and the train state; returns its
+        ``checkpoint.json`` (``global_step``: the step reached now).
+
+        Args:
+            path: the ``checkpoint-<step>/`` folder. optim: this run's ``--optim`` (named when it does not fit).
+
+        Raises:
+            CheckpointError: a file is unreadable, or a variable is missing or of another shape (named).
+        """
+        meta = ckpt.read_meta(path)
+        # an older checkpoint's variable paths renamed to the model's (e.g. RoBERTa before the shared encoder)
+        model_vars = renamed_paths(ckpt.load_tensors(path, ckpt.MODEL_NAME), getattr(self.model, "legacy_paths", ()))
+        opt_vars = ckpt.load_tensors(path, ckpt.OPTIMIZER_NAME)
+        named = [(var.path, var) for var in self.model.trainable_variables] + [
+            (f"{NON_TRAINABLE_PREFIX}{i:05d}", var) for i, var in enumerate(self.model.non_trainable_variables)]
+        for key, var in named:
+            value = model_vars.get(key)
+            if value is None or tuple(value.shape) != tuple(var.shape):
+                raise CheckpointError(
+                    f"Checkpoint {path} does not fit the model: variable {var.path} "
+                    f"{'is missing' if value is None else f'has shape {tuple(value.shape)}, the model {tuple(var.shape)}'}.")
+            var.assign(value)
+        ordered = [opt_vars[k] for k in sorted(opt_vars)]
+        variables = self.optimizer.variables
+        if len(ordered) != len(variables) or any(tuple(a.shape) != tuple(v.shape) for a, v in zip(ordered, variables)):
+            trained = (f"trained with --optim {meta['optim']}" if meta.get("optim") not in (None, optim)
+                       else f"its optimizer state has {len(ordered)} variables, --optim {optim} {len(variables)}")
+            raise CheckpointError(f"--optim {optim} contradicts the checkpoint {path} ({trained}): drop "
+                                  "--optim or start a new run in another --output_dir.")
+        for var, value in zip(variables, ordered):
+            var.assign(value)
+        self._state = self._place_state()
+        self._step = int(meta["global_step"])
+        return meta
+
+    # ------------------------------------------------------------------ the backend's calls
+    def start(self, step: int, on_save: SaveHook) -> None:
+        """A training segment from global ``step``; ``on_save(step, path)`` after each checkpoint written."""
+        self._step, self._on_save = int(step), on_save
+
+    def current_step(self) -> int:
+        """The global step the state has reached."""
+        return self._step
+
+    @contextlib.contextmanager
+    def counting_compiles(self) -> Iterator[None]:
+        """Count XLA's compilations of the train step while inside (JAX's events): :meth:`compile_figures`."""
+        self._compiles = CompileCounter("train_step")  # this segment's
+        with self._compiles:
+            yield
+
+    def compile_figures(self) -> Dict[str, Any]:
+        """The train step's XLA compilations in this segment (``xla_step_compilations``: 1 = compiled once) and
+        their seconds (``xla_step_compile_seconds``)."""
+        return {"xla_step_compilations": int(self._compiles.count),
+                "xla_step_compile_seconds": round(float(self._compiles.seconds), 3)}
+
+    def eval_sums(self, batch: Dict[str, np.ndarray]) -> Tuple[float, float, float]:
+        """``(loss sum, correct, count)`` of one host evaluation batch ``[B, ...]`` (this process's rows)."""
+        out = self._eval_step(self._state[0], self._state[1], self.placement.put_batch(batch, axis=0))
+        return tuple(float(x) for x in out)
+
+    def on_weights(self, function: Callable, arrays: List[np.ndarray]):
+        """``function(trainable, non_trainable, *arrays)`` on the current weights, ``arrays`` replicated on the
+        devices (``--probe_file``'s jitted forward pass); its result as ``function`` returns it."""
+        return function(self._state[0], self._state[1], *self.placement.put_replicated(arrays))
+
+    def lower_train_step(self, batch: Dict[str, np.ndarray]):
+        """The compiled train step lowered (``jax.stages.Lowered``) on the state and one host batch
+        ``[A, B/A, ...]`` (``N`` = 1): the program a run compiles, for the HLO guard (benchmarks/step_hlo.py)."""
+        return self._train_step.lower(self._state, self.placement.put_batch(batch, axis=1), np.int32(0))
+
+    # ------------------------------------------------------------------ the step loop's side (StepBackend)
+    def open_batches(self, calls: Iterable[Tuple[int, int]]):
+        return Prefetcher(self.produce, calls, depth=2)
+
+    def produce(self, item: Tuple[int, int]):
+        """The device batch of one call (runs in the prefetch thread)."""
+        start, k = item
+        micro = [split_micro_batches(self._batches(s), self.accumulation) for s in range(start, start + k)]
+        if self.steps_per_execution == 1:
+            return self.placement.put_batch(micro[0], axis=1)
+        return self.placement.put_batch(stack_batches(micro, self.steps_per_execution), axis=2)
+
+    def run_steps(self, batch, start: int, k: int) -> np.ndarray:
+        """Run ``k`` optimizer steps from global step ``start``; their mean losses (float64 ``[k]``), once done."""
+        if self.steps_per_execution == 1:
+            self._state, loss_sum, count = self._train_step(self._state, batch, np.int32(start))
+            sums, counts = [float(loss_sum)], [float(count)]
+        else:
+            self._state, loss_sums, cnts = self._train_step(self._state, batch, np.int32(start), np.int32(k))
+            sums, counts = np.asarray(loss_sums, np.float64)[:k], np.asarray(cnts, np.float64)[:k]
+        self._step = start + k
+        return np.asarray(sums, np.float64) / np.maximum(np.asarray(counts, np.float64), 1.0)
+
+    def learning_rate(self, step: int) -> float:
+        return self._schedule.value(step)
+
+    def evaluate(self) -> Dict[str, float]:
+        return self._evaluate()
+
+    def write_scalars(self, entry: Dict[str, Any]) -> None:
+        if self._summary_writer is not None:
+            self._summary_writer.scalars(entry)
+
+    def save(self, step: int, fields: Dict[str, Any]) -> None:
+        """``checkpoint-<step>/`` (process 0 writes; every process takes part in the device read and the
+        ``--streaming`` positions) with the run's facts and the loop's ``fields``
+        (:meth:`~hf_tpu_ext.backends.loop.StepLoop.checkpoint_fields`: ``loss_window``, ``fit_metrics``, to which
+        the compile figures are added), then ``on_save`` (the run's trainer state completes it)."""
+        model_vars, opt_vars = self._named_host_state()
+        data_states = data_state_files(self._batches, self.placement, step)  # --streaming: a collective
+        target = self._checkpoints
+        if not target.writes:
+            return
+        meta = {**target.facts(step), **(fields or {})}  # the loop's: the logging window, what was measured
+        if "fit_metrics" in meta:
+            meta["fit_metrics"] = {**meta["fit_metrics"], **self.compile_figures()}
+        path = ckpt.save_checkpoint(target.output_dir, step, model_vars, opt_vars, meta, keep=target.keep,
+                                    extra_files=data_states)
+        interrupts.kill_for_test("checkpoint_weights", step)  # weights written, trainer state not yet
+        self._on_save(step, path)
+        logger.info("saved checkpoint %s", path)  # complete only now: its trainer state is written
+
+    def keep_best(self, step: int, key: str, value: float) -> None:
+        """The new best evaluation's trainable weights into ``checkpoints/best/`` (process 0 writes)."""
+        if self._checkpoints.writes:
+            weights = state_to_host(self._state[:1])[0]
+            save_best_weights(self._checkpoints.output_dir, step, key, value,
+                              {var.path: w for var, w in zip(self.model.trainable_variables, weights)})
+
+    def signalled(self) -> bool:
+        """Whether a SIGINT/SIGTERM was seen (:func:`hf_tpu_ext.interrupts.received`) by any process.
+
+        Several processes agree (:meth:`~hf_tpu_ext.backends.keras.placement.Placement.any_process`, called by all
+        at the same call boundary): a signal seen by one stops all at this step; a process that saw none records a
+        SIGTERM, so every process saves the one checkpoint and exits 143."""
+        seen = self.placement.any_process(interrupts.received() is not None)
+        if seen and interrupts.received() is None:
+            logger.info("another process received a signal: stopping at step %d with it", self._step,
+                        extra=OWN_LINE)  # only this process knows: tagged [process i] on the others
+            interrupts.record(signal.SIGTERM)
+        return seen
