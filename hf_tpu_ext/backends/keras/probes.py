@@ -34,10 +34,9 @@ def _pad_rows(values: np.ndarray, rows: int) -> np.ndarray:
     return np.concatenate([values, np.repeat(values[-1:], rows - len(values), axis=0)])
 
 
-def _mask_logits_function(trainer, batch_size: int) -> Callable:
+def _mask_logits_function(model, trainer, batch_size: int) -> Callable:
     """``(input_ids [B, L], attention_mask [B, L], mask_index [B]) -> float32 [B, V]``: the logits at one position per
-    row with the trainer's current weights (``B <= batch_size``)."""
-    model = trainer.model
+    row of ``model`` with the trainer's current weights (``B <= batch_size``)."""
 
     def inputs(input_ids, attention_mask, mask_index):
         return {"token_ids": input_ids, "padding_mask": attention_mask, "mask_positions": mask_index[:, None]}
@@ -84,7 +83,7 @@ def make_probe_scorer(backend, batch_size: int = 64) -> Callable[[], Dict[str, f
         raise DataError(f"--probe_file {err}") from None
     blocked = probes.blocked_ids(tokenizer, vocab_size)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    mask_logits = _mask_logits_function(backend.trainer, batch_size)
+    mask_logits = _mask_logits_function(backend.model, backend.trainer, batch_size)
 
     def score() -> Dict[str, float]:
         result = probes.score_encoded(encoded, mask_logits, blocked, pad_id, batch_size=batch_size, pad_to=seq_length)
