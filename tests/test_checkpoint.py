@@ -147,6 +147,25 @@ def test_validate_compatible_names_mismatching_fields(ckpt_run):
         np.testing.assert_array_equal(w.numpy(), b)
 
 
+def test_checkpoint_files_restore_on_their_own_once_linked(ckpt_run, tmp_path):
+    """What a push takes of a TensorFlow checkpoint (``checkpoint_files``): its own files, its trainer state as
+    trainer_state.json and a state file naming it alone; linked into a folder as the push queue does, it restores."""
+    from hf_tpu_ext.backends.tensorflow.checkpoint import checkpoint_files
+    from hf_tpu_ext.hub.staging import link_files
+
+    files = checkpoint_files(ckpt_run["paths"][-1])
+    assert files["checkpoint"] == b'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n'
+    assert files["ckpt-3.index"] == ckpt_run["paths"][-1] + ".index" and "ckpt-3.json" in files
+    assert [n for n in files if n.startswith("ckpt-3.data-")] and not [n for n in files if n.startswith("ckpt-2")]
+    dest = tmp_path / "last-checkpoint"
+    link_files(files, str(dest))
+    assert os.stat(dest / "ckpt-3.index").st_ino == os.stat(ckpt_run["paths"][-1] + ".index").st_ino
+    model, opt = _model(seed=7), _optimizer()
+    assert TrainingCheckpointer(str(tmp_path / "new_run"), model, opt, 1).restore(str(dest)) == 3
+    for w, saved in zip(model.trainable_variables, ckpt_run["saved_weights"]):
+        np.testing.assert_array_equal(w.numpy(), saved)
+
+
 def test_find_latest_and_missing_checkpoints(tmp_path):
     with pytest.raises(CheckpointError) as err:
         find_latest(str(tmp_path))

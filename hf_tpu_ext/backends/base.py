@@ -24,7 +24,7 @@ and one entry in :data:`hf_tpu_ext.backends.BACKEND_REGISTRY`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Dict, List, Optional, Protocol, Union, runtime_checkable
 
 #: ``on_save(global_step, checkpoint_path)``: called by :meth:`Backend.fit` after each checkpoint is written.
 SaveHook = Callable[[int, str], None]
@@ -228,8 +228,12 @@ class Backend(Protocol):
         """Delete the leftovers of a save or export that was killed (incomplete checkpoints, temp folders and
         files) in a run's ``output_dir``; complete checkpoints stay. Returns the paths removed (relative)."""
 
-    def export_checkpoint(self, path: str, folder: str) -> str:
-        """Copy one checkpoint into ``folder`` so it restores on its own (Hub ``last-checkpoint/``)."""
+    def checkpoint_files(self, path: str) -> Dict[str, Union[str, bytes]]:
+        """The files a push uploads of checkpoint ``path`` (Hub ``last-checkpoint/`` or ``checkpoint-<step>/``), so
+        that folder restores on its own: ``{name in the pushed folder: local file}``, names with ``/`` separators;
+        a ``bytes`` value is a small file's content (TensorFlow's ``checkpoint`` state file naming this checkpoint
+        alone). Nothing is written: the push queue hard-links the files when the save is queued (the checkpoint
+        is pushed as written). Raises ``CheckpointError`` when ``path`` is not a checkpoint."""
 
     def model_config(self) -> Any:
         """The built model's ``PretrainedConfig`` (for the FLOPs count)."""

@@ -33,7 +33,7 @@ from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, S
 from hf_tpu_ext.backends.keras import checkpoint as ckpt
 from hf_tpu_ext.backends.keras.architectures.name_table import renamed_paths
 from hf_tpu_ext.backends.keras.best import load_best, restore_best
-from hf_tpu_ext.backends.keras.checkpoint import (STATE_NAME, export_checkpoint_folder, find_checkpoints,
+from hf_tpu_ext.backends.keras.checkpoint import (STATE_NAME, checkpoint_files, find_checkpoints,
                                                   is_checkpoint_folder, remove_incomplete)
 from hf_tpu_ext.backends.keras.processes import maybe_initialize_distributed
 from hf_tpu_ext.backends.keras.events import EventWriter
@@ -203,8 +203,8 @@ class KerasBackend(BackendDefaults):
     def checkpoint_state_file(self, path: str) -> str:
         return os.path.join(path, STATE_NAME)
 
-    def export_checkpoint(self, path: str, folder: str) -> str:
-        return export_checkpoint_folder(path, folder)
+    def checkpoint_files(self, path: str) -> Dict[str, str]:
+        return checkpoint_files(path)
 
     # ------------------------------------------------------------------ model and data
     def build(self, model_args, data_args, training_args, tokenizer, blocks, plan: RunPlan) -> None:

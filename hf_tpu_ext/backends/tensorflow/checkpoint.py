@@ -35,7 +35,7 @@ import json
 import logging
 import os
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -430,12 +430,17 @@ def _variable_count(obj) -> int:
     return len(found() if callable(found) else found)
 
 
-def _write_state_file(folder: str, name: str, older: Optional[List[str]] = None) -> None:
-    # The CheckpointState text proto, relative paths, as tf.train.CheckpointManager writes it (oldest first,
-    # the newest last); written to a temp name and renamed, so it never names a half-written list
+def _state_text(name: str, older: Optional[List[str]] = None) -> str:
+    """The CheckpointState text proto, relative paths, as tf.train.CheckpointManager writes it (oldest first,
+    the newest last)."""
     lines = [f'model_checkpoint_path: "{name}"'] + [f'all_model_checkpoint_paths: "{n}"' for n in (older or [])]
     lines.append(f'all_model_checkpoint_paths: "{name}"')
-    text = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
+
+
+def _write_state_file(folder: str, name: str, older: Optional[List[str]] = None) -> None:
+    # written to a temp name and renamed, so it never names a half-written list
+    text = _state_text(name, older)
     path = _join(folder, STATE_FILE)
     if "://" in path:
         with tf.io.gfile.GFile(path, "w") as f:
@@ -529,6 +534,35 @@ def remove_incomplete(folder: str) -> List[str]:
         elif tf.io.gfile.exists(_join(folder, STATE_FILE)):
             tf.io.gfile.remove(_join(folder, STATE_FILE))
     return removed
+
+
+def checkpoint_files(checkpoint_path: str) -> Dict[str, Union[str, bytes]]:
+    """The files a push uploads of one checkpoint so its folder restores on its own (Hub ``last-checkpoint/``):
+    ``ckpt-N.index``, ``ckpt-N.data-*``, the sidecar ``ckpt-N.json``, its trainer state as ``trainer_state.json``
+    and a ``checkpoint`` state file naming ``ckpt-N`` alone (its content: the run's own state file may still name
+    the checkpoint before, and names the older ones). ``{name: local path}``; on a remote file system (``gs://``)
+    the values are the files' bytes (a hard link needs a local file).
+
+    Raises:
+        CheckpointError: the checkpoint does not exist.
+    """
+    src = resolve_checkpoint(checkpoint_path)
+    remote = "://" in src
+    src_dir, name = src.rsplit("/", 1) if remote else os.path.split(src)
+    wanted = {n: n for n in tf.io.gfile.listdir(src_dir)
+              if n in (name + ".index", name + ".json") or n.startswith(name + ".data-")}
+    if tf.io.gfile.exists(src + STATE_SUFFIX):
+        wanted["trainer_state.json"] = name + STATE_SUFFIX
+    files: Dict[str, Union[str, bytes]] = {}
+    for target, n in wanted.items():
+        path = _join(src_dir, n)
+        if remote:
+            with tf.io.gfile.GFile(path, "rb") as f:
+                files[target] = f.read()
+        else:
+            files[target] = path
+    files[STATE_FILE] = _state_text(name).encode()
+    return files
 
 
 def export_checkpoint_folder(checkpoint_path: str, dest_dir: str) -> List[str]:
