@@ -75,7 +75,7 @@ def _recording_session(repo_id, output_dir, **config):
             self.repo_id = repo_id
             return repo_id
 
-        def _submit(self, plan, model_folder, checkpoint):  # what the session would queue: the save's one plan
+        def _submit(self, plan, model_folder, checkpoint, replaced=()):  # what the session would queue: the save's one plan
             self.saves.append((model_folder, {"step": plan.step, "checkpoint_folder": checkpoint,
                                               "final": plan.final, "commit_message": plan.commit_message}))
 

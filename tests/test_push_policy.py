@@ -169,7 +169,7 @@ def _recording_session(config):
                 self.budget = budget_for(self.repo_id, config.hub_commit_budget, config.budget_period)
             return self.repo_id
 
-        def _submit(self, plan, model_folder, checkpoint):
+        def _submit(self, plan, model_folder, checkpoint, replaced=()):
             self.saves.append({"step": plan.step, "checkpoint_folder": checkpoint, "final": plan.final,
                                "commit_message": plan.commit_message})
             self.pushed_steps.append(plan.step)

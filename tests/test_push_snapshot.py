@@ -1,6 +1,7 @@
 """A backend's checkpoint is pushed as written: the push queue hard-links its files when the save is queued
 (``Backend.checkpoint_files``; a copy where no link can be made), so deleting or rotating the checkpoint folder
-(``save_total_limit``) before the upload changes nothing on the Hub, and the checkpoint is never copied."""
+(``save_total_limit``) before the upload changes nothing on the Hub, and the checkpoint is never copied; the model
+folder's weights that the export replaces (``Backend.export_replaces``) are linked too, the rest copied."""
 
 import errno
 import json
@@ -49,17 +50,22 @@ def test_a_backends_checkpoint_is_pushed_as_written(loopback_hub, tmp_path, monk
                                      hub_strategy=strategy, save_strategy="no"), is_chief=True)
     try:
         plan = session.admit(3)
-        session.save(plan, str(out), checkpoint_files=checkpoint_files(str(ckpt)))
+        session.save(plan, str(out), checkpoint_files=checkpoint_files(str(ckpt)), replaced=("model.safetensors",))
         [linked] = _snapshot_files(session.staging_root, "model_state.safetensors")
         assert os.stat(linked).st_ino == os.stat(ckpt / "model_state.safetensors").st_ino  # one inode, no copy
-        assert sorted(copied) == ["config.json", "model.safetensors"]  # only the model folder is copied
+        [weights] = _snapshot_files(session.staging_root, "model.safetensors")
+        assert os.stat(weights).st_ino == os.stat(out / "model.safetensors").st_ino
+        assert copied == ["config.json"]  # nothing else written: the weights are on disk once per folder
         shutil.rmtree(ckpt)  # save_total_limit rotates it away; the next save writes the same name anew
         _keras_checkpoint(out / "checkpoint-3", 3, "rewritten later")
+        (out / "model.safetensors.tmp").write_bytes(b"weights of the next save")  # the next export: renamed in
+        os.replace(out / "model.safetensors.tmp", out / "model.safetensors")
         report = session.finish(60)
     finally:
         session.close()
     assert report.ok and report.counts["pushed"] == (1 if where == "last-checkpoint" else 2)
     files = loopback_hub.server.files(repo)
+    assert files["model.safetensors"] == b"weights" and files["config.json"] == b'{"model_type": "roberta"}'
     assert files[f"{where}/model_state.safetensors"] == b"model_state.safetensors as saved at step 3"
     assert sorted(n for n in files if n.startswith(f"{where}/")) == [
         f"{where}/{n}" for n in ("checkpoint.json", "data_state-0.json", "model_state.safetensors",

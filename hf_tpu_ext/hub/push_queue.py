@@ -166,7 +166,8 @@ class _Replaced(Exception):
     """A push waiting for a retry was replaced by a newer final push of its key (which carries newer state)."""
 
 
-def _snapshot(staging: str, sources, linked, allow: Optional[List[str]], ignore: Optional[List[str]]) -> int:
+def _snapshot(staging: str, sources, linked, allow: Optional[List[str]], ignore: Optional[List[str]],
+              link: Optional[List[str]]) -> int:
     """Fill the snapshot folder ``staging``: the ``sources`` folders copied (the patterns filter the main folder,
     prefix ``""``, only), the ``linked`` checkpoint files hard-linked; returns the file count. A failure removes it."""
     try:
@@ -174,7 +175,7 @@ def _snapshot(staging: str, sources, linked, allow: Optional[List[str]], ignore:
         for src, prefix in sources:
             main = prefix == ""
             n_files += copy_tree(src, os.path.join(staging, prefix) if prefix else staging,
-                                 allow if main else None, ignore if main else None)
+                                 allow if main else None, ignore if main else None, link if main else None)
         for files, prefix in linked:
             n_files += link_files(files, os.path.join(staging, prefix) if prefix else staging)
         return n_files
@@ -252,7 +253,8 @@ class PushQueue:
                before_upload: Optional[Callable[[str], None]] = None,
                also: Sequence[Tuple[Union[str, os.PathLike], str]] = (), step: Optional[int] = None,
                final: bool = False, inherit: Sequence[str] = (),
-               linked: Sequence[Tuple[Mapping[str, Union[str, bytes]], str]] = ()) -> None:
+               linked: Sequence[Tuple[Mapping[str, Union[str, bytes]], str]] = (),
+               link_patterns: Patterns = None) -> None:
         """Snapshot ``folder`` (and ``also``, ``linked``) now and upload it in the background, in one commit.
 
         Only the local snapshot (copies and hard links) is made in the caller's thread.
@@ -279,6 +281,8 @@ class PushQueue:
                 ``checkpoint_files``) hard-linked under ``prefix/`` of the snapshot (``""``: the snapshot itself;
                 see :func:`hf_tpu_ext.hub.staging.link_files`), so the push carries the files as written now even
                 if their folder is deleted or rotated later.
+            link_patterns: files of ``folder`` (fnmatch, relative) that their writer replaces rather than rewrites
+                (a new file renamed into place): hard-linked into the snapshot instead of copied.
 
         Raises:
             RuntimeError: the queue is closed.
@@ -297,7 +301,7 @@ class PushQueue:
             self._seq += 1
             seq = self._seq
         staging = os.path.join(self._staging_root, f"{seq:06d}")
-        n_files = _snapshot(staging, sources, linked, allow, ignore)
+        n_files = _snapshot(staging, sources, linked, allow, ignore, _as_list(link_patterns))
         job = _Job(key, staging, path_in_repo, commit_message, _as_list(delete_patterns), seq, before_upload,
                    None if step is None else int(step), bool(final), inherit=tuple(inherit))
         with self._cond:

@@ -42,7 +42,7 @@ import functools
 import logging
 import os
 import signal
-from typing import List, Mapping, Optional, Union
+from typing import List, Mapping, Optional, Sequence, Union
 
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.args import HUB_STRATEGIES, check_repo_id  # noqa: F401 (HUB_STRATEGIES: the flag's choices, re-exported)
@@ -233,7 +233,7 @@ class PushSession:
 
     # ---- pushes ------------------------------------------------------------------------------
     def save(self, plan: Optional[PushPlan], model_folder: Optional[str], *, checkpoint_folder: Optional[str] = None,
-             checkpoint_files: Optional[Mapping[str, Union[str, bytes]]] = None) -> None:
+             checkpoint_files: Optional[Mapping[str, Union[str, bytes]]] = None, replaced: Sequence[str] = ()) -> None:
         """Carry out ``plan`` (:meth:`admit`'s): snapshot the save and queue its commits (returns at once; the
         upload runs in the background).
 
@@ -247,6 +247,8 @@ class PushSession:
             checkpoint_files: instead, a backend's checkpoint (``Backend.checkpoint_files``), hard-linked into the
                 snapshot: pushed as written, even if its folder is rotated away before the upload.
             Either is used only where the plan puts a checkpoint (``hub_strategy`` checkpoint, all_checkpoints).
+            replaced: patterns of model-folder files their writer replaces, never rewrites in place (a backend's
+                ``export_replaces``): hard-linked into the snapshot instead of copied.
 
         Raises:
             HubAuthError, HubRepoError, HubError: from :meth:`preflight` (idempotent) when it has not run yet.
@@ -258,9 +260,10 @@ class PushSession:
         if self.budget is not None:
             self.budget.note_commit(final=plan.final)
         checkpoint = checkpoint_files if checkpoint_files is not None else checkpoint_folder
-        self._submit(plan, model_folder, checkpoint if plan.checkpoint is not None else None)
+        self._submit(plan, model_folder, checkpoint if plan.checkpoint is not None else None, tuple(replaced))
 
-    def _submit(self, plan: PushPlan, model_folder: Optional[str], checkpoint: Optional[Checkpoint]) -> None:
+    def _submit(self, plan: PushPlan, model_folder: Optional[str], checkpoint: Optional[Checkpoint],
+                replaced: Sequence[str] = ()) -> None:
         """Queue ``plan``'s commits: the model folder, the checkpoint where ``plan.checkpoint`` puts it."""
         step, final = plan.step, plan.final
         if final and model_folder is not None:  # what the read-back in finish() expects the Hub to show
@@ -278,7 +281,7 @@ class PushSession:
                                ignore_patterns=list(MODEL_IGNORE_PATTERNS), key="model",
                                delete_patterns=list(LAST_CHECKPOINT_DELETE_PATTERNS) if with_model else None,
                                before_upload=functools.partial(validate_card_file, token=self._token), step=step,
-                               final=final, inherit=plan.inherit, **with_model)
+                               final=final, inherit=plan.inherit, link_patterns=list(replaced) or None, **with_model)
         if checkpoint is not None and plan.checkpoint == OWN_COMMIT:
             self._queue.submit(None, path_in_repo=plan.checkpoint_path, commit_message=plan.checkpoint_message,
                                key=plan.checkpoint_path, step=step, **carrying(""))

@@ -60,12 +60,14 @@ def remove_stale_staging(tmp: Optional[str] = None) -> List[str]:
     return removed
 
 
-def copy_tree(src: str, dest: str, allow: Optional[List[str]] = None, ignore: Optional[List[str]] = None) -> int:
+def copy_tree(src: str, dest: str, allow: Optional[List[str]] = None, ignore: Optional[List[str]] = None,
+              link: Optional[List[str]] = None) -> int:
     """Copy the files of ``src`` into ``dest`` (created), filtered like ``upload_folder``; return the file count.
 
     ``allow``/``ignore`` are fnmatch patterns on paths relative to ``src`` (``/`` separators); a pattern
     ending in ``/`` matches a whole folder. ``.git/`` and ``.cache/`` are always left out. Files are copied,
-    not hard-linked: ``save_pretrained``/safetensors rewrite files in place.
+    not hard-linked (``save_pretrained``/safetensors rewrite files in place; the card is edited in the snapshot),
+    except those matching ``link``: files their writer replaces (renamed into place), linked as by :func:`link_files`.
     """
     n_files = 0
     for root, dirs, files in os.walk(src):
@@ -79,7 +81,10 @@ def copy_tree(src: str, dest: str, allow: Optional[List[str]] = None, ignore: Op
                 continue
             target = os.path.join(dest, rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copy2(path, target)
+            if _matches(rel, link):
+                _link_or_copy(path, target)
+            else:
+                shutil.copy2(path, target)
             n_files += 1
     os.makedirs(dest, exist_ok=True)
     return n_files
@@ -107,10 +112,14 @@ def link_files(files: Mapping[str, Union[str, bytes]], dest: str) -> int:
             with open(target, "wb") as f:
                 f.write(src)
             continue
-        try:
-            os.link(src, target)
-        except FileNotFoundError:
-            raise
-        except OSError:  # EXDEV (another file system), EPERM/ENOTSUP (no hard links there): a copy
-            shutil.copy2(src, target)
+        _link_or_copy(src, target)
     return len(files)
+
+
+def _link_or_copy(src: str, target: str) -> None:
+    try:
+        os.link(src, target)
+    except FileNotFoundError:
+        raise
+    except OSError:  # EXDEV (another file system), EPERM/ENOTSUP (no hard links there): a copy
+        shutil.copy2(src, target)

@@ -263,8 +263,9 @@ class TrainingRun:
             self.backend.export(out, self.tokenizer)
             self._write_summary(self._results(plan.step, None))
             self._write_card()
-        files = self.backend.checkpoint_files(checkpoint_path) if checkpoint_path and plan.checkpoint is not None else None
-        self.pusher.save(plan, out, checkpoint_files=files)
+        files = (self.backend.checkpoint_files(checkpoint_path) if checkpoint_path and plan.checkpoint is not None
+                 else None)
+        self.pusher.save(plan, out, checkpoint_files=files, replaced=self.backend.export_replaces)
 
     # ------------------------------------------------------------------ results and files
     def _results(self, step: int, fit_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:

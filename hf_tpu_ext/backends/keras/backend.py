@@ -94,6 +94,7 @@ class KerasBackend(BackendDefaults):
     reads_block_shards = True  # prepare-data --shard_format arrow, row by row (hf_tpu_ext/data/block_shards.py)
     needs_remote_data = False
     checks_interrupts = True
+    export_replaces = ("model.safetensors", "keras_hub/*")  # export.py renames them into place: a push links them
     scores_probes = property(wants_probes)  # --probe_file scored at each evaluation (backends/keras/probes.py)
 
     def __init__(self):
