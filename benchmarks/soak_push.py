@@ -17,7 +17,7 @@ the Python allocations grown between saves ``--snapshots A B`` are listed (file:
 
 ``--mode pusher`` measures the push path alone: no model compute, every "step" sleeps ``--step_ms``, every
 ``--push_every`` steps a model folder and checkpoint are rewritten and pushed with
-:class:`~hf_tpu_ext.hub.pusher.HubPusher`; RSS of this process over steps.
+:class:`~hf_tpu_ext.hub.push_session.PushSession` (:func:`~hf_tpu_ext.hub.push_session.push_save`); RSS of this process over steps.
 
 A benchmark, not a test: it prints figures (JSON) and asserts nothing.
 
@@ -99,17 +99,18 @@ def write_checkpoint(folder: str, step: int, weights_kb: int) -> None:
 
 
 class _Pusher:
-    """:class:`~hf_tpu_ext.hub.pusher.HubPusher` pushing a model folder and its checkpoint."""
+    """A script's :class:`~hf_tpu_ext.hub.push_session.PushSession` pushing a model folder and its checkpoint."""
 
     def __init__(self, repo_id: str, output_dir: str):
-        from hf_tpu_ext.hub.pusher import HubPusher
+        from hf_tpu_ext.hub.push_session import PushSession, push_save
 
-        self.pusher = HubPusher(repo_id, token=TOKEN, hub_strategy="checkpoint", output_dir=output_dir,
-                                backoff_seconds=0.05)
+        self.pusher = PushSession.for_script(repo_id, token=TOKEN, hub_strategy="checkpoint", output_dir=output_dir,
+                                             backoff_seconds=0.05)
         self.pusher.preflight()
+        self._push_save = push_save
 
     def push(self, folder: str, checkpoint: str, step: int) -> None:
-        self.pusher.push_save(folder, step=step, checkpoint_folder=checkpoint)
+        self._push_save(self.pusher, folder, step=step, checkpoint_folder=checkpoint)
 
     def finish(self):
         report = self.pusher.finish(600)

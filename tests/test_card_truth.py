@@ -63,34 +63,23 @@ def test_eval_results_from_keras_logs():
     assert eval_results_from_logs({"val_loss": float("nan")}) == {}
 
 
-class _RecordingPusher:
-    """Stands in for :class:`hf_tpu_ext.hub.pusher.HubPusher`: the callback writes the model folder and card as in
-    a run; the saves it hands over are recorded instead of uploaded."""
+def _recording_session(repo_id, output_dir, **config):
+    """A push callback's session whose Hub side is stood in for: the callback writes the model folder and card as in
+    a run; preflight touches no Hub and the saves it would queue are recorded instead of uploaded."""
+    from hf_tpu_ext.callbacks.push_cadence import CallbackSession, PushConfig
 
-    def __init__(self, repo_id):
-        self.repo_id, self.token, self.saves = repo_id, None, []
+    class Recording(CallbackSession):
+        saves = []
 
-    def preflight(self):
-        return self.repo_id
+        def preflight(self):
+            self.repo_id = repo_id
+            return repo_id
 
-    def set_rate_limit_listener(self, listener):
-        pass
+        def _submit(self, plan, model_folder, checkpoint, replaced=()):  # what the session would queue: the save's one plan
+            self.saves.append((model_folder, {"step": plan.step, "checkpoint_folder": checkpoint,
+                                              "final": plan.final, "commit_message": plan.commit_message}))
 
-    def push_plan(self, plan, model_folder, checkpoint_folder=None, *, staged=False):
-        """What the push session hands over: the save's one :class:`~hf_tpu_ext.hub.push_policy.PushPlan`."""
-        self.saves.append((model_folder, {"step": plan.step, "checkpoint_folder": checkpoint_folder,
-                                          "final": plan.final, "commit_message": plan.commit_message}))
-
-    def log_pending(self, why):
-        pass
-
-    def close(self):
-        pass
-
-    def report(self):
-        from hf_tpu_ext.hub.push_queue import PushReport
-
-        return PushReport(repo_id=self.repo_id)
+    return Recording(PushConfig(output_dir, repo_id, **config), is_chief=True)
 
 
 def test_script_push_callback_card_says_continued_with_model_index(trained_model_dir, tmp_path):
@@ -104,9 +93,9 @@ def test_script_push_callback_card_says_continued_with_model_index(trained_model
     import tf_keras
 
     model.compile(optimizer=tf_keras.optimizers.Adam(1e-4))  # a script's compile: model.optimizer.iterations
-    pusher = _RecordingPusher("alice/card-truth-script")
+    pusher = _recording_session("alice/card-truth-script", str(out), hub_strategy="end", save_strategy="no")
     cb = PushToHubCallback(output_dir=str(out), save_fn=save_model_folder, hub_strategy="end", save_strategy="no",
-                           pusher=pusher)
+                           session=pusher)
     cb.set_model(model)
     cb.on_epoch_end(0, {"loss": 6.3, "val_loss": 6.0})
     cb.on_train_end()  # the final save: model folder and card written, then handed to the pusher
@@ -186,8 +175,8 @@ def test_torch_push_callback_card_fills_trainer_progress(tmp_path):
     trainer_dir = tmp_path / "trainer"
     (trainer_dir / "checkpoint-30").mkdir(parents=True)  # what the Trainer saved before calling on_save
     (trainer_dir / "checkpoint-30" / "model.safetensors").write_bytes(b"x")
-    pusher = _RecordingPusher("alice/card-truth-torch")
-    cb = PushToHubCallback(output_dir=str(out), pusher=pusher)
+    pusher = _recording_session("alice/card-truth-torch", str(out))
+    cb = PushToHubCallback(output_dir=str(out), session=pusher)
     args = SimpleNamespace(train_batch_size=4, gradient_accumulation_steps=2, world_size=1, device=torch.device("cpu"),
                            output_dir=str(trainer_dir))
     cb.on_save(args, SimpleNamespace(global_step=30, epoch=3.0), None)

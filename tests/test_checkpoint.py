@@ -10,7 +10,6 @@ tf = pytest.importorskip("tensorflow")
 
 from hf_tpu_ext.backends.tensorflow.checkpoint import (  # noqa: E402
     TrainingCheckpointer,
-    export_checkpoint_folder,
     find_latest,
     validate_compatible,
 )
@@ -147,6 +146,25 @@ def test_validate_compatible_names_mismatching_fields(ckpt_run):
         np.testing.assert_array_equal(w.numpy(), b)
 
 
+def test_checkpoint_files_restore_on_their_own_once_linked(ckpt_run, tmp_path):
+    """What a push takes of a TensorFlow checkpoint (``checkpoint_files``): its own files, its trainer state as
+    trainer_state.json and a state file naming it alone; linked into a folder as the push queue does, it restores."""
+    from hf_tpu_ext.backends.tensorflow.checkpoint import checkpoint_files
+    from hf_tpu_ext.hub.staging import link_files
+
+    files = checkpoint_files(ckpt_run["paths"][-1])
+    assert files["checkpoint"] == b'model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-3"\n'
+    assert files["ckpt-3.index"] == ckpt_run["paths"][-1] + ".index" and "ckpt-3.json" in files
+    assert [n for n in files if n.startswith("ckpt-3.data-")] and not [n for n in files if n.startswith("ckpt-2")]
+    dest = tmp_path / "last-checkpoint"
+    link_files(files, str(dest))
+    assert os.stat(dest / "ckpt-3.index").st_ino == os.stat(ckpt_run["paths"][-1] + ".index").st_ino
+    model, opt = _model(seed=7), _optimizer()
+    assert TrainingCheckpointer(str(tmp_path / "new_run"), model, opt, 1).restore(str(dest)) == 3
+    for w, saved in zip(model.trainable_variables, ckpt_run["saved_weights"]):
+        np.testing.assert_array_equal(w.numpy(), saved)
+
+
 def test_find_latest_and_missing_checkpoints(tmp_path):
     with pytest.raises(CheckpointError) as err:
         find_latest(str(tmp_path))
@@ -161,28 +179,3 @@ def test_find_latest_and_missing_checkpoints(tmp_path):
         ckpt.restore()
     with pytest.raises(CheckpointError, match="No checkpoint found"):
         ckpt.restore(str(tmp_path / "elsewhere"))
-
-
-def test_exported_folder_restores_on_its_own(ckpt_run, tmp_path):
-    dest = tmp_path / "last-checkpoint"
-    dest.mkdir()
-    (dest / "ckpt-1.index").write_bytes(b"stale")  # left from an earlier export
-    files = export_checkpoint_folder(ckpt_run["paths"][-1], str(dest))
-    assert files[-1] == "checkpoint" and "ckpt-3.index" in files and "ckpt-3.json" in files
-    assert any(f.startswith("ckpt-3.data-") for f in files)
-    assert sorted(os.listdir(dest)) == sorted(files)
-    assert (dest / "checkpoint").read_text().splitlines()[0] == 'model_checkpoint_path: "ckpt-3"'
-
-    # Move the folder (as a Hub download would land somewhere else) and restore from it alone.
-    moved = tmp_path / "downloaded" / "last-checkpoint"
-    moved.parent.mkdir()
-    os.rename(dest, moved)
-    model, opt = _model(seed=7), _optimizer()
-    ckpt = TrainingCheckpointer(str(tmp_path / "new_run"), model, opt, 1)  # output-dir-first form
-    assert ckpt.directory == os.path.join(str(tmp_path / "new_run"), "checkpoints")
-    assert ckpt.restore(str(moved)) == 3
-    for w, saved in zip(model.trainable_variables, ckpt_run["saved_weights"]):
-        np.testing.assert_array_equal(w.numpy(), saved)
-    assert int(opt.iterations.numpy()) == 3
-    # find_latest also accepts a run folder holding only last-checkpoint/.
-    assert find_latest(str(moved.parent)) == os.path.join(str(moved), "ckpt-3")

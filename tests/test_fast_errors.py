@@ -189,14 +189,14 @@ def test_malformed_hub_model_id_fails_in_the_argument_checks(tmp_path, capsys):
 def test_push_callbacks_refuse_a_malformed_repo_id_at_construction(tmp_path):
     from hf_tpu_ext.callbacks.tf_keras.push_to_hub import PushToHubCallback as TfKerasPushToHub
     from hf_tpu_ext.callbacks.torch.push_to_hub import PushToHubCallback as TorchPushToHub
-    from hf_tpu_ext.hub.pusher import HubPusher
+    from hf_tpu_ext.hub.push_session import PushSession
 
     for cls in (TfKerasPushToHub, TorchPushToHub):
         with pytest.raises(ArgumentError) as err:
             cls(output_dir=str(tmp_path), hub_model_id="bad repo//x")
         assert str(err.value) == f"hub_model_id 'bad repo//x' {BAD_REPO_REASON}"
     with pytest.raises(ArgumentError) as err:
-        HubPusher("bad repo//x", output_dir=str(tmp_path))
+        PushSession.for_script("bad repo//x", output_dir=str(tmp_path))
     assert str(err.value) == f"repo_id 'bad repo//x' {BAD_REPO_REASON}"
     assert TorchPushToHub(output_dir=str(tmp_path), hub_model_id="user/name").hub_model_id == "user/name"
     assert os.listdir(tmp_path) == []

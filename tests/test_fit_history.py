@@ -27,7 +27,7 @@ def test_trainer_state_holds_only_what_the_fit_knew(tmp_path):
     import json
 
     from hf_tpu_ext.callbacks.fit_history import session_trainer_state
-    from hf_tpu_ext.hub.push_session import PushConfig, PushSession
+    from hf_tpu_ext.callbacks.push_cadence import CallbackSession as PushSession, PushConfig
 
     session = PushSession(PushConfig(str(tmp_path), save_strategy="steps", save_steps=3), is_chief=False)
     history = FitHistory(points_per_epoch=2)

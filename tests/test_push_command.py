@@ -275,12 +275,12 @@ def test_tf_keras_callback_card_snippets_run(loopback_hub, trained_model_dir, tm
 
 def test_pusher_of_training_runs_keeps_card_out_of_lfs_and_reads_it_back(loopback_hub, tmp_path, monkeypatch,
                                                                          caplog):
-    """`hf-tpu train --push_to_hub` and the callbacks push through the push session's HubPusher: the same guard."""
+    """`hf-tpu train --push_to_hub` and the callbacks push through the push session: the same guard."""
     from huggingface_hub import HfApi
 
     from hf_tpu_ext.hub import card_guard
     from hf_tpu_ext.hub.model_card import save_model_card
-    from hf_tpu_ext.hub.pusher import HubPusher
+    from hf_tpu_ext.hub.push_session import PushSession, push_save
 
     api = HfApi(endpoint=loopback_hub.endpoint, token=loopback_hub.token)
     for name in ("alice/run-lfs", "alice/run-lost"):
@@ -289,15 +289,15 @@ def test_pusher_of_training_runs_keeps_card_out_of_lfs_and_reads_it_back(loopbac
                         repo_id=name)
     out = _model_folder(tmp_path / "run")
     save_model_card(str(out), repo_id="alice/run-lfs")
-    with HubPusher("alice/run-lfs", token=loopback_hub.token, hub_strategy="end", output_dir=str(out)) as pusher:
-        pusher.push_save(str(out), step=40, final=True)
+    with PushSession.for_script("alice/run-lfs", token=loopback_hub.token, hub_strategy="end", output_dir=str(out)) as pusher:
+        push_save(pusher, str(out), step=40, final=True)
     assert pusher.card_problems == []
     assert "README.md" not in _lfs_files(loopback_hub, "alice/run-lfs")
 
     # without the guard the card becomes an LFS pointer: the read-back says so
     monkeypatch.setattr(card_guard, "keep_card_out_of_lfs", lambda *a, **k: None)
-    with HubPusher("alice/run-lost", token=loopback_hub.token, hub_strategy="end", output_dir=str(out)) as pusher:
-        pusher.push_save(str(out), step=40, final=True)
+    with PushSession.for_script("alice/run-lost", token=loopback_hub.token, hub_strategy="end", output_dir=str(out)) as pusher:
+        push_save(pusher, str(out), step=40, final=True)
     assert "README.md" in _lfs_files(loopback_hub, "alice/run-lost")
     assert pusher.card_problems == [
         "README.md is stored as a Git LFS pointer (see the repo's .gitattributes), so the Hub reads no card metadata"]

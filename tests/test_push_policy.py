@@ -154,47 +154,38 @@ def test_one_atexit_owner_in_the_hub_layer():
     assert owners == ["pusher.py"]
 
 
-class _RecordingPusher:
-    """Stands in for HubPusher: the saves a session hands over are recorded, nothing is uploaded."""
+def _recording_session(config):
+    """A session whose Hub side is stood in for: preflight makes the commit budget only (no Hub), the saves it would
+    queue are recorded, nothing is uploaded."""
+    from hf_tpu_ext.hub.commit_budget import budget_for
+    from hf_tpu_ext.hub.push_session import PushSession
 
-    repo_id, token = "alice/plans", None
+    class Recording(PushSession):
+        saves = []
 
-    def __init__(self):
-        self.saves, self.pushed_steps = [], []
+        def preflight(self):
+            if self.budget is None:
+                self.repo_id = config.hub_model_id
+                self.budget = budget_for(self.repo_id, config.hub_commit_budget, config.budget_period)
+            return self.repo_id
 
-    def preflight(self):
-        return self.repo_id
+        def _submit(self, plan, model_folder, checkpoint, replaced=()):
+            self.saves.append({"step": plan.step, "checkpoint_folder": checkpoint, "final": plan.final,
+                               "commit_message": plan.commit_message})
+            self.pushed_steps.append(plan.step)
 
-    def set_rate_limit_listener(self, listener):
-        pass
-
-    def push_plan(self, plan, model_folder, checkpoint_folder=None, staged=False):
-        self.saves.append({"step": plan.step, "checkpoint_folder": checkpoint_folder if plan.checkpoint else None,
-                           "final": plan.final, "commit_message": plan.commit_message})
-        self.pushed_steps.append(plan.step)
-
-    def log_pending(self, why):
-        pass
-
-    def close(self):
-        pass
-
-    def report(self):
-        from hf_tpu_ext.hub.push_queue import PushReport
-
-        return PushReport(repo_id=self.repo_id)
+    return Recording(config, is_chief=True)
 
 
 def test_a_session_carries_the_plans_out(monkeypatch):
     from hf_tpu_ext import interrupts
     from hf_tpu_ext.hub.commit_budget import reset_budgets
-    from hf_tpu_ext.hub.push_session import PushConfig, PushSession
+    from hf_tpu_ext.hub.push_session import PushConfig
 
     reset_budgets()
-    pusher = _RecordingPusher()
     config = PushConfig(output_dir="out", hub_model_id="alice/plans", hub_strategy="all_checkpoints",
                         hub_commit_budget=1, budget_period=3600.0)
-    session = PushSession(config, pusher=pusher, is_chief=True)
+    session = pusher = _recording_session(config)
     try:
         session.preflight()
         plan = session.admit(2, max_steps=10)
@@ -209,7 +200,7 @@ def test_a_session_carries_the_plans_out(monkeypatch):
         plan = session.admit(10, final=True)
         assert (plan.reason, plan.final) == ("final", True)
         session.save(plan, "out", checkpoint_folder="ck-10")
-        assert session.pushed_steps == [2, 10]  # noted once per save, by the pusher
+        assert session.pushed_steps == [2, 10]  # noted once per save
         assert pusher.saves == [
             {"step": 2, "checkpoint_folder": "ck-2", "final": False, "commit_message": "Training in progress, step 2"},
             {"step": 10, "checkpoint_folder": "ck-10", "final": True, "commit_message": "End of training"}]

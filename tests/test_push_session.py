@@ -11,6 +11,7 @@ import pytest
 
 from hf_tpu_ext.errors import ArgumentError
 from hf_tpu_ext.hub.push_policy import FINAL_COMMIT_TITLE, commit_title, plan_save
+from hf_tpu_ext.callbacks.push_cadence import CallbackSession
 from hf_tpu_ext.hub.push_session import HUB_COMMITS_PER_HOUR, CommitBudget, PushConfig, PushSession, budget_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,8 +131,8 @@ def test_429_never_stalls_saves_and_the_final_push_lands(loopback_hub, tmp_path)
     final push replaces the stale upload that waits for its retry and lands, with the final files."""
     loopback_hub.server.rate_limit(3, 6.0, retry_after=2.0)
     out = tmp_path / "out"
-    session = PushSession(PushConfig(output_dir=str(out), hub_model_id="alice/limited", hub_token=loopback_hub.token,
-                                     hub_strategy="checkpoint", hub_commit_budget=1000, backoff_seconds=0.01))
+    session = CallbackSession(PushConfig(output_dir=str(out), hub_model_id="alice/limited", hub_token=loopback_hub.token,
+                                         hub_strategy="checkpoint", hub_commit_budget=1000, backoff_seconds=0.01))
     session.preflight()
     session.begin(0)
     slowest, admitted = 0.0, []
@@ -179,8 +180,8 @@ def test_memory_stays_flat_with_the_number_of_pushes(loopback_hub, tmp_path, cap
             return SimpleNamespace(oid=f"{self.commits:040x}", commit_url=f"{loopback_hub.endpoint}/c/{self.commits}")
 
     out = tmp_path / "out"
-    session = PushSession(PushConfig(output_dir=str(out), hub_model_id="alice/soak", hub_token=loopback_hub.token,
-                                     hub_strategy="checkpoint", hub_commit_budget=10 ** 6), api=InstantUploads())
+    session = CallbackSession(PushConfig(output_dir=str(out), hub_model_id="alice/soak", hub_token=loopback_hub.token,
+                                         hub_strategy="checkpoint", hub_commit_budget=10 ** 6), api=InstantUploads())
     session.preflight()
 
     def push(steps):
@@ -190,7 +191,7 @@ def test_memory_stays_flat_with_the_number_of_pushes(loopback_hub, tmp_path, cap
             ckpt = _save_files(out, step)
             session.write_trainer_state(ckpt, step, epoch=1.0, max_steps=10 ** 6)
             session.save(plan_save("checkpoint", step), str(out), checkpoint_folder=ckpt)
-            session.pusher._queue.wait(10)
+            session._queue.wait(10)
 
     caplog.set_level(logging.ERROR, logger="hf_tpu_ext")  # pytest keeps every captured record: not ours
     tracemalloc.start()  # before the warm-up, so records the bounded lists drop later are counted as freed
@@ -319,7 +320,7 @@ def test_train_saving_every_2_steps_against_a_rate_limited_hub(loopback_hub, tmp
 
 
 def test_an_adapter_reads_its_session_through_explicit_properties_never_the_token():
-    from hf_tpu_ext.hub.push_session import SessionBacked
+    from hf_tpu_ext.callbacks.push_cadence import SessionBacked
 
     class Adapter(SessionBacked):
         def __init__(self, session):
@@ -331,8 +332,8 @@ def test_an_adapter_reads_its_session_through_explicit_properties_never_the_toke
     adapter = Adapter(PushSession(config, is_chief=True))
     assert (adapter.output_dir, adapter.hub_model_id, adapter.hub_strategy, adapter.save_steps) == (
         "out", "alice/tiny", "checkpoint", 5)
-    assert (adapter.monitor, adapter.mode, adapter.pushed_steps, adapter.repo_id, adapter.pusher) == (
-        "eval_accuracy", "max", [], None, None)
+    assert (adapter.monitor, adapter.mode, adapter.pushed_steps, adapter.repo_id) == (
+        "eval_accuracy", "max", [], None)
     assert not hasattr(adapter, "hub_token") and "hub_token" not in dir(SessionBacked)
     with pytest.raises(AttributeError):
         adapter.hub_strategy = "end"  # the session's configuration is the one place it is set

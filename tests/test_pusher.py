@@ -17,7 +17,8 @@ import pytest
 from hf_tpu_ext.errors import HubAuthError, HubError
 from hf_tpu_ext.hub import push_queue
 from hf_tpu_ext.hub.push_queue import MAX_RETRY_AFTER_SECONDS, retry_after_seconds
-from hf_tpu_ext.hub.pusher import HUB_STRATEGIES, MODEL_IGNORE_PATTERNS, HubPusher
+from hf_tpu_ext.hub.push_session import PushSession, push_save
+from hf_tpu_ext.hub.pusher import HUB_STRATEGIES, MODEL_IGNORE_PATTERNS
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -81,21 +82,21 @@ def test_policy_constants_are_defined_once():
 # ---- strategies ---------------------------------------------------------------------------------
 def test_every_save_and_end(loopback_hub, tmp_path, own_tmp):
     out = _model_folder(tmp_path / "out")
-    with HubPusher("every", token=loopback_hub.token, output_dir=str(out), backoff_seconds=0.01) as pusher:
+    with PushSession.for_script("every", token=loopback_hub.token, output_dir=str(out), backoff_seconds=0.01) as pusher:
         assert pusher.preflight() == "alice/every"
-        pusher.push_save(str(out), step=5, checkpoint_folder=str(_checkpoint(tmp_path / "ck", 5)))
+        push_save(pusher, str(out), step=5, checkpoint_folder=str(_checkpoint(tmp_path / "ck", 5)))
         assert pusher.finish(30).final_pushed is False
     files = loopback_hub.server.files("alice/every")
     assert sorted(files) == [".gitattributes", "config.json", "model.safetensors"]  # no optimizer state, no checkpoint
     assert [c["message"] for c in loopback_hub.server.commits("alice/every")] == ["initial commit",
                                                                                   "Training in progress, step 5"]
 
-    pusher = HubPusher("end", token=loopback_hub.token, hub_strategy="end", backoff_seconds=0.01)
+    pusher = PushSession.for_script("end", token=loopback_hub.token, hub_strategy="end", backoff_seconds=0.01)
     pusher.preflight()
     n = len(loopback_hub.server.requests)
-    pusher.push_save(str(out), step=5)  # not pushed by "end"
+    push_save(pusher, str(out), step=5)  # not pushed by "end"
     assert len(loopback_hub.server.requests) == n and pusher.report().pending == []
-    pusher.push_save(str(out), step=9, final=True)
+    push_save(pusher, str(out), step=9, final=True)
     report = pusher.finish(30)
     assert report.final_pushed and [m for m, _ in report.pushed] == ["End of training"]
     assert pusher.pushed_steps == [9] and _staging_dirs(own_tmp) == []
@@ -103,13 +104,13 @@ def test_every_save_and_end(loopback_hub, tmp_path, own_tmp):
 
 def test_checkpoint_strategy_one_commit_replaces_older_checkpoint(loopback_hub, tmp_path):
     out = _model_folder(tmp_path / "out")
-    pusher = HubPusher("alice-org/ck", token=loopback_hub.token, hub_strategy="checkpoint", revision="dev",
+    pusher = PushSession.for_script("alice-org/ck", token=loopback_hub.token, hub_strategy="checkpoint", revision="dev",
                        backoff_seconds=0.01)
     pusher.preflight()
-    pusher.push_save(str(out), step=4, checkpoint_folder=str(_checkpoint(tmp_path / "c4", 4, ["rng_state_1.pth"])))
+    push_save(pusher, str(out), step=4, checkpoint_folder=str(_checkpoint(tmp_path / "c4", 4, ["rng_state_1.pth"])))
     pusher.report()
     assert pusher._queue.wait(30).pushed  # the first one landed before the next save
-    pusher.push_save(str(out), step=8, checkpoint_folder=str(_checkpoint(tmp_path / "c8", 8)), final=True)
+    push_save(pusher, str(out), step=8, checkpoint_folder=str(_checkpoint(tmp_path / "c8", 8)), final=True)
     report = pusher.finish(30)
     assert report.final_pushed and report.counts["pushed"] == 2
     files = loopback_hub.server.files("alice-org/ck", revision="dev")
@@ -124,10 +125,10 @@ def test_checkpoint_strategy_one_commit_replaces_older_checkpoint(loopback_hub, 
 def test_all_checkpoints_each_in_own_folder(loopback_hub, tmp_path):
     out = _model_folder(tmp_path / "out")
     loopback_hub.server.latency(0.2, route="commit")
-    pusher = HubPusher("allck", token=loopback_hub.token, hub_strategy="all_checkpoints", backoff_seconds=0.01)
+    pusher = PushSession.for_script("allck", token=loopback_hub.token, hub_strategy="all_checkpoints", backoff_seconds=0.01)
     pusher.preflight()
     for step in (2, 4, 6):
-        pusher.push_save(str(out), step=step, checkpoint_folder=str(_checkpoint(tmp_path / f"c{step}", step)))
+        push_save(pusher, str(out), step=step, checkpoint_folder=str(_checkpoint(tmp_path / f"c{step}", step)))
     report = pusher.finish(60)
     files = loopback_hub.server.files("alice/allck")
     for step in (2, 4, 6):  # never coalesced
@@ -140,13 +141,13 @@ def test_checkpoint_lands_while_saves_outpace_uploads(loopback_hub, tmp_path):
     """Issue: 60 saves against a slow Hub and not one last-checkpoint/ landed during training."""
     loopback_hub.server.latency(0.5, route="commit")
     out = _model_folder(tmp_path / "out")
-    pusher = HubPusher("starved", token=loopback_hub.token, hub_strategy="checkpoint", backoff_seconds=0.01)
+    pusher = PushSession.for_script("starved", token=loopback_hub.token, hub_strategy="checkpoint", backoff_seconds=0.01)
     pusher.preflight()
     step, deadline = 0, time.monotonic() + 60
     while len(loopback_hub.server.commits("alice/starved")) < 4:  # until 3 uploads landed during training
         assert time.monotonic() < deadline, "no upload landed while saves went on"
         step += 1  # a save every 0.1 s, an upload takes > 0.5 s
-        pusher.push_save(str(out), step=step, checkpoint_folder=str(_checkpoint(tmp_path / f"c{step}", step)))
+        push_save(pusher, str(out), step=step, checkpoint_folder=str(_checkpoint(tmp_path / f"c{step}", step)))
         time.sleep(0.1)
     landed_during_training = loopback_hub.server.commits("alice/starved")[1:]
     report = pusher.finish(60)
@@ -161,12 +162,12 @@ def test_checkpoint_lands_while_saves_outpace_uploads(loopback_hub, tmp_path):
 def test_final_push_without_checkpoint_keeps_the_replaced_pushs_checkpoint(loopback_hub, tmp_path):
     loopback_hub.server.latency(0.5, route="commit")
     out = _model_folder(tmp_path / "out")
-    pusher = HubPusher("inherit", token=loopback_hub.token, hub_strategy="checkpoint", backoff_seconds=0.01)
+    pusher = PushSession.for_script("inherit", token=loopback_hub.token, hub_strategy="checkpoint", backoff_seconds=0.01)
     pusher.preflight()
-    pusher.push_save(str(out), step=1, checkpoint_folder=str(_checkpoint(tmp_path / "c1", 1)))
+    push_save(pusher, str(out), step=1, checkpoint_folder=str(_checkpoint(tmp_path / "c1", 1)))
     _wait_in_flight(pusher._queue)
-    pusher.push_save(str(out), step=2, checkpoint_folder=str(_checkpoint(tmp_path / "c2", 2)))
-    pusher.push_save(str(out), step=2, final=True)  # replaces step 2's push, which alone carried ckpt-2
+    push_save(pusher, str(out), step=2, checkpoint_folder=str(_checkpoint(tmp_path / "c2", 2)))
+    push_save(pusher, str(out), step=2, final=True)  # replaces step 2's push, which alone carried ckpt-2
     report = pusher.finish(30)
     assert report.superseded == ["Training in progress, step 2"] and report.final_pushed
     final = loopback_hub.server.commits("alice/inherit")[-1]
@@ -199,7 +200,7 @@ def test_read_only_token_refused_for_existing_repo(loopback_hub, tmp_path):
 
     preflight("existing", loopback_hub.token)  # the repo exists
     n = len(loopback_hub.server.commits("alice/existing"))
-    pusher = HubPusher("alice/existing", token=loopback_hub.read_token)
+    pusher = PushSession.for_script("alice/existing", token=loopback_hub.read_token)
     with pytest.raises(HubAuthError, match=r"token of user 'alice' is read-only \(role 'read'\): it cannot push "
                                            r"to alice/existing\. Create a token with write access") as info:
         pusher.preflight()
@@ -213,10 +214,10 @@ def test_fine_grained_token_needs_repo_write(loopback_hub):
     from hf_tpu_ext.hub.preflight import preflight
 
     preflight("alice/scoped", loopback_hub.token)  # a token scoped to one repo cannot create repos
-    assert HubPusher("alice/scoped", token=loopback_hub.scoped_token).preflight() == "alice/scoped"
+    assert PushSession.for_script("alice/scoped", token=loopback_hub.scoped_token).preflight() == "alice/scoped"
     with pytest.raises(HubAuthError, match="fine-grained Hub token of user 'alice' has no 'repo.write' permission "
                                            "for alice/other or the namespace 'alice'"):
-        HubPusher("alice/other", token=loopback_hub.scoped_token).preflight()
+        PushSession.for_script("alice/other", token=loopback_hub.scoped_token).preflight()
     with pytest.raises(KeyError):
         loopback_hub.server.repo("alice/other")  # refused before anything was created
 
@@ -254,11 +255,11 @@ def test_retry_after_values():
 def test_429_retry_after_is_honoured(loopback_hub, tmp_path, header):
     folder = _model_folder(tmp_path / "out")
     value = "2" if header == "seconds" else email.utils.formatdate(time.time() + 3, usegmt=True)
-    pusher = HubPusher("limited", token=loopback_hub.token, backoff_seconds=0.01)
+    pusher = PushSession.for_script("limited", token=loopback_hub.token, backoff_seconds=0.01)
     pusher.preflight()
     loopback_hub.server.fail_next(1, status=429, route="commit", headers={"Retry-After": value})
     t0 = time.monotonic()
-    pusher.push_save(str(folder), step=1, final=True)
+    push_save(pusher, str(folder), step=1, final=True)
     report = pusher.finish(60)
     assert report.final_pushed
     commits = _requests(loopback_hub, "alice/limited")
@@ -269,10 +270,10 @@ def test_429_retry_after_is_honoured(loopback_hub, tmp_path, header):
 
 def test_empty_200_commit_reply_is_not_recommitted(loopback_hub, tmp_path, caplog):
     folder = _model_folder(tmp_path / "out")
-    pusher = HubPusher("emptyreply", token=loopback_hub.token, backoff_seconds=0.01)
+    pusher = PushSession.for_script("emptyreply", token=loopback_hub.token, backoff_seconds=0.01)
     pusher.preflight()
     loopback_hub.server.empty_reply_next(1, route="commit")
-    pusher.push_save(str(folder), step=3, final=True)
+    push_save(pusher, str(folder), step=3, final=True)
     report = pusher.finish(30)
     commits = loopback_hub.server.commits("alice/emptyreply")
     assert [c["message"] for c in commits] == ["initial commit", "End of training"]  # landed once
@@ -285,10 +286,10 @@ def test_empty_200_commit_reply_is_not_recommitted(loopback_hub, tmp_path, caplo
 
 def test_empty_200_reply_of_a_commit_that_did_not_land_is_retried(loopback_hub, tmp_path):
     folder = _model_folder(tmp_path / "out")
-    pusher = HubPusher("lostcommit", token=loopback_hub.token, backoff_seconds=0.01)
+    pusher = PushSession.for_script("lostcommit", token=loopback_hub.token, backoff_seconds=0.01)
     pusher.preflight()
     loopback_hub.server.empty_reply_next(1, route="commit", apply=False)
-    pusher.push_save(str(folder), step=3, final=True)
+    push_save(pusher, str(folder), step=3, final=True)
     report = pusher.finish(30)
     assert [c["message"] for c in loopback_hub.server.commits("alice/lostcommit")] == ["initial commit",
                                                                                       "End of training"]
@@ -302,9 +303,9 @@ def test_second_interrupt_stops_waiting(loopback_hub, tmp_path, own_tmp, caplog)
 
     loopback_hub.server.latency(5.0, route="commit")
     folder = _model_folder(tmp_path / "out")
-    pusher = HubPusher("waiting", token=loopback_hub.token, output_dir=str(folder), backoff_seconds=0.01)
+    pusher = PushSession.for_script("waiting", token=loopback_hub.token, output_dir=str(folder), backoff_seconds=0.01)
     pusher.preflight()
-    pusher.push_save(str(folder), step=1, final=True)
+    push_save(pusher, str(folder), step=1, final=True)
     threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
@@ -379,15 +380,15 @@ def test_report_to_dict_bounded_and_without_token(loopback_hub, tmp_path, monkey
         return [t for t in threading.enumerate() if t.name.startswith("hf-tpu-push-")]
 
     assert workers() == []
-    pusher = HubPusher("many", token=loopback_hub.token, backoff_seconds=0.01)
+    pusher = PushSession.for_script("many", token=loopback_hub.token, backoff_seconds=0.01)
     pusher.preflight()
     for step in range(1, 6):
-        pusher.push_save(str(folder), step=step, final=step == 5)
+        push_save(pusher, str(folder), step=step, final=step == 5)
         pusher._queue.wait(30)
         assert os.listdir(pusher.staging_root) == []  # no per-push leftovers
     assert len(workers()) == 1  # one worker, however many pushes
     loopback_hub.server.fail_next(1, status=400, route="commit")
-    pusher.push_save(str(folder), step=6)
+    push_save(pusher, str(folder), step=6)
     report = pusher.finish(30)
     data = report.to_dict()
     assert data["final_pushed"] is True and data["pushed"] == 5 and data["failed"] == 1
@@ -404,13 +405,13 @@ def test_report_to_dict_bounded_and_without_token(loopback_hub, tmp_path, monkey
 def test_exception_in_training_reports_pending_and_cleans_staging(loopback_hub, tmp_path, own_tmp, caplog):
     loopback_hub.server.latency(2.0, route="commit")
     folder = _model_folder(tmp_path / "out")
-    pusher = HubPusher("boom", token=loopback_hub.token, output_dir=str(folder), backoff_seconds=0.01)
+    pusher = PushSession.for_script("boom", token=loopback_hub.token, output_dir=str(folder), backoff_seconds=0.01)
     with pytest.raises(FloatingPointError):
         with pusher:
             pusher.preflight()
-            pusher.push_save(str(folder), step=1)
+            push_save(pusher, str(folder), step=1)
             _wait_in_flight(pusher._queue)
-            pusher.push_save(str(folder), step=2)
+            push_save(pusher, str(folder), step=2)
             assert len(_staging_dirs(own_tmp)) == 1
             raise FloatingPointError("loss is nan")
     assert _staging_dirs(own_tmp) == []
@@ -420,7 +421,7 @@ def test_exception_in_training_reports_pending_and_cleans_staging(loopback_hub, 
     assert not report.final_pushed and "Training in progress, step 2" in report.pending
     pusher.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
-        pusher.push_save(str(folder), step=3)
+        push_save(pusher, str(folder), step=3)
 
 
 def test_staging_folders_of_killed_processes_are_removed(loopback_hub, own_tmp):
@@ -430,7 +431,7 @@ def test_staging_folders_of_killed_processes_are_removed(loopback_hub, own_tmp):
     (dead / "000001" / "model.safetensors").write_bytes(b"\0" * 64)
     alive = own_tmp / f"hf-tpu-push-{os.getppid()}-def456"  # a running process's folder stays
     alive.mkdir()
-    pusher = HubPusher("stale", token=loopback_hub.token)
+    pusher = PushSession.for_script("stale", token=loopback_hub.token)
     pusher.preflight()
     assert not dead.exists() and alive.is_dir()
     assert os.path.basename(pusher.staging_root).startswith(f"hf-tpu-push-{os.getpid()}-")
@@ -441,12 +442,12 @@ def test_staging_folders_of_killed_processes_are_removed(loopback_hub, own_tmp):
 _CHILD = textwrap.dedent("""
     import os, sys, time, logging
     logging.basicConfig(level=logging.INFO)
-    from hf_tpu_ext.hub.pusher import HubPusher
+    from hf_tpu_ext.hub.push_session import PushSession, push_save
     folder = sys.argv[1]
-    pusher = HubPusher("alice/child", token=os.environ["LOOPBACK_TOKEN"], output_dir=folder, backoff_seconds=0.01)
+    pusher = PushSession.for_script("alice/child", token=os.environ["LOOPBACK_TOKEN"], output_dir=folder, backoff_seconds=0.01)
     pusher.preflight()
-    pusher.push_save(folder, step=1)
-    pusher.push_save(folder, step=2)
+    push_save(pusher, folder, step=1)
+    push_save(pusher, folder, step=2)
     print("PUSHING", flush=True)
     if sys.argv[2] == "raise":
         raise FloatingPointError("loss is nan")  # no context manager: atexit cleans up
@@ -490,44 +491,3 @@ def test_importing_the_hub_layer_needs_no_framework():
                           env=dict(os.environ, PYTHONPATH=REPO_ROOT))
     assert proc.returncode == 0, proc.stderr
     assert "--include_checkpoint" in proc.stdout and "FRAMEWORKS []" in proc.stdout
-
-
-@pytest.mark.parametrize("strategy, where", [("checkpoint", "last-checkpoint"), ("all_checkpoints", "checkpoint-3")])
-def test_a_backends_export_lands_in_the_snapshot_written_once(loopback_hub, tmp_path, monkeypatch, strategy, where):
-    """One plan per save travels to the commit, and the backend's checkpoint export writes straight into the pusher's
-    staging: the export folder is moved into the push's snapshot, so the checkpoint is on disk once more, not twice."""
-    from hf_tpu_ext.hub import staging
-    from hf_tpu_ext.hub.push_session import PushConfig, PushSession
-
-    out = _model_folder(tmp_path / "out")
-    repo = f"alice/export-{strategy.replace('_', '-')}"
-    session = PushSession(PushConfig(output_dir=str(out), hub_model_id=repo, hub_token=loopback_hub.token,
-                                     hub_strategy=strategy, save_strategy="no"), is_chief=True)
-    exported, copied = [], []
-    real_copy = staging.shutil.copy2
-    monkeypatch.setattr(staging.shutil, "copy2", lambda src, dst: copied.append(os.path.relpath(src, out))
-                        or real_copy(src, dst))
-
-    def export_checkpoint(path, folder):  # a backend's export: the Hub layout of its checkpoint at ``path``
-        exported.append(folder)
-        for name in ("model_state.safetensors", "optimizer_state.safetensors", "trainer_state.json"):
-            with open(os.path.join(folder, name), "w") as f:
-                f.write(f"{name} of {os.path.basename(path)}")
-        return folder
-
-    try:
-        plan = session.admit(3)
-        assert (plan.step, plan.reason, plan.checkpoint_path) == (3, "paced", where)
-        session.save(plan, str(out), checkpoint_path="checkpoint-3", export_checkpoint=export_checkpoint)
-        assert len(exported) == 1 and exported[0].startswith(session.pusher.staging_root)
-        assert not os.path.exists(exported[0])  # moved into the snapshot, not copied
-        assert sorted(copied) == ["config.json", "model.safetensors"]  # only the model folder is copied
-        assert session.pushed_steps == [3] and session.pusher.pushed_steps is session.pushed_steps
-        report = session.finish(60)
-    finally:
-        session.close()
-    assert report.ok and not report.failed
-    files = loopback_hub.server.files(repo)
-    assert files[f"{where}/model_state.safetensors"] == b"model_state.safetensors of checkpoint-3"
-    assert files[f"{where}/trainer_state.json"] == b"trainer_state.json of checkpoint-3"
-    assert "optimizer.index" not in files and files["config.json"].startswith(b'{"model_type": "roberta"')

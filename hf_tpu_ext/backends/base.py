@@ -24,7 +24,7 @@ and one entry in :data:`hf_tpu_ext.backends.BACKEND_REGISTRY`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, Union, runtime_checkable
 
 #: ``on_save(global_step, checkpoint_path)``: called by :meth:`Backend.fit` after each checkpoint is written.
 SaveHook = Callable[[int, str], None]
@@ -140,6 +140,9 @@ class Backend(Protocol):
         best_model_checkpoint: where the best evaluation's weights are kept, or None (``trainer_state.json``).
         restored_fit_metrics: the ``fit`` metrics the restored checkpoint recorded (a resume that only finishes
             the export reports them), or None.
+        export_replaces: patterns (fnmatch, ``/`` separators) of the model-folder files :meth:`export` replaces (a
+            new file renamed into place, never rewritten in place): a push hard-links them into its snapshot instead
+            of copying them (the weights written once more per pushed save, not twice); ``()``: copied.
         reads_block_shards: ``--train_file`` may be ``hf-tpu prepare-data --shard_format arrow`` block shards
             (read row by row, :mod:`hf_tpu_ext.data.block_shards`).
     """
@@ -156,6 +159,7 @@ class Backend(Protocol):
     loaded_best: bool
     best_model_checkpoint: Optional[str]
     restored_fit_metrics: Optional[Dict[str, Any]]
+    export_replaces: Tuple[str, ...]
     reads_block_shards: bool
 
     def setup(self, training_args) -> None:
@@ -228,8 +232,12 @@ class Backend(Protocol):
         """Delete the leftovers of a save or export that was killed (incomplete checkpoints, temp folders and
         files) in a run's ``output_dir``; complete checkpoints stay. Returns the paths removed (relative)."""
 
-    def export_checkpoint(self, path: str, folder: str) -> str:
-        """Copy one checkpoint into ``folder`` so it restores on its own (Hub ``last-checkpoint/``)."""
+    def checkpoint_files(self, path: str) -> Dict[str, Union[str, bytes]]:
+        """The files a push uploads of checkpoint ``path`` (Hub ``last-checkpoint/`` or ``checkpoint-<step>/``), so
+        that folder restores on its own: ``{name in the pushed folder: local file}``, names with ``/`` separators;
+        a ``bytes`` value is a small file's content (TensorFlow's ``checkpoint`` state file naming this checkpoint
+        alone). Nothing is written: the push queue hard-links the files when the save is queued (the checkpoint
+        is pushed as written). Raises ``CheckpointError`` when ``path`` is not a checkpoint."""
 
     def model_config(self) -> Any:
         """The built model's ``PretrainedConfig`` (for the FLOPs count)."""
@@ -253,6 +261,7 @@ class BackendDefaults:
 
     processes_to_spawn = 0
     checks_interrupts = False
+    export_replaces: Tuple[str, ...] = ()
 
     def remove_incomplete_checkpoints(self, output_dir: str) -> List[str]:
         return []

@@ -138,8 +138,8 @@ def fit_trainer_state(history: FitHistory, *, start_step: int, epochs: Optional[
 def session_trainer_state(history: FitHistory, session, params: Optional[Dict[str, Any]], start_step: int,
                           facts: Optional[Dict[str, Any]], epoch_numbers: bool = False) -> Dict[str, Any]:
     """:func:`fit_trainer_state` of a drop-in push callback's fit: ``epochs`` and steps per epoch from Keras'
-    ``params``, the save interval (:meth:`hf_tpu_ext.hub.push_session.PushSession.save_interval`) and the wall
-    time so far (``PushSession.measured``) from its ``session``; ``facts``: the throughput meter's, or empty."""
+    ``params``, the save interval (:meth:`hf_tpu_ext.callbacks.push_cadence.CallbackSession.save_interval`) and the wall
+    time so far (``CallbackSession.measured``) from its ``session``; ``facts``: the throughput meter's, or empty."""
     params = params or {}
     return fit_trainer_state(history, start_step=start_step, epochs=params.get("epochs"), facts=facts,
                              save_steps=session.save_interval(params.get("steps")), epoch_numbers=epoch_numbers,

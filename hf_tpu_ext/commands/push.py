@@ -4,7 +4,7 @@ Checks the token, the namespace and write access first, renders and validates th
 model folder without optimizer state and -- when the folder has a checkpoint in any layout this project writes
 (:mod:`hf_tpu_ext.hub.checkpoint_layouts`) -- its newest checkpoint as ``last-checkpoint/`` in the same commit,
 so ``hf-tpu train ... --resume_from_checkpoint user/name`` resumes from it. It goes through the same
-:class:`~hf_tpu_ext.hub.pusher.HubPusher` as training (retries of connection errors, timeouts, 5xx and 429 with
+:class:`~hf_tpu_ext.hub.push_session.PushSession` as training (retries of connection errors, timeouts, 5xx and 429 with
 ``Retry-After``) and prints the commit URL.
 
 The card: a ``README.md`` hf-tpu-ext did not write (or that was edited since) keeps its text, and only the
@@ -134,7 +134,7 @@ def push(output_dir: str, hub_model_id: Optional[str] = None, hub_token: Optiona
         include_checkpoint: ``None`` (default): the newest checkpoint when there is one; ``True``: required;
             ``False``: the model only.
         card: ``"merge"``, ``"overwrite"`` or ``"keep"`` (see :func:`hf_tpu_ext.hub.model_card.write_card`).
-        max_retries, backoff_seconds: the retry policy (see :class:`~hf_tpu_ext.hub.pusher.HubPusher`).
+        max_retries, backoff_seconds: the retry policy (see :class:`~hf_tpu_ext.hub.push_policy.PushConfig`).
         timeout: seconds to wait for the upload (``None``: no limit).
         **card_fields: ``license``, ``language``, ``dataset_name`` ... for the card (``None`` values ignored).
 
@@ -144,41 +144,42 @@ def push(output_dir: str, hub_model_id: Optional[str] = None, hub_token: Optiona
     Raises:
         ArgumentError: a malformed ``hub_model_id``; ``output_dir`` holds neither a model nor a checkpoint, or no
             checkpoint for ``include_checkpoint=True``; an unknown ``card`` mode.
-        HubAuthError, HubRepoError, HubError: see :meth:`hf_tpu_ext.hub.pusher.HubPusher.preflight`; HubError
+        HubAuthError, HubRepoError, HubError: see :meth:`hf_tpu_ext.hub.push_session.PushSession.preflight`; HubError
             also when the upload failed after its retries or did not finish within ``timeout``.
         ModelCardError: the card does not validate or the user's README.md metadata does not parse (before any
             upload); or the commit landed but the Hub shows no card metadata (the message has the commit URL).
     """
     from hf_tpu_ext.hub.checkpoint_layouts import pack_checkpoint
     from hf_tpu_ext.hub.model_card import load_summary
-    from hf_tpu_ext.hub.pusher import HubPusher, LAST_CHECKPOINT
+    from hf_tpu_ext.hub.push_session import PushSession, push_save
+    from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
     kind, checkpoint = _what_to_push(output_dir, hub_model_id, include_checkpoint, card)
     has_model = kind is not None
-    pusher = HubPusher(hub_model_id, token=hub_token, hub_strategy="checkpoint" if checkpoint else "end",
-                       private=private, revision=revision, output_dir=output_dir, max_retries=max_retries,
-                       backoff_seconds=backoff_seconds)
+    session = PushSession.for_script(hub_model_id, token=hub_token, hub_strategy="checkpoint" if checkpoint else "end",
+                                     private=private, revision=revision, output_dir=output_dir,
+                                     max_retries=max_retries, backoff_seconds=backoff_seconds, push_timeout=timeout)
     staging = tempfile.mkdtemp(prefix="hf-tpu-ckpt-") if checkpoint else None
     try:
-        with pusher:
-            repo_id = pusher.preflight()
+        with session:
+            repo_id = session.preflight()
             summary = load_summary(output_dir) if has_model else {}
             step = _global_step(output_dir, summary) if has_model else None
             if kind == "transformers":
-                _write_card(output_dir, repo_id, summary, card, card_fields, pusher.token)
+                _write_card(output_dir, repo_id, summary, card, card_fields, session.token)
             folder = pack_checkpoint(checkpoint, os.path.join(staging, LAST_CHECKPOINT)) if checkpoint else None
             what = ([f"model (step {step})" if step is not None else "model"] if has_model else []) + (
                 [f"{LAST_CHECKPOINT}/ (step {checkpoint.step})"] if checkpoint else [])
             message = commit_message or f"Upload {' and '.join(what)} with hf-tpu-ext"
             # without a model (a run stopped before its first export) the folder's other files still go: the
             # tokenizer a resume from the repo needs, trainer_state.json, logs
-            pusher.push_save(output_dir, step=checkpoint.step if checkpoint else step or 0,
-                             checkpoint_folder=folder, final=True, commit_message=message)
-            report = pusher.finish(timeout)
+            push_save(session, output_dir, step=checkpoint.step if checkpoint else step or 0,
+                      checkpoint_folder=folder, final=True, commit_message=message)
+            report = session.finish(timeout)
     finally:
         if staging:
             shutil.rmtree(staging, ignore_errors=True)
-    return _landed_url(report, pusher.card_problems, output_dir, repo_id, timeout)
+    return _landed_url(report, session.card_problems, output_dir, repo_id, timeout)
 
 
 def _what_to_push(output_dir: str, hub_model_id: Optional[str], include_checkpoint: Optional[bool], card: str):
@@ -225,11 +226,11 @@ def _write_card(output_dir: str, repo_id: str, summary: dict, card: str, card_fi
 
 
 def _landed_url(report, card_problems, output_dir: str, repo_id: str, timeout: Optional[float]) -> str:
-    """The final commit's URL from the pusher's ``report`` (part of :func:`push`).
+    """The final commit's URL from the session's ``report`` (part of :func:`push`).
 
     Raises:
         HubError: the final push did not land. ModelCardError: it landed, but the Hub shows no card metadata
-            (``card_problems``: what the pusher read back, hub.model_card.check_card_on_hub).
+            (``card_problems``: what the session read back, hub.model_card.check_card_on_hub).
     """
     if not report.final_pushed:
         why = report.failed[-1][1] if report.failed else f"not finished within {timeout} s"

@@ -3,7 +3,7 @@
 :func:`validate_model_card` (local structural checks, then the Hub's ``/api/validate-yaml`` at the configured
 endpoint), :func:`validate_card_file` (a push snapshot's card, off the training thread), and after the final push
 the read-back of the metadata the Hub parsed (:func:`card_expectations`, :func:`check_card_on_hub`, called by
-:meth:`hf_tpu_ext.hub.pusher.HubPusher.finish`). Part of :mod:`hf_tpu_ext.hub.model_card` (its check job).
+:meth:`hf_tpu_ext.hub.push_session.PushSession.finish`). Part of :mod:`hf_tpu_ext.hub.model_card` (its check job).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
   LFS pointer (:func:`keep_card_out_of_lfs`, called by the pusher's preflight);
 - check (:mod:`hf_tpu_ext.hub.card_check`): the metadata offline and with the Hub (:func:`validate_model_card`,
   :func:`validate_card_file`), and the metadata the Hub parsed, read back after the final push
-  (:func:`check_card_on_hub`, called by :meth:`hf_tpu_ext.hub.pusher.HubPusher.finish`).
+  (:func:`check_card_on_hub`, called by :meth:`hf_tpu_ext.hub.push_session.PushSession.finish`).
 
 :func:`save_model_card` is the three in a row: render, check, write.
 """

@@ -3,8 +3,8 @@ and how a run pushes (:class:`PushConfig`, transformers' ``TrainingArguments`` n
 
 No I/O, no clock, no framework: facts go in (the strategy, the global step, whether it is the final state, a
 SIGINT/SIGTERM, the commit budget's wait), one frozen :class:`PushPlan` per save comes out. The push session
-(:mod:`hf_tpu_ext.hub.push_session`: whether a save is pushed now) and the pusher
-(:mod:`hf_tpu_ext.hub.pusher`: what its commits carry) carry plans out; nothing else decides.
+(:mod:`hf_tpu_ext.hub.push_session`: whether a save is pushed now, its snapshot and commits) carries plans out;
+nothing else decides.
 
 ``hub_strategy`` (the names and meaning of :class:`transformers.TrainingArguments`), :data:`STRATEGY_TABLE`:
 

@@ -1,7 +1,8 @@
-"""Background uploads to the Hub that never block training (the queue behind :class:`~hf_tpu_ext.hub.pusher.HubPusher`).
+"""Background uploads to the Hub that never block training (the queue of :class:`~hf_tpu_ext.hub.push_session.PushSession`).
 
-:class:`PushQueue` copies the files of a folder into a private staging folder when a push is submitted
-(so later saves cannot tear an upload that is in flight) and uploads it from one worker thread with
+:class:`PushQueue` snapshots a push into a private staging folder when it is submitted (a folder's files
+copied, a checkpoint's files hard-linked: :mod:`hf_tpu_ext.hub.staging`), so later saves cannot tear an upload
+that is in flight, and uploads it from one worker thread with
 :meth:`huggingface_hub.HfApi.upload_folder`. Per ``key`` at most one push is pending: a newer submission
 replaces the older pending one *in its place in the line* (so a push that is replaced again and again is
 never starved by pushes of other keys), and after the in-flight upload the newest state is uploaded.
@@ -34,14 +35,14 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.hub.preflight import endpoint, scrub, transport_errors
 from hf_tpu_ext.hub.retry_policy import (HUB_LINES, MAX_BACKOFF_SECONDS, MAX_RETRY_AFTER_SECONDS,  # noqa: F401
                                          describe, is_retryable, is_unreadable_reply, retry_after_for,
                                          retry_after_seconds, status_of)
-from hf_tpu_ext.hub.staging import STAGING_PREFIX, copy_tree, remove_stale_staging  # noqa: F401 (re-exported)
+from hf_tpu_ext.hub.staging import STAGING_PREFIX, copy_tree, link_files, remove_stale_staging  # noqa: F401 (re-exported)
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -165,20 +166,18 @@ class _Replaced(Exception):
     """A push waiting for a retry was replaced by a newer final push of its key (which carries newer state)."""
 
 
-def _snapshot(staging: str, sources, moved, allow: Optional[List[str]], ignore: Optional[List[str]]) -> int:
-    """Fill the snapshot folder ``staging``: the ``moved`` folders renamed into it, the ``sources`` copied (the
-    patterns filter the main folder, prefix ``""``, only); returns the file count. A failure removes it."""
+def _snapshot(staging: str, sources, linked, allow: Optional[List[str]], ignore: Optional[List[str]],
+              link: Optional[List[str]]) -> int:
+    """Fill the snapshot folder ``staging``: the ``sources`` folders copied (the patterns filter the main folder,
+    prefix ``""``, only), the ``linked`` checkpoint files hard-linked; returns the file count. A failure removes it."""
     try:
         n_files = 0
-        for src, prefix in moved:  # first: a move to the snapshot itself needs it not to exist yet
-            target = os.path.join(staging, prefix) if prefix else staging
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            os.replace(src, target)
-            n_files += sum(len(files) for _, _, files in os.walk(target))
         for src, prefix in sources:
             main = prefix == ""
             n_files += copy_tree(src, os.path.join(staging, prefix) if prefix else staging,
-                                 allow if main else None, ignore if main else None)
+                                 allow if main else None, ignore if main else None, link if main else None)
+        for files, prefix in linked:
+            n_files += link_files(files, os.path.join(staging, prefix) if prefix else staging)
         return n_files
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -247,11 +246,6 @@ class PushQueue:
     def closed(self) -> bool:
         return self._closed
 
-    def new_staging(self) -> str:
-        """An empty folder under :attr:`staging_root` for a producer to write a save's files into (a backend's
-        checkpoint export), then hand to :meth:`submit` as ``moved``: the files are written once, never copied."""
-        return tempfile.mkdtemp(prefix="export-", dir=self._staging_root)
-
     # ---- public API ------------------------------------------------------------------------------
     def submit(self, folder: Optional[Union[str, os.PathLike]], *, path_in_repo: Optional[str] = None,
                commit_message: str, allow_patterns: Patterns = None, ignore_patterns: Patterns = None,
@@ -259,10 +253,11 @@ class PushQueue:
                before_upload: Optional[Callable[[str], None]] = None,
                also: Sequence[Tuple[Union[str, os.PathLike], str]] = (), step: Optional[int] = None,
                final: bool = False, inherit: Sequence[str] = (),
-               moved: Sequence[Tuple[str, str]] = ()) -> None:
-        """Snapshot ``folder`` (and ``also``) now and upload it in the background, in one commit.
+               linked: Sequence[Tuple[Mapping[str, Union[str, bytes]], str]] = (),
+               link_patterns: Patterns = None) -> None:
+        """Snapshot ``folder`` (and ``also``, ``linked``) now and upload it in the background, in one commit.
 
-        Only the local copy is done in the caller's thread.
+        Only the local snapshot (copies and hard links) is made in the caller's thread.
 
         Args:
             folder: the local folder to upload (``None``: only the ``also`` folders).
@@ -282,8 +277,12 @@ class PushQueue:
             inherit: snapshot folders (``also`` prefixes, e.g. ``"last-checkpoint"``) that this push takes over
                 from the pending push it replaces when it has none of its own, so replacing a push never
                 drops a checkpoint that only the replaced one carried.
-            moved: ``(folder, prefix)`` pairs of folders made by :meth:`new_staging`, moved (renamed, not
-                copied) under ``prefix/`` of the snapshot (``""``: the snapshot itself).
+            linked: ``(files, prefix)`` pairs: a checkpoint's ``{name: local file}`` (a backend's
+                ``checkpoint_files``) hard-linked under ``prefix/`` of the snapshot (``""``: the snapshot itself;
+                see :func:`hf_tpu_ext.hub.staging.link_files`), so the push carries the files as written now even
+                if their folder is deleted or rotated later.
+            link_patterns: files of ``folder`` (fnmatch, relative) that their writer replaces rather than rewrites
+                (a new file renamed into place): hard-linked into the snapshot instead of copied.
 
         Raises:
             RuntimeError: the queue is closed.
@@ -294,7 +293,7 @@ class PushQueue:
         sources = [(os.fspath(f), p) for f, p in also]
         if folder is not None:
             sources.insert(0, (os.fspath(folder), ""))
-        for src, _ in sources + list(moved):
+        for src, _ in sources:
             if not os.path.isdir(src):
                 raise FileNotFoundError(f"Cannot push {src}: it is not a folder.")
         allow, ignore = _as_list(allow_patterns), _as_list(ignore_patterns)
@@ -302,7 +301,7 @@ class PushQueue:
             self._seq += 1
             seq = self._seq
         staging = os.path.join(self._staging_root, f"{seq:06d}")
-        n_files = _snapshot(staging, sources, moved, allow, ignore)
+        n_files = _snapshot(staging, sources, linked, allow, ignore, _as_list(link_patterns))
         job = _Job(key, staging, path_in_repo, commit_message, _as_list(delete_patterns), seq, before_upload,
                    None if step is None else int(step), bool(final), inherit=tuple(inherit))
         with self._cond:

@@ -1,8 +1,11 @@
-"""Push snapshots on disk: the staging copy of a folder and the clean-up of those a killed process left.
+"""Push snapshots on disk: a save's files taken when it is queued, and the clean-up of those a killed process left.
 
-:class:`~hf_tpu_ext.hub.push_queue.PushQueue` copies a save into ``<tmp>/hf-tpu-push-<pid>-*/`` when it is
-submitted (:func:`copy_tree`), so a later save cannot tear an upload in flight, and a new queue removes the
-folders of processes that no longer run (:func:`remove_stale_staging`).
+:class:`~hf_tpu_ext.hub.push_queue.PushQueue` snapshots a save into ``<tmp>/hf-tpu-push-<pid>-*/`` when it is
+submitted, so a later save (or the rotation of ``save_total_limit``) cannot tear an upload in flight: a model folder
+is copied (:func:`copy_tree`: its writers may rewrite a file in place), a backend's checkpoint is hard-linked
+(:func:`link_files`: written once per step and never rewritten, so a link is the file as written, at no cost in
+disk or time; a copy where a link cannot be made, e.g. across file systems). A new queue removes the folders of
+processes that no longer run (:func:`remove_stale_staging`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import List, Optional
+from typing import List, Mapping, Optional, Union
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -57,12 +60,14 @@ def remove_stale_staging(tmp: Optional[str] = None) -> List[str]:
     return removed
 
 
-def copy_tree(src: str, dest: str, allow: Optional[List[str]] = None, ignore: Optional[List[str]] = None) -> int:
+def copy_tree(src: str, dest: str, allow: Optional[List[str]] = None, ignore: Optional[List[str]] = None,
+              link: Optional[List[str]] = None) -> int:
     """Copy the files of ``src`` into ``dest`` (created), filtered like ``upload_folder``; return the file count.
 
     ``allow``/``ignore`` are fnmatch patterns on paths relative to ``src`` (``/`` separators); a pattern
     ending in ``/`` matches a whole folder. ``.git/`` and ``.cache/`` are always left out. Files are copied,
-    not hard-linked: ``save_pretrained``/safetensors rewrite files in place.
+    not hard-linked (``save_pretrained``/safetensors rewrite files in place; the card is edited in the snapshot),
+    except those matching ``link``: files their writer replaces (renamed into place), linked as by :func:`link_files`.
     """
     n_files = 0
     for root, dirs, files in os.walk(src):
@@ -76,7 +81,45 @@ def copy_tree(src: str, dest: str, allow: Optional[List[str]] = None, ignore: Op
                 continue
             target = os.path.join(dest, rel)
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copy2(path, target)
+            if _matches(rel, link):
+                _link_or_copy(path, target)
+            else:
+                shutil.copy2(path, target)
             n_files += 1
     os.makedirs(dest, exist_ok=True)
     return n_files
+
+
+def link_files(files: Mapping[str, Union[str, bytes]], dest: str) -> int:
+    """Put a checkpoint's files into the snapshot folder ``dest`` (created); return the file count.
+
+    Args:
+        files: ``{name in dest (``/`` separators): local file}`` (a backend's ``checkpoint_files``); a ``bytes``
+            value is the content of a small file written here (TensorFlow's ``checkpoint`` state file).
+        dest: the snapshot folder.
+
+    Each file is hard-linked (the same inode: the file as written, whatever later happens to its folder); where
+    the link fails (another file system, a file system without links) it is copied with ``shutil.copy2``.
+
+    Raises:
+        FileNotFoundError: a file of ``files`` does not exist.
+    """
+    os.makedirs(dest, exist_ok=True)
+    for name, src in sorted(files.items()):
+        target = os.path.join(dest, *name.split("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if isinstance(src, bytes):
+            with open(target, "wb") as f:
+                f.write(src)
+            continue
+        _link_or_copy(src, target)
+    return len(files)
+
+
+def _link_or_copy(src: str, target: str) -> None:
+    try:
+        os.link(src, target)
+    except FileNotFoundError:
+        raise
+    except OSError:  # EXDEV (another file system), EPERM/ENOTSUP (no hard links there): a copy
+        shutil.copy2(src, target)

@@ -254,8 +254,8 @@ class TrainingRun:
 
     def _push(self, plan, checkpoint_path: Optional[str]) -> None:
         """Carry out the session's ``plan`` of a save: write the model folder and card (the final push's are
-        written by the export and card phases), then the session queues it with the checkpoint at
-        ``checkpoint_path``, which the backend exports straight into the pusher's staging (it never waits)."""
+        written by the export and card phases), then the session queues it with the files of the checkpoint at
+        ``checkpoint_path`` (the backend's ``checkpoint_files``, hard-linked when queued: it never waits)."""
         if plan is None:  # the session is closed (or not this process's)
             return
         out = self.args.output_dir
@@ -263,7 +263,9 @@ class TrainingRun:
             self.backend.export(out, self.tokenizer)
             self._write_summary(self._results(plan.step, None))
             self._write_card()
-        self.pusher.save(plan, out, checkpoint_path=checkpoint_path, export_checkpoint=self.backend.export_checkpoint)
+        files = (self.backend.checkpoint_files(checkpoint_path) if checkpoint_path and plan.checkpoint is not None
+                 else None)
+        self.pusher.save(plan, out, checkpoint_files=files, replaced=self.backend.export_replaces)
 
     # ------------------------------------------------------------------ results and files
     def _results(self, step: int, fit_metrics: Optional[Dict[str, Any]]) -> Dict[str, Any]:

@@ -293,7 +293,7 @@ def test_push_to_hub_is_chief_only(monkeypatch, tmp_path):
     push.on_train_begin()
     push.on_epoch_end(0, {"loss": 1.0})
     push.on_train_end()
-    assert push.pusher is None and push.pushed_steps == [] and push.report is None
+    assert push.session.staging_root is None and push.pushed_steps == [] and push.report is None
     assert not (tmp_path / "out").exists()
 
 

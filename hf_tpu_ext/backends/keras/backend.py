@@ -34,7 +34,7 @@ from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, S
 from hf_tpu_ext.backends.keras import checkpoint as ckpt
 from hf_tpu_ext.backends.keras import refuse_keras_backend
 from hf_tpu_ext.backends.keras.best import best_folder, load_best, restore_best
-from hf_tpu_ext.backends.keras.checkpoint import (MODEL_CONFIG_FIELDS, STATE_NAME, export_checkpoint_folder,
+from hf_tpu_ext.backends.keras.checkpoint import (MODEL_CONFIG_FIELDS, STATE_NAME, checkpoint_files,
                                                   find_checkpoints, is_checkpoint_folder, remove_incomplete)
 from hf_tpu_ext.backends.keras.processes import maybe_initialize_distributed
 from hf_tpu_ext.backends.keras.events import EventWriter
@@ -89,6 +89,7 @@ class KerasBackend(BackendDefaults):
     reads_block_shards = True  # prepare-data --shard_format arrow, row by row (hf_tpu_ext/data/block_shards.py)
     needs_remote_data = False
     checks_interrupts = True
+    export_replaces = ("model.safetensors", "keras_hub/*")  # export.py renames them into place: a push links them
     scores_probes = property(wants_probes)  # --probe_file scored at each evaluation (backends/keras/probes.py)
 
     def __init__(self):
@@ -170,8 +171,8 @@ class KerasBackend(BackendDefaults):
     def checkpoint_state_file(self, path: str) -> str:
         return os.path.join(path, STATE_NAME)
 
-    def export_checkpoint(self, path: str, folder: str) -> str:
-        return export_checkpoint_folder(path, folder)
+    def checkpoint_files(self, path: str) -> Dict[str, str]:
+        return checkpoint_files(path)
 
     # ------------------------------------------------------------------ model and data
     def build(self, model_args, data_args, training_args, tokenizer, blocks, plan: RunPlan) -> None:

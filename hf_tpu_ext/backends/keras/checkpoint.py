@@ -324,15 +324,18 @@ def read_checkpoint_info(path: str, tensors: bool = True) -> CheckpointInfo:
                           trainer_state=state)
 
 
-def export_checkpoint_folder(path: str, folder: str) -> str:
-    """Copy the checkpoint's files into ``folder`` (flat: the Hub's ``last-checkpoint/``)."""
-    os.makedirs(folder, exist_ok=True)
+def checkpoint_files(path: str) -> Dict[str, str]:
+    """The files of ``checkpoint-<step>/`` a push uploads (flat: the Hub's ``last-checkpoint/``): weights, optimizer,
+    ``checkpoint.json``, the trainer state and the ``--streaming`` positions, ``{name: path}``.
+
+    Raises:
+        CheckpointError: ``path`` is not a folder.
+    """
+    if not os.path.isdir(path):
+        raise CheckpointError(f"Cannot push checkpoint {path}: it is not a folder.")
     states = sorted(n for n in os.listdir(path) if _DATA_STATE_RE.match(n))  # --streaming positions
-    for name in (MODEL_NAME, OPTIMIZER_NAME, META_NAME, STATE_NAME, *states):
-        src = os.path.join(path, name)
-        if os.path.isfile(src):
-            shutil.copyfile(src, os.path.join(folder, name))
-    return folder
+    names = (MODEL_NAME, OPTIMIZER_NAME, META_NAME, STATE_NAME, *states)
+    return {name: os.path.join(path, name) for name in names if os.path.isfile(os.path.join(path, name))}
 
 
 def remove_incomplete(output_dir: str) -> List[str]:

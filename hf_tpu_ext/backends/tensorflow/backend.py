@@ -11,7 +11,7 @@ import logging
 import os
 import re
 import tempfile
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Union
 
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
 from hf_tpu_ext.backends.trackio_log import init_trackio
@@ -165,17 +165,12 @@ class TensorFlowBackend(BackendDefaults):
     def checkpoint_state_file(self, path: str) -> str:
         return checkpoint_state_file(path)
 
-    def export_checkpoint(self, path: str, folder: str) -> str:
-        """``ckpt-N.*`` files, the ``checkpoint`` state file and ``trainer_state.json`` in ``folder``."""
-        import shutil
+    def checkpoint_files(self, path: str) -> Dict[str, Union[str, bytes]]:
+        """``ckpt-N.*`` files, a ``checkpoint`` state file and ``trainer_state.json`` (see
+        :func:`hf_tpu_ext.backends.tensorflow.checkpoint.checkpoint_files`)."""
+        from hf_tpu_ext.backends.tensorflow.checkpoint import checkpoint_files
 
-        from hf_tpu_ext.backends.tensorflow.checkpoint import export_checkpoint_folder
-
-        export_checkpoint_folder(path, folder)
-        state = checkpoint_state_file(path)
-        if os.path.isfile(state):
-            shutil.copyfile(state, os.path.join(folder, "trainer_state.json"))
-        return folder
+        return checkpoint_files(path)
 
     # ------------------------------------------------------------------ model and training
     def build(self, model_args, data_args, training_args, tokenizer, blocks, plan: RunPlan) -> None:

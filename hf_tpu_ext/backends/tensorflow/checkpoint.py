@@ -35,7 +35,7 @@ import json
 import logging
 import os
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -430,12 +430,17 @@ def _variable_count(obj) -> int:
     return len(found() if callable(found) else found)
 
 
-def _write_state_file(folder: str, name: str, older: Optional[List[str]] = None) -> None:
-    # The CheckpointState text proto, relative paths, as tf.train.CheckpointManager writes it (oldest first,
-    # the newest last); written to a temp name and renamed, so it never names a half-written list
+def _state_text(name: str, older: Optional[List[str]] = None) -> str:
+    """The CheckpointState text proto, relative paths, as tf.train.CheckpointManager writes it (oldest first,
+    the newest last)."""
     lines = [f'model_checkpoint_path: "{name}"'] + [f'all_model_checkpoint_paths: "{n}"' for n in (older or [])]
     lines.append(f'all_model_checkpoint_paths: "{name}"')
-    text = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
+
+
+def _write_state_file(folder: str, name: str, older: Optional[List[str]] = None) -> None:
+    # written to a temp name and renamed, so it never names a half-written list
+    text = _state_text(name, older)
     path = _join(folder, STATE_FILE)
     if "://" in path:
         with tf.io.gfile.GFile(path, "w") as f:
@@ -531,38 +536,30 @@ def remove_incomplete(folder: str) -> List[str]:
     return removed
 
 
-def export_checkpoint_folder(checkpoint_path: str, dest_dir: str) -> List[str]:
-    """Copy one checkpoint into a folder that can be restored on its own (e.g. ``last-checkpoint/`` on the Hub).
-
-    Copies ``ckpt-N.index``, ``ckpt-N.data-*`` and the sidecar ``ckpt-N.json``, writes a ``checkpoint`` state
-    file naming ``ckpt-N`` (relative, so the folder can be moved/downloaded anywhere), and removes other
-    ``ckpt-*`` files already in ``dest_dir``. ``TrainingCheckpointer.restore(dest_dir)`` then works.
-
-    Args:
-        checkpoint_path: a checkpoint prefix, ``.index`` file or folder (newest checkpoint in it).
-        dest_dir: target folder (created if missing).
-
-    Returns:
-        The file names written in ``dest_dir`` (``ckpt-N.index``, ``ckpt-N.data-00000-of-00001``, ``ckpt-N.json``,
-        ``checkpoint``).
+def checkpoint_files(checkpoint_path: str) -> Dict[str, Union[str, bytes]]:
+    """The files a push uploads of one checkpoint so its folder restores on its own (Hub ``last-checkpoint/``):
+    ``ckpt-N.index``, ``ckpt-N.data-*``, the sidecar ``ckpt-N.json``, its trainer state as ``trainer_state.json``
+    and a ``checkpoint`` state file naming ``ckpt-N`` alone (its content: the run's own state file may still name
+    the checkpoint before, and names the older ones). ``{name: local path}``; on a remote file system (``gs://``)
+    the values are the files' bytes (a hard link needs a local file).
 
     Raises:
         CheckpointError: the checkpoint does not exist.
     """
     src = resolve_checkpoint(checkpoint_path)
-    src_dir, name = os.path.split(src) if "://" not in src else src.rsplit("/", 1)
-    tf.io.gfile.makedirs(dest_dir)
-    wanted = [n for n in tf.io.gfile.listdir(src_dir) if n == name + ".index" or n == name + ".json" or n.startswith(name + ".data-")]
-    same = os.path.abspath(src_dir) == os.path.abspath(dest_dir) if "://" not in src_dir else src_dir.rstrip("/") == dest_dir.rstrip("/")
-    if not same:  # never delete the other checkpoints of the source folder
-        for old in tf.io.gfile.listdir(dest_dir):
-            if old.startswith(CHECKPOINT_NAME + "-") and old not in wanted:
-                tf.io.gfile.remove(_join(dest_dir, old))
-    written = []
-    for n in sorted(wanted):
-        if not same:
-            tf.io.gfile.copy(_join(src_dir, n), _join(dest_dir, n), overwrite=True)
-        written.append(n)
-    _write_state_file(dest_dir, name)
-    written.append(STATE_FILE)
-    return written
+    remote = "://" in src
+    src_dir, name = src.rsplit("/", 1) if remote else os.path.split(src)
+    wanted = {n: n for n in tf.io.gfile.listdir(src_dir)
+              if n in (name + ".index", name + ".json") or n.startswith(name + ".data-")}
+    if tf.io.gfile.exists(src + STATE_SUFFIX):
+        wanted["trainer_state.json"] = name + STATE_SUFFIX
+    files: Dict[str, Union[str, bytes]] = {}
+    for target, n in wanted.items():
+        path = _join(src_dir, n)
+        if remote:
+            with tf.io.gfile.GFile(path, "rb") as f:
+                files[target] = f.read()
+        else:
+            files[target] = path
+    files[STATE_FILE] = _state_text(name).encode()
+    return files

@@ -188,12 +188,21 @@ class TorchXLABackend(BackendDefaults):
                               trainer_state=state or {"global_step": hf_state.get("global_step", 0),
                                                       "log_history": hf_state.get("log_history", [])})
 
-    def export_checkpoint(self, path: str, folder: str) -> str:
-        """A copy of the ``checkpoint-<step>/`` folder (the Trainer restores it on its own)."""
-        import shutil
+    def checkpoint_files(self, path: str) -> Dict[str, str]:
+        """Every file of the Trainer's ``checkpoint-<step>/`` folder (it restores on its own), ``{relative name: path}``.
 
-        shutil.copytree(path, folder, dirs_exist_ok=True)
-        return folder
+        Raises:
+            CheckpointError: ``path`` is not a folder.
+        """
+        if not os.path.isdir(path):
+            raise CheckpointError(f"Cannot push checkpoint {path}: it is not a folder.")
+        files = {}
+        for root, dirs, names in os.walk(path):
+            dirs.sort()
+            for name in sorted(names):
+                full = os.path.join(root, name)
+                files[os.path.relpath(full, path).replace(os.sep, "/")] = full
+        return files
 
     # ------------------------------------------------------------------ model and training
     def build(self, model_args, data_args, training_args, tokenizer, blocks, plan: RunPlan) -> None:

@@ -1,6 +1,6 @@
 """Push a Keras 3 model (a keras-hub preset, or a ``.keras`` file) to the Hub in the background while ``fit`` runs.
 
-The Keras 3 adapter of :class:`hf_tpu_ext.hub.push_session.PushSession` (cadence, ``hub_strategy``, the
+The Keras 3 adapter of :class:`hf_tpu_ext.callbacks.push_cadence.CallbackSession` (cadence, ``hub_strategy``, the
 commit budget, titles, preflight, final push and report are the session's). This class only knows Keras 3:
 the global step is the optimizer's iterations at train begin plus the batches since (no device read per
 step), and a save writes the files of :mod:`hf_tpu_ext.callbacks.keras.model_files` -- the preset or
@@ -21,7 +21,7 @@ from hf_tpu_ext.callbacks.keras import process_index
 from hf_tpu_ext.callbacks.fit_history import FitHistory, session_trainer_state
 from hf_tpu_ext.callbacks.keras.model_files import fit_epoch, restore_from_hub, save_checkpoint, save_model, write_model_card
 from hf_tpu_ext.callbacks.throughput_meter import card_facts_of
-from hf_tpu_ext.hub.push_session import PushConfig, PushSession, SessionBacked
+from hf_tpu_ext.callbacks.push_cadence import CallbackSession, PushConfig, SessionBacked
 
 _D = PushConfig  # the defaults (class attributes of the dataclass): the session's, not this adapter's
 
@@ -38,15 +38,15 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
     Args:
         output_dir, hub_model_id, hub_token, hub_strategy, save_strategy, save_steps, hub_private_repo,
             hub_revision, push_timeout, max_retries, backoff_seconds, hub_commit_budget: see
-            :class:`~hf_tpu_ext.hub.push_session.PushConfig`.
+            :class:`~hf_tpu_ext.hub.push_policy.PushConfig`.
         **card_fields: see :func:`~hf_tpu_ext.callbacks.keras.model_files.render_card` (``license``, ``tags``...).
 
     Attributes:
-        session: the :class:`~hf_tpu_ext.hub.push_session.PushSession` (``repo_id``, ``pushed_steps``, ``pusher``:
-            None on other processes); report: the push report after training; history: the fit's ``FitHistory``.
+        session: the :class:`~hf_tpu_ext.callbacks.push_cadence.CallbackSession` (``repo_id``, ``pushed_steps``;
+            nothing pushed on other processes); report: the push report after training; history: the fit's ``FitHistory``.
 
     Raises:
-        ArgumentError: see :class:`~hf_tpu_ext.hub.push_session.PushConfig`.
+        ArgumentError: see :class:`~hf_tpu_ext.hub.push_policy.PushConfig`.
     """
 
     def __init__(self, output_dir: str, hub_model_id: Optional[str] = None, hub_token: Optional[str] = None,
@@ -59,7 +59,7 @@ class PushToHubCallback(SessionBacked, keras.callbacks.Callback):
         config = PushConfig(output_dir, hub_model_id, hub_token, hub_strategy, hub_private_repo, hub_revision,
                             save_strategy, save_steps, push_timeout=push_timeout, max_retries=max_retries,
                             backoff_seconds=backoff_seconds, hub_commit_budget=hub_commit_budget, card_fields=card_fields)
-        self.session = PushSession(config, is_chief=process_index() == 0)
+        self.session = CallbackSession(config, is_chief=process_index() == 0)
         self.report = None  # output_dir: the session's
         # the latest logs (card); loss samples and epoch logs (loss curve, the checkpoints' trainer_state.json)
         self._logs, self.history = {}, FitHistory()  # type: Dict[str, Any], FitHistory

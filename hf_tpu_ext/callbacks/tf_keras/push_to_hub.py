@@ -1,6 +1,6 @@
 """``PushToHubCallback`` (tf_keras): push the model, its card and checkpoints while ``model.fit`` runs.
 
-The tf_keras adapter of :class:`hf_tpu_ext.hub.push_session.PushSession`, which decides when a save
+The tf_keras adapter of :class:`hf_tpu_ext.callbacks.push_cadence.CallbackSession`, which decides when a save
 happens, whether it is pushed now (``hub_strategy``, the commit budget), what the commit carries, its
 title, the card and the report. This class only knows tf_keras: the global step is
 ``model.optimizer.iterations`` (right with ``steps_per_execution > 1`` and across epochs and resumes), the
@@ -21,7 +21,7 @@ import tf_keras
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.fit_history import FitHistory, session_trainer_state
 from hf_tpu_ext.callbacks.throughput_meter import card_facts_of
-from hf_tpu_ext.hub.push_session import PushConfig, PushSession, SessionBacked
+from hf_tpu_ext.callbacks.push_cadence import CallbackSession, PushConfig, SessionBacked
 from hf_tpu_ext.tf_model_folder import ModelCheckpointer, copy_checkpoint, model_facts, save_model_folder
 
 _D = PushConfig  # the defaults (class attributes of the dataclass): the session's, not this adapter's
@@ -33,7 +33,7 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
 
     Args:
         output_dir, save_strategy, save_steps, hub_*, save_best_only, monitor, mode, push_timeout, max_retries,
-            backoff_seconds: see :class:`~hf_tpu_ext.hub.push_session.PushConfig`.
+            backoff_seconds: see :class:`~hf_tpu_ext.hub.push_policy.PushConfig`.
         tokenizer: saved into the model folder with the weights.
         checkpointer: the run's checkpointer (``save(step, epoch=...)`` returning a ``.../ckpt-N`` prefix;
             ``latest``); default: :class:`~hf_tpu_ext.tf_model_folder.ModelCheckpointer` in ``output_dir/checkpoints``.
@@ -42,15 +42,15 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
         save_fn: ``save_fn(model, folder, tokenizer)`` writes the model folder (default above).
         max_steps: the run's total optimizer steps (default: Keras' ``epochs * steps``).
         trainer_state_fn: returns the run's trainer state (log history, ...) for the checkpoint.
-        pusher: a :class:`~hf_tpu_ext.hub.pusher.HubPusher` owned by the caller, who finishes it.
+        session: a :class:`~hf_tpu_ext.callbacks.push_cadence.CallbackSession` owned by the caller, who finishes it.
         **card_fields: the card's fields (``license``, ``language``, ``dataset_name``, ``tags``, ...).
 
     Attributes:
-        session: the :class:`~hf_tpu_ext.hub.push_session.PushSession` (``repo_id``, ``pushed_steps``, ``best``,
+        session: the :class:`~hf_tpu_ext.callbacks.push_cadence.CallbackSession` (``repo_id``, ``pushed_steps``, ``best``,
             ``best_step`` are its); report: the push report after training.
 
     Raises:
-        ArgumentError: see :class:`~hf_tpu_ext.hub.push_session.PushConfig`.
+        ArgumentError: see :class:`~hf_tpu_ext.hub.push_policy.PushConfig`.
     """
 
     def __init__(self, output_dir: str, save_strategy: str = _D.save_strategy, save_steps: Optional[int] = None,
@@ -60,16 +60,16 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
                  mode: str = _D.mode, checkpointer=None, push_timeout: float = _D.push_timeout,
                  summary_fn: Optional[Callable[[], dict]] = None, max_retries: int = _D.max_retries,
                  backoff_seconds: float = _D.backoff_seconds, save_fn: Optional[Callable] = None,
-                 max_steps: Optional[int] = None, trainer_state_fn: Optional[Callable[[], dict]] = None, pusher=None,
+                 max_steps: Optional[int] = None, trainer_state_fn: Optional[Callable[[], dict]] = None, session=None,
                  hub_commit_budget: int = _D.hub_commit_budget, **card_fields):
         super().__init__()
         config = PushConfig(output_dir, hub_model_id, hub_token, hub_strategy, hub_private_repo, hub_revision,
                             save_strategy, save_steps, save_best_only, monitor, mode, push_timeout, max_retries,
                             backoff_seconds, hub_commit_budget, card_fields=card_fields)
-        self.session = PushSession(config, pusher=pusher)
+        self.session = session or CallbackSession(config)
         self.tokenizer, self.checkpointer = tokenizer, checkpointer  # output_dir: the session's
         self.summary_fn, self.save_fn, self.max_steps, self.trainer_state_fn = summary_fn, save_fn, max_steps, trainer_state_fn
-        self._owns_pusher, self.report, self.history, self._step0 = pusher is None, None, FitHistory(), 0
+        self._owns_session, self.report, self.history, self._step0 = session is None, None, FitHistory(), 0
 
     def __repr__(self):  # the token stays out of logs and tracebacks
         return f"PushToHubCallback({self.session!r})"
@@ -103,7 +103,7 @@ class PushToHubCallback(SessionBacked, tf_keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self._save(self._step(), logs, final=True)
-        if self._owns_pusher:
+        if self._owns_session:
             self.report = self.session.finish()
 
     # ---- a save: checkpoint (every worker: the write is collective), then model folder and push (chief) --

@@ -1,6 +1,6 @@
 """``PushToHubCallback`` for ``transformers.Trainer`` (any PyTorch device; transformers 4.57 and 5.x).
 
-The Trainer adapter of :class:`hf_tpu_ext.hub.push_session.PushSession`, which owns what a push is. This
+The Trainer adapter of :class:`hf_tpu_ext.callbacks.push_cadence.CallbackSession`, which owns what a push is. This
 class knows the Trainer: its saves (``on_save``: the model folder is the ``checkpoint-N/`` it wrote, without
 the training state, so no second save runs on the device), its progress and its final model. Beyond the
 Trainer's own ``push_to_hub``: write access is checked before the first step, uploads never block training,
@@ -23,7 +23,7 @@ from hf_tpu_ext.callbacks.torch.model_files import (checkpoint_from_hub, copy_mo
                                                     is_trainer_checkpoint, save_model_folder, tied_weight_aliases,
                                                     write_loss_curve)
 from hf_tpu_ext.hub.card_facts import facts_from_trainer_state
-from hf_tpu_ext.hub.push_session import PushConfig, PushSession, SessionBacked
+from hf_tpu_ext.callbacks.push_cadence import CallbackSession, PushConfig, SessionBacked
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 _D = PushConfig  # the defaults (class attributes of the dataclass): the session's, not this adapter's
@@ -37,21 +37,21 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
         output_dir: the folder the model folder is written to and pushed from (default: the Trainer's
             ``args.output_dir``, read at ``on_train_begin``).
         hub_model_id, hub_token, hub_strategy, hub_private_repo, hub_revision, push_timeout, max_retries,
-            backoff_seconds, hub_commit_budget: see :class:`~hf_tpu_ext.hub.push_session.PushConfig`.
+            backoff_seconds, hub_commit_budget: see :class:`~hf_tpu_ext.hub.push_policy.PushConfig`.
         tokenizer: saved into the model folder (default: the Trainer's ``processing_class``).
         summary_fn: returns the training summary for the card (default: what the folder holds and the run measured).
         push_final_on_train_end: push the final weights in ``on_train_end`` (``False``: the caller calls :meth:`finish`).
         save_fn: ``save_fn(model, folder, tokenizer)`` writes the final model folder when no checkpoint of the
             final step exists (default: :func:`~hf_tpu_ext.callbacks.torch.model_files.save_model_folder`).
-        pusher: a :class:`~hf_tpu_ext.hub.pusher.HubPusher` owned by the caller, who finishes it.
+        session: a :class:`~hf_tpu_ext.callbacks.push_cadence.CallbackSession` owned by the caller, who finishes it.
         **card_fields: the card's fields (``license``, ``language``, ``dataset_name``, ...).
 
     Attributes:
-        session: the :class:`~hf_tpu_ext.hub.push_session.PushSession` (``repo_id``, ``pushed_steps`` are its);
+        session: the :class:`~hf_tpu_ext.callbacks.push_cadence.CallbackSession` (``repo_id``, ``pushed_steps`` are its);
         report: the push report after the final push.
 
     Raises:
-        ArgumentError: see :class:`~hf_tpu_ext.hub.push_session.PushConfig`.
+        ArgumentError: see :class:`~hf_tpu_ext.hub.push_policy.PushConfig`.
     """
 
     def __init__(self, output_dir: Optional[str] = None, hub_model_id: Optional[str] = None,
@@ -59,14 +59,14 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
                  hub_private_repo: Optional[bool] = None, hub_revision: Optional[str] = None, tokenizer=None,
                  push_timeout: float = _D.push_timeout, summary_fn: Optional[Callable[[], dict]] = None,
                  max_retries: int = _D.max_retries, backoff_seconds: float = _D.backoff_seconds,
-                 push_final_on_train_end: bool = True, save_fn: Optional[Callable] = None, pusher=None,
+                 push_final_on_train_end: bool = True, save_fn: Optional[Callable] = None, session=None,
                  hub_commit_budget: int = _D.hub_commit_budget, **card_fields):
         config = PushConfig(output_dir, hub_model_id, hub_token, hub_strategy, hub_private_repo, hub_revision,
                             push_timeout=push_timeout, max_retries=max_retries, backoff_seconds=backoff_seconds,
                             hub_commit_budget=hub_commit_budget, card_fields=card_fields)
-        self.session = PushSession(config, pusher=pusher)
+        self.session = session or CallbackSession(config)
         self.tokenizer, self.summary_fn, self.save_fn = tokenizer, summary_fn, save_fn
-        self.push_final_on_train_end, self._owns_pusher = push_final_on_train_end, pusher is None
+        self.push_final_on_train_end, self._owns_session = push_final_on_train_end, session is None
         self.report, self._finished, self._last_checkpoint = None, False, (None, None)
         self._facts, self._tied, self._name, self._log_history = {"backend": "pytorch"}, set(), None, []
 
@@ -145,6 +145,6 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
         if write:
             self._write(checkpoint, model)
         self.session.save(plan, self.output_dir, checkpoint_folder=checkpoint)
-        self.report = self.session.finish() if self._owns_pusher else self.session.report()
+        self.report = self.session.finish() if self._owns_session else self.session.report()
         return self.report
 
