@@ -69,7 +69,8 @@ class KerasTrainer:
             self.train_step = step_tf.make_train_step(model, optimizer, self.accumulation)
             self.eval_step = step_tf.make_eval_step(model)
         else:
-            step = make_train_step(model, optimizer, int(seed), self.accumulation, bf16_dots=precision.bf16_dots)
+            step = make_train_step(model, optimizer, int(seed), self.accumulation, bf16_dots=precision.bf16_dots,
+                                   gradient_checkpointing=bool(getattr(backend.args, "gradient_checkpointing", False)))
             self.train_step = jit_train_step(make_multi_step(step, self.n) if self.n > 1 else step, self.placement)
             self.eval_step = jit_eval_step(make_eval_step(model, bf16_dots=precision.bf16_dots))
         model.train_function = self.train_step  # the recompile guard watches this function
