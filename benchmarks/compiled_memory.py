@@ -29,6 +29,7 @@ Usage (repository root, the current-releases venv; minutes per model on 2 cores)
     python -m benchmarks.compiled_memory                       # the three models x three modes, a table
     python -m benchmarks.compiled_memory --models bert-base --modes replicated fsdp+gc --json out.json
     python -m benchmarks.compiled_memory --policy nothing_saveable   # another jax.checkpoint policy
+    python -m benchmarks.compiled_memory --accelerator --models bert-base   # this machine's GPU/TPU chips
 """
 
 from __future__ import annotations
@@ -135,6 +136,43 @@ def _state_structs(model, optimizer, mesh, fsdp: bool):
     return tuple(structs), tuple(shardings)
 
 
+def _gather_on_use(model, mesh, sharded) -> None:
+    """FSDP's gather at each use: while ``model.stateless_call`` traces (the step's forward), every read of a
+    variable whose ``id`` is in ``sharded`` is constrained to replicated, so GSPMD all-gathers the weight where a
+    layer reads it (inside a checkpointed layer: again in its recomputation, so no gathered weight lives from the
+    forward to the backward) and the activations stay split by rows; its gradient is reduced back to the shard.
+    Without it GSPMD may propagate the weights' sharding into the activations and replicate the batch (measured:
+    BERT-base's temporaries 2.5x the replicated run's). Not the optimizer's reads (its update stays sharded)."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+    from keras.src.backend.common.stateless_scope import StatelessScope
+
+    replicated = NamedSharding(mesh, PartitionSpec())
+    if not getattr(StatelessScope.get_current_value, "_gather_on_use", False):
+        original = StatelessScope.get_current_value
+
+        def get_current_value(scope, variable):
+            value = original(scope, variable)
+            gathering = getattr(StatelessScope, "_gathering", None)
+            if value is not None and gathering and id(variable) in gathering[-1][0]:
+                value = jax.lax.with_sharding_constraint(value, gathering[-1][1])
+            return value
+
+        get_current_value._gather_on_use = True
+        StatelessScope.get_current_value = get_current_value
+    call = model.stateless_call
+
+    def gathered_call(*args, **kwargs):
+        stack = StatelessScope.__dict__.get("_gathering") or []
+        StatelessScope._gathering = stack + [(sharded, replicated)]
+        try:
+            return call(*args, **kwargs)
+        finally:
+            StatelessScope._gathering = stack
+
+    object.__setattr__(model, "stateless_call", gathered_call)
+
+
 def _batch_structs(mesh, rows: int, seq: int, predictions: int, packed: bool = False):
     """The training batch (``[1, rows, ...]``, one micro-batch) as ``ShapeDtypeStruct``s split by rows."""
     import jax
@@ -194,6 +232,9 @@ def compiled_memory(config, mode: str, per_device_batch: int = 8, seq: int = 512
     state, shardings = _state_structs(model, optimizer, mesh, fsdp=mode.startswith("fsdp"))
     predictions = predictions or max(1, int(round(0.15 * seq)))
     batch = _batch_structs(mesh, per_device_batch * len(devices), seq, predictions)
+    if mode.startswith("fsdp"):
+        _gather_on_use(model, mesh, {id(v) for v, s in zip(model.trainable_variables, state[0])
+                                     if any(s.sharding.spec)})
     chosen = remat.POLICY
     try:
         remat.POLICY = policy or chosen  # make_train_step reads the module's policy when it builds the step
@@ -212,6 +253,29 @@ def compiled_memory(config, mode: str, per_device_batch: int = 8, seq: int = 512
     return {"parameters": parameters, "devices": len(devices), "state_bytes": _state_bytes(state),
             "argument_bytes": arguments, "output_bytes": outputs, "alias_bytes": alias, "temp_bytes": temp,
             "peak_bytes": arguments + outputs - alias + temp, "compile_seconds": round(seconds, 1)}
+
+
+#: the figures a depth fit extrapolates (each linear in the number of encoder layers)
+LINEAR_KEYS = ("parameters", "state_bytes", "argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "peak_bytes")
+
+
+def depth_fit(name: str, mode: str, depths=(3, 6), **kwargs) -> Dict[str, Any]:
+    """The figures of :data:`MODELS` ``name`` at its own depth, from compiles at two smaller ``depths``.
+
+    Every figure is ``a + b * layers``: parameters and state exactly (a layer's weights and moments), temporaries as
+    measured (one layer's saved activations and gradients per layer, the embeddings, head and gathered weights
+    once). Depths of multiples of 3 hold whole ModernBERT global/local patterns (a global layer every 3). A
+    28-layer compile takes ~10x a 3-layer one; the fit is checked against BERT-base's full compile (NOTES.md).
+    ``kwargs`` go to :func:`compiled_memory`. Returns its keys, ``compile_seconds`` summed, ``"fit": depths``.
+    """
+    full = int(model_config(name).num_hidden_layers)
+    low, high = (compiled_memory(model_config(name, num_hidden_layers=d), mode, **kwargs) for d in depths)
+    out: Dict[str, Any] = {"devices": low["devices"], "fit": list(depths),
+                           "compile_seconds": round(low["compile_seconds"] + high["compile_seconds"], 1)}
+    for key in LINEAR_KEYS:
+        per_layer = (high[key] - low[key]) / (depths[1] - depths[0])
+        out[key] = int(round(low[key] + per_layer * (full - depths[0])))
+    return out
 
 
 def largest_fitting(rows: List[Dict[str, Any]], chip_gib: float, mode: str) -> Optional[float]:
@@ -264,20 +328,30 @@ def main(argv=None) -> int:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES) + ["replicated+gc"])
     parser.add_argument("--devices", type=int, default=8, help="CPU devices of the mesh (default 8)")
+    parser.add_argument("--accelerator", action="store_true",
+                        help="compile for JAX's default devices (a GPU/TPU machine: every chip) instead of CPUs")
     parser.add_argument("--per_device_batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--dtype", default="mixed_bfloat16", choices=["mixed_bfloat16", "float32"])
     parser.add_argument("--policy", default=None, help="jax.checkpoint_policies name for the +gc modes")
     parser.add_argument("--json", default=None, help="also write the rows and the machine here")
+    parser.add_argument("--fit", type=int, nargs=2, default=None, metavar=("L1", "L2"),
+                        help="compile at these two depths and extrapolate to the model's (depth_fit); default: "
+                             "compile the whole model")
     args = parser.parse_args(argv)
-    set_cpu_devices(args.devices)
-    machine = _machine()
+    if not args.accelerator:
+        set_cpu_devices(args.devices)
+    import jax
+
+    machine = dict(_machine(), platform=jax.devices()[0].platform, device_kind=jax.devices()[0].device_kind)
+    args.devices = len(jax.devices())
     print(json.dumps(machine))
     rows = []
     for name in args.models:
         for mode in args.modes:
-            figures = compiled_memory(model_config(name), mode, args.per_device_batch, args.seq, dtype=args.dtype,
-                                      policy=args.policy)
+            kwargs = dict(per_device_batch=args.per_device_batch, seq=args.seq, dtype=args.dtype, policy=args.policy)
+            figures = (depth_fit(name, mode, tuple(args.fit), **kwargs) if args.fit else
+                       compiled_memory(model_config(name), mode, **kwargs))
             rows.append({"model": name, "mode": mode, **figures})
             print(json.dumps(rows[-1]), flush=True)
     print(f"\n{args.devices} devices, {args.per_device_batch} x {args.seq} tokens per device, {args.dtype}\n")
