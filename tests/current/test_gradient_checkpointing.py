@@ -129,28 +129,28 @@ set_cpu_devices(1)
 rows = {}
 for model_type, fields in json.loads(sys.argv[1]).items():
     config = model_config(model_type, **fields)
-    rows[model_type] = [compiled_memory(config, mode, per_device_batch=8, seq=128, dtype="float32")["temp_bytes"]
+    rows[model_type] = [compiled_memory(config, mode, per_device_batch=8, seq=256)["temp_bytes"]
                         for mode in ("replicated", "replicated+gc")]
 print(json.dumps(rows))
 """
 
 
 def test_compiled_temporaries_smaller_with_checkpointing():
-    """XLA:CPU temporaries of the train step, 4 layers x 64, 8 x 128 tokens: smaller with remat (encoder, ModernBERT).
-    A fresh process: the scheduler flag is read once, when XLA starts."""
-    fields = dict(TINY, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=256)
-    families = {"roberta": dict(fields, max_position_embeddings=130, pad_token_id=1),
-                "modernbert": dict(fields, **{k: v for k, v in FAMILIES["modernbert"].items()
-                                              if not k.endswith("dropout")}, )}
-    families["modernbert"]["max_position_embeddings"] = 128
+    """XLA:CPU temporaries of the bf16 train step, 6 layers x 64, 8 x 256 tokens, dropout on: smaller with remat
+    for the shared encoder and ModernBERT (measured 165 -> 110 MB and 116 -> 84 MB). A fresh process: the memory
+    scheduler's flag (benchmarks/compiled_memory.py) is read once, when XLA starts."""
+    fields = dict(TINY, hidden_size=64, num_hidden_layers=6, num_attention_heads=4, intermediate_size=256,
+                  max_position_embeddings=256)
+    families = {"bert": fields, "modernbert": dict(fields, local_attention=32, pad_token_id=0, bos_token_id=1,
+                                                   eos_token_id=2, cls_token_id=1, sep_token_id=2)}
     env = dict(os.environ, PYTHONPATH=str(REPO), KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
     out = subprocess.run([sys.executable, "-c", _COMPILE, json.dumps(families)], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads(out.stdout.strip().splitlines()[-1])
     for model_type, (plain, remat) in rows.items():
-        assert remat < 0.9 * plain, (model_type, plain, remat)
+        assert remat < 0.85 * plain, (model_type, plain, remat)
 
 
 def test_flag_parsed_handed_to_torch_xla_and_refused_by_tensorflow():
