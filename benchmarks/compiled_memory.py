@@ -360,7 +360,8 @@ def main(argv=None) -> int:
     print(_fits_table(rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"machine": machine, "args": vars(args), "rows": rows}, f, indent=1)
+            kept = {k: v for k, v in vars(args).items() if k != "json"}  # no path of this machine in the file
+            json.dump({"machine": machine, "args": kept, "rows": rows}, f, indent=1)
     return 0
 
 
