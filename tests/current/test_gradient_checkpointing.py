@@ -2,8 +2,9 @@
 ``jax.checkpoint`` while the step traces.
 
 * The backend's own step (counter-based dropout on hidden states and attention probabilities, AdamW) trains the
-  same with and without: losses of 3 steps within 1e-6 (relative), for the shared post-LN encoder (RoBERTa's
-  family), ModernBERT and EuroBERT (tiny configs, float32), and with 2 accumulated micro-batches.
+  same with and without: losses of 3 steps within 1e-6 (relative), weights within 1e-4 (1% of the learning rate),
+  for the shared post-LN encoder (RoBERTa's family), ModernBERT and EuroBERT (tiny configs, float32), and with 2
+  accumulated micro-batches.
 * The compiled step keeps fewer bytes: the residuals JAX saves for the backward pass shrink, and XLA:CPU's
   temporaries (``memory_analysis().temp_size_in_bytes``, compiled in a fresh process with the memory-minimizing
   scheduler, as ``benchmarks/compiled_memory.py`` compiles) are smaller.
@@ -86,7 +87,9 @@ def test_losses_and_weights_equal_with_and_without(model_type, accumulation):
     assert len(plain) == 3 and plain[0] > 3.0  # ~ln(100): an untrained model's loss, dropout on
     np.testing.assert_allclose(remat, plain, rtol=1e-6)
     for a, b in zip(remat_weights, plain_weights):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)  # recomputed in another fusion: rounding
+        # recomputed in other fusions: gradients round differently, and AdamW's normalized update turns a near-zero
+        # gradient's rounding into up to ~1% of the learning rate (1e-2): measured 3e-5 on EuroBERT
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
 
 
 def test_the_layers_are_checkpointed_and_save_fewer_residuals():
