@@ -2,7 +2,9 @@
 # Accelerator check on a fresh GPU machine: install jax with CUDA and this project's [jax] extra in a venv, then run
 # benchmarks/device_check.py (the Keras backend's compiled step at RoBERTa-base shapes, bf16): tokens/s, step time,
 # MFU against the chip's datasheet peak, compilations (must be 1), device memory. Results: $OUT/device_check.json
-# when OUT is set (and $OUT/device_check_env.txt: the installed versions).
+# when OUT is set (and $OUT/device_check_env.txt: the installed versions). Before it, the FSDP line:
+# benchmarks/compiled_memory.py on the chips (bert-base, modernbert-large: state and temporaries per chip,
+# replicated / fsdp / fsdp + --gradient_checkpointing; $OUT/compiled_memory.json), ~1-3 min.
 #
 # Usage (repository root):
 #   bash benchmarks/device_check.sh [ARGS...]   # ARGS go to the Python module, e.g. --batch 32 --steps 30
@@ -87,6 +89,11 @@ install() {
   return 1
 }
 
+compiled_memory() {  # FSDP: the compiled step's memory per chip, replicated / --fsdp / --fsdp + remat (not run)
+  run env KERAS_BACKEND=jax timeout "${DEVICE_CHECK_TIMEOUT:-480}" "$PY" -m benchmarks.compiled_memory --accelerator \
+    --models bert-base modernbert-large ${OUT:+--json "$OUT/compiled_memory.json"} || true
+}
+
 main() {
   case "${1:-}" in
     --plan) PLAN=1; shift ;;
@@ -96,6 +103,7 @@ main() {
   esac
   install
   if [ "$PLAN" = 1 ]; then
+    compiled_memory
     echo "+ KERAS_BACKEND=jax timeout ${DEVICE_CHECK_TIMEOUT:-480} $PY -m benchmarks.device_check $*"
     return 0
   fi
@@ -106,6 +114,7 @@ main() {
 m.distributions() if d.metadata["Name"].lower().startswith(("jax", "keras", "nvidia-c")))))' || true
     } > "$OUT/device_check_env.txt"
   fi
+  compiled_memory
   KERAS_BACKEND=jax timeout "${DEVICE_CHECK_TIMEOUT:-480}" "$PY" -m benchmarks.device_check "$@"
 }
 

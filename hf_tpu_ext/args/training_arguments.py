@@ -50,6 +50,12 @@ class TrainingArguments:
         default=1,
         metadata={"help": "Micro-batches summed per optimizer step (TensorFlow: inside the one compiled step, static shapes). Steps, logging and schedules count optimizer steps."},
     )
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata={"help": "Recompute each encoder layer's activations in the backward pass instead of keeping them "
+                          "(Keras: jax.checkpoint per layer, matmul outputs kept; torch_xla: the Trainer's). Same "
+                          "losses, less memory, more compute. Not with --backend tensorflow."},
+    )
     lr_scheduler_type: str = field(
         default="linear",
         metadata={"help": f"Learning-rate schedule after warmup, transformers' formulas: {', '.join(LR_SCHEDULER_TYPES)}."},
@@ -177,6 +183,9 @@ class TrainingArguments:
                 "optimizer API, which this trainer's XLA step and checkpoints do not use. Use --optim adamw_torch or "
                 "sgd, or --backend keras or torch_xla (transformers' Adafactor)."
             )
+        if self.gradient_checkpointing and self.backend == "tensorflow":
+            raise ArgumentError("--gradient_checkpointing is not available with --backend tensorflow (transformers' TF "
+                                "models have none); use --backend keras or torch_xla, or drop it.")
         if self.lr_scheduler_type == "constant" and (self.warmup_steps > 0 or self.warmup_ratio > 0):
             raise ArgumentError("--lr_scheduler_type constant has no warmup (as in transformers); use "
                                 "--lr_scheduler_type constant_with_warmup, or drop --warmup_steps/--warmup_ratio.")

@@ -87,6 +87,8 @@ def test_install_plan_picks_the_cuda_build_of_the_driver(tmp_path, driver, extra
     assert installs == [f"+ {py} -m pip install -q --upgrade pip", f"+ {py} -m pip install -q -e .[jax]"] + [
         f"+ {py} -m pip install -q jax[{extra}]==<the jax version [jax] installed>" for extra in extras]
     assert out.splitlines()[-1] == f"+ KERAS_BACKEND=jax timeout 480 {py} -m benchmarks.device_check --batch 32"
+    assert out.splitlines()[-2] == (f"+ env KERAS_BACKEND=jax timeout 480 {py} -m benchmarks.compiled_memory "
+                                    "--accelerator --models bert-base modernbert-large")  # the FSDP line
     assert f"NVIDIA driver {driver.split('.')[0] if driver else 0}: jax CUDA extras to try: {' '.join(extras)}" in out
 
 

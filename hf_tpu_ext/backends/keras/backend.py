@@ -232,7 +232,8 @@ class KerasBackend(BackendDefaults):
         return JaxTrainer(self.model, self.optimizer, self.placement, batches=self.train_batches,
                           schedule=self.schedule, evaluate=self.evaluate, summary_writer=self.summary_writer,
                           checkpoints=target, bf16_dots=self.precision.bf16_dots, seed=int(args.seed),
-                          accumulation=self.accumulation, steps_per_execution=self.steps_per_execution)
+                          accumulation=self.accumulation, steps_per_execution=self.steps_per_execution,
+                          gradient_checkpointing=bool(getattr(args, "gradient_checkpointing", False)))
 
     # ------------------------------------------------------------------ checkpoints with a model
     def _checkpoint_facts(self, step: int) -> Dict[str, Any]:

@@ -59,7 +59,7 @@ def masked_lm_sums(logits, labels, weights):
 
 
 def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots: bool,
-                    dropout: bool = True) -> Callable:
+                    dropout: bool = True, gradient_checkpointing: bool = False) -> Callable:
     """``step(state, batch, global_step) -> (state, loss_sum, count)``, not yet jitted.
 
     Args:
@@ -71,24 +71,34 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots
         bf16_dots: XLA:CPU's dot routing (:mod:`hf_tpu_ext.backends.keras.bf16_dot`): a bf16 model's matmuls
             with float32 results (natively bf16), a float32 model's projections as 2-D dots (``flat_dots``); the
             run's :class:`hf_tpu_ext.precision.PrecisionPlan` decides it (``plan.bf16_dots``).
+        gradient_checkpointing: ``--gradient_checkpointing``: each encoder layer under ``jax.checkpoint``
+            (:mod:`hf_tpu_ext.backends.keras.architectures.remat`, its policy): the same losses, fewer temporaries.
+
+    Raises:
+        ValueError: ``gradient_checkpointing`` with ``dropout=False`` (Keras' own dropout updates a seed variable
+            inside the layer, which a checkpointed layer cannot hand out).
 
     ``state`` is ``(trainable, non_trainable, optimizer_variables)`` (lists of arrays).
     """
     import jax
     import jax.numpy as jnp
 
+    from hf_tpu_ext.backends.keras.architectures.remat import POLICY, layer_checkpointing
     from hf_tpu_ext.backends.keras.bf16_dot import flat_dots, native_bf16_dots
     from hf_tpu_ext.backends.keras.dropout import counter_based_dropout, dropout_key
     from hf_tpu_ext.backends.keras.gelu import erf_gelu
 
     dots = bool(bf16_dots)
+    if gradient_checkpointing and not dropout:
+        raise ValueError("gradient_checkpointing needs the counter-based dropout (dropout=True).")
+    remat = POLICY if gradient_checkpointing else None
 
     def micro_loss(trainable, non_trainable, micro, total, step, index):
         # one key per step; micro-batch i offsets the element counters by its place in the global batch, so
         # A micro-batches draw the masks one B-sequence batch draws
         key = dropout_key(seed, step) if dropout else None
         with counter_based_dropout(key, micro_batch=index if accumulation > 1 else None), erf_gelu(), \
-                native_bf16_dots(dots), flat_dots(dots):
+                native_bf16_dots(dots), flat_dots(dots), layer_checkpointing(remat):
             logits, _ = model.stateless_call(trainable, non_trainable, _model_inputs(micro), training=True)
         loss_sum, _, count = masked_lm_sums(logits, micro["masked_lm_ids"], micro["masked_lm_weights"])
         return loss_sum / total, (loss_sum, count)

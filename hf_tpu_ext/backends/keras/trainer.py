@@ -91,11 +91,14 @@ class JaxTrainer:
         seed: the run's seed (dropout keys); accumulation: micro-batches ``A`` per step (>= 1).
         steps_per_execution: ``N``, optimizer steps per device call (>= 1); the step loop and the stacked batches
             use this one value.
+        gradient_checkpointing: ``--gradient_checkpointing`` (each encoder layer rematerialized in the backward
+            pass: :mod:`hf_tpu_ext.backends.keras.architectures.remat`).
     """
 
     def __init__(self, model, optimizer, placement, *, batches: Callable[[int], Dict[str, np.ndarray]], schedule,
                  evaluate: Callable[[], Dict[str, float]], summary_writer, checkpoints: CheckpointTarget,
-                 bf16_dots: bool, seed: int, accumulation: int, steps_per_execution: int):
+                 bf16_dots: bool, seed: int, accumulation: int, steps_per_execution: int,
+                 gradient_checkpointing: bool = False):
         self.model, self.optimizer, self.placement = model, optimizer, placement
         self._batches, self._schedule, self._evaluate = batches, schedule, evaluate
         self._summary_writer, self._checkpoints = summary_writer, checkpoints
@@ -104,7 +107,8 @@ class JaxTrainer:
         self._step = 0
         self._on_save: Optional[SaveHook] = None
         self._compiles = CompileCounter("train_step")
-        step = make_train_step(model, optimizer, int(seed), self.accumulation, bf16_dots=bf16_dots)
+        step = make_train_step(model, optimizer, int(seed), self.accumulation, bf16_dots=bf16_dots,
+                               gradient_checkpointing=gradient_checkpointing)
         n = self.steps_per_execution
         self._train_step = jit_train_step(make_multi_step(step, n) if n > 1 else step, placement)
         self._eval_step = jit_eval_step(make_eval_step(model, bf16_dots=bf16_dots))

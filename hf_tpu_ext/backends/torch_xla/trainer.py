@@ -33,7 +33,7 @@ _SAME_NAME_FIELDS = (
     "learning_rate", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "num_train_epochs", "max_steps",
     "logging_steps", "logging_dir", "eval_strategy", "eval_steps", "save_strategy", "save_steps",
     "save_total_limit", "seed", "bf16", "disable_tqdm", "gradient_accumulation_steps", "lr_scheduler_type",
-    "load_best_model_at_end", "greater_is_better", "do_train", "do_eval",
+    "load_best_model_at_end", "greater_is_better", "do_train", "do_eval", "gradient_checkpointing",
 )
 # our --optim names -> the torch optimizer the Trainer builds (the fused AdamW kernel fails on XLA devices)
 _TORCH_OPTIM = {"adamw": "adamw_torch", "adafactor": "adafactor", "sgd": "sgd"}

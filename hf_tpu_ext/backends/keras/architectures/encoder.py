@@ -29,6 +29,7 @@ from keras import layers, ops
 from hf_tpu_ext.backends.keras.architectures.attention import attend, segment_mask
 from hf_tpu_ext.backends.keras.architectures.layouts import LINEAR, OUT_KERNEL, QKV_BIAS, QKV_KERNEL, SAME
 from hf_tpu_ext.backends.keras.architectures.name_table import Row
+from hf_tpu_ext.backends.keras.architectures.remat import call_layer
 
 
 def _initializer():
@@ -249,7 +250,7 @@ class EncoderMaskedLM(keras.Model):
         if inputs.get("segment_ids") is not None:
             attention_mask = segment_mask(inputs["padding_mask"], inputs["segment_ids"])
         for layer in self.encoder_layers:
-            x = layer(x, attention_mask, training=training)
+            x = call_layer(layer, x, attention_mask, training=training)  # remat with --gradient_checkpointing
         return self.masked_lm_head(x, inputs["mask_positions"], self.embeddings.word_embeddings.embeddings)
 
 

@@ -34,6 +34,7 @@ from hf_tpu_ext.backends.keras.architectures.attention import attend, describe_p
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
 from hf_tpu_ext.backends.keras.architectures.layouts import LINEAR, SAME
 from hf_tpu_ext.backends.keras.architectures.name_table import table_assign, table_state_dict
+from hf_tpu_ext.backends.keras.architectures.remat import call_layer
 from hf_tpu_ext.backends.keras.architectures.rotary import apply_rope, inverse_frequencies, rope_tables
 from hf_tpu_ext.errors import CheckpointError
 from hf_tpu_ext.model_types.eurobert import head_dim, kv_heads
@@ -235,7 +236,8 @@ class EuroBertBackbone(layers.Layer):
         describe_paths(length, {"global": None}, keras.backend.standardize_dtype(x.dtype), dropout)
         rope = rope_tables(self.inv_freq, length, position_ids)  # packed documents: positions from 0 in each
         for layer in self.encoder_layers:
-            x = layer(x, padding, rope, training=training, segment_ids=segment_ids)
+            # under jax.checkpoint with --gradient_checkpointing
+            x = call_layer(layer, x, padding, rope, training=training, segment_ids=segment_ids)
         return self.norm(x)
 
 

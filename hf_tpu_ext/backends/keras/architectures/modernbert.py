@@ -44,6 +44,7 @@ from hf_tpu_ext.backends.keras.architectures import modernbert_config as mc
 from hf_tpu_ext.backends.keras.architectures.attention import attend, describe_paths
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
 from hf_tpu_ext.backends.keras.architectures.layouts import attribute
+from hf_tpu_ext.backends.keras.architectures.remat import call_layer
 from hf_tpu_ext.backends.keras.architectures.rotary import apply_rope, inverse_frequencies, rope_tables
 
 
@@ -215,7 +216,8 @@ class ModernBertBackbone(layers.Layer):
         ropes = {kind: rope_tables(self.inv_freq[kind], length, position_ids) for kind in self.inv_freq}
         for layer in self.encoder_layers:
             kind = layer.attention_type
-            x = layer(x, padding, ropes[kind], half_window=windows[kind], training=training, segment_ids=segment_ids)
+            x = call_layer(layer, x, padding, ropes[kind], half_window=windows[kind], training=training,
+                           segment_ids=segment_ids)  # remat with --gradient_checkpointing
         return self.final_norm(x)
 
 
