@@ -129,7 +129,7 @@ class KerasBackend(BackendDefaults):
         import jax
 
         args = training_args
-        self.placement = Placement()
+        self.placement = Placement(fsdp=getattr(args, "fsdp", None), fsdp_config=getattr(args, "fsdp_config", None))
         self.num_replicas = self.placement.num_devices
         from hf_tpu_ext.distributed import is_main_process
 
@@ -177,8 +177,9 @@ class KerasBackend(BackendDefaults):
         import jax
 
         return {"accelerator": self.accelerator, "device_kind": self.device_kind, "num_devices": self.num_replicas,
-                "strategy": "jax.sharding data parallel (Keras 3 on JAX)", "num_replicas": self.num_replicas,
-                "num_workers": jax.process_count()}
+                "strategy": (f"jax.sharding FSDP {self.placement.strategy} (Keras 3 on JAX)" if self.placement.strategy
+                             else "jax.sharding data parallel (Keras 3 on JAX)"), "num_replicas": self.num_replicas,
+                "num_workers": jax.process_count(), **self.placement.summary_fields(self.state)}  # --fsdp, memory
 
     # ------------------------------------------------------------------ checkpoints (no model needed)
     def find_checkpoints(self, folder: str) -> List[str]:

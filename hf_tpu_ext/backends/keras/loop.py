@@ -69,7 +69,8 @@ class KerasTrainer:
             self.train_step = step_tf.make_train_step(model, optimizer, self.accumulation)
             self.eval_step = step_tf.make_eval_step(model)
         else:
-            step = make_train_step(model, optimizer, int(seed), self.accumulation, bf16_dots=precision.bf16_dots)
+            step = make_train_step(model, optimizer, int(seed), self.accumulation, bf16_dots=precision.bf16_dots,
+                                   grad_sharding=self.placement.grad_sharding)
             self.train_step = jit_train_step(make_multi_step(step, self.n) if self.n > 1 else step, self.placement)
             self.eval_step = jit_eval_step(make_eval_step(model, bf16_dots=precision.bf16_dots))
         model.train_function = self.train_step  # the recompile guard watches this function
@@ -87,15 +88,17 @@ class KerasTrainer:
         """The train state from the Keras variables (after building or restoring them); no-op on TensorFlow."""
         if self.on_tensorflow:  # the TensorFlow step updates the variables themselves
             return
-        self.state = tuple(self.placement.put_replicated([v.value for v in vs]) for vs in self._variables())
+        self.state = self.placement.put_state(*self._variables(), config=self.b.config)  # --fsdp: sharded
 
     def variables_from_state(self) -> None:
-        """Write the train state back into the Keras variables (export, callbacks reading weights)."""
-        if self.on_tensorflow:
+        """Write the train state back into the Keras variables (export, callbacks reading weights); once per state:
+        a state sharded over processes (--fsdp) is gathered by all of them (fit's end), not by process 0 alone."""
+        if self.on_tensorflow or self.state is getattr(self, "_written_state", None):
             return
         for variables, values in zip(self._variables(), state_to_host(self.state)):
             for var, value in zip(variables, values):
                 var.assign(value)
+        self._written_state = self.state
 
     def host_state(self) -> Tuple[list, list, list]:
         """``(trainable, non_trainable, optimizer)`` values as NumPy (a device read every process takes part in)."""
