@@ -93,3 +93,12 @@ def test_torch_xla_hands_fsdp_to_the_trainer_as_fsdpv2():
         "xla": True, "xla_fsdp_v2": True, "min_num_params": 1000}
     plain = hf_training_arguments(_training(backend="torch_xla"), 100)
     assert (plain.fsdp, plain.fsdp_config.get("xla", False)) == ([], False)
+
+
+def test_a_json_config_holds_them_as_transformers_writes_them(tmp_path):
+    """``"fsdp": [...]`` and ``"fsdp_config": {...}`` in the run's JSON config, as in a transformers config."""
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"output_dir": "o", "max_steps": 2, "backend": "keras", "report_to": "none",
+                                  "fsdp": ["full_shard", "auto_wrap"], "fsdp_config": {"min_num_params": 9}}))
+    args = parse_args([str(config)])[2]
+    assert (args.fsdp, args.fsdp_config) == ("full_shard auto_wrap", {"min_num_params": 9})

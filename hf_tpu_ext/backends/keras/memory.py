@@ -48,7 +48,8 @@ def device_limit(device) -> Optional[int]:
 
 
 def memory_line(figures: Dict[str, int], limit: Optional[int], strategy: Optional[str], devices: int) -> str:
-    """The run's line: the step's memory per device and the device's limit."""
+    """The run's line: the step's memory per device and the device's limit (``devices``: those one weight is
+    split over under ``--fsdp``, else those each holding the whole state)."""
     how = f"--fsdp {strategy} over {devices} devices" if strategy else f"replicated on each of {devices} devices"
     line = f"Memory per device of the compiled training step: state {figures['state_bytes'] / MIB:.2f} MiB ({how})"
     if "total_bytes" in figures:
@@ -91,6 +92,8 @@ def report(compiled, state, placement) -> Dict[str, Any]:
     limit = device_limit(device)
     strategy = getattr(placement, "strategy", None)
     devices = getattr(placement, "num_devices", jax.device_count())
+    if strategy:  # the devices one weight is split over (a hybrid mesh replicates it across "data")
+        devices = placement.mesh_shape["fsdp"]
     if limit:
         figures["device_limit_bytes"] = limit
     if placement is not None:
