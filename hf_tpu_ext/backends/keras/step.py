@@ -175,31 +175,35 @@ class TrainStep:
     input's sharding (replicated, or the ``--fsdp`` plan's), losses replicated. The first call lowers and compiles
     it once, says its memory per device and refuses what exceeds the device's limit
     (:func:`hf_tpu_ext.backends.keras.memory.report`), then runs it through the jitted function, whose cache
-    holds that executable (no second compilation: ``xla_step_compilations`` stays 1). Other attributes
-    (``_cache_size``, ``lower``) are the jitted function's, once built."""
+    holds that executable (no second compilation: ``xla_step_compilations`` stays 1). :meth:`lower` jits it
+    without running it (benchmarks' HLO); other attributes (``_cache_size``) are the jitted function's, once built."""
 
     def __init__(self, step: Callable, placement: Optional[Placement]):
-        self.step, self.placement, self.jitted = step, placement, None
+        self.step, self.placement, self.jitted, self.measured = step, placement, None, False
         self.__name__ = getattr(step, "__name__", "train_step")
 
     def __call__(self, state, *rest):
-        if self.jitted is None:
-            self.jitted = self._compile(state, *rest)
+        if not self.measured:  # lowered and compiled once: the call below finds the executable in jit's cache
+            from hf_tpu_ext.backends.keras.memory import report
+
+            report(self.lower(state, *rest).compile(), state, self.placement)
+            self.measured = True
         return self.jitted(state, *rest)
 
-    def _compile(self, state, *rest):
+    def lower(self, state, *rest):
+        """``jax.jit(...).lower`` of the step for these arguments (the output shardings from ``state``'s)."""
+        if self.jitted is None:
+            self.jitted = self._jit(state)
+        return self.jitted.lower(state, *rest)
+
+    def _jit(self, state):
         import jax
 
-        from hf_tpu_ext.backends.keras.memory import report
-
         if self.placement is None:
-            jitted = jax.jit(self.step, donate_argnums=(0,))
-        else:
-            shardings = jax.tree.map(lambda a: a.sharding, state)
-            replicated = self.placement.replicated
-            jitted = jax.jit(self.step, donate_argnums=(0,), out_shardings=(shardings, replicated, replicated))
-        report(jitted.lower(state, *rest).compile(), state, self.placement)
-        return jitted
+            return jax.jit(self.step, donate_argnums=(0,))
+        shardings = jax.tree.map(lambda a: a.sharding, state)
+        replicated = self.placement.replicated
+        return jax.jit(self.step, donate_argnums=(0,), out_shardings=(shardings, replicated, replicated))
 
     def __getattr__(self, name):
         jitted = self.__dict__.get("jitted")
