@@ -45,7 +45,9 @@ def runs(tmp_path_factory):
              for name, extra in (("replicated", ()), ("full_shard", ("--fsdp", "full_shard")),
                                  ("shard_grad_op", ("--fsdp", "shard_grad_op auto_wrap")),
                                  ("refused", ("--fsdp", "full_shard", *UNSHARDABLE)))}
-    pair = start_cluster([root / "pair", root / "pair-1"], extra=("--max_steps", str(STEPS), "--fsdp", "full_shard"))
+    # a save mid-run too: each process gathers the sharded state (process 0 exports from it alone)
+    pair = start_cluster([root / "pair", root / "pair-1"],
+                         extra=("--max_steps", str(STEPS), "--fsdp", "full_shard", "--save_steps", "10"))
     ends = {}
     for name, p in [*procs.items(), *((f"pair{i}", p) for i, p in enumerate(pair))]:
         out, err = p.communicate(timeout=600)
@@ -95,6 +97,7 @@ def test_two_processes_of_two_devices_shard_as_one_process_of_four(runs):
     summary = _summary(root / "pair")
     assert (summary["fsdp"], summary["num_devices"], summary["num_workers"]) == ("full_shard", 4, 2)
     assert summary["state_bytes_per_device"] == _summary(root / "full_shard")["state_bytes_per_device"]
+    assert sorted(p.name for p in (root / "pair").glob("checkpoint-*")) == ["checkpoint-10", "checkpoint-20"]
 
 
 def test_each_device_holds_a_quarter_of_the_sharded_state(runs):

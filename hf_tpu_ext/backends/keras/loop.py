@@ -92,11 +92,15 @@ class KerasTrainer:
 
     def variables_from_state(self) -> None:
         """Write the train state back into the Keras variables (export, callbacks reading weights); once per state:
-        a state sharded over processes (--fsdp) is gathered by all of them (fit's end), not by process 0 alone."""
+        a state sharded over processes (--fsdp) is gathered by all of them (fit's end, each save), not by process 0
+        alone (its exports)."""
         if self.on_tensorflow or self.state is getattr(self, "_written_state", None):
             return
-        for variables, values in zip(self._variables(), state_to_host(self.state)):
-            for var, value in zip(variables, values):
+        self._write_variables(state_to_host(self.state))
+
+    def _write_variables(self, values) -> None:
+        for variables, part in zip(self._variables(), values):
+            for var, value in zip(variables, part):
                 var.assign(value)
         self._written_state = self.state
 
@@ -106,7 +110,10 @@ class KerasTrainer:
             from keras import ops  # Keras is imported by now (the backend's setup)
 
             return tuple([ops.convert_to_numpy(v.value) for v in vs] for vs in self._variables())
-        return state_to_host(self.state)
+        values = state_to_host(self.state)
+        if any(not (a.is_fully_addressable or a.is_fully_replicated) for part in self.state for a in part):
+            self._write_variables(values)  # sharded over processes: process 0's export after this save reads these
+        return values
 
     def eval_sums(self, batch) -> Tuple[float, float, float]:
         """``(loss sum, correct, count)`` of one host evaluation batch ``[B, ...]`` (this process's rows)."""
