@@ -101,7 +101,7 @@ def check_config_types(data: dict, dataclass_types, source: str) -> dict:
     whole number (``10.0`` is taken as 10), ``float`` fields a number, ``bool`` fields true/false, ``str`` fields a
     string, ``List[str]`` a string or a list of strings; ``null`` only for optional fields; ``choices`` respected.
     Exceptions with their own parsing: ``bf16`` (true/false/"auto"), ``resume_from_checkpoint`` (a boolean means
-    ``"true"``/unset).
+    ``"true"``/unset), ``fsdp`` (also a list of options or a boolean) and ``fsdp_config`` (also an object).
 
     Args:
         data: the config's object (unknown names already refused).
@@ -134,6 +134,9 @@ def check_config_types(data: dict, dataclass_types, source: str) -> dict:
             continue
         if name == "resume_from_checkpoint" and isinstance(value, bool):
             out[name] = "true" if value else None
+            continue
+        if name in ("fsdp", "fsdp_config") and isinstance(value, (list, dict, bool)):
+            out[name] = value  # transformers' JSON forms: a list of options, an object (read by args/fsdp.py)
             continue
         if name == "bf16":
             if not isinstance(value, (bool, str)):

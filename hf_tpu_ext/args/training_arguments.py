@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import List, Optional
 
 from hf_tpu_ext.args.checks import check_number, check_repo_id, resolve_report_to
+from hf_tpu_ext.args.fsdp import check_fsdp
 from hf_tpu_ext.args.defaults import (BACKENDS, BEST_METRICS, DEFAULT_CALLBACKS, HUB_STRATEGIES, LR_SCHEDULER_TYPES,
                                       OPTIMIZERS, STRATEGIES)
 from hf_tpu_ext.console import resolve_backend
@@ -115,6 +116,18 @@ class TrainingArguments:
                           "backward, AdamW) is one XLA program; with a distribution strategy, the per-replica forward/backward. "
                           "Dropout then uses counter-based masks (XLA's own RNG is slow on CPU, see benchmarks/NOTES.md)."},
     )
+    fsdp: Optional[str] = field(
+        default=None,
+        metadata={"help": "Fully sharded data parallel (transformers' name): full_shard (weights, gradients and optimizer "
+                          "state sharded over the devices) or shard_grad_op (gradients and optimizer state sharded), "
+                          "optionally with auto_wrap. --backend keras and torch_xla (FSDPv2); see --fsdp_config."},
+    )
+    fsdp_config: Optional[str] = field(
+        default=None,
+        metadata={"help": "FSDP settings, a JSON object or file: min_num_params (weights with fewer elements stay "
+                          "replicated) and, on --backend keras, mesh {\"data\": D, \"fsdp\": F} (data parallel over D "
+                          "groups of F devices, FSDP within each; default: every device on fsdp)."},
+    )
     steps_per_execution: int = field(default=1, metadata={"help": "Train steps run per call into the device (TPU: 50-200 hides host overhead)."})
     tpu_name: Optional[str] = field(default=None, metadata={"help": "TPU to use: a name, a grpc:// address, or 'local' on a TPU VM."})
     tpu_zone: Optional[str] = field(default=None, metadata={"help": "GCP zone of the TPU (TPU Nodes)."})
@@ -215,6 +228,7 @@ class TrainingArguments:
             self.logging_dir = os.path.join(self.output_dir, "runs")
         self._resolve_best_metric()
         self._check_combinations()
+        check_fsdp(self)  # --fsdp / --fsdp_config read and refused where the backend cannot shard
 
     def _refuse_tensorflow_only(self, given, fields, why: str) -> None:
         """Raise ``ArgumentError`` naming the TensorFlow-only flags of ``fields`` (and ``--jit_compile false``)

@@ -123,7 +123,7 @@ class KerasBackend(BackendDefaults):
         import jax
 
         args = training_args
-        self.placement = Placement()
+        self.placement = Placement(fsdp=getattr(args, "fsdp", None), fsdp_config=getattr(args, "fsdp_config", None))
         self.num_replicas = self.placement.num_devices
         from hf_tpu_ext.distributed import is_main_process
 
@@ -146,8 +146,10 @@ class KerasBackend(BackendDefaults):
         import jax
 
         return {"accelerator": self.accelerator, "device_kind": self.device_kind, "num_devices": self.num_replicas,
-                "strategy": "jax.sharding data parallel (Keras 3 on JAX)", "num_replicas": self.num_replicas,
-                "num_workers": jax.process_count()}
+                "strategy": (f"jax.sharding FSDP {self.placement.strategy} (Keras 3 on JAX)" if self.placement.strategy
+                             else "jax.sharding data parallel (Keras 3 on JAX)"), "num_replicas": self.num_replicas,
+                "num_workers": jax.process_count(), **(self.trainer.sharding_fields() if self.trainer is not None
+                                                     else self.placement.summary_fields())}  # --fsdp, memory
 
     # ------------------------------------------------------------------ checkpoints (no model needed)
     def find_checkpoints(self, folder: str) -> List[str]:
@@ -233,7 +235,8 @@ class KerasBackend(BackendDefaults):
                           schedule=self.schedule, evaluate=self.evaluate, summary_writer=self.summary_writer,
                           checkpoints=target, bf16_dots=self.precision.bf16_dots, seed=int(args.seed),
                           accumulation=self.accumulation, steps_per_execution=self.steps_per_execution,
-                          gradient_checkpointing=bool(getattr(args, "gradient_checkpointing", False)))
+                          gradient_checkpointing=bool(getattr(args, "gradient_checkpointing", False)),
+                          config=self.config)
 
     # ------------------------------------------------------------------ checkpoints with a model
     def _checkpoint_facts(self, step: int) -> Dict[str, Any]:

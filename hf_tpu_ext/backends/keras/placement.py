@@ -1,6 +1,9 @@
-"""Where the Keras backend's arrays live: a 1-D device mesh over every device of every process.
+"""Where the Keras backend's arrays live: a device mesh over every device of every process.
 
-The state is replicated; each batch is sharded by rows over the mesh's ``"data"`` axis. Each process builds
+Without ``--fsdp``: a 1-D mesh (axis ``"data"``), the state replicated. With ``--fsdp``: a 2-D mesh
+``("data", "fsdp")`` (``--fsdp_config`` ``mesh``; default every device on ``"fsdp"``) and each state variable put
+with the spec :mod:`~hf_tpu_ext.backends.keras.sharding` plans (:meth:`Placement.put_state`). Each batch is
+sharded by rows over every device (``"data"``, or both axes). Each process builds
 only the rows its own devices hold (:meth:`Placement.process_batch_rows`) and hands them over with
 ``jax.make_array_from_process_local_data`` (:meth:`Placement.put_batch`), so host input work and memory per
 process scale with its devices, not with the global batch.
@@ -8,33 +11,134 @@ process scale with its devices, not with the global batch.
 
 from __future__ import annotations
 
-from typing import Any, Dict
+import logging
+from typing import Any, Dict, Optional
 
 import numpy as np
 
+from hf_tpu_ext.args.fsdp import fsdp_strategy
+from hf_tpu_ext.backends.keras.sharding import StatePlan, describe, held_bytes, plan_state
+from hf_tpu_ext.errors import BackendError
+
+logger = logging.getLogger("hf_tpu_ext")
+
+
+def mesh_shape(mesh: Optional[Dict[str, int]], devices: int) -> Dict[str, int]:
+    """``{"data": D, "fsdp": F}`` with ``D x F = devices`` from ``--fsdp_config`` ``mesh`` (a missing axis is what
+    the device count leaves; none: ``{"data": 1, "fsdp": devices}``).
+
+    Raises:
+        BackendError: sizes whose product is not the device count.
+    """
+    mesh = dict(mesh or {})
+    if "data" in mesh and "fsdp" not in mesh and devices % mesh["data"] == 0:
+        mesh["fsdp"] = devices // mesh["data"]
+    if "fsdp" in mesh and "data" not in mesh and devices % mesh["fsdp"] == 0:
+        mesh["data"] = devices // mesh["fsdp"]
+    shape = {"data": int(mesh.get("data", 1)), "fsdp": int(mesh.get("fsdp", devices))}
+    if shape["data"] * shape["fsdp"] != devices:
+        given = " x ".join(f"{k} {v}" for k, v in (mesh or {}).items())
+        raise BackendError(f"--fsdp_config mesh {given} does not cover the run's {devices} devices (data x fsdp must "
+                           f"equal them); pass sizes whose product is {devices}.")
+    return shape
+
 
 class Placement:
-    """Where arrays live: a 1-D ``jax.sharding.Mesh`` (axis ``"data"``) over every device of every process.
+    """Where arrays live: a ``jax.sharding.Mesh`` over every device of every process.
+
+    Args:
+        devices: the mesh's devices (default: ``jax.devices()``, every process's).
+        fsdp: ``--fsdp`` (None: the state replicated over a 1-D ``"data"`` mesh).
+        fsdp_config: ``--fsdp_config`` as read by :func:`hf_tpu_ext.args.fsdp.parse_fsdp_config` (``mesh``,
+            ``min_num_params``).
 
     Attributes:
-        mesh: the mesh; ``replicated``: sharding of the state; ``num_devices``: devices in the mesh.
+        mesh: the mesh; ``replicated``: a replicated sharding; ``num_devices``: devices in the mesh;
+        ``strategy``: ``"full_shard"``, ``"shard_grad_op"`` or None; ``plan``: the state's specs (after
+        :meth:`put_state` under ``--fsdp``); ``memory``: the compiled step's figures per device (after its first
+        call, :class:`~hf_tpu_ext.backends.keras.step.TrainStep`).
+
+    Raises:
+        BackendError: a ``--fsdp_config`` mesh that does not cover the devices.
     """
 
-    def __init__(self, devices=None):
+    def __init__(self, devices=None, fsdp: Optional[str] = None, fsdp_config: Optional[Dict[str, Any]] = None):
         import jax
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
         self.devices = list(devices if devices is not None else jax.devices())
-        self.mesh = Mesh(np.array(self.devices), ("data",))
         self.num_devices = len(self.devices)
+        self.strategy = fsdp_strategy(fsdp)
+        config = fsdp_config or {}
+        if self.strategy is None:
+            self.mesh_shape = {"data": self.num_devices}
+            self.mesh = Mesh(np.array(self.devices), ("data",))
+            self.batch_axes = "data"
+        else:  # "data" across hosts or slices (process-major device order), "fsdp" within
+            self.mesh_shape = mesh_shape(config.get("mesh"), self.num_devices)
+            grid = np.array(self.devices).reshape(self.mesh_shape["data"], self.mesh_shape["fsdp"])
+            self.mesh = Mesh(grid, ("data", "fsdp"))
+            self.batch_axes = ("data", "fsdp")  # the batch still split over every device
+        self.min_num_params = int(config.get("min_num_params", 0))
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
         self._P, self._NamedSharding = PartitionSpec, NamedSharding
+        self.plan: Optional[StatePlan] = None
+        self.memory: Dict[str, Any] = {}
 
     def batch_sharding(self, axis: int):
-        """Rows (dimension ``axis``) split over the devices, the rest replicated."""
+        """Rows (dimension ``axis``) split over every device, the rest replicated."""
         spec = [None] * (axis + 1)
-        spec[axis] = "data"
+        spec[axis] = self.batch_axes
         return self._NamedSharding(self.mesh, self._P(*spec))
+
+    def put_state(self, trainable, non_trainable, optimizer_variables, config=None):
+        """The train state ``(trainable, non_trainable, optimizer)`` (tuple of lists of jax.Arrays) from Keras
+        variables: replicated, or under ``--fsdp`` with the specs of :func:`~hf_tpu_ext.backends.keras.sharding.
+        plan_state` (planned at the first call, logged once; ``config``: the model's, naming the dimensions).
+
+        Raises:
+            BackendError: a weight of 1 MiB or more that the fsdp axis cannot shard (named).
+        """
+        groups = (trainable, non_trainable, optimizer_variables)
+        if self.strategy is None:
+            return tuple(self.put_replicated([v.value for v in vs]) for vs in groups)
+        if self.plan is None:
+            self.plan = plan_state(*groups, self.strategy, self.mesh_shape["fsdp"], self.min_num_params, config)
+            logger.info("%s.", describe(self.plan, self.mesh_shape, self.strategy))
+        specs = (self.plan.trainable, self.plan.non_trainable, self.plan.optimizer)
+        return tuple([self.put_sharded(v.value, spec) for v, spec in zip(vs, sp)] for vs, sp in zip(groups, specs))
+
+    def put_sharded(self, value, spec: tuple):
+        """One global array of the host ``value`` (every process holds it whole) with ``PartitionSpec(*spec)``:
+        each device gets only its slice."""
+        import jax
+
+        sharding = self._NamedSharding(self.mesh, self._P(*spec))
+        host = np.asarray(value)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    def grad_sharding(self, grads):
+        """``grads`` (one per trainable weight, inside the traced step) constrained to the plan's specs under
+        ``--fsdp`` (``jax.lax.with_sharding_constraint``: a reduce-scatter instead of an all-reduce); as they are
+        otherwise. Read while the step is traced, after :meth:`put_state`."""
+        if self.plan is None:
+            return grads
+        import jax
+
+        return [jax.lax.with_sharding_constraint(g, self._NamedSharding(self.mesh, self._P(*spec)))
+                for g, spec in zip(grads, self.plan.grads)]
+
+    def summary_fields(self, state=None) -> Dict[str, Any]:
+        """``training_summary.json``'s sharding and memory figures: ``fsdp``, ``mesh``, ``state_bytes_per_device``
+        (from ``state``'s shardings) and the compiled step's :attr:`memory`."""
+        fields: Dict[str, Any] = {"fsdp": self.strategy, "mesh": dict(self.mesh_shape)}
+        if state is not None:
+            arrays = [a for part in state for a in part]
+            fields["state_bytes_per_device"] = held_bytes(arrays)
+            fields["replicated_state_bytes_per_device"] = held_bytes([a for a in arrays if a.sharding.is_fully_replicated])
+        if self.memory:
+            fields["step_memory_per_device"] = dict(self.memory)
+        return fields
 
     def process_rows(self, rows: int) -> np.ndarray:
         """The positions (int64, ascending) of a ``rows``-long sharded axis that this process's devices hold.

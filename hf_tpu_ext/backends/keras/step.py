@@ -18,7 +18,7 @@ whole global batch, so the summed micro-batch gradients are the gradient of one 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Dict, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -59,7 +59,8 @@ def masked_lm_sums(logits, labels, weights):
 
 
 def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots: bool,
-                    dropout: bool = True, gradient_checkpointing: bool = False) -> Callable:
+                    dropout: bool = True, gradient_checkpointing: bool = False,
+                    grad_sharding: Optional[Callable] = None) -> Callable:
     """``step(state, batch, global_step) -> (state, loss_sum, count)``, not yet jitted.
 
     Args:
@@ -71,6 +72,9 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots
         bf16_dots: XLA:CPU's dot routing (:mod:`hf_tpu_ext.backends.keras.bf16_dot`): a bf16 model's matmuls
             with float32 results (natively bf16), a float32 model's projections as 2-D dots (``flat_dots``); the
             run's :class:`hf_tpu_ext.precision.PrecisionPlan` decides it (``plan.bf16_dots``).
+        grad_sharding: ``grads -> grads`` applied to each micro-batch's gradients and their sum while traced
+            (``--fsdp``: :meth:`~hf_tpu_ext.backends.keras.placement.Placement.grad_sharding`, sharded like the
+            optimizer state); None: as GSPMD propagates them.
         gradient_checkpointing: ``--gradient_checkpointing``: each encoder layer under ``jax.checkpoint``
             (:mod:`hf_tpu_ext.backends.keras.architectures.remat`, its policy): the same losses, fewer temporaries.
 
@@ -92,6 +96,7 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots
     if gradient_checkpointing and not dropout:
         raise ValueError("gradient_checkpointing needs the counter-based dropout (dropout=True).")
     remat = POLICY if gradient_checkpointing else None
+    constrain = grad_sharding or (lambda grads: grads)
 
     def micro_loss(trainable, non_trainable, micro, total, step, index):
         # one key per step; micro-batch i offsets the element counters by its place in the global batch, so
@@ -111,14 +116,16 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots
         if accumulation == 1:
             micro = {k: v[0] for k, v in batch.items()}
             (_, (loss_sum, count)), grads = grad_fn(trainable, non_trainable, micro, total, global_step, 0)
+            grads = constrain(grads)
         else:
             def body(carry, xs):
                 acc, loss_acc, count_acc = carry
                 micro, index = xs
                 (_, (l, c)), g = grad_fn(trainable, non_trainable, micro, total, global_step, index)
+                g = constrain(g)
                 return ([a + b for a, b in zip(acc, g)], loss_acc + l, count_acc + c), None
 
-            zeros = [jnp.zeros_like(v) for v in trainable]
+            zeros = constrain([jnp.zeros_like(v) for v in trainable])
             (grads, loss_sum, count), _ = jax.lax.scan(
                 body, (zeros, jnp.float32(0.0), jnp.float32(0.0)),
                 (batch, jnp.arange(accumulation, dtype=jnp.int32)))
@@ -174,11 +181,52 @@ def make_eval_step(model, *, bf16_dots: bool) -> Callable:
     return eval_step
 
 
-def jit_train_step(step: Callable, placement: Placement) -> Callable:
-    """``jax.jit`` of :func:`make_train_step`'s step: state donated, replicated; the step number a traced int32."""
-    import jax
+class TrainStep:
+    """``jax.jit`` of a train step, compiled at its first call: state donated, each output state array with its
+    input's sharding (replicated, or the ``--fsdp`` plan's), losses replicated. The first call lowers and compiles
+    it once, says its memory per device and refuses what exceeds the device's limit
+    (:func:`hf_tpu_ext.backends.keras.memory.report`), then runs it through the jitted function, whose cache
+    holds that executable (no second compilation: ``xla_step_compilations`` stays 1). :meth:`lower` jits it
+    without running it (benchmarks' HLO); other attributes (``_cache_size``) are the jitted function's, once built."""
 
-    return jax.jit(step, donate_argnums=(0,))
+    def __init__(self, step: Callable, placement: Optional[Placement]):
+        self.step, self.placement, self.jitted, self.measured = step, placement, None, False
+        self.__name__ = getattr(step, "__name__", "train_step")
+
+    def __call__(self, state, *rest):
+        if not self.measured:  # lowered and compiled once: the call below finds the executable in jit's cache
+            from hf_tpu_ext.backends.keras.memory import report
+
+            report(self.lower(state, *rest).compile(), state, self.placement)
+            self.measured = True
+        return self.jitted(state, *rest)
+
+    def lower(self, state, *rest):
+        """``jax.jit(...).lower`` of the step for these arguments (the output shardings from ``state``'s)."""
+        if self.jitted is None:
+            self.jitted = self._jit(state)
+        return self.jitted.lower(state, *rest)
+
+    def _jit(self, state):
+        import jax
+
+        if self.placement is None:
+            return jax.jit(self.step, donate_argnums=(0,))
+        shardings = jax.tree.map(lambda a: a.sharding, state)
+        replicated = self.placement.replicated
+        return jax.jit(self.step, donate_argnums=(0,), out_shardings=(shardings, replicated, replicated))
+
+    def __getattr__(self, name):
+        jitted = self.__dict__.get("jitted")
+        if jitted is None:
+            raise AttributeError(f"{name} (the train step is jitted at its first call)")
+        return getattr(jitted, name)
+
+
+def jit_train_step(step: Callable, placement: Optional[Placement]) -> TrainStep:
+    """:class:`TrainStep` of :func:`make_train_step`'s (or :func:`make_multi_step`'s) step: state donated, kept
+    where ``placement`` put it; the step number a traced int32."""
+    return TrainStep(step, placement)
 
 
 def jit_eval_step(eval_step: Callable) -> Callable:
@@ -197,10 +245,18 @@ def split_micro_batches(batch: Dict[str, np.ndarray], accumulation: int) -> Dict
 
 
 def state_to_host(state) -> Tuple[list, list, list]:
-    """The state's arrays as NumPy (a device-to-host copy of replicated arrays)."""
+    """The state's arrays as NumPy, whole: a device-to-host copy; an array sharded over several processes
+    (``--fsdp``) gathered first (``process_allgather``, a collective every process takes part in)."""
     import jax
 
-    return tuple([np.asarray(x) for x in jax.device_get(part)] for part in state)
+    def whole(x):
+        if getattr(x, "is_fully_addressable", True) or x.is_fully_replicated:
+            return np.asarray(jax.device_get(x))
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+    return tuple([whole(x) for x in part] for part in state)
 
 
 #: the event JAX records after every XLA compilation it did not serve from its cache (``fun_name=`` the function)

@@ -91,6 +91,8 @@ class JaxTrainer:
         seed: the run's seed (dropout keys); accumulation: micro-batches ``A`` per step (>= 1).
         steps_per_execution: ``N``, optimizer steps per device call (>= 1); the step loop and the stacked batches
             use this one value.
+        config: the model's transformers config (names each weight's dimensions for ``--fsdp``'s rules table,
+            :mod:`hf_tpu_ext.backends.keras.sharding`).
         gradient_checkpointing: ``--gradient_checkpointing`` (each encoder layer rematerialized in the backward
             pass: :mod:`hf_tpu_ext.backends.keras.architectures.remat`).
     """
@@ -98,17 +100,18 @@ class JaxTrainer:
     def __init__(self, model, optimizer, placement, *, batches: Callable[[int], Dict[str, np.ndarray]], schedule,
                  evaluate: Callable[[], Dict[str, float]], summary_writer, checkpoints: CheckpointTarget,
                  bf16_dots: bool, seed: int, accumulation: int, steps_per_execution: int,
-                 gradient_checkpointing: bool = False):
+                 gradient_checkpointing: bool = False, config=None):
         self.model, self.optimizer, self.placement = model, optimizer, placement
         self._batches, self._schedule, self._evaluate = batches, schedule, evaluate
         self._summary_writer, self._checkpoints = summary_writer, checkpoints
+        self._config, self._written_state = config, None
         self.accumulation = int(accumulation)
         self.steps_per_execution = int(steps_per_execution)  # StepLoop reads it: one value for loop and batches
         self._step = 0
         self._on_save: Optional[SaveHook] = None
         self._compiles = CompileCounter("train_step")
         step = make_train_step(model, optimizer, int(seed), self.accumulation, bf16_dots=bf16_dots,
-                               gradient_checkpointing=gradient_checkpointing)
+                               gradient_checkpointing=gradient_checkpointing, grad_sharding=placement.grad_sharding)
         n = self.steps_per_execution
         self._train_step = jit_train_step(make_multi_step(step, n) if n > 1 else step, placement)
         self._eval_step = jit_eval_step(make_eval_step(model, bf16_dots=bf16_dots))
@@ -121,18 +124,30 @@ class JaxTrainer:
 
     def _place_state(self) -> tuple:
         """The train state from the Keras variables, on the devices (the one placement of the state)."""
-        return tuple(self.placement.put_replicated([v.value for v in vs]) for vs in self._variables())
+        return self.placement.put_state(*self._variables(), config=self._config)  # --fsdp: sharded
 
     def write_variables(self) -> None:
-        """Write the train state back into the Keras variables (export, callbacks reading weights)."""
-        for variables, values in zip(self._variables(), state_to_host(self._state)):
-            for var, value in zip(variables, values):
+        """Write the train state back into the Keras variables (export, callbacks reading weights); once per state:
+        a state sharded over processes (--fsdp) is gathered by all of them (fit's end, each save), not by process 0
+        alone (its exports)."""
+        if self._state is not self._written_state:
+            self._write_variables(state_to_host(self._state))
+
+    def _write_variables(self, values) -> None:
+        for variables, part in zip(self._variables(), values):
+            for var, value in zip(variables, part):
                 var.assign(value)
+        self._written_state = self._state
+
+    def _sharded_over_processes(self) -> bool:
+        return any(not (a.is_fully_addressable or a.is_fully_replicated) for part in self._state for a in part)
 
     def _named_host_state(self) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
         """``(model variables, optimizer variables)`` by checkpoint name, as NumPy (a device read every process
         takes part in)."""
         trainable, non_trainable, opt = state_to_host(self._state)
+        if self._sharded_over_processes():  # every process gathered it: process 0's export after this save reads it
+            self._write_variables((trainable, non_trainable, opt))
         # trainable variables by path (keras-hub names every layer); non-trainable ones (dropout seed states,
         # auto-numbered "seed_generator_N" per process) and the optimizer's by position
         model_vars = {var.path: value for var, value in zip(self.model.trainable_variables, trainable)}
@@ -180,6 +195,11 @@ class JaxTrainer:
     def start(self, step: int, on_save: SaveHook) -> None:
         """A training segment from global ``step``; ``on_save(step, path)`` after each checkpoint written."""
         self._step, self._on_save = int(step), on_save
+
+    def sharding_fields(self) -> Dict[str, Any]:
+        """``training_summary.json``'s ``fsdp``, ``mesh``, state bytes per device and the compiled step's memory
+        (:meth:`~hf_tpu_ext.backends.keras.placement.Placement.summary_fields` of this state)."""
+        return self.placement.summary_fields(self._state)
 
     def current_step(self) -> int:
         """The global step the state has reached."""
@@ -267,8 +287,10 @@ class JaxTrainer:
 
     def keep_best(self, step: int, key: str, value: float) -> None:
         """The new best evaluation's trainable weights into ``checkpoints/best/`` (process 0 writes)."""
-        if self._checkpoints.writes:
+        sharded = self._sharded_over_processes()  # then the gather is a collective every process takes part in
+        if self._checkpoints.writes or sharded:
             weights = state_to_host(self._state[:1])[0]
+        if self._checkpoints.writes:
             save_best_weights(self._checkpoints.output_dir, step, key, value,
                               {var.path: w for var, w in zip(self.model.trainable_variables, weights)})
 

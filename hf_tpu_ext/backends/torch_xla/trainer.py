@@ -45,7 +45,9 @@ def hf_training_arguments(args, total_steps: int, **overrides):
     Same field names where transformers has them; mapped here: every ``adamw*`` ``optim`` to the non-fused
     ``adamw_torch``, ``metric_for_best_model`` to the logged key (``perplexity`` ranks like ``eval_loss``),
     ``warmup_steps`` resolved like the TF backend, ``report_to`` as resolved by our arguments; fixed:
-    ``dataloader_drop_last=True``, ``remove_unused_columns=False``, ``push_to_hub=False`` (our callback pushes).
+    ``dataloader_drop_last=True``, ``remove_unused_columns=False``, ``push_to_hub=False`` (our callback pushes);
+    ``--fsdp`` as given, with ``--fsdp_config`` plus ``xla`` and ``xla_fsdp_v2`` true (FSDPv2: every weight,
+    gradient and optimizer state sharded over the XLA devices by SPMD; the FLOPs per token, hence MFU, unchanged).
 
     Args:
         args: :class:`hf_tpu_ext.args.TrainingArguments`.
@@ -81,6 +83,8 @@ def hf_training_arguments(args, total_steps: int, **overrides):
         push_to_hub=False,
         save_only_model=False,
     )
+    if getattr(args, "fsdp", None):  # --fsdp: transformers' FSDPv2 on XLA (SPMD), its own names
+        kwargs.update(fsdp=args.fsdp, fsdp_config={**(args.fsdp_config or {}), "xla": True, "xla_fsdp_v2": True})
     kwargs.update(overrides)
     return HFTrainingArguments(**kwargs)
 
