@@ -263,7 +263,9 @@ class KerasBackend(BackendDefaults):
 
     # ------------------------------------------------------------------ checkpoints with a model
     def _named_state(self):
-        trainable, non_trainable, opt = self.trainer.host_state()
+        # the train state's arrays as they are (any sharding: each process writes the blocks it holds);
+        # Keras on TensorFlow: its variables as NumPy
+        trainable, non_trainable, opt = self.trainer.state if self.state is not None else self.trainer.host_state()
         # trainable variables by path (keras-hub names every layer); non-trainable ones (dropout seed states,
         # auto-numbered "seed_generator_N" per process) and the optimizer's by position
         model_vars = {var.path: value for var, value in zip(self.model.trainable_variables, trainable)}
@@ -281,8 +283,6 @@ class KerasBackend(BackendDefaults):
         from hf_tpu_ext.backends.keras.stream_state import data_state_files
 
         data_states = data_state_files(self, step)  # --streaming: every process's position (a collective)
-        if not self.is_chief:
-            return None
         plan, args = self.plan, self.args
         meta = {"epoch": step / plan.steps_per_epoch,
                 "model_config": {k: getattr(self.config, k, None) for k in MODEL_CONFIG_FIELDS},
@@ -295,6 +295,7 @@ class KerasBackend(BackendDefaults):
         meta.update(fields or {})  # the loop's: the logging window and what this process measured
         if "fit_metrics" in meta:
             meta["fit_metrics"] = {**meta["fit_metrics"], **self._compile_figures()}
+        # every process writes its blocks (a collective); the folder's path on process 0, None elsewhere
         return save_checkpoint(args.output_dir, step, model_vars, opt_vars, meta, keep=args.save_total_limit,
                                extra_files=data_states)
 
@@ -305,29 +306,7 @@ class KerasBackend(BackendDefaults):
             CheckpointError: a file is unreadable, or a variable is missing or of another shape (named).
         """
         meta = ckpt.read_meta(path)
-        # an older checkpoint's variable paths renamed to the model's (e.g. RoBERTa before the shared encoder)
-        model_vars = renamed_paths(ckpt.load_tensors(path, ckpt.MODEL_NAME), getattr(self.model, "legacy_paths", ()))
-        opt_vars = ckpt.load_tensors(path, ckpt.OPTIMIZER_NAME)
-        named = [(var.path, var) for var in self.model.trainable_variables] + [
-            (f"{NON_TRAINABLE_PREFIX}{i:05d}", var) for i, var in enumerate(self.model.non_trainable_variables)]
-        for key, var in named:
-            value = model_vars.get(key)
-            if value is None or tuple(value.shape) != tuple(var.shape):
-                raise CheckpointError(
-                    f"Checkpoint {path} does not fit the model: variable {var.path} "
-                    f"{'is missing' if value is None else f'has shape {tuple(value.shape)}, the model {tuple(var.shape)}'}.")
-            var.assign(value)
-        ordered = [opt_vars[k] for k in sorted(opt_vars)]
-        if len(ordered) != len(self.optimizer.variables) or any(
-                tuple(a.shape) != tuple(v.shape) for a, v in zip(ordered, self.optimizer.variables)):
-            trained = (f"trained with --optim {meta['optim']}" if meta.get("optim") not in (None, self.args.optim)
-                       else f"its optimizer state has {len(ordered)} variables, --optim {self.args.optim} "
-                            f"{len(self.optimizer.variables)}")
-            raise CheckpointError(f"--optim {self.args.optim} contradicts the checkpoint {path} ({trained}): drop "
-                                  "--optim or start a new run in another --output_dir.")
-        for var, value in zip(self.optimizer.variables, ordered):
-            var.assign(value)
-        self.trainer.state_from_variables()
+        self._restore_arrays(path, meta)
         step = self.trainer.step = int(meta["global_step"])
 
         restore_data_state(self, path, step)  # --streaming: this process's position
@@ -337,6 +316,47 @@ class KerasBackend(BackendDefaults):
 
         restore_best(self)
         return step
+
+    def _restore_arrays(self, path: str, meta: Dict[str, Any]) -> None:
+        """The checkpoint's arrays read onto the train state's shardings (any device count or mesh it was saved
+        from; :func:`~hf_tpu_ext.backends.keras.checkpoint.restore_state`); Keras on TensorFlow: its variables."""
+        from types import SimpleNamespace
+
+        state = self.trainer.state if self.state is not None else None
+        variables = (self.model.trainable_variables, self.model.non_trainable_variables, self.optimizer.variables)
+        targets = [[SimpleNamespace(shape=tuple(v.shape), dtype=v.dtype, sharding=v.sharding if state else None)
+                    for v in (state[part] if state is not None else variables[part])] for part in range(3)]
+        # an older checkpoint's variable paths renamed to the model's (e.g. RoBERTa before the shared encoder)
+        saved = renamed_paths({k: (k, s) for k, s in ckpt.state_shapes(path, ckpt.MODEL_STEM).items()},
+                              getattr(self.model, "legacy_paths", ()))
+        names = [var.path for var in variables[0]] + [f"{NON_TRAINABLE_PREFIX}{i:05d}" for i in range(len(variables[1]))]
+        model_targets = {}
+        for key, var, target in zip(names, [*variables[0], *variables[1]], [*targets[0], *targets[1]]):
+            old, shape = saved.get(key, (None, None))
+            if old is None or tuple(shape) != tuple(var.shape):
+                raise CheckpointError(
+                    f"Checkpoint {path} does not fit the model: variable {var.path} "
+                    f"{'is missing' if old is None else f'has shape {tuple(shape)}, the model {tuple(var.shape)}'}.")
+            model_targets[old] = target
+        opt_saved = ckpt.state_shapes(path, ckpt.OPTIMIZER_STEM)
+        ordered = sorted(opt_saved)  # by position
+        if len(ordered) != len(variables[2]) or any(
+                tuple(opt_saved[k]) != tuple(v.shape) for k, v in zip(ordered, variables[2])):
+            trained = (f"trained with --optim {meta['optim']}" if meta.get("optim") not in (None, self.args.optim)
+                       else f"its optimizer state has {len(ordered)} variables, --optim {self.args.optim} "
+                            f"{len(variables[2])}")
+            raise CheckpointError(f"--optim {self.args.optim} contradicts the checkpoint {path} ({trained}): drop "
+                                  "--optim or start a new run in another --output_dir.")
+        values = list(ckpt.restore_state(path, model_targets, ckpt.MODEL_STEM).values())
+        values += list(ckpt.restore_state(path, dict(zip(ordered, targets[2])), ckpt.OPTIMIZER_STEM).values())
+        split = (len(variables[0]), len(variables[0]) + len(variables[1]))
+        restored = (values[: split[0]], values[split[0]: split[1]], values[split[1]:])
+        if state is not None:  # the state is what trains; the Keras variables follow it at export
+            self.trainer.state = tuple(restored)
+            return
+        for part, vs in zip(restored, variables):
+            for var, value in zip(vs, part):
+                var.assign(value)
 
     def run_context(self):
         return self.context
