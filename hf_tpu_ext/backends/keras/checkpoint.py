@@ -196,7 +196,7 @@ def save_checkpoint(output_dir: str, step: int, model_vars: Dict[str, Any], opti
     tmp = _agreed_folder(tmp, count)
     try:
         for stem, named in ((MODEL_STEM, model_vars), (OPTIMIZER_STEM, optimizer_vars)):
-            save_state(tmp, named, stem, process, {"format": FORMAT})
+            save_state(tmp, named, stem, process, {"format": FORMAT}, write=_save_tensors)
         if count > 1:
             from jax.experimental import multihost_utils
 

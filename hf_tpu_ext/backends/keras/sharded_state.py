@@ -100,7 +100,7 @@ def local_blocks(named: Dict[str, Any], process_index: int) -> Tuple[Dict[str, n
 
 
 def save_state(folder: str, named_arrays: Dict[str, Any], stem: str, process_index: Optional[int] = None,
-               metadata: Optional[Dict[str, str]] = None) -> Optional[str]:
+               metadata: Optional[Dict[str, str]] = None, write=None) -> Optional[str]:
     """Write this process's blocks of ``named_arrays`` (any sharding) into ``folder/<stem>[-<p>].safetensors``,
     flushed to disk; a process other than 0 holding no first replica writes nothing.
 
@@ -113,6 +113,8 @@ def save_state(folder: str, named_arrays: Dict[str, Any], stem: str, process_ind
         stem: the file stem (``model_state``).
         process_index: this process (``None``: ``jax.process_index()`` when JAX is imported, else 0).
         metadata: extra string metadata of the file (``format``).
+        write: ``(path, tensors, metadata) -> None`` writing and flushing one safetensors file (``None``:
+            ``safetensors.numpy.save_file`` and ``fsync``).
 
     Returns:
         the file written, or None.
@@ -129,6 +131,9 @@ def save_state(folder: str, named_arrays: Dict[str, Any], stem: str, process_ind
     if pieces:
         meta[PIECES_KEY] = json.dumps(pieces, sort_keys=True)
     path = os.path.join(folder, process_file(stem, process_index))
+    if write is not None:
+        write(path, tensors, meta)
+        return path
     save_file(tensors, path, metadata=meta)
     with open(path, "rb") as f:
         os.fsync(f.fileno())
