@@ -6,8 +6,10 @@ weights sharded on their first dimension where the device count divides it; then
 
 * ``gathered`` (before issue 50 item 3): the whole state copied to the host at once (``jax.device_get``: weights
   and both moments), assigned to the variables, the state dict made whole, ``safetensors.numpy.save_file``;
-* ``by_tensor``: :func:`hf_tpu_ext.backends.keras.tensor_files.variables_from_arrays` (one weight at a time) and
-  :func:`hf_tpu_ext.backends.keras.export.export_masked_lm` (a lazy state dict written one tensor at a time).
+* ``by_tensor``: as ``KerasBackend.export``: the variables bound to the state's arrays
+  (:func:`hf_tpu_ext.backends.keras.tensor_files.bound_variables`, no copy) and
+  :func:`hf_tpu_ext.backends.keras.export.export_masked_lm` (a lazy state dict: each tensor gathered, written and
+  dropped in turn).
 
 Printed (JSON): the model's float32 bytes and, per way, the peak RSS above the RSS just before the export (MiB).
 A benchmark, not a test (``tests/current/test_keras_export_sharded.py`` checks a small size); run it alone.
@@ -58,9 +60,13 @@ def measure(way: str, hidden: int, layers: int, vocab: int, devices: int) -> dic
     import numpy as np
     from transformers import RobertaConfig
 
+    import jax
+    from safetensors.numpy import save_file
+
+    from hf_tpu_ext.backends.keras.architectures import architecture_for
     from hf_tpu_ext.backends.keras.export import export_masked_lm
     from hf_tpu_ext.backends.keras.model import build_masked_lm
-    from hf_tpu_ext.backends.keras.tensor_files import variables_from_arrays
+    from hf_tpu_ext.backends.keras.tensor_files import bound_variables
 
     config = RobertaConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
                            num_attention_heads=max(1, hidden // 64), intermediate_size=4 * hidden,
@@ -72,22 +78,22 @@ def measure(way: str, hidden: int, layers: int, vocab: int, devices: int) -> dic
     model_bytes = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables)
     variables = [*model.trainable_variables, *model.non_trainable_variables]
     folder = tempfile.mkdtemp(prefix="export-rss-")
+    # both ways' code imported first (transformers' config classes, safetensors): modules are not the export's
+    small = RobertaConfig(vocab_size=64, hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
+                          intermediate_size=16, max_position_embeddings=20)
+    export_masked_lm(build_masked_lm(small, seed=0), tempfile.mkdtemp(prefix="export-rss-warm-"), config=small,
+                     keras_preset=False)
     rss_now = _reset_peak()
     start = time.perf_counter()
     if way == "gathered":
-        import jax
-        from safetensors.numpy import save_file
-
-        from hf_tpu_ext.backends.keras.architectures import architecture_for
-
         host = [[np.asarray(x) for x in jax.device_get(part)] for part in state]  # the whole state, at once
         for var, value in zip(variables, [*host[0], *host[1]]):
             var.assign(value)
         whole = dict(architecture_for(config).state_dict(model, config))
         save_file(whole, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
-    else:
-        variables_from_arrays(variables, [*state[0], *state[1]])
-        export_masked_lm(model, folder, config=config, keras_preset=False)
+    else:  # what KerasBackend.export does
+        with bound_variables(variables, [*state[0], *state[1]]):
+            export_masked_lm(model, folder, config=config, keras_preset=False)
     seconds = time.perf_counter() - start
     return {"model_mib": round(model_bytes / 2**20, 1), "peak_above_mib": round((_status_kib("VmHWM") - rss_now) / 1024, 1),
             "seconds": round(seconds, 2)}

@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent("""
     from hf_tpu_ext.backends.keras.architectures import architecture_for
     from hf_tpu_ext.backends.keras.export import export_masked_lm
     from hf_tpu_ext.backends.keras.model import build_masked_lm
-    from hf_tpu_ext.backends.keras.tensor_files import variables_from_arrays
+    from hf_tpu_ext.backends.keras.tensor_files import bound_variables
 
     folder, model_type = sys.argv[1], sys.argv[2]
     config = transformers.AutoConfig.for_model(model_type, vocab_size=128, hidden_size=32, num_hidden_layers=2,
@@ -46,17 +46,20 @@ SCRIPT = textwrap.dedent("""
         spec = P("x") if value.ndim and value.shape[0] % 4 == 0 else P()
         sharded += spec != P()
         arrays.append(jax.device_put(value, NamedSharding(mesh, spec)))
-        v.assign(np.zeros(v.shape, "float32"))  # the export must read the arrays, not what the variables held
-    variables_from_arrays(model.trainable_variables, arrays)
+        v.assign(value)
     ids = rng.integers(5, 128, size=(2, 16)).astype("int32")
     mask = np.ones_like(ids)
     mask[1, 11:] = 0
     positions = np.tile(np.arange(16, dtype="int32"), (2, 1))
     keras_logits = np.asarray(model({"token_ids": ids, "padding_mask": mask, "mask_positions": positions},
                                     training=False), dtype="float32")
-    export_masked_lm(model, folder, config=config, keras_preset=False)
-    state = architecture_for(config).state_dict(model, config)
-    save_file(dict(state), folder + "/whole.safetensors", metadata={"format": "pt"})
+    for v in model.trainable_variables:  # the export must read the state's arrays, not what the variables hold
+        v.assign(np.zeros(v.shape, "float32"))
+    with bound_variables(model.trainable_variables, arrays):
+        export_masked_lm(model, folder, config=config, keras_preset=False)
+        state = architecture_for(config).state_dict(model, config)
+        save_file(dict(state), folder + "/whole.safetensors", metadata={"format": "pt"})
+    zeros_again = all(not np.asarray(v.value).any() for v in model.trainable_variables)
     same = open(folder + "/whole.safetensors", "rb").read() == open(folder + "/model.safetensors", "rb").read()
     hf = transformers.AutoModelForMaskedLM.from_pretrained(folder).eval()
     with torch.no_grad():
@@ -64,7 +67,8 @@ SCRIPT = textwrap.dedent("""
                           attention_mask=torch.tensor(mask, dtype=torch.long)).logits.numpy()
     diff = float(np.abs(torch_logits - keras_logits)[mask.astype(bool)].max())
     print("RESULT" + json.dumps({"diff": diff, "same_bytes": same, "sharded": int(sharded),
-                                 "lazy": type(state).__name__, "devices": jax.device_count()}))
+                                 "lazy": type(state).__name__, "devices": jax.device_count(),
+                                 "zeros_again": zeros_again}))
 """)
 
 
@@ -81,7 +85,8 @@ def test_export_of_a_sharded_state_gives_transformers_the_keras_logits(tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.split("RESULT", 1)[1])
-    assert (result["devices"], result["lazy"], result["same_bytes"]) == (4, "LazyState", True)
+    assert (result["devices"], result["lazy"], result["same_bytes"], result["zeros_again"]) == (4, "LazyState", True,
+                                                                                               True)
     assert result["sharded"] >= 8  # embeddings and kernels really sharded over the 4 devices
     assert result["diff"] <= 1e-4, result
 

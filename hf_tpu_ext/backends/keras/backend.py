@@ -38,7 +38,7 @@ from hf_tpu_ext.backends.keras.checkpoint import (STATE_NAME, export_checkpoint_
 from hf_tpu_ext.backends.keras.processes import maybe_initialize_distributed
 from hf_tpu_ext.backends.keras.events import EventWriter
 from hf_tpu_ext.backends.keras.export import export_masked_lm
-from hf_tpu_ext.backends.keras.tensor_files import variables_from_arrays
+from hf_tpu_ext.backends.keras.tensor_files import bound_variables
 from hf_tpu_ext.backends.keras.loop import KerasTrainer
 from hf_tpu_ext.backends.keras.model import build_masked_lm, count_parameters, load_pretrained
 from hf_tpu_ext.backends.keras.placement import Placement
@@ -451,11 +451,12 @@ class KerasBackend(BackendDefaults):
     def export(self, folder: str, tokenizer) -> List[str]:
         """``config.json``, ``model.safetensors`` (the architecture's transformers names, ``format: pt``), the
         tokenizer (and, for RoBERTa, the keras-hub preset) through :mod:`hf_tpu_ext.backends.keras.export`."""
-        if self.state is not None and not self.loaded_best:  # the model's arrays, one at a time (no optimizer)
-            variables_from_arrays([*self.model.trainable_variables, *self.model.non_trainable_variables],
-                                  [*self.state[0], *self.state[1]])
-
-        return export_masked_lm(self.model, folder, tokenizer=tokenizer, config=self.config)
+        if self.state is None or self.loaded_best:
+            return export_masked_lm(self.model, folder, tokenizer=tokenizer, config=self.config)
+        # the state's arrays read through the variables, one tensor on the host at a time (tensor_files.py)
+        with bound_variables([*self.model.trainable_variables, *self.model.non_trainable_variables],
+                             [*self.state[0], *self.state[1]]):
+            return export_masked_lm(self.model, folder, tokenizer=tokenizer, config=self.config)
 
     def model_config(self):
         return self.config

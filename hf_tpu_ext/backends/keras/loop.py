@@ -20,6 +20,7 @@ import numpy as np
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.backends.keras import step_tf
 from hf_tpu_ext.backends.keras.best import keep_best
+from hf_tpu_ext.backends.keras.tensor_files import variables_from_arrays
 from hf_tpu_ext.backends.keras.step import (jit_eval_step, jit_train_step, make_eval_step, make_multi_step,
                                             make_train_step, split_micro_batches, state_to_host)
 from hf_tpu_ext.data.numpy_batches import Prefetcher
@@ -93,9 +94,8 @@ class KerasTrainer:
         """Write the train state back into the Keras variables (export, callbacks reading weights)."""
         if self.on_tensorflow:
             return
-        for variables, values in zip(self._variables(), state_to_host(self.state)):
-            for var, value in zip(variables, values):
-                var.assign(value)
+        for variables, values in zip(self._variables(), self.state):  # one array on the host at a time
+            variables_from_arrays(variables, values)
 
     def host_state(self) -> Tuple[list, list, list]:
         """``(trainable, non_trainable, optimizer)`` values as NumPy (a device read every process takes part in)."""

@@ -7,6 +7,7 @@ No JAX import at module level.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -14,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from hf_tpu_ext.backends.keras.architectures.layouts import shards_to_host
 from hf_tpu_ext.backends.model_files import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 from hf_tpu_ext.errors import CheckpointError
 from hf_tpu_ext.fileio import atomic_write
@@ -24,7 +26,8 @@ _DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F
 
 
 def host_array(value) -> np.ndarray:
-    """One array of any sharding as NumPy: gathered from this process's devices (only this array is copied).
+    """One array of any sharding as a new NumPy array: gathered from this process's devices (only this array is
+    copied, and no copy stays cached inside it: :func:`~.architectures.layouts.shards_to_host`).
 
     Raises:
         CheckpointError: the array is sharded across processes (this process does not hold all of it).
@@ -34,13 +37,34 @@ def host_array(value) -> np.ndarray:
                               "gather the state first (jax.experimental.multihost_utils.process_allgather).")
     if getattr(value, "is_fully_addressable", True) is False:
         value = value.addressable_data(0)
-    return np.asarray(value)
+    shards = getattr(value, "addressable_shards", None)
+    return shards_to_host(value, shards) if shards is not None else np.asarray(value)
 
 
 def variables_from_arrays(variables: Sequence[Any], arrays: Sequence[Any]) -> None:
-    """Assign each array (any sharding) to its Keras variable, one at a time (one array on the host at a time)."""
+    """Assign each array (any sharding) to its Keras variable as a host copy, one at a time (one array on the
+    host at a time, not the whole state)."""
     for var, value in zip(variables, arrays):
         var.assign(host_array(value))
+
+
+@contextlib.contextmanager
+def bound_variables(variables: Sequence[Any], arrays: Sequence[Any]):
+    """The Keras variables hold the given arrays themselves (no copy: ``jax.Array`` of any sharding) inside the
+    block, their own values again after it.
+
+    What the export reads the train state through: each weight is copied to the host only when the state dict
+    makes its tensor (:func:`~.layouts.variable_numpy`), and the state's buffers, donated to the next train step,
+    are never left inside the variables.
+    """
+    kept = [var.value for var in variables]
+    try:
+        for var, value in zip(variables, arrays):
+            var.assign(value)
+        yield
+    finally:
+        for var, value in zip(variables, kept):
+            var.assign(value)
 
 
 def _shape_dtype(state: Mapping[str, Any], name: str):

@@ -57,6 +57,17 @@ def attribute(obj, path: str):
     return obj
 
 
+def shards_to_host(value, shards) -> np.ndarray:
+    """A fully addressable ``jax.Array`` as a new NumPy array, built from its shards of ``replica_id`` 0: one host
+    copy, none left cached on ``value`` (``np.asarray(value)`` keeps its copy inside the array while it lives: an
+    export would leave a host copy of every weight inside the train state)."""
+    out = np.empty(tuple(value.shape), dtype=value.dtype)
+    for shard in shards:
+        if shard.replica_id == 0:
+            out[shard.index] = np.asarray(shard.data)
+    return out
+
+
 def variable_numpy(variable) -> np.ndarray:
     """A variable's value as a float32 numpy array (bf16/fp16 upcast; mixed precision keeps float32 anyway).
 
@@ -72,7 +83,8 @@ def variable_numpy(variable) -> np.ndarray:
             raise CheckpointError(f"{getattr(variable, 'path', 'A variable')} is sharded across processes; gather it "
                                   "(jax.experimental.multihost_utils.process_allgather) before exporting.")
         value = value.addressable_data(0)
-    array = np.asarray(ops.convert_to_numpy(value))
+    shards = getattr(value, "addressable_shards", None)
+    array = shards_to_host(value, shards) if shards is not None else np.asarray(ops.convert_to_numpy(value))
     if array.dtype != np.float32 and array.dtype.kind in ("f", "V"):
         array = array.astype(np.float32)
     return array

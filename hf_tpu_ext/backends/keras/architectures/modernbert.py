@@ -43,7 +43,7 @@ from keras import layers, ops
 from hf_tpu_ext.backends.keras.architectures import modernbert_config as mc
 from hf_tpu_ext.backends.keras.architectures.attention import attend, describe_paths
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
-from hf_tpu_ext.backends.keras.architectures.layouts import attribute
+from hf_tpu_ext.backends.keras.architectures.layouts import attribute, variable_numpy
 from hf_tpu_ext.backends.keras.architectures.lazy_state import LazyState
 from hf_tpu_ext.backends.keras.architectures.rotary import apply_rope, inverse_frequencies, rope_tables
 
@@ -294,7 +294,7 @@ def state_dict(model, config=None):
         shape = tuple(var.shape)[::-1] if kind == mc.LINEAR else tuple(var.shape)
 
         def make(var=var, kind=kind):
-            array = np.asarray(keras.ops.convert_to_numpy(var.value), dtype=np.float32)
+            array = variable_numpy(var)  # float32, gathered with no copy left inside a jax.Array
             return np.ascontiguousarray(array.T if kind == mc.LINEAR else array)
         out.defer(hf_name, shape, make)
     return out
