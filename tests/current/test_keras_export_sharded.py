@@ -101,3 +101,48 @@ def test_export_peak_rss_is_below_gathering_the_whole_state_by_the_model(monkeyp
     assert 25 < model < 35, figures
     assert by_tensor + model < gathered, figures
     assert by_tensor < model, figures  # below one copy of the model: a tensor at a time (the embedding: 16 MiB)
+
+
+SLICES_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+    from hf_tpu_ext.backends.keras.architectures import layouts
+    from hf_tpu_ext.backends.keras.hf_convert import sharded_weight
+
+    # Keras shapes of each layout kind: hidden 8, 4 heads of 2 features
+    SHAPES = {layouts.SAME: (12, 8), layouts.LINEAR: (8, 16), layouts.QKV_KERNEL: (8, 4, 2),
+              layouts.QKV_BIAS: (4, 2), layouts.OUT_KERNEL: (4, 2, 8)}
+    rng = np.random.default_rng(0)
+    keras_values = {k: rng.normal(size=s).astype("float32") for k, s in SHAPES.items()}
+    file = sys.argv[1]
+    save_file({k: np.ascontiguousarray(layouts.to_hf(k, v)) for k, v in keras_values.items()}, file)
+    devices = np.array(jax.devices())
+    meshes = {"flat": Mesh(devices, ("x",)), "grid": Mesh(devices.reshape(2, 2), ("x", "y"))}
+    checked = []
+    with safe_open(file, framework="numpy") as f:
+        for kind, shape in SHAPES.items():
+            specs = [("flat", P()), ("flat", P("x"))] + [("grid", P(*(["x", "y", None][: len(shape)])))]
+            if len(shape) == 3:
+                specs += [("flat", P(None, "x")), ("grid", P(None, "y", "x")), ("grid", P("y", None, "x"))]
+            for mesh, spec in specs:
+                if any(a is not None and shape[i] % meshes[mesh].shape[a] for i, a in enumerate(spec)):
+                    continue
+                out = sharded_weight(f.get_slice(kind), kind, shape, NamedSharding(meshes[mesh], spec))
+                checked.append([kind, mesh, str(spec), bool(np.array_equal(np.asarray(out), keras_values[kind])),
+                                len({tuple((s.start, s.stop) for s in sh.index) for sh in out.addressable_shards})])
+    print("RESULT" + json.dumps(checked))
+""")
+
+
+def test_a_hub_weight_is_read_by_slices_into_any_sharding(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", SLICES_SCRIPT, str(tmp_path / "model.safetensors")], env=_env(4),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    checked = json.loads(proc.stdout.split("RESULT", 1)[1])
+    assert len(checked) == 20 and all(row[3] for row in checked), checked
+    # really cut: 4 distinct blocks where one axis of 4 or two of 2 x 2 shard the variable
+    assert {(row[0], row[2]): row[4] for row in checked}[("qkv_kernel", "P(None, 'y', 'x')")] == 4

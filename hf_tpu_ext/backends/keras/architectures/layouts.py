@@ -44,6 +44,35 @@ def from_hf(kind: str, array: np.ndarray, keras_shape: Tuple[int, ...]) -> np.nd
     raise ValueError(kind)
 
 
+def keras_block(kind: str, bounds, keras_shape: Tuple[int, ...], read) -> np.ndarray:
+    """The block ``bounds`` (``[start, stop)`` per Keras dimension) of a Keras variable of ``keras_shape``, read from
+    the transformers tensor of the same weight by slices: ``read(slices)`` returns that tensor's block (e.g.
+    ``safe_open(...).get_slice(name)[slices]``), so only the rows and columns the block needs are read (a
+    ``QKV_*``/``OUT_KERNEL`` block's heads whole: their ``head_dim`` features are contiguous).
+
+    Raises:
+        ValueError: an unknown ``kind``.
+    """
+    b = [(int(x), int(y)) for x, y in bounds]
+    if kind == SAME:
+        return read(tuple(slice(x, y) for x, y in b))
+    if kind == LINEAR:  # [in, out] <- [out, in]
+        return read((slice(*b[1]), slice(*b[0]))).T
+    if kind == QKV_KERNEL:  # [hidden, heads, head_dim] <- [heads * head_dim, hidden]
+        (a, z), (h0, h1), (d0, d1) = b
+        hd = int(keras_shape[2])
+        return read((slice(h0 * hd, h1 * hd), slice(a, z))).T.reshape(z - a, h1 - h0, hd)[:, :, d0:d1]
+    if kind == QKV_BIAS:  # [heads, head_dim] <- [heads * head_dim]
+        (h0, h1), (d0, d1) = b
+        hd = int(keras_shape[1])
+        return read((slice(h0 * hd, h1 * hd),)).reshape(h1 - h0, hd)[:, d0:d1]
+    if kind == OUT_KERNEL:  # [heads, head_dim, hidden] <- [hidden, heads * head_dim]
+        (h0, h1), (d0, d1), (a, z) = b
+        hd = int(keras_shape[1])
+        return read((slice(a, z), slice(h0 * hd, h1 * hd))).T.reshape(h1 - h0, hd, z - a)[:, d0:d1, :]
+    raise ValueError(kind)
+
+
 def hf_shape(kind: str, keras_shape: Tuple[int, ...]) -> Tuple[int, ...]:
     """The transformers shape of a Keras variable of ``keras_shape``."""
     return tuple(to_hf(kind, np.zeros(keras_shape, dtype=np.float32)).shape)
