@@ -182,3 +182,25 @@ def test_two_processes_write_their_blocks_and_a_kill_leaves_the_last_checkpoint(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
     restored = _run(1, "restore", tmp_path)
     assert (restored["sharded"], restored["numpy"]) == ([True, [1, 1, 1, 1, 1]], True)
+
+
+def test_a_run_killed_on_four_devices_resumes_on_two_with_the_same_losses(tmp_path):
+    """hf-tpu train on 1 x 4 devices, SIGKILLed at step 5 after checkpoint-3, resumed on 1 x 2 devices (the same
+    global batch: 4 rows per device): the losses of the uninterrupted 1 x 4 run (the data position and dropout
+    follow the global step, not the devices)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_keras_multiprocess import STEPS, _losses, _start, finish, mp_args
+
+    every3 = ("--save_steps", "3")
+    one = _start(mp_args(tmp_path / "one"), JAX_NUM_CPU_DEVICES=4)
+    killed = _start(mp_args(tmp_path / "cut", *every3), JAX_NUM_CPU_DEVICES=4, HF_TPU_EXT_TEST_KILL_AT="train_step@5")
+    (rc_one, err_one), (rc_cut, _) = finish([one, killed])
+    assert (rc_one, rc_cut) == (0, -9), err_one[-3000:]
+    assert sorted(p.name for p in (tmp_path / "cut").glob("checkpoint-*")) == ["checkpoint-3"]
+    [(rc, err)] = finish([_start(mp_args(tmp_path / "cut", *every3, "--per_device_train_batch_size", "4",
+                                         "--resume_from_checkpoint", "true"), JAX_NUM_CPU_DEVICES=2)])
+    assert rc == 0, err[-3000:]
+    assert "2 cpu device(s) in 1 process(es)" in err and "checkpoint-3 at global step 3" in err
+    ours, ref = _losses(tmp_path / "cut"), _losses(tmp_path / "one")
+    assert [s for s, _ in ours] == list(range(1, STEPS + 1)) == [s for s, _ in ref]
+    np.testing.assert_allclose([l for _, l in ours], [l for _, l in ref], atol=1e-5, rtol=0)
