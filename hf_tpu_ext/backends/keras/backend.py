@@ -354,10 +354,10 @@ class KerasBackend(BackendDefaults):
     def export(self, folder: str, tokenizer) -> List[str]:
         """``config.json``, ``model.safetensors`` (the architecture's transformers names, ``format: pt``), the
         tokenizer (and, for RoBERTa, the keras-hub preset) through :mod:`hf_tpu_ext.backends.keras.export`."""
-        if self.trainer is not None and not self.loaded_best:
-            self.trainer.write_variables()
-
-        return export_masked_lm(self.model, folder, tokenizer=tokenizer, config=self.config)
+        if self.trainer is None or self.loaded_best:
+            return export_masked_lm(self.model, folder, tokenizer=tokenizer, config=self.config)
+        with self.trainer.bound_weights():  # the state's arrays, one tensor on the host at a time
+            return export_masked_lm(self.model, folder, tokenizer=tokenizer, config=self.config)
 
     def model_config(self):
         return self.config

@@ -6,6 +6,10 @@ A checkpoint folder holds (all float32 as trained):
   layer), its non-trainable ones (dropout seed states) as ``non_trainable/<index>``;
 * ``optimizer_state.safetensors``: the optimizer's variables (iteration count, Adam moments) keyed
   ``<index>/<path>``, restored by position;
+* sharded: each process writes the blocks it holds (``model_state-<process:05d>.safetensors`` beside process 0's
+  files; a block keyed ``<name>@<start>:<stop>,...``), and a restore reads them onto any device count or mesh
+  (:mod:`~hf_tpu_ext.backends.keras.sharded_state`: :func:`save_state`, :func:`restore_state`); a replicated state
+  is process 0's two files of whole tensors, the format of every release before;
 * ``checkpoint.json`` (:data:`META_NAME`): ``global_step``, ``epoch``, ``model_config`` (``model_type`` and the shape fields of the
   transformers config), the data position (``seed``, ``global_batch_size``, ``num_train_blocks``: the batches
   of every step follow from them, see :mod:`hf_tpu_ext.data.numpy_batches`), ``keras_backend``, ``dtype_policy``,
@@ -15,8 +19,8 @@ A checkpoint folder holds (all float32 as trained):
 * with ``--streaming``, ``data_state-<process index>.json``: each process's stream position
   (:mod:`hf_tpu_ext.data.streaming`), gathered to process 0 and written with the rest before the rename.
 
-Atomic: everything is written into ``.checkpoint-<step>.tmp-<host>-<pid>`` beside the final name, flushed to disk,
-then renamed (a rename within a folder is atomic on POSIX), so a kill leaves either no ``checkpoint-<step>`` or a
+Atomic: everything is written into ``.checkpoint-<step>.tmp-<host>-<pid>`` (process 0's name, told to every
+process) beside the final name, flushed to disk, then renamed by process 0 once every process wrote its files (a rename within a folder is atomic on POSIX), so a kill leaves either no ``checkpoint-<step>`` or a
 complete one; temporary folders of ended processes of this host are deleted at the next save (a running process's,
 or another host's, are kept). :func:`find_checkpoints` lists
 only complete folders.
@@ -34,15 +38,19 @@ import os
 import re
 import shutil
 import socket
-from typing import Any, Dict, List, Optional
+import sys
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from hf_tpu_ext.backends.base import CheckpointInfo
+from hf_tpu_ext.backends.keras.sharded_state import (  # noqa: F401 (restore_state, state_shapes: the API here)
+    restore_state, save_state, state_index, state_shapes, stem_files)
 from hf_tpu_ext.errors import CheckpointError
 
-MODEL_NAME = "model_state.safetensors"
-OPTIMIZER_NAME = "optimizer_state.safetensors"
+MODEL_STEM, OPTIMIZER_STEM = "model_state", "optimizer_state"
+MODEL_NAME = f"{MODEL_STEM}.safetensors"  # process 0's file (every checkpoint of older releases: the only one)
+OPTIMIZER_NAME = f"{OPTIMIZER_STEM}.safetensors"
 META_NAME = "checkpoint.json"
 STATE_NAME = "trainer_state.json"
 FORMAT = "hf-tpu-ext keras checkpoint 1"
@@ -109,17 +117,37 @@ def _save_tensors(path: str, tensors: Dict[str, np.ndarray], metadata: Dict[str,
         os.fsync(f.fileno())
 
 
-def _write_folder(tmp: str, step: int, model_vars: Dict[str, np.ndarray], optimizer_vars: Dict[str, np.ndarray],
-                  meta: Dict[str, Any], extra_files: Optional[Dict[str, str]] = None) -> None:
-    """The checkpoint's files into the temporary folder ``tmp``, flushed to disk (the rename follows)."""
+def _processes() -> Tuple[int, int]:
+    """``(process index, process count)``: JAX's where JAX is imported, else ``(0, 1)`` (Keras on TensorFlow)."""
+    jax = sys.modules.get("jax")
+    return (int(jax.process_index()), int(jax.process_count())) if jax is not None else (0, 1)
+
+
+def _agreed_folder(tmp: str, count: int) -> str:
+    """Process 0's temporary folder name, told to every process (a collective; one process: ``tmp``)."""
+    if count == 1:
+        return tmp
+    from jax.experimental import multihost_utils
+
+    data = np.zeros(4096, np.uint8)
+    raw = tmp.encode("utf-8")
+    data[: len(raw)] = np.frombuffer(raw, np.uint8)
+    agreed = np.asarray(multihost_utils.broadcast_one_to_all(data))
+    return bytes(agreed[agreed != 0]).decode("utf-8")
+
+
+def _write_folder(tmp: str, step: int, meta: Dict[str, Any], extra_files: Optional[Dict[str, str]] = None) -> None:
+    """Process 0's files of the checkpoint into the temporary folder ``tmp`` once every process wrote its state
+    files: the state checked whole (every array covered), ``checkpoint.json`` listing them; flushed to disk."""
     for name, text in (extra_files or {}).items():  # --streaming positions: committed by the same rename
         with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
             f.write(text + "\n")
             f.flush()
             os.fsync(f.fileno())
-    _save_tensors(os.path.join(tmp, MODEL_NAME), model_vars, {"format": FORMAT})
-    _save_tensors(os.path.join(tmp, OPTIMIZER_NAME), optimizer_vars, {"format": FORMAT})
-    meta = dict(meta, global_step=int(step), format=FORMAT)
+    for stem in (MODEL_STEM, OPTIMIZER_STEM):  # a process's file missing (folders not shared) fails here
+        state_index(tmp, stem)
+    files = [n for stem in (MODEL_STEM, OPTIMIZER_STEM) for n in stem_files(tmp, stem)]
+    meta = dict(meta, global_step=int(step), format=FORMAT, state_files=files)
     with open(os.path.join(tmp, META_NAME), "w", encoding="utf-8") as f:
         f.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         f.flush()
@@ -127,40 +155,60 @@ def _write_folder(tmp: str, step: int, model_vars: Dict[str, np.ndarray], optimi
     _fsync_dir(tmp)
 
 
-def save_checkpoint(output_dir: str, step: int, model_vars: Dict[str, np.ndarray],
-                    optimizer_vars: Dict[str, np.ndarray], meta: Dict[str, Any],
-                    keep: Optional[int] = None, extra_files: Optional[Dict[str, str]] = None) -> str:
+def save_checkpoint(output_dir: str, step: int, model_vars: Dict[str, Any], optimizer_vars: Dict[str, Any],
+                    meta: Dict[str, Any], keep: Optional[int] = None,
+                    extra_files: Optional[Dict[str, str]] = None) -> Optional[str]:
     """Write ``output_dir/checkpoint-<step>/`` atomically (see the module doc) and rotate old ones.
 
+    Every process calls it at the same step (collectives: process 0's temporary folder told to all, a barrier
+    once all wrote): each writes the blocks it holds (:func:`~.sharded_state.save_state`), concurrently; process
+    0 then writes ``checkpoint.json`` and renames the folder.
+
     Args:
-        output_dir: the run folder.
+        output_dir: the run folder (one folder every process sees when the state is sharded across processes).
         step: the global step.
-        model_vars, optimizer_vars: name -> array.
-        meta: the JSON fields of ``checkpoint.json`` (``global_step`` is set here).
+        model_vars, optimizer_vars: name -> ``jax.Array`` of any sharding, or NumPy array.
+        meta: the JSON fields of ``checkpoint.json`` (``global_step``, ``state_files`` are set here; read on
+            process 0 only).
         keep: ``--save_total_limit``: keep this many newest checkpoints (None: all).
         extra_files: file name -> text, written into the folder before the rename (``--streaming``'s
-            ``data_state-<i>.json``, :mod:`hf_tpu_ext.data.streaming`).
+            ``data_state-<i>.json``, :mod:`hf_tpu_ext.data.streaming`; process 0's).
 
     Returns:
-        the checkpoint folder.
+        the checkpoint folder on process 0, None on the others.
 
     Raises:
         OSError: a write failed (``ENOSPC``, ``EDQUOT``, ``EIO``, ...; safetensors' ``SafetensorError`` says "No
             space left on device" in its text): the temporary folder is removed first, so no ``checkpoint-<step>``
             exists and the newest intact checkpoint stays the newest (the training run names it in one line).
+        CheckpointError: an array's blocks are not all in the folder (processes with different output folders).
     """
-    os.makedirs(output_dir, exist_ok=True)
-    for name in os.listdir(output_dir):  # folders of a killed save; a running process's are its own
-        if _process_ended(name):
-            shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
+    process, count = _processes()
+    chief = process == 0
     final = os.path.join(output_dir, f"checkpoint-{int(step)}")
     tmp = os.path.join(output_dir, f".checkpoint-{int(step)}.tmp-{_owner_tag()}")
-    os.makedirs(tmp)
+    if chief:
+        os.makedirs(output_dir, exist_ok=True)
+        for name in os.listdir(output_dir):  # folders of a killed save; a running process's are its own
+            if _process_ended(name):
+                shutil.rmtree(os.path.join(output_dir, name), ignore_errors=True)
+        os.makedirs(tmp)
+    tmp = _agreed_folder(tmp, count)
     try:
-        _write_folder(tmp, step, model_vars, optimizer_vars, meta, extra_files)
+        for stem, named in ((MODEL_STEM, model_vars), (OPTIMIZER_STEM, optimizer_vars)):
+            save_state(tmp, named, stem, process, {"format": FORMAT}, write=_save_tensors)
+        if count > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(f"hf_tpu_ext checkpoint-{int(step)} written")
+        if chief:
+            _write_folder(tmp, step, meta, extra_files)
     except BaseException:  # disk full, I/O error, a signal's KeyboardInterrupt: the torn folder goes now
-        shutil.rmtree(tmp, ignore_errors=True)  # (its space back, never mistaken for a checkpoint)
+        if chief:
+            shutil.rmtree(tmp, ignore_errors=True)  # (its space back, never mistaken for a checkpoint)
         raise
+    if not chief:
+        return None
     if os.path.isdir(final):  # the same step saved again (a resumed run's final checkpoint): replace it whole
         old = final + f".old-{_owner_tag()}"
         os.replace(final, old)
@@ -312,9 +360,9 @@ def read_checkpoint_info(path: str, tensors: bool = True) -> CheckpointInfo:
             step (the save was interrupted); named in the message.
     """
     meta = read_meta(path)
-    if tensors:
-        load_tensors(path, MODEL_NAME)
-        load_tensors(path, OPTIMIZER_NAME)
+    if tensors:  # one file at a time: a process's share of the state at most in memory
+        for name in state_file_names(path):
+            load_tensors(path, name)
     step = int(meta["global_step"])
     state = read_trainer_state(path, step)
     if state is None:  # the save was killed before the run wrote its state: not a resume point
@@ -324,9 +372,17 @@ def read_checkpoint_info(path: str, tensors: bool = True) -> CheckpointInfo:
                           trainer_state=state)
 
 
+def state_file_names(path: str) -> List[str]:
+    """The state files of a checkpoint folder: every process's ``model_state*``/``optimizer_state*`` safetensors
+    (a checkpoint of an older release, or of a replicated state: ``model_state.safetensors`` and
+    ``optimizer_state.safetensors``)."""
+    return [n for stem in (MODEL_STEM, OPTIMIZER_STEM) for n in stem_files(path, stem)] or [MODEL_NAME, OPTIMIZER_NAME]
+
+
 def checkpoint_files(path: str) -> Dict[str, str]:
-    """The files of ``checkpoint-<step>/`` a push uploads (flat: the Hub's ``last-checkpoint/``): weights, optimizer,
-    ``checkpoint.json``, the trainer state and the ``--streaming`` positions, ``{name: path}``.
+    """The files of ``checkpoint-<step>/`` a push uploads (flat: the Hub's ``last-checkpoint/``): every process's
+    weights and optimizer state files, ``checkpoint.json``, the trainer state and the ``--streaming`` positions,
+    ``{name: path}``.
 
     Raises:
         CheckpointError: ``path`` is not a folder.
@@ -334,7 +390,7 @@ def checkpoint_files(path: str) -> Dict[str, str]:
     if not os.path.isdir(path):
         raise CheckpointError(f"Cannot push checkpoint {path}: it is not a folder.")
     states = sorted(n for n in os.listdir(path) if _DATA_STATE_RE.match(n))  # --streaming positions
-    names = (MODEL_NAME, OPTIMIZER_NAME, META_NAME, STATE_NAME, *states)
+    names = (*state_file_names(path), META_NAME, STATE_NAME, *states)
     return {name: os.path.join(path, name) for name in names if os.path.isfile(os.path.join(path, name))}
 
 

@@ -50,7 +50,8 @@ import tempfile
 from typing import List, Set
 
 from hf_tpu_ext.backends.keras.architectures import architecture_for, get_architecture, supported_model_types
-from hf_tpu_ext.backends.model_files import CONFIG_NAME, write_pt_safetensors
+from hf_tpu_ext.backends.keras.tensor_files import write_pt_safetensors
+from hf_tpu_ext.backends.model_files import CONFIG_NAME
 from hf_tpu_ext.data.tokenizer import save_tokenizer_files
 from hf_tpu_ext.errors import CheckpointError
 from hf_tpu_ext.fileio import atomic_write_text
@@ -316,7 +317,7 @@ def export_masked_lm(masked_lm, folder: str, tokenizer=None, config=None, *, ker
                               "embeddings; export the tokenizer the model was trained with.")
 
     os.makedirs(folder, exist_ok=True)
-    written = [write_pt_safetensors(folder, state)]
+    written = [write_pt_safetensors(folder, state)]  # one tensor made and written at a time
     atomic_write_text(os.path.join(folder, CONFIG_NAME), hf_config.to_json_string(use_diff=True))
     written.append(CONFIG_NAME)
     if tokenizer is not None:

@@ -15,6 +15,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from hf_tpu_ext.backends.keras.architectures import architecture_for
+from hf_tpu_ext.backends.keras.architectures.layouts import hf_shape, keras_block
 from hf_tpu_ext.backends.model_files import (
     CONFIG_NAME,
     PT_WEIGHTS_INDEX_NAME,
@@ -50,6 +51,36 @@ def masked_lm_from_state_dict(state: Dict[str, np.ndarray], config, *, dtype=Non
     masked_lm = arch.build(config, dtype)
     arch.assign(masked_lm, state, config)
     return masked_lm
+
+
+def sharded_weight(slices, kind: str, keras_shape, sharding):
+    """One Keras variable's value as a ``jax.Array`` of ``sharding``, read from a transformers tensor by slices: each
+    process reads only the blocks its devices hold (``jax.make_array_from_callback``), never the whole tensor.
+
+    Args:
+        slices: the tensor's ``safe_open(file, framework="numpy").get_slice(name)`` (its file kept open meanwhile).
+        kind: the name table's layout kind (:mod:`.architectures.layouts`: ``SAME``, ``LINEAR``, ``QKV_KERNEL``,
+            ``QKV_BIAS``, ``OUT_KERNEL``).
+        keras_shape: the variable's shape; sharding: its ``jax.sharding.Sharding`` (e.g. ``--fsdp``'s).
+
+    Returns:
+        a float32 ``jax.Array`` (bf16/fp16 checkpoints upcast).
+
+    Raises:
+        CheckpointError: the tensor's shape is not the variable's in transformers' layout (named).
+    """
+    import jax
+
+    keras_shape = tuple(int(d) for d in keras_shape)
+    if tuple(slices.get_shape()) != hf_shape(kind, keras_shape):
+        raise CheckpointError(f"A checkpoint tensor has shape {tuple(slices.get_shape())}, the model's variable "
+                              f"{hf_shape(kind, keras_shape)} (transformers' layout of {keras_shape}).")
+
+    def block(index):
+        bounds = [sl.indices(d)[:2] for sl, d in zip(index, keras_shape)]
+        return np.ascontiguousarray(keras_block(kind, bounds, keras_shape, slices.__getitem__), dtype=np.float32)
+
+    return jax.make_array_from_callback(keras_shape, sharding, block)
 
 
 def _read_state(folder: str, path_or_repo_id: str) -> Dict[str, np.ndarray]:

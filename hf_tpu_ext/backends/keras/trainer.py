@@ -21,6 +21,7 @@ import contextlib
 import logging
 import signal
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -33,6 +34,7 @@ from hf_tpu_ext.backends.keras.best import save_best_weights
 from hf_tpu_ext.backends.keras.step import (CompileCounter, jit_eval_step, jit_train_step, make_eval_step,
                                             make_multi_step, make_train_step, split_micro_batches, state_to_host)
 from hf_tpu_ext.backends.keras.stream_state import data_state_files
+from hf_tpu_ext.backends.keras.tensor_files import bound_variables, variables_from_arrays
 from hf_tpu_ext.data.numpy_batches import Prefetcher
 from hf_tpu_ext.distributed import OWN_LINE
 from hf_tpu_ext.errors import CheckpointError
@@ -127,11 +129,17 @@ class JaxTrainer:
         return self.placement.put_state(*self._variables(), config=self._config)  # --fsdp: sharded
 
     def write_variables(self) -> None:
-        """Write the train state back into the Keras variables (export, callbacks reading weights); once per state:
-        a state sharded over processes (--fsdp) is gathered by all of them (fit's end, each save), not by process 0
-        alone (its exports)."""
-        if self._state is not self._written_state:
+        """Write the train state back into the Keras variables (fit's end, callbacks reading weights), one array on
+        the host at a time; once per state. A state sharded over processes (--fsdp) is gathered whole by all of
+        them (a collective: fit's end, each save), so process 0's exports read it from the variables."""
+        if self._state is self._written_state:
+            return
+        if self._sharded_over_processes():
             self._write_variables(state_to_host(self._state))
+            return
+        for variables, values in zip(self._variables(), self._state):
+            variables_from_arrays(variables, values)
+        self._written_state = self._state
 
     def _write_variables(self, values) -> None:
         for variables, part in zip(self._variables(), values):
@@ -142,12 +150,24 @@ class JaxTrainer:
     def _sharded_over_processes(self) -> bool:
         return any(not (a.is_fully_addressable or a.is_fully_replicated) for part in self._state for a in part)
 
-    def _named_host_state(self) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
-        """``(model variables, optimizer variables)`` by checkpoint name, as NumPy (a device read every process
-        takes part in)."""
-        trainable, non_trainable, opt = state_to_host(self._state)
-        if self._sharded_over_processes():  # every process gathered it: process 0's export after this save reads it
-            self._write_variables((trainable, non_trainable, opt))
+    @contextlib.contextmanager
+    def bound_weights(self) -> Iterator[None]:
+        """Inside the block the model's variables read the train state (the export): its arrays themselves, each
+        copied to the host only when its tensor is written (:func:`~.tensor_files.bound_variables`). A state
+        sharded over processes: the variables as every process wrote them at the last save or fit's end."""
+        if self._sharded_over_processes():
+            yield
+            return
+        with bound_variables([*self.model.trainable_variables, *self.model.non_trainable_variables],
+                             [*self._state[0], *self._state[1]]):
+            yield
+
+    def _named_state(self) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+        """``(model variables, optimizer variables)`` by checkpoint name: the state's arrays as they are (any
+        sharding; each process writes the blocks it holds)."""
+        if self._sharded_over_processes():  # every process gathers it: process 0's export after this save reads it
+            self.write_variables()
+        trainable, non_trainable, opt = self._state
         # trainable variables by path (keras-hub names every layer); non-trainable ones (dropout seed states,
         # auto-numbered "seed_generator_N" per process) and the optimizer's by position
         model_vars = {var.path: value for var, value in zip(self.model.trainable_variables, trainable)}
@@ -156,8 +176,10 @@ class JaxTrainer:
         return model_vars, opt_vars
 
     def restore(self, path: str, optim: str) -> Dict[str, Any]:
-        """Load a checkpoint's weights and optimizer state into the variables and the train state; returns its
-        ``checkpoint.json`` (``global_step``: the step reached now).
+        """Read a checkpoint's weights and optimizer state onto the train state's shardings (whatever device count
+        or mesh it was saved from: :func:`~hf_tpu_ext.backends.keras.checkpoint.restore_state`); returns its
+        ``checkpoint.json`` (``global_step``: the step reached now). The Keras variables follow at
+        :meth:`write_variables`.
 
         Args:
             path: the ``checkpoint-<step>/`` folder. optim: this run's ``--optim`` (named when it does not fit).
@@ -166,28 +188,33 @@ class JaxTrainer:
             CheckpointError: a file is unreadable, or a variable is missing or of another shape (named).
         """
         meta = ckpt.read_meta(path)
+        variables = self._variables()
+        targets = [[SimpleNamespace(shape=tuple(a.shape), dtype=a.dtype, sharding=a.sharding) for a in part]
+                   for part in self._state]
         # an older checkpoint's variable paths renamed to the model's (e.g. RoBERTa before the shared encoder)
-        model_vars = renamed_paths(ckpt.load_tensors(path, ckpt.MODEL_NAME), getattr(self.model, "legacy_paths", ()))
-        opt_vars = ckpt.load_tensors(path, ckpt.OPTIMIZER_NAME)
-        named = [(var.path, var) for var in self.model.trainable_variables] + [
-            (f"{NON_TRAINABLE_PREFIX}{i:05d}", var) for i, var in enumerate(self.model.non_trainable_variables)]
-        for key, var in named:
-            value = model_vars.get(key)
-            if value is None or tuple(value.shape) != tuple(var.shape):
+        saved = renamed_paths({k: (k, s) for k, s in ckpt.state_shapes(path, ckpt.MODEL_STEM).items()},
+                              getattr(self.model, "legacy_paths", ()))
+        names = [var.path for var in variables[0]] + [f"{NON_TRAINABLE_PREFIX}{i:05d}" for i in range(len(variables[1]))]
+        model_targets = {}
+        for key, var, target in zip(names, [*variables[0], *variables[1]], [*targets[0], *targets[1]]):
+            old, shape = saved.get(key, (None, None))
+            if old is None or tuple(shape) != tuple(var.shape):
                 raise CheckpointError(
                     f"Checkpoint {path} does not fit the model: variable {var.path} "
-                    f"{'is missing' if value is None else f'has shape {tuple(value.shape)}, the model {tuple(var.shape)}'}.")
-            var.assign(value)
-        ordered = [opt_vars[k] for k in sorted(opt_vars)]
-        variables = self.optimizer.variables
-        if len(ordered) != len(variables) or any(tuple(a.shape) != tuple(v.shape) for a, v in zip(ordered, variables)):
+                    f"{'is missing' if old is None else f'has shape {tuple(shape)}, the model {tuple(var.shape)}'}.")
+            model_targets[old] = target
+        opt_saved = ckpt.state_shapes(path, ckpt.OPTIMIZER_STEM)
+        ordered = sorted(opt_saved)  # by position
+        if len(ordered) != len(variables[2]) or any(
+                tuple(opt_saved[k]) != tuple(v.shape) for k, v in zip(ordered, variables[2])):
             trained = (f"trained with --optim {meta['optim']}" if meta.get("optim") not in (None, optim)
-                       else f"its optimizer state has {len(ordered)} variables, --optim {optim} {len(variables)}")
+                       else f"its optimizer state has {len(ordered)} variables, --optim {optim} {len(variables[2])}")
             raise CheckpointError(f"--optim {optim} contradicts the checkpoint {path} ({trained}): drop "
                                   "--optim or start a new run in another --output_dir.")
-        for var, value in zip(variables, ordered):
-            var.assign(value)
-        self._state = self._place_state()
+        values = list(ckpt.restore_state(path, model_targets, ckpt.MODEL_STEM).values())
+        values += list(ckpt.restore_state(path, dict(zip(ordered, targets[2])), ckpt.OPTIMIZER_STEM).values())
+        split = (len(variables[0]), len(variables[0]) + len(variables[1]))
+        self._state = (values[: split[0]], values[split[0]: split[1]], values[split[1]:])
         self._step = int(meta["global_step"])
         return meta
 
@@ -267,20 +294,21 @@ class JaxTrainer:
             self._summary_writer.scalars(entry)
 
     def save(self, step: int, fields: Dict[str, Any]) -> None:
-        """``checkpoint-<step>/`` (process 0 writes; every process takes part in the device read and the
-        ``--streaming`` positions) with the run's facts and the loop's ``fields``
+        """``checkpoint-<step>/`` (every process writes the blocks of the state it holds; process 0 the rest, and
+        the ``--streaming`` positions every process gathers) with the run's facts and the loop's ``fields``
         (:meth:`~hf_tpu_ext.backends.loop.StepLoop.checkpoint_fields`: ``loss_window``, ``fit_metrics``, to which
         the compile figures are added), then ``on_save`` (the run's trainer state completes it)."""
-        model_vars, opt_vars = self._named_host_state()
+        model_vars, opt_vars = self._named_state()
         data_states = data_state_files(self._batches, self.placement, step)  # --streaming: a collective
         target = self._checkpoints
-        if not target.writes:
-            return
         meta = {**target.facts(step), **(fields or {})}  # the loop's: the logging window, what was measured
         if "fit_metrics" in meta:
             meta["fit_metrics"] = {**meta["fit_metrics"], **self.compile_figures()}
+        # every process writes the blocks it holds (a collective); the folder's path on process 0, None elsewhere
         path = ckpt.save_checkpoint(target.output_dir, step, model_vars, opt_vars, meta, keep=target.keep,
                                     extra_files=data_states)
+        if path is None:
+            return
         interrupts.kill_for_test("checkpoint_weights", step)  # weights written, trainer state not yet
         self._on_save(step, path)
         logger.info("saved checkpoint %s", path)  # complete only now: its trainer state is written

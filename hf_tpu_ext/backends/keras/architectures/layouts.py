@@ -44,6 +44,35 @@ def from_hf(kind: str, array: np.ndarray, keras_shape: Tuple[int, ...]) -> np.nd
     raise ValueError(kind)
 
 
+def keras_block(kind: str, bounds, keras_shape: Tuple[int, ...], read) -> np.ndarray:
+    """The block ``bounds`` (``[start, stop)`` per Keras dimension) of a Keras variable of ``keras_shape``, read from
+    the transformers tensor of the same weight by slices: ``read(slices)`` returns that tensor's block (e.g.
+    ``safe_open(...).get_slice(name)[slices]``), so only the rows and columns the block needs are read (a
+    ``QKV_*``/``OUT_KERNEL`` block's heads whole: their ``head_dim`` features are contiguous).
+
+    Raises:
+        ValueError: an unknown ``kind``.
+    """
+    b = [(int(x), int(y)) for x, y in bounds]
+    if kind == SAME:
+        return read(tuple(slice(x, y) for x, y in b))
+    if kind == LINEAR:  # [in, out] <- [out, in]
+        return read((slice(*b[1]), slice(*b[0]))).T
+    if kind == QKV_KERNEL:  # [hidden, heads, head_dim] <- [heads * head_dim, hidden]
+        (a, z), (h0, h1), (d0, d1) = b
+        hd = int(keras_shape[2])
+        return read((slice(h0 * hd, h1 * hd), slice(a, z))).T.reshape(z - a, h1 - h0, hd)[:, :, d0:d1]
+    if kind == QKV_BIAS:  # [heads, head_dim] <- [heads * head_dim]
+        (h0, h1), (d0, d1) = b
+        hd = int(keras_shape[1])
+        return read((slice(h0 * hd, h1 * hd),)).reshape(h1 - h0, hd)[:, d0:d1]
+    if kind == OUT_KERNEL:  # [heads, head_dim, hidden] <- [hidden, heads * head_dim]
+        (h0, h1), (d0, d1), (a, z) = b
+        hd = int(keras_shape[1])
+        return read((slice(a, z), slice(h0 * hd, h1 * hd))).T.reshape(h1 - h0, hd, z - a)[:, d0:d1, :]
+    raise ValueError(kind)
+
+
 def hf_shape(kind: str, keras_shape: Tuple[int, ...]) -> Tuple[int, ...]:
     """The transformers shape of a Keras variable of ``keras_shape``."""
     return tuple(to_hf(kind, np.zeros(keras_shape, dtype=np.float32)).shape)
@@ -55,6 +84,17 @@ def attribute(obj, path: str):
     for name in path.split("."):
         obj = obj[int(name)] if name.isdigit() else getattr(obj, name)
     return obj
+
+
+def shards_to_host(value, shards) -> np.ndarray:
+    """A fully addressable ``jax.Array`` as a new NumPy array, built from its shards of ``replica_id`` 0: one host
+    copy, none left cached on ``value`` (``np.asarray(value)`` keeps its copy inside the array while it lives: an
+    export would leave a host copy of every weight inside the train state)."""
+    out = np.empty(tuple(value.shape), dtype=value.dtype)
+    for shard in shards:
+        if shard.replica_id == 0:
+            out[shard.index] = np.asarray(shard.data)
+    return out
 
 
 def variable_numpy(variable) -> np.ndarray:
@@ -72,7 +112,8 @@ def variable_numpy(variable) -> np.ndarray:
             raise CheckpointError(f"{getattr(variable, 'path', 'A variable')} is sharded across processes; gather it "
                                   "(jax.experimental.multihost_utils.process_allgather) before exporting.")
         value = value.addressable_data(0)
-    array = np.asarray(ops.convert_to_numpy(value))
+    shards = getattr(value, "addressable_shards", None)
+    array = shards_to_host(value, shards) if shards is not None else np.asarray(ops.convert_to_numpy(value))
     if array.dtype != np.float32 and array.dtype.kind in ("f", "V"):
         array = array.astype(np.float32)
     return array

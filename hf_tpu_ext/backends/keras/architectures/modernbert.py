@@ -43,7 +43,8 @@ from keras import layers, ops
 from hf_tpu_ext.backends.keras.architectures import modernbert_config as mc
 from hf_tpu_ext.backends.keras.architectures.attention import attend, describe_paths
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
-from hf_tpu_ext.backends.keras.architectures.layouts import attribute
+from hf_tpu_ext.backends.keras.architectures.layouts import attribute, variable_numpy
+from hf_tpu_ext.backends.keras.architectures.lazy_state import LazyState
 from hf_tpu_ext.backends.keras.architectures.remat import call_layer
 from hf_tpu_ext.backends.keras.architectures.rotary import apply_rope, inverse_frequencies, rope_tables
 
@@ -289,10 +290,15 @@ def state_dict(model, config=None):
     """The weights under ``ModernBertForMaskedLM.state_dict()`` names (float32, C-contiguous, ``decoder.weight``
     left out as ``save_pretrained`` does for the tie). ``{name: np.ndarray}``."""
     config = model.config if config is None else config
-    out = {}
+    out = LazyState()  # each array made when read (an export: one at a time)
     for hf_name, path, kind in mc.name_table(config):
-        array = np.asarray(keras.ops.convert_to_numpy(attribute(model, path).value), dtype=np.float32)
-        out[hf_name] = np.ascontiguousarray(array.T if kind == mc.LINEAR else array)
+        var = attribute(model, path)
+        shape = tuple(var.shape)[::-1] if kind == mc.LINEAR else tuple(var.shape)
+
+        def make(var=var, kind=kind):
+            array = variable_numpy(var)  # float32, gathered with no copy left inside a jax.Array
+            return np.ascontiguousarray(array.T if kind == mc.LINEAR else array)
+        out.defer(hf_name, shape, make)
     return out
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from hf_tpu_ext.backends.keras.architectures.layouts import (attribute, from_hf, hf_shape, take, to_hf,
                                                             variable_numpy)
+from hf_tpu_ext.backends.keras.architectures.lazy_state import LazyState
 from hf_tpu_ext.errors import CheckpointError
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -40,15 +41,18 @@ def variables_of(model, table: Iterable[Row]) -> List[Tuple[str, Any, str]]:
     return rows
 
 
-def table_state_dict(model, table: Iterable[Row]) -> Dict[str, np.ndarray]:
-    """The model's weights under transformers' names and shapes (float32, C-contiguous), sorted by name.
+def table_state_dict(model, table: Iterable[Row]) -> LazyState:
+    """The model's weights under transformers' names and shapes (float32, C-contiguous), sorted by name; each
+    array made from its variable when read (:class:`.lazy_state.LazyState`: an export holds one at a time).
 
     Raises:
-        CheckpointError: see :func:`variables_of` and :func:`.layouts.variable_numpy`.
+        CheckpointError: see :func:`variables_of` and (on read) :func:`.layouts.variable_numpy`.
     """
-    state = {name: np.ascontiguousarray(to_hf(kind, variable_numpy(var)))
-             for name, var, kind in variables_of(model, table)}
-    return dict(sorted(state.items()))
+    state = LazyState()
+    for name, var, kind in variables_of(model, table):
+        state.defer(name, hf_shape(kind, tuple(var.shape)),
+                    lambda var=var, kind=kind: np.ascontiguousarray(to_hf(kind, variable_numpy(var))))
+    return state
 
 
 def normalized_names(state: Dict[str, Any], prefix: str, bare_prefixes: Sequence[str]) -> Dict[str, Any]:

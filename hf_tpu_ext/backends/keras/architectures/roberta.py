@@ -180,12 +180,14 @@ def state_dict(masked_lm, config=None) -> Dict[str, np.ndarray]:
     Raises:
         CheckpointError: another model, an untied keras-hub head, or a variable the table does not name.
     """
-    state = table_state_dict(masked_lm, _rows(masked_lm))
-    positions = state[POSITION_NAME]
+    state = table_state_dict(masked_lm, _rows(masked_lm))  # each array made when read (an export: one at a time)
+    rows, hidden = state.shape(POSITION_NAME)
     offset = position_offset(getattr(config, "pad_token_id", 1))
-    state[POSITION_NAME] = np.concatenate([np.zeros((offset, positions.shape[1]), np.float32), positions], axis=0)
-    state[TOKEN_TYPE_NAME] = np.zeros((1, positions.shape[1]), np.float32)
-    return dict(sorted(state.items()))
+    positions = state.maker(POSITION_NAME)
+    state.defer(POSITION_NAME, (offset + rows, hidden),
+                lambda: np.concatenate([np.zeros((offset, hidden), np.float32), positions()], axis=0))
+    state.defer(TOKEN_TYPE_NAME, (1, hidden), lambda: np.zeros((1, hidden), np.float32))
+    return state
 
 
 def assign(masked_lm, state: Dict[str, np.ndarray], config) -> None:

@@ -1,0 +1,55 @@
+"""A state dict whose tensors are made when read: what an export walks tensor by tensor.
+
+An architecture's ``state_dict`` returns a :class:`LazyState`: each name knows its shape (float32) and how to make
+its array from the model's variable; the array is made on each read and not kept, so a writer that reads one tensor,
+writes it and drops it (``export.write_safetensors``) holds one tensor of the model at a time, not a second copy of
+the model. Reading it as a dict (``dict(state)``, ``state.items()``) makes every tensor, as a plain dict would hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any, Callable, Dict, Iterator, Tuple
+
+import numpy as np
+
+
+class LazyState(MutableMapping):
+    """``{transformers name: float32 array}``, iterated in name order, each array made on read.
+
+    ``lazy[name] = array`` stores an array as it is; :meth:`defer` stores a maker and its result's shape.
+    """
+
+    def __init__(self):
+        self._makers: Dict[str, Tuple[Tuple[int, ...], Callable[[], np.ndarray]]] = {}
+
+    def defer(self, name: str, shape: Tuple[int, ...], make: Callable[[], np.ndarray]) -> None:
+        """``name``'s array will be ``make()`` (float32, C-contiguous, of ``shape``), made at each read."""
+        self._makers[name] = (tuple(int(d) for d in shape), make)
+
+    def shape(self, name: str) -> Tuple[int, ...]:
+        """The shape of ``name``'s array, without making it."""
+        return self._makers[name][0]
+
+    def maker(self, name: str) -> Callable[[], np.ndarray]:
+        """What makes ``name``'s array (to build another tensor from it, still lazily)."""
+        return self._makers[name][1]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._makers[name][1]()
+
+    def __setitem__(self, name: str, array: Any) -> None:
+        array = np.ascontiguousarray(array)
+        self._makers[name] = (tuple(array.shape), lambda: array)
+
+    def __delitem__(self, name: str) -> None:
+        del self._makers[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._makers))
+
+    def __len__(self) -> int:
+        return len(self._makers)
+
+    def __repr__(self) -> str:
+        return f"LazyState({len(self)} tensors)"
