@@ -12,11 +12,12 @@ Data: the run's text blocks, masked in NumPy by :mod:`hf_tpu_ext.data.numpy_batc
 per step is one queue read (with ``--streaming``: :mod:`hf_tpu_ext.data.streaming`, this process's slice of an
 IterableDataset, its position saved with each checkpoint). Checkpoints: :mod:`~hf_tpu_ext.backends.keras.checkpoint` (atomic
 ``checkpoint-<step>/`` folders). The shared loop (:class:`~hf_tpu_ext.backends.loop.StepLoop`) drives the one
-trainer (:class:`~hf_tpu_ext.backends.keras.trainer.JaxTrainer`: the state, the compiled steps, ``--steps_per_execution``
-steps per device call, saves and best weights), built here with everything it reads and only called from here;
-the loop checks :mod:`hf_tpu_ext.interrupts` between calls, so SIGINT/SIGTERM stop it at a call boundary. Keras 3 callbacks (``callback_kind = "keras"``) get the standard hooks
-(``on_train_begin``, ``on_epoch_begin/end``, ``on_train_batch_begin/end``, ``on_train_end``) with
-``model.train_function`` set to the compiled step.
+trainer (:class:`~hf_tpu_ext.backends.keras.trainer.JaxTrainer`: the state, the compiled steps,
+``--steps_per_execution`` steps per device call, saves and best weights), built here with everything it reads and
+only called from here; the loop checks :mod:`hf_tpu_ext.interrupts` between calls, so SIGINT/SIGTERM stop it at a
+call boundary. Keras 3 callbacks (``callback_kind = "keras"``) get the standard hooks (``on_train_begin``,
+``on_epoch_begin/end``, ``on_train_batch_begin/end``, ``on_train_end``) with ``model.train_function`` set to the
+compiled step.
 
 KERAS_BACKEND is ``jax`` (set when unset); any other Keras backend is refused before compute
 (:func:`hf_tpu_ext.backends.keras.refuse_keras_backend`): TensorFlow users train with ``--backend tensorflow``

@@ -10,8 +10,9 @@ boundary.
 
 One direction: the backend builds the trainer with everything it reads (model, optimizer, placement, batch source,
 schedule, evaluation, writers, checkpoint target) and calls its methods; the trainer never reads the backend. The
-state is put on the devices at one call site (:meth:`JaxTrainer._place_state`, :mod:`~hf_tpu_ext.backends.keras.placement`)
-and written at one (:meth:`JaxTrainer.save`, :func:`hf_tpu_ext.backends.keras.checkpoint.save_checkpoint`).
+state is put on the devices at one call site (:meth:`JaxTrainer._place_state`:
+:mod:`~hf_tpu_ext.backends.keras.placement`) and written at one (:meth:`JaxTrainer.save`:
+:func:`hf_tpu_ext.backends.keras.checkpoint.save_checkpoint`).
 """
 
 from __future__ import annotations
