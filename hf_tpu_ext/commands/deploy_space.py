@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 from typing import List, Optional
 
+# hf_tpu_ext.hub.space: imported inside the functions that use it, so numpy stays out of
+# `hf-tpu deploy-space --help` (+0.15 s measured)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``hf-tpu deploy-space``."""

@@ -13,6 +13,8 @@ from typing import Dict
 
 import numpy as np
 
+from hf_tpu_ext.data.streaming import STATE_FILE, StreamTrainBatches, StreamedBlocks
+from hf_tpu_ext.distributed import process_index
 from hf_tpu_ext.errors import CheckpointError, DataError
 
 
@@ -20,9 +22,6 @@ def stream_batches(backend, source, rows):
     """The :class:`~hf_tpu_ext.data.streaming.StreamTrainBatches` of a built backend (tokenizer, plan, masker
     set): this process's ``split_dataset_by_node`` slice of ``source``, ``rows`` (int ``[R]``, None: all) per step.
     """
-    from hf_tpu_ext.data.streaming import StreamedBlocks, StreamTrainBatches
-    from hf_tpu_ext.distributed import process_index
-
     count = 1
     if backend.placement is not None:
         import jax
@@ -36,16 +35,12 @@ def stream_batches(backend, source, rows):
 
 
 def _streaming(backend) -> bool:
-    from hf_tpu_ext.data.streaming import StreamTrainBatches
-
     return isinstance(getattr(backend, "train_batches", None), StreamTrainBatches)
 
 
 def data_state_files(backend, step: int) -> Dict[str, str]:
     """Every process's ``data_state-<i>.json`` text after ``step`` steps (a collective: all processes call it),
     for process 0 to write into the checkpoint; ``{}`` without ``--streaming``."""
-    from hf_tpu_ext.data.streaming import STATE_FILE
-
     if not _streaming(backend):
         return {}
     own = backend.train_batches.state_at(step)
@@ -61,9 +56,6 @@ def restore_data_state(backend, path: str, step: int) -> None:
         CheckpointError: the checkpoint has no position of this process (saved without ``--streaming``, or by
             fewer processes), or one of another step, process count or batch.
     """
-    from hf_tpu_ext.data.streaming import STATE_FILE
-    from hf_tpu_ext.distributed import process_index
-
     if not _streaming(backend):
         return
     file = os.path.join(path, STATE_FILE.format(process_index()))
