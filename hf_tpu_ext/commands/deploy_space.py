@@ -34,9 +34,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     Raises:
         HubRepoError, HubAuthError, HubError: see :func:`hf_tpu_ext.hub.space.deploy_space`.
     """
+    args = build_parser().parse_args(argv)  # --help ends here, before the Space's modules load
     from hf_tpu_ext.hub.space import deploy_space
 
-    args = build_parser().parse_args(argv)
     url = deploy_space(args.model_id, args.space_id, token=args.hub_token, private=args.private)
     print(url)
     return 0
