@@ -17,6 +17,8 @@
   ``base.py``, are what a run drives a backend through), and no module of ``hf_tpu_ext.backends`` imports
   ``hf_tpu_ext.run`` (a backend hands its saves up through the ``on_save`` it is given), at module level or inside
   a function.
+* Where the own imports sit (at the top unless a framework or a measured start-up cost needs them in a function) and
+  other libraries' private modules (one adapter each): ``tests/test_import_placement.py``, which shares this walk.
 """
 
 from __future__ import annotations
