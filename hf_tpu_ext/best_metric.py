@@ -13,6 +13,8 @@ import dataclasses
 import math
 from typing import Any, Dict, Iterable, Optional, Tuple
 
+from hf_tpu_ext.args import BEST_METRICS
+
 
 @dataclasses.dataclass(frozen=True)
 class BestMetric:
@@ -29,8 +31,6 @@ class BestMetric:
     @classmethod
     def from_args(cls, training_args) -> "BestMetric":
         """From ``metric_for_best_model`` (default ``loss``) and ``greater_is_better`` of the training arguments."""
-        from hf_tpu_ext.args import BEST_METRICS
-
         key = BEST_METRICS[getattr(training_args, "metric_for_best_model", None) or "loss"]
         return cls(key, bool(getattr(training_args, "greater_is_better", None)) and key != "eval_loss")
 

@@ -8,6 +8,10 @@ import importlib
 import os
 import sys
 
+from hf_tpu_ext import __version__, console
+from hf_tpu_ext.console import (VERBOSE_LEVELS, drop_import_notices, filter_native_stderr, filter_native_stdout,
+                                multi_process_environment, requested_log_level)
+from hf_tpu_ext.distributed import agreed_exit_status
 from hf_tpu_ext.errors import HfTpuExtError
 
 # name -> (module, one-line help)
@@ -29,8 +33,6 @@ def _version() -> str:
     try:
         return metadata.version("hf-tpu-ext")
     except metadata.PackageNotFoundError:
-        from hf_tpu_ext import __version__
-
         return __version__
 
 
@@ -119,9 +121,6 @@ def _main(argv=None) -> int:
     if name not in COMMANDS:
         print(unknown_command_message(name), file=sys.stderr)
         return 2
-    from hf_tpu_ext.console import (VERBOSE_LEVELS, drop_import_notices, filter_native_stderr, filter_native_stdout,
-                                    multi_process_environment, requested_log_level)
-
     if requested_log_level(rest) not in VERBOSE_LEVELS:
         drop_import_notices()  # before anything imports transformers (it logs "PyTorch was not found" then)
         # TensorFlow's C++ start-up logs (and a CUDA probe error on CPU-only machines) say nothing
@@ -132,12 +131,8 @@ def _main(argv=None) -> int:
             if name == "train" and multi_process_environment():
                 filter_native_stdout()  # gloo's "[Gloo] Rank 0 is connected to ..." lines, per process
     if console_script:
-        import hf_tpu_ext.console as console
-
         console.whole_process = True  # an interrupted command may end the process at once (console.exit_now)
     module = importlib.import_module(COMMANDS[name][0])
-    from hf_tpu_ext.distributed import agreed_exit_status
-
     try:
         code = int(module.main(rest) or 0)
     except HfTpuExtError as err:

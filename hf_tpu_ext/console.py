@@ -40,6 +40,7 @@ import sys
 from typing import Iterator, List, Optional
 
 from hf_tpu_ext.environment import process_variables
+from hf_tpu_ext.errors import ArgumentError, MissingExtraError
 
 LOG_LEVELS = ("passive", "debug", "info", "warning", "error", "critical")
 # levels at which third-party output (C++ log lines, deprecation warnings, Hub bars) is shown
@@ -106,8 +107,6 @@ def default_backend(find_spec=None) -> str:
     import importlib.util
     from importlib import metadata
 
-    from hf_tpu_ext.errors import MissingExtraError
-
     find = find_spec or importlib.util.find_spec
 
     def importable(module: str) -> bool:
@@ -138,8 +137,6 @@ def resolve_backend(name, known) -> str:
         ArgumentError: an unknown name (the line lists the known ones).
         MissingExtraError: unset, and no backend is installed.
     """
-    from hf_tpu_ext.errors import ArgumentError
-
     name = name or default_backend()
     if name not in known:
         raise ArgumentError(f"Unknown --backend {name!r}; choose one of: {', '.join(known)}.")

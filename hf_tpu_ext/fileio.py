@@ -7,6 +7,8 @@ import os
 import tempfile
 from typing import Callable, NamedTuple
 
+from hf_tpu_ext.errors import OutputDirError
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -57,8 +59,6 @@ def check_writable_dir(path: str, option: str = "--output_dir") -> None:
     Raises:
         OutputDirError: the folder or its parent is not writable, or a file stands where a folder is needed.
     """
-    from hf_tpu_ext.errors import OutputDirError
-
     target = os.path.abspath(path)
     probe = target
     while not os.path.exists(probe):

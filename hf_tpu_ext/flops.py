@@ -13,6 +13,8 @@ import math
 import time
 from typing import Dict, NamedTuple, Optional
 
+from hf_tpu_ext import model_types
+
 logger = logging.getLogger("hf_tpu_ext")
 
 
@@ -49,9 +51,7 @@ def flops_per_token(config, seq_length: int, masked_fraction: Optional[float] = 
     Raises:
         ArgumentError: ``seq_length < 1`` or ``masked_fraction`` outside [0, 1].
     """
-    from hf_tpu_ext.model_types import flops_per_token as count
-
-    return count(config, seq_length, masked_fraction)
+    return model_types.flops_per_token(config, seq_length, masked_fraction)
 
 
 # ---------------------------------------------------------------------------------------------------------------

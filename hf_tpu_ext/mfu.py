@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Optional
 
+from hf_tpu_ext import flops
+
 logger = logging.getLogger("hf_tpu_ext")
 
 
@@ -32,13 +34,11 @@ class MFUMeter:
 
     def __call__(self, tokens_per_second: float) -> Optional[float]:
         """MFU of ``tokens_per_second`` (all replicas' tokens per second), or None (see :attr:`note`)."""
-        from hf_tpu_ext.flops import above_peak_message, compute_mfu
-
         if self.note is not None:
             return None
-        value = compute_mfu(tokens_per_second / self.replicas, self.flops_per_token, self.peak.flops)
+        value = flops.compute_mfu(tokens_per_second / self.replicas, self.flops_per_token, self.peak.flops)
         if value is None:  # above the peak: the peak is wrong for this machine; left out from here on, said once
-            self.note = above_peak_message(tokens_per_second / self.replicas, self.flops_per_token, self.peak)
+            self.note = flops.above_peak_message(tokens_per_second / self.replicas, self.flops_per_token, self.peak)
             if self.log:
                 logger.warning("%s.", self.note)
         return value
@@ -66,9 +66,7 @@ def make_mfu_meter(flops_per_token: Optional[float], device_kind: str, bf16: boo
         cpu_devices: the devices of every process on this host, which split its CPU (they share its peak, see
             :func:`hf_tpu_ext.flops.device_peak`).
     """
-    from hf_tpu_ext.flops import device_peak
-
-    peak = device_peak(device_kind, "bfloat16" if bf16 is True else "float32", cpu_devices=cpu_devices)
+    peak = flops.device_peak(device_kind, "bfloat16" if bf16 is True else "float32", cpu_devices=cpu_devices)
     if why is None and not flops_per_token:
         why = "MFU left out: no FLOP count for this model config"
     if why is None and not peak.flops:

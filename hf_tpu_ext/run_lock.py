@@ -29,7 +29,11 @@ import socket
 import time
 from typing import Any, Dict, Optional
 
+from hf_tpu_ext import distributed
+from hf_tpu_ext.distributed import (after_jax_initialize, cancel_after_jax_initialize, jax_process_id_pending,
+                                    note_output_dir)
 from hf_tpu_ext.errors import OutputDirError
+from hf_tpu_ext.fileio import check_writable_dir
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -264,8 +268,6 @@ def lock_output_dir(output_dir: Optional[str]) -> Optional[RunLock]:
         OutputDirError: the folder cannot be written (:func:`hf_tpu_ext.fileio.check_writable_dir`).
         RunLockedError: see :meth:`RunLock.acquire`.
     """
-    from hf_tpu_ext.distributed import jax_process_id_pending, note_output_dir, process_index
-
     note_output_dir(output_dir)  # every process: a lost-process line names the folder and its last checkpoint
     if not output_dir or "://" in str(output_dir) or (os.path.exists(output_dir) and not os.path.isdir(output_dir)):
         return None
@@ -278,12 +280,10 @@ def lock_output_dir(output_dir: Optional[str]) -> Optional[RunLock]:
     if jax_process_id_pending():  # JAX tells this host its id later: the lock is taken then, by the chief only
         return PendingRunLock(str(output_dir))
     try:
-        if process_index() != 0:
+        if distributed.process_index() != 0:
             return None
     except ValueError:  # a bad TF_CONFIG: the strategy's check reports it
         return None
-    from hf_tpu_ext.fileio import check_writable_dir
-
     check_writable_dir(str(output_dir), "--output_dir")  # its message, not the lock file's, for a read-only folder
     return RunLock(str(output_dir)).acquire()
 
@@ -298,21 +298,16 @@ class PendingRunLock(RunLock):
     """
 
     def __init__(self, folder: str):
-        from hf_tpu_ext.distributed import after_jax_initialize
-
         super().__init__(folder)
         self.pending, self._refs = True, 1
         _HELD[os.path.realpath(folder)] = self
         after_jax_initialize(self._take_if_chief)
 
     def _take_if_chief(self) -> None:
-        from hf_tpu_ext.distributed import process_index
-        from hf_tpu_ext.fileio import check_writable_dir
-
         self.pending = False
         if _HELD.get(os.path.realpath(self.folder)) is self:
             del _HELD[os.path.realpath(self.folder)]
-        if self._refs <= 0 or process_index() != 0:
+        if self._refs <= 0 or distributed.process_index() != 0:
             return
         refs = self._refs
         check_writable_dir(str(self.folder), "--output_dir")
@@ -323,8 +318,6 @@ class PendingRunLock(RunLock):
         if self.pending:
             self._refs -= 1
             if self._refs <= 0:
-                from hf_tpu_ext.distributed import cancel_after_jax_initialize
-
                 self.pending = False
                 cancel_after_jax_initialize(self._take_if_chief)
                 if _HELD.get(os.path.realpath(self.folder)) is self:

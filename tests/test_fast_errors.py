@@ -58,12 +58,12 @@ def test_unreachable_endpoint_is_named(monkeypatch):
 def test_train_refuses_a_missing_model_before_any_data_work(loopback_hub, tmp_path, monkeypatch):
     from hf_tpu_ext import run
     from hf_tpu_ext.args import parse_args
-    from hf_tpu_ext.data import run_data
+    from hf_tpu_ext.run import data as run_data
 
     def no_data(*args, **kwargs):
         raise AssertionError("data loaded before the model reference was checked")
 
-    # the training run imports the data path from hf_tpu_ext.data.run_data when it needs it
+    # the training run's data job (hf_tpu_ext.run.data) loads the blocks through this name
     monkeypatch.setattr(run_data, "load_text_blocks", no_data)
     args = parse_args(["--output_dir", str(tmp_path / "o"), "--model_name_or_path", "does-not-exist"])
     with pytest.raises(HubRepoError, match=r"^--model_name_or_path 'does-not-exist' is neither an existing local folder "

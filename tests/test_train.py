@@ -192,7 +192,7 @@ def test_max_seq_length_beyond_positions(tmp_path, trained_model_dir, monkeypatc
     def no_data_work(*a, **k):
         raise AssertionError("data was loaded before the sequence length was checked")
 
-    monkeypatch.setattr("hf_tpu_ext.data.loading.load_text_datasets", no_data_work)
+    monkeypatch.setattr("hf_tpu_ext.data.run_data.load_text_datasets", no_data_work)  # where the run loads it
     args = ["--output_dir", str(tmp_path / "o"), "--model_name_or_path", str(trained_model_dir),
             "--max_seq_length", "64", "--max_steps", "2", "--max_train_samples", "64"]
     with pytest.raises(ArgumentError, match="larger than the model allows .32 tokens"):

@@ -14,6 +14,10 @@ import importlib
 import os
 from typing import Dict, Optional, Tuple
 
+from hf_tpu_ext.console import default_backend
+from hf_tpu_ext.errors import BackendError
+from hf_tpu_ext.model_types import trained_by
+
 
 @dataclasses.dataclass(frozen=True)
 class BackendEntry:
@@ -57,9 +61,6 @@ def backend_entry(name) -> BackendEntry:
         BackendError: an unknown name (the message lists the known ones).
         MissingExtraError: no name and no backend installed (the line names both extras).
     """
-    from hf_tpu_ext.console import default_backend
-    from hf_tpu_ext.errors import BackendError
-
     entry = BACKEND_REGISTRY.get(name or default_backend())
     if entry is None:
         raise BackendError(f"Unknown --backend {name!r}: use one of {', '.join(BACKEND_REGISTRY)}.")
@@ -76,8 +77,6 @@ def prepare_environment(name) -> None:
 def trained_model_types(name) -> Optional[Tuple[str, ...]]:
     """The ``model_type`` values ``--backend name`` trains: those of the records whose ``backends`` name it
     (:func:`hf_tpu_ext.model_types.trained_by`); ``None``: any ``AutoModelForMaskedLM`` (torch_xla)."""
-    from hf_tpu_ext.model_types import trained_by
-
     entry = backend_entry(name)
     if entry.any_masked_lm:
         return None

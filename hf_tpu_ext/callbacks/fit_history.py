@@ -11,6 +11,7 @@ import math
 import os
 from typing import Any, Dict, List, Optional
 
+from hf_tpu_ext.hub.model_card import eval_results_from_logs
 from hf_tpu_ext.outputs import plot_loss_curve
 
 
@@ -74,8 +75,6 @@ class FitHistory:
                 name (the epoch's mean ``loss``, metrics, throughput), one entry per epoch even without an
                 evaluation.
         """
-        from hf_tpu_ext.hub.model_card import eval_results_from_logs
-
         out = list(self._batches)
         for logs, step, epoch in self._epochs:
             found = {k: round(v, 6) for k, v in eval_results_from_logs(logs).items()}
@@ -89,8 +88,6 @@ class FitHistory:
     def eval_steps(self, start_step: int = 0) -> Optional[int]:
         """Global steps between the fit's last two evaluations (from ``start_step``, the fit's first step, to the
         one evaluation when there is one); None without an evaluation."""
-        from hf_tpu_ext.hub.model_card import eval_results_from_logs
-
         steps = [int(start_step)] + [step for logs, step, _ in self._epochs if eval_results_from_logs(logs)]
         return steps[-1] - steps[-2] if len(steps) > 1 and steps[-1] > steps[-2] else None
 

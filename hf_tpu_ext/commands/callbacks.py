@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import List, Optional
 
+from hf_tpu_ext.callbacks import (ENTRY_POINT_GROUPS, FRAMEWORKS, available_callbacks, callback_frameworks,
+                                  framework_requirements, normalize_framework)
+from hf_tpu_ext.extras import install_hint, missing_for
+
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Print every registered callback (built-in, decorated, entry points): name, frameworks, description.
@@ -22,10 +26,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     Raises:
         ArgumentError: an unknown ``--framework``.
     """
-    from hf_tpu_ext.callbacks import ENTRY_POINT_GROUPS, FRAMEWORKS, available_callbacks, callback_frameworks
-    from hf_tpu_ext.callbacks import framework_requirements, normalize_framework
-    from hf_tpu_ext.extras import install_hint, missing_for
-
     parser = argparse.ArgumentParser(
         prog="hf-tpu callbacks",
         description="List the callbacks `hf-tpu train --callbacks a,b` and `hf_tpu_ext.callbacks.get_callback` accept, "

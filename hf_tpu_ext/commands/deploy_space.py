@@ -9,6 +9,9 @@ from __future__ import annotations
 import argparse
 from typing import List, Optional
 
+# hf_tpu_ext.hub.space: imported inside the functions that use it, so numpy stays out of
+# `hf-tpu deploy-space --help` (+0.15 s measured)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``hf-tpu deploy-space``."""
@@ -31,9 +34,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     Raises:
         HubRepoError, HubAuthError, HubError: see :func:`hf_tpu_ext.hub.space.deploy_space`.
     """
+    args = build_parser().parse_args(argv)  # --help ends here, before the Space's modules load
     from hf_tpu_ext.hub.space import deploy_space
 
-    args = build_parser().parse_args(argv)
     url = deploy_space(args.model_id, args.space_id, token=args.hub_token, private=args.private)
     print(url)
     return 0

@@ -31,7 +31,14 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from hf_tpu_ext.errors import DataError, OutputDirError
+from hf_tpu_ext.args import DataTrainingArguments, HelpFormatter, hf_argument_parser_class
+from hf_tpu_ext.data.tokenizer import prepare_tokenizer
+from hf_tpu_ext.errors import ArgumentError, DataError, OutputDirError
+from hf_tpu_ext.extras import require_extra
+from hf_tpu_ext.fileio import check_writable_dir, remote_files
+
+# hf_tpu_ext.data's block, shard and record modules: imported inside the functions that use them, so numpy stays out of
+# `hf-tpu prepare-data --help` (+0.15 s measured)
 
 
 @dataclass
@@ -51,8 +58,6 @@ class TokenizerArguments:
     cache_dir: Optional[str] = field(default=None, metadata={"help": "Where Hub downloads are cached."})
 
     def __post_init__(self):
-        from hf_tpu_ext.errors import ArgumentError
-
         if self.vocab_size < 300:
             raise ArgumentError(f"--vocab_size {self.vocab_size} is too small for a byte-level BPE (256 bytes + specials); "
                                 "use >= 300.")
@@ -83,8 +88,6 @@ class PrepareDataArguments:
     )
 
     def __post_init__(self):
-        from hf_tpu_ext.errors import ArgumentError
-
         if self.shard_format not in ("tfrecord", "arrow"):
             raise ArgumentError(f"--shard_format must be tfrecord or arrow, got {self.shard_format!r}.")
         if self.num_shards < 1:
@@ -102,8 +105,6 @@ def _save_tokenizer(tokenizer, destination: str) -> None:
     local = tempfile.mkdtemp(prefix="hf-tpu-tokenizer-")
     try:
         tokenizer.save_pretrained(local)
-        from hf_tpu_ext.fileio import remote_files
-
         files = remote_files(destination)
         files.makedirs(destination)
         for name in os.listdir(local):
@@ -125,8 +126,6 @@ def _tokenizer_record(output_path: str, tokenizer_dir: str) -> str:
 
 def _parse(argv):
     """``(TokenizerArguments, DataTrainingArguments, PrepareDataArguments)``, before transformers is imported."""
-    from hf_tpu_ext.args import DataTrainingArguments, HelpFormatter, hf_argument_parser_class
-
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = hf_argument_parser_class()((TokenizerArguments, DataTrainingArguments, PrepareDataArguments),
                                         formatter_class=HelpFormatter)
@@ -158,9 +157,6 @@ def _prepare_output(data_args, prep_args) -> str:
         MissingExtraError: the format's packages are not installed. DataError: ``--train_file`` is shards.
         OutputDirError: the path holds shards and ``--overwrite_output_path`` is not set.
     """
-    from hf_tpu_ext.extras import require_extra
-    from hf_tpu_ext.fileio import check_writable_dir
-
     for option, path in (("--output_path", prep_args.output_path),
                          ("--tokenizer_output_dir", prep_args.tokenizer_output_dir)):
         if path and "://" not in path:  # a file in the way: one line now, not a NotADirectoryError at the end
@@ -254,8 +250,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     output_path = _prepare_output(data_args, prep_args)
     from hf_tpu_ext.data.blocks import column_texts, default_num_proc, tokenize_into_blocks
     from hf_tpu_ext.data.loading import describe_data_source, load_text_datasets
-    from hf_tpu_ext.data.tokenizer import prepare_tokenizer
-
     start = time.perf_counter()
     raw = load_text_datasets(data_args, seed=prep_args.seed, cache_dir=model_args.cache_dir)
     print(f"Loaded {describe_data_source(data_args)}: " + ", ".join(f"{k} {len(v)} texts" for k, v in raw.items()))

@@ -46,6 +46,12 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from hf_tpu_ext.args import DataTrainingArguments
+from hf_tpu_ext.data.loading import describe_data_source
+from hf_tpu_ext.data.sharding import permute, shard_of, shard_ranges
+from hf_tpu_ext.data.tfrecord import FEATURE, FORMAT, MANIFEST_NAME, manifest_text, serialize_blocks, shard_file_name
+from hf_tpu_ext.errors import DataError, DataFileNotFoundError, OutputDirError, TokenizerError
+
 CHUNK_DOCS = 4096  # documents per ordered chunk (one group per chunk when computing token offsets)
 TOKENIZE_BATCH = 1000  # documents per encode_batch call, as the local path's datasets.map batches
 
@@ -73,8 +79,6 @@ def _expand(patterns: Sequence[str]) -> List[str]:
     for pattern in patterns:
         matches = sorted(m.path for r in FileSystems.match([pattern]) for m in r.metadata_list)
         if not matches:
-            from hf_tpu_ext.errors import DataFileNotFoundError
-
             raise DataFileNotFoundError(f"{pattern} matches no file.")
         files += matches
     return files
@@ -127,8 +131,6 @@ def build_pipeline(pipeline, *, train_files: Sequence[str], validation_files: Op
     """
     import apache_beam as beam
     from apache_beam.io.filesystems import FileSystems
-
-    from hf_tpu_ext.data.tfrecord import FEATURE, FORMAT, MANIFEST_NAME, manifest_text
 
     L = int(max_seq_length)
     files = [("train", i, f) for i, f in enumerate(train_files)]
@@ -196,8 +198,6 @@ def _numbered_documents(pipeline, files, hold_out: bool, seed: int, validation_s
                     inverse[order] = np.arange(n)
                     n_val = int(math.ceil(n * validation_split_percentage / 100.0))
                     if n < 2:
-                        from hf_tpu_ext.errors import DataError
-
                         raise DataError("Holding out a validation split needs at least 2 non-empty lines.")
                 else:
                     n_val = 0
@@ -254,6 +254,19 @@ def _token_blocks(numbered, tokenizer_json: str, L: int):
     return blocks, offsets
 
 
+def write_tfrecord(f, record: bytes) -> None:
+    """Append one TFRecord to the open binary file ``f``: the length (uint64), its masked CRC32C, ``record``, its
+    masked CRC32C.
+
+    The one adapter over a private name (``apache_beam.io.tfrecordio._TFRecordUtil.write_record``). The public
+    alternative: ``apache_beam.io.WriteToTFRecord``, which names and orders its shards itself (not the project's
+    shard names and block order), or ``tf.io.TFRecordWriter``, which needs TensorFlow in every Beam worker.
+    """
+    from apache_beam.io.tfrecordio import _TFRecordUtil
+
+    _TFRecordUtil.write_record(f, record)
+
+
 def _written_shards(blocks, offsets, L: int, limits: Dict[str, Optional[int]], seed: int, num_shards: int,
                     output_path: str):
     """Stage 3 of :func:`build_pipeline`: the kept blocks (train permuted by ``seed``) written as TFRecord shards.
@@ -264,10 +277,6 @@ def _written_shards(blocks, offsets, L: int, limits: Dict[str, Optional[int]], s
     """
     import apache_beam as beam
     from apache_beam.io.filesystems import FileSystems
-    from apache_beam.io.tfrecordio import _TFRecordUtil
-
-    from hf_tpu_ext.data.sharding import permute, shard_of, shard_ranges
-    from hf_tpu_ext.data.tfrecord import serialize_blocks, shard_file_name
 
     def counts_of(all_offsets):
         out = {}
@@ -295,7 +304,7 @@ def _written_shards(blocks, offsets, L: int, limits: Dict[str, Optional[int]], s
             name = shard_file_name(split, shard, shards)
             with FileSystems.create(output_path.rstrip("/") + "/" + name) as f:
                 for record in serialize_blocks(np.stack([ids for _, ids in rows])):
-                    _TFRecordUtil.write_record(f, record)
+                    write_tfrecord(f, record)
             yield split, name
 
     counts_side = beam.pvalue.AsSingleton(split_counts)
@@ -311,8 +320,6 @@ def _copy_tokenizer(tokenizer_dir: str, destination: str) -> str:
     source = tokenizer_dir.rstrip("/")
     names = [m.path for r in FileSystems.match([source + "/*"]) for m in r.metadata_list]
     if not any(p.endswith("/tokenizer.json") for p in names):
-        from hf_tpu_ext.errors import TokenizerError
-
         raise TokenizerError(f"{tokenizer_dir} has no tokenizer.json (a fast tokenizer saved with save_pretrained).")
     FileSystems.mkdirs(destination) if not FileSystems.exists(destination) else None
     for path in sorted(names):
@@ -342,8 +349,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from hf_tpu_ext.data.tfrecord import MANIFEST_NAME
-
     argv = list(sys.argv[1:] if argv is None else argv)
     beam_argv = argv[argv.index("--") + 1:] if "--" in argv else []
     ours = argv[: argv.index("--")] if "--" in argv else argv
@@ -365,16 +370,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     output = args.output_path.rstrip("/")
     if FileSystems.exists(output + "/" + MANIFEST_NAME):
-        from hf_tpu_ext.errors import OutputDirError
-
         raise OutputDirError(f"--output_path {args.output_path} already holds shards (manifest.json); choose another path.")
     train_files = _expand(args.train_file.split(","))
     validation_files = _expand(args.validation_file.split(",")) if args.validation_file else None
     tokenizer_json = _copy_tokenizer(args.tokenizer_name, output + "/tokenizer")
     from tokenizers import Tokenizer
-
-    from hf_tpu_ext.args import DataTrainingArguments
-    from hf_tpu_ext.data.loading import describe_data_source
 
     source = describe_data_source(DataTrainingArguments(train_file=args.train_file, validation_file=args.validation_file))
     metadata = {"source": source, "seed": args.seed,

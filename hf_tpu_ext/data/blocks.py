@@ -17,6 +17,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Union
 import numpy as np
 
 from hf_tpu_ext.errors import CorpusTooSmallError, DataError
+from hf_tpu_ext.flops import usable_cpu_cores
 
 
 class Blocks(dict):
@@ -158,8 +159,6 @@ def default_num_proc(num_texts: Optional[int] = None) -> int:
     (:func:`hf_tpu_ext.flops.usable_cpu_cores`), at most one per :data:`TEXTS_PER_PROCESS` of ``num_texts``
     (so a small corpus is not spread over many cores).
     """
-    from hf_tpu_ext.flops import usable_cpu_cores
-
     cores = usable_cpu_cores()
     if num_texts is not None:
         cores = min(cores, num_texts // TEXTS_PER_PROCESS)

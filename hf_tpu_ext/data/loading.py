@@ -20,6 +20,8 @@ import math
 import os
 from typing import Optional
 
+from hf_tpu_ext.data.block_shards import is_arrow_source
+from hf_tpu_ext.data.corpus import DEFAULT_CORPUS_DESCRIPTION, default_corpus_texts
 from hf_tpu_ext.errors import DataError, DataFileNotFoundError
 
 # file extension -> datasets packaged builder
@@ -54,8 +56,6 @@ def is_tfrecord_source(path: Optional[str]) -> bool:
         (:func:`hf_tpu_ext.data.block_shards.is_arrow_source`: text-like, read by :func:`load_text_blocks`'s
         caller). Local paths are checked without importing TensorFlow; ``gs://`` paths use ``tf.io.gfile``.
     """
-    from hf_tpu_ext.data.block_shards import is_arrow_source
-
     if not path or is_arrow_source(path):
         return False
     path = str(path)
@@ -76,8 +76,6 @@ def describe_data_source(data_args) -> str:
         str: e.g. ``"the Hub dataset wikitext (wikitext-2-raw-v1)"``, ``"train.txt"`` or the default
         corpus description. Only file names (not full local paths) are used.
     """
-    from hf_tpu_ext.data.corpus import DEFAULT_CORPUS_DESCRIPTION
-
     if data_args.dataset_name:
         config = f" ({data_args.dataset_config_name})" if data_args.dataset_config_name else ""
         return f"the Hub dataset {data_args.dataset_name}{config}"
@@ -107,8 +105,6 @@ def check_data_file(path: str, option: str = "--train_file") -> str:
         DataError: the path is a folder, the extension is not supported (the message lists the supported
             ones) or the file is empty.
     """
-    from hf_tpu_ext.data.block_shards import is_arrow_source
-
     path = str(path)
     if is_arrow_source(path):  # prepare-data's Arrow shards: read by hf-tpu train (data/run_data.py)
         return "arrow"
@@ -375,8 +371,6 @@ def load_text_datasets(data_args, seed: int, cache_dir: Optional[str] = None):
         source = f"--train_file {data_args.train_file}"
         val_source = source
     else:
-        from hf_tpu_ext.data.corpus import default_corpus_texts
-
         train = Dataset.from_dict({"text": default_corpus_texts()})
         source = "the default corpus"
         val_source = source

@@ -12,7 +12,15 @@ import os
 import time
 from typing import Optional
 
-from hf_tpu_ext.errors import DataError
+from hf_tpu_ext.data.block_shards import MANIFEST_NAME, check_shards, is_arrow_source, load_split, read_manifest
+from hf_tpu_ext.data.blocks import check_blocks, column_texts, group_into_blocks
+from hf_tpu_ext.data.loading import describe_data_source, load_text_datasets
+from hf_tpu_ext.data.tfrecord import read_manifest, read_tfrecord_blocks
+from hf_tpu_ext.data.tokenizer import (check_mlm_tokenizer, load_tokenizer, tokenizer_from_text, tokenizer_to_text,
+                                       train_tokenizer)
+from hf_tpu_ext.distributed import from_main_process
+from hf_tpu_ext.errors import CorpusTooSmallError, DataError
+from hf_tpu_ext.model_types import record_for
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -27,11 +35,6 @@ def load_or_train_tokenizer(model_args, data_args, raw_datasets, tokenizer_sourc
     Raises:
         TokenizerError: it cannot be loaded or has no mask token.
     """
-    from hf_tpu_ext.data.blocks import column_texts
-    from hf_tpu_ext.data.tokenizer import (check_mlm_tokenizer, load_tokenizer, tokenizer_from_text, tokenizer_to_text,
-                                           train_tokenizer)
-    from hf_tpu_ext.distributed import from_main_process
-
     if tokenizer_source:
         tok = load_tokenizer(tokenizer_source)
     elif model_args.tokenizer_name or model_args.model_name_or_path:
@@ -39,8 +42,6 @@ def load_or_train_tokenizer(model_args, data_args, raw_datasets, tokenizer_sourc
                              cache_dir=model_args.cache_dir)
     else:
         t0 = time.perf_counter()
-        from hf_tpu_ext.model_types import record_for
-
         model_type = record_for(getattr(model_args, "model_type", None)).name  # unset: the default record's
         made = []
 
@@ -68,10 +69,6 @@ def load_text_blocks(model_args, data_args, seed: int, tokenizer_source: Optiona
         "train" and "validation" (cut to ``max_train_samples``/``max_eval_samples``), description a one-line
         name of the data for the model card.
     """
-    from hf_tpu_ext.data.block_shards import is_arrow_source
-    from hf_tpu_ext.data.blocks import group_into_blocks
-    from hf_tpu_ext.data.loading import describe_data_source, load_text_datasets
-
     if data_args.train_file and is_arrow_source(data_args.train_file):
         return load_shard_blocks(model_args, data_args, tokenizer_source)
     raw = load_text_datasets(data_args, seed=seed, cache_dir=model_args.cache_dir)
@@ -94,9 +91,6 @@ def load_tfrecord_blocks(model_args, data_args, tokenizer_source: Optional[str] 
         DataError: no manifest/split, or blocks of another length than ``--max_seq_length``.
         TokenizerError: the tokenizer cannot be loaded or has no mask token.
     """
-    from hf_tpu_ext.data.tfrecord import read_manifest, read_tfrecord_blocks
-    from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer
-
     name = (tokenizer_source or model_args.tokenizer_name or model_args.model_name_or_path
             or os.path.join(data_args.train_file, "tokenizer"))
     tok = load_tokenizer(name)
@@ -129,9 +123,6 @@ def load_shard_blocks(model_args, data_args, tokenizer_source: Optional[str] = N
         DataError: no manifest, no train split, a missing file, another tokenizer or ``--max_seq_length``.
         TokenizerError: the tokenizer cannot be loaded or has no mask token.
     """
-    from hf_tpu_ext.data.block_shards import MANIFEST_NAME, check_shards, load_split, read_manifest
-    from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer
-
     path = data_args.train_file
     manifest = read_manifest(path)
     if manifest is None:
@@ -167,9 +158,6 @@ def num_blocks(split) -> int:
 def check_split_size(blocks, name: str, global_batch_size: int, data_args) -> None:
     """Raise ``CorpusTooSmallError`` when ``blocks[name]`` (array or TFRecord tuple) holds fewer blocks than one
     global batch; the message gives the sizes and what to change."""
-    from hf_tpu_ext.data.blocks import check_blocks
-    from hf_tpu_ext.errors import CorpusTooSmallError
-
     split = blocks.get(name)
     if not isinstance(split, tuple):
         check_blocks(blocks, global_batch_size, name)

@@ -36,6 +36,9 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from hf_tpu_ext.data.loading import check_data_file, describe_data_source
+from hf_tpu_ext.data.numpy_batches import TRAIN_STREAM
+from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer
 from hf_tpu_ext.errors import DataError, TokenizerError
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -77,8 +80,6 @@ class StreamSource:
         Raises:
             DataError: the source cannot be opened (first line of the library's error).
         """
-        from hf_tpu_ext.data.loading import check_data_file
-
         if self.dataset_name:
             found = dict(self._load(self.dataset_name, config=self.config_name))
         else:
@@ -244,8 +245,6 @@ class StreamTrainBatches:
         Raises:
             DataError: ``step`` is not the next step of the stream.
         """
-        from hf_tpu_ext.data.numpy_batches import TRAIN_STREAM
-
         if int(step) != self.next_step:
             raise DataError(f"--streaming reads its steps in order: step {step} asked, step {self.next_step} next.")
         ids = self.blocks.next_blocks(len(self.rows))
@@ -330,9 +329,6 @@ def load_stream_blocks(model_args, data_args, tokenizer_source: Optional[str] = 
         TokenizerError: the tokenizer cannot be loaded or has no mask token, or a resume has none beside its
             checkpoint.
     """
-    from hf_tpu_ext.data.loading import describe_data_source
-    from hf_tpu_ext.data.tokenizer import check_mlm_tokenizer, load_tokenizer
-
     source = StreamSource(data_args, cache_dir=model_args.cache_dir)
     found = source.splits()
     if "train" not in found:

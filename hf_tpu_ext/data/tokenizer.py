@@ -24,6 +24,8 @@ import tempfile
 from typing import Iterable, Optional
 
 from hf_tpu_ext.errors import TokenizerError
+from hf_tpu_ext.fileio import remote_files
+from hf_tpu_ext.model_types import record_for
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -296,8 +298,6 @@ def train_tokenizer(model_type: str, texts: Iterable[str], vocab_size: int, mode
         ArgumentError: no record holds ``model_type`` (:func:`hf_tpu_ext.model_types.record_for`).
         TokenizerError: ``vocab_size`` too small for the kind.
     """
-    from hf_tpu_ext.model_types import record_for
-
     return TRAINERS[record_for(model_type).tokenizer_kind](texts, vocab_size, model_max_length, do_lower_case)
 
 
@@ -313,8 +313,6 @@ def _copy_remote_folder(url: str) -> str:
     Read through :func:`hf_tpu_ext.fileio.remote_files` (``gs://`` with ``tf.io.gfile`` where TensorFlow is
     installed, else fsspec).
     """
-    from hf_tpu_ext.fileio import remote_files
-
     files = remote_files(url)
     exists, copy = files.exists, files.get
     local = tempfile.mkdtemp(prefix="hf-tpu-tokenizer-")

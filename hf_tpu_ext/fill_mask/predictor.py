@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from hf_tpu_ext import probes
+from hf_tpu_ext.model_types import max_sequence_length
 
 BACKENDS = ("auto", "torch", "tensorflow")
 BACKEND_ENV = "FILL_MASK_BACKEND"
@@ -271,8 +272,6 @@ class FillMaskPredictor:
         limits = []
         if getattr(self.config, "max_position_embeddings", None):
             # the model type's record: RoBERTa-family position ids start after padding_idx, losing pad_id + 1 slots
-            from hf_tpu_ext.model_types import max_sequence_length
-
             limits.append(max_sequence_length(self.config))
         tok_max = getattr(self.tokenizer, "model_max_length", None)
         if tok_max and tok_max < _NO_LIMIT:

@@ -21,6 +21,7 @@ from hf_tpu_ext.fileio import read_json_object
 from hf_tpu_ext.hub.card_facts import framework_versions, strategy_label
 from hf_tpu_ext.hub.card_guard import mark_generated
 from hf_tpu_ext.hub.model_ref import hub_url, is_hub_repo_id
+from hf_tpu_ext.outputs import read_training_summary
 
 logger = logging.getLogger("hf_tpu_ext.hub")
 
@@ -47,11 +48,7 @@ def load_summary(output_dir: str) -> Dict[str, Any]:
     """
     summary: Dict[str, Any] = {}
     try:
-        from hf_tpu_ext.outputs import read_training_summary
-
         summary = dict(read_training_summary(output_dir) or {})
-    except ImportError:
-        summary = _read_json(os.path.join(output_dir, "training_summary.json"))
     except (OSError, ValueError, KeyError) as err:
         logger.info("No training summary in the output folder (%s); the card uses what the folder shows.", type(err).__name__)
     if not summary.get("model_config"):

@@ -20,7 +20,9 @@ import logging
 import os
 from typing import Dict, Optional
 
+import hf_tpu_ext
 from hf_tpu_ext.errors import HubRepoError
+from hf_tpu_ext.fill_mask import space_modules
 from hf_tpu_ext.hub.model_ref import hub_url
 from hf_tpu_ext.hub.preflight import endpoint, hub_api, hub_call, preflight, resolve_token, whoami
 
@@ -101,9 +103,6 @@ def space_files(model_id: str, space_id: Optional[str] = None) -> Dict[str, byte
         ``{"app.py": ..., "requirements.txt": ..., "hf_tpu_ext/__init__.py": ..., "hf_tpu_ext/probes/...": ...,
         "hf_tpu_ext/fill_mask/...": ..., "README.md": ..., "model_id.txt": ...}`` (UTF-8 bytes).
     """
-    import hf_tpu_ext
-    from hf_tpu_ext.fill_mask import space_modules
-
     files = {}
     for name in SPACE_FILES:
         with open(os.path.join(_demo_dir(), name), "rb") as f:

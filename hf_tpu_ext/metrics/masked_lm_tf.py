@@ -23,6 +23,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
 
+from hf_tpu_ext import probes
 from hf_tpu_ext.errors import DataError
 from hf_tpu_ext.metrics.masked_lm import load_masked_lm_metric
 
@@ -275,8 +276,6 @@ def make_probe_scorer(model, tokenizer, probe_file: str, max_seq_length: int, ba
     Raises:
         DataError: the file cannot be parsed, or a probe cannot be scored with this tokenizer.
     """
-    from hf_tpu_ext import probes
-
     vocab_size = int(model.config.vocab_size)
     try:
         encoded = probes.encode_probes(probes.read_probe_file(probe_file), tokenizer, vocab_size, max_seq_length)

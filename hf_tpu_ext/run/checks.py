@@ -12,7 +12,20 @@ import math
 import os
 from typing import List
 
-from hf_tpu_ext.errors import ArgumentError, OutputDirError
+from hf_tpu_ext.backends import BACKEND_REGISTRY, backend_entry, prepare_environment, trained_model_types
+from hf_tpu_ext.backends.model_files import (PT_WEIGHTS_INDEX_NAME, PT_WEIGHTS_NAME, check_weights_folder,
+                                             weight_patterns)
+from hf_tpu_ext.callbacks import resolve_callbacks
+from hf_tpu_ext.data.loading import check_data_file, is_tfrecord_source
+from hf_tpu_ext.data.tokenizer import load_tokenizer
+from hf_tpu_ext.errors import ArgumentError, HfTpuExtError, OutputDirError
+from hf_tpu_ext.extras import require_extra, require_run_packages
+from hf_tpu_ext.fileio import check_writable_dir
+from hf_tpu_ext.hub.model_ref import check_model_ref
+from hf_tpu_ext.model_config import (check_overrides_of_pretrained, check_positions, check_scratch_positions,
+                                     scratch_config)
+from hf_tpu_ext.model_types import DEFAULT_MODEL_TYPE
+from hf_tpu_ext.run_lock import LOCK_NAME
 
 
 def check_finite_arguments(*arg_objects) -> None:
@@ -32,8 +45,6 @@ def check_finite_arguments(*arg_objects) -> None:
 
 def output_dir_entries(out: str) -> List[str]:
     """The names in the folder ``out`` other than a run's lock file (``[]`` when it does not exist)."""
-    from hf_tpu_ext.run_lock import LOCK_NAME
-
     return [n for n in os.listdir(out) if n != LOCK_NAME] if os.path.isdir(out) else []
 
 
@@ -53,8 +64,6 @@ def check_output_dir(training_args) -> None:
             "Pass --overwrite_output_dir to train into it anyway, --resume_from_checkpoint true to continue the "
             "run saved there, or choose another --output_dir. Nothing in it was changed."
         )
-    from hf_tpu_ext.fileio import check_writable_dir
-
     check_writable_dir(out, "--output_dir")  # before any data or model work
 
 
@@ -67,13 +76,8 @@ def check_backend(training_args) -> None:
         MissingExtraError: ``--backend keras`` without ``pip install 'hf-tpu-ext[jax]'``.
         BackendError: an unknown ``--backend``.
     """
-    from hf_tpu_ext.backends import backend_entry
-    from hf_tpu_ext.extras import require_extra
-
     entry = backend_entry(training_args.backend)
     require_extra(entry.extra, entry.label)
-    from hf_tpu_ext.backends import prepare_environment
-
     prepare_environment(training_args.backend)  # e.g. KERAS_BACKEND=jax before the callbacks' check imports Keras
 
 
@@ -83,8 +87,6 @@ def check_data_files(data_args) -> None:
     Raises:
         DataFileNotFoundError: a file does not exist. DataError: unsupported format.
     """
-    from hf_tpu_ext.data.loading import check_data_file, is_tfrecord_source
-
     for option, path in (("--train_file", data_args.train_file), ("--validation_file", data_args.validation_file)):
         if path and not is_tfrecord_source(path) and "://" not in path:
             check_data_file(path, option)
@@ -119,9 +121,6 @@ def check_model_refs(model_args, *, remember: bool = False) -> None:
             read (:func:`hf_tpu_ext.backends.model_files.check_weights_folder`).
         HubRepoError / HubAuthError: a repo id that does not exist or cannot be reached (the endpoint is named).
     """
-    from hf_tpu_ext.backends.model_files import check_weights_folder
-    from hf_tpu_ext.hub.model_ref import check_model_ref
-
     refs = _model_refs(model_args)
     for option, value, revision in refs:
         if check_model_ref(value, option, revision=revision) == "local" and option == "--model_name_or_path":
@@ -147,8 +146,6 @@ def read_model_type(model_args):
 
     name = model_args.model_name_or_path or model_args.config_name
     if not name:
-        from hf_tpu_ext.model_types import DEFAULT_MODEL_TYPE
-
         model_type = getattr(model_args, "model_type", None) or DEFAULT_MODEL_TYPE
         return model_type, f"--model_type {model_type}"
     flag = "--model_name_or_path" if model_args.model_name_or_path else "--config_name"
@@ -176,10 +173,6 @@ def check_model_type(model_args, training_args) -> None:
             AutoModelForMaskedLM).``; a passed ``--model_type`` that the model's config contradicts
             (:func:`check_passed_model_type`).
     """
-    from hf_tpu_ext.backends import BACKEND_REGISTRY, backend_entry, trained_model_types
-
-    from hf_tpu_ext.errors import HfTpuExtError
-
     model_type, where = read_model_type(model_args)
     check_passed_model_type(model_args, training_args, model_type)
     try:
@@ -237,8 +230,6 @@ def check_weight_files(model_args, training_args) -> None:
             files = list_repo_files(name, revision=model_args.model_revision)
     except Exception:  # noqa: BLE001 -- unreachable here: the model loader names it
         return
-    from hf_tpu_ext.backends.model_files import PT_WEIGHTS_INDEX_NAME, PT_WEIGHTS_NAME, weight_patterns
-
     if weight_patterns(files) == ["pytorch_model*.bin"] and {PT_WEIGHTS_NAME, PT_WEIGHTS_INDEX_NAME} & set(files):
         raise ArgumentError(
             f"--model_name_or_path {name} has its weights in pytorch_model.bin only, which needs torch to read (not "
@@ -255,11 +246,7 @@ def check_model_config(model_args, data_args) -> None:
         ArgumentError: the sequence is longer than the position table allows (the limit named); a tokenizer
             with more tokens than the model has embedding rows; an unknown or contradicting ``--config_overrides``.
     """
-    from hf_tpu_ext.model_config import check_overrides_of_pretrained, check_positions
-
     if not model_args.model_name_or_path:
-        from hf_tpu_ext.model_config import check_scratch_positions, scratch_config
-
         check_scratch_positions(scratch_config(model_args), model_args, data_args.max_seq_length)
         return
     from transformers import AutoConfig
@@ -272,8 +259,6 @@ def check_model_config(model_args, data_args) -> None:
     check_positions(config, data_args.max_seq_length)
     check_overrides_of_pretrained(config, model_args.config_overrides, name)
     if model_args.tokenizer_name:
-        from hf_tpu_ext.data.tokenizer import load_tokenizer
-
         rows, tokens = int(config.vocab_size), len(load_tokenizer(model_args.tokenizer_name,
                                                                   cache_dir=model_args.cache_dir))
         if tokens > rows:
@@ -312,15 +297,9 @@ def check_run(model_args, data_args, training_args) -> None:
     check_output_dir(args)
     _check_model_refs_once(model_args)  # a library caller's references are checked here
     check_backend(args)
-    from hf_tpu_ext.callbacks import resolve_callbacks
-
     # unknown name -> error now; the torch backend's classes never import TensorFlow (loading TF before
     # torch_xla aborts the process on duplicate LLVM options)
-    from hf_tpu_ext.backends import backend_entry
-
     resolve_callbacks(callback_names(args), backend_entry(args.backend).callback_kind)
-    from hf_tpu_ext.extras import require_run_packages
-
     require_run_packages(backend_entry(args.backend))  # the card's packages: now, not after training
     check_data_files(data_args)
     check_model_type(model_args, args)

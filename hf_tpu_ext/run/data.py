@@ -4,7 +4,12 @@ sizes checked before any model work."""
 
 from __future__ import annotations
 
+from hf_tpu_ext.backends.base import RunPlan
+from hf_tpu_ext.data.block_shards import is_arrow_source
 from hf_tpu_ext.data.loading import is_tfrecord_source
+from hf_tpu_ext.data.run_data import check_split_size, load_text_blocks, load_tfrecord_blocks, num_blocks
+from hf_tpu_ext.data.streaming import is_stream, load_stream_blocks
+from hf_tpu_ext.data.tfrecord import check_tfrecord_location
 from hf_tpu_ext.errors import DataError
 
 
@@ -18,16 +23,11 @@ def load_blocks(model_args, data_args, training_args, backend, tokenizer_source)
         DataError: TFRecord or Arrow shards for a backend that does not read them (or with ``--streaming``), local
             data for a TPU Node, a ``--streaming`` source without a train split.
     """
-    from hf_tpu_ext.data.block_shards import is_arrow_source
-    from hf_tpu_ext.data.run_data import load_text_blocks, load_tfrecord_blocks
-
     shards = data_args.train_file and is_arrow_source(data_args.train_file)
     if getattr(data_args, "streaming", False):
         if shards or (data_args.train_file and is_tfrecord_source(data_args.train_file)):
             raise DataError(f"--train_file {data_args.train_file} holds prepared block shards, which are read row by "
                             "row already; drop --streaming.")
-        from hf_tpu_ext.data.streaming import load_stream_blocks
-
         return load_stream_blocks(model_args, data_args, tokenizer_source)  # data/streaming.py
     if shards and not getattr(backend, "reads_block_shards", False):
         raise DataError(f"{data_args.train_file} holds Arrow block shards, which --backend {backend.name} does not "
@@ -37,8 +37,6 @@ def load_blocks(model_args, data_args, training_args, backend, tokenizer_source)
             raise DataError(
                 f"{data_args.train_file} holds TFRecord shards, which --backend {backend.name} does not read; pass "
                 "the text files (--train_file/--validation_file) or a --dataset_name, or use --backend tensorflow.")
-        from hf_tpu_ext.data.tfrecord import check_tfrecord_location
-
         check_tfrecord_location(data_args.train_file, backend.needs_remote_data)
         return load_tfrecord_blocks(model_args, data_args, tokenizer_source)
     if backend.needs_remote_data:
@@ -56,10 +54,6 @@ def plan_run(training_args, data_args, backend, blocks):
         CorpusTooSmallError: a split holds fewer blocks than one batch (a ``--streaming`` train split: checked as
             it is read).
     """
-    from hf_tpu_ext.backends.base import RunPlan
-    from hf_tpu_ext.data.run_data import check_split_size, num_blocks
-    from hf_tpu_ext.data.streaming import is_stream
-
     args = training_args
     # sequences per optimizer step: gradient accumulation splits them into micro-batches inside the step
     global_batch = (args.per_device_train_batch_size * backend.num_replicas

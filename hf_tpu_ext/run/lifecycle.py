@@ -51,7 +51,9 @@ import time
 from typing import Any, Dict, List, Optional
 
 from hf_tpu_ext import interrupts
+from hf_tpu_ext.backends import make_backend
 from hf_tpu_ext.backends.base import run_progress
+from hf_tpu_ext.callbacks import build_callbacks
 from hf_tpu_ext.console import rerun_hint, resume_hint
 from hf_tpu_ext.errors import CheckpointError, HubPushError, OutputDirError, TrainingInterrupted
 from hf_tpu_ext.hub.checkpoint_layouts import save_failure_message
@@ -183,8 +185,6 @@ class TrainingRun:
         """Phase train: the backend's ``fit`` from global step ``start`` (signals honoured at step boundaries), the
         final evaluation, the final checkpoint's trainer state; marks ``train`` done. Returns the fit metrics."""
         args, backend, plan = self.args, self.backend, self.plan
-        from hf_tpu_ext.callbacks import build_callbacks
-
         callbacks = build_callbacks(self.callback_names, backend.run_context(), backend.callback_kind)
         self._saves = 0
         self._fit_started = time.perf_counter()
@@ -343,8 +343,6 @@ class TrainingRun:
         t_total = time.perf_counter()
         self.check()
         if self.backend is None:
-            from hf_tpu_ext.backends import make_backend  # the registry's lazy entry: no framework imported yet
-
             self.backend = make_backend(args.backend)
         backend = self.backend
         backend.setup(args)

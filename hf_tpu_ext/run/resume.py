@@ -14,13 +14,13 @@ import tempfile
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from hf_tpu_ext.console import default_backend
 from hf_tpu_ext.errors import CheckpointError, IncompleteCheckpointError
 from hf_tpu_ext.hub.checkpoint_layouts import check_checkpoint_backend
 from hf_tpu_ext.hub.model_ref import check_model_ref
 from hf_tpu_ext.hub.resume import download_last_checkpoint, looks_like_repo_spec, parse_repo_spec
 from hf_tpu_ext.model_config import ROPE_THETA_FIELDS, parse_config_overrides
-from hf_tpu_ext.model_types import (DEFAULT_MODEL_TYPE, find_record, flag_fields, max_sequence_length,
-                                    record_for)
+from hf_tpu_ext.model_types import DEFAULT_MODEL_TYPE, find_record, flag_fields, max_sequence_length, record_for
 from hf_tpu_ext.outputs import TrainerState
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -398,8 +398,6 @@ def _number(text: str) -> Optional[float]:
 
 
 def _backend(training_args) -> str:
-    from hf_tpu_ext.console import default_backend
-
     return getattr(training_args, "backend", None) or default_backend()
 
 

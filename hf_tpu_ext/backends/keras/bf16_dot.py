@@ -178,11 +178,24 @@ def _both_bf16(*operands) -> bool:
     return len(operands) == 2 and all(getattr(x, "dtype", None) == jnp.bfloat16 for x in operands)
 
 
+def _keras_jax_numpy():
+    """``(module, convert_to_tensor)``: Keras' JAX backend ops module (``keras.src.backend.jax.numpy``, whose
+    ``matmul``/``einsum`` every ``keras.ops`` call and layer reaches) and its ``convert_to_tensor`` (autocasts a
+    variable to the compute dtype).
+
+    The one adapter over this private module. The public alternative: ``keras.ops.matmul``/``keras.ops.einsum``
+    called by the model's own layers (the architectures could call :func:`bf16_matmul` themselves); Keras has no
+    public hook into the backend op a built-in layer calls.
+    """
+    from keras.src.backend.jax import numpy as knp
+    from keras.src.backend.jax.core import convert_to_tensor
+
+    return knp, convert_to_tensor
+
+
 def _install() -> None:
     """Wrap Keras' JAX ``matmul``/``einsum`` once per process; the wrappers only switch while active."""
-    from keras.src.backend.jax import numpy as knp
-    from keras.src.backend.jax.core import convert_to_tensor  # autocasts a variable to the compute dtype
-
+    knp, convert_to_tensor = _keras_jax_numpy()
     if getattr(knp.matmul, "_hf_tpu_bf16_dot", False):
         return
     original_matmul, original_einsum = knp.matmul, knp.einsum

@@ -200,18 +200,32 @@ def _service_factory(real_factory):
     return factory
 
 
+def jax_distributed_module():
+    """JAX's multi-process state module, ``jax._src.distributed`` (``global_state``: ``client``, ``process_id``,
+    ``num_processes``, ``coordinator_address``; its ``_jax`` extension), or ``None`` where this jax has none.
+
+    The one adapter over this private module. The public alternative: ``jax.distributed.initialize``/``shutdown``,
+    ``jax.process_index()``/``jax.process_count()`` and ``jax.experimental.multihost_utils`` (collectives such as
+    ``sync_global_devices``); none reaches the coordination service's key-value store and heartbeats that the
+    lost-process watch and the sidecar need.
+    """
+    try:
+        from jax._src import distributed
+    except ImportError:
+        return None
+    return distributed
+
+
 def initialize_with_sidecar(initialize, **kwargs) -> None:
     """``initialize(**kwargs)`` (``jax.distributed.initialize``) with process 0's coordination service in a
     :class:`ServiceSidecar`; plain ``initialize`` where JAX's internals differ from jax 0.10's.
 
-    jax internals, kept to this function: ``jax._src.distributed`` calls ``_jax.get_distributed_runtime_service``
+    jax internals, kept to this function: ``jax._src.distributed`` (:func:`jax_distributed_module`) calls
+    ``_jax.get_distributed_runtime_service``
     on process 0 (``State.initialize``) and later only ``shutdown()`` on what it returned; the module's ``_jax`` is
     swapped for a view of it whose factory starts the sidecar, for the call only.
     """
-    try:
-        from jax._src import distributed as jax_distributed
-    except ImportError:
-        jax_distributed = None
+    jax_distributed = jax_distributed_module()
     real = getattr(jax_distributed, "_jax", None)
     if not hasattr(real, "get_distributed_runtime_service"):
         return initialize(**kwargs)

@@ -100,12 +100,23 @@ def dropout(inputs, rate: float, key, offset=0, noise_shape=None):
     return jnp.where(keep, inputs * jnp.asarray(1.0 / (1.0 - rate), inputs.dtype), jnp.zeros_like(inputs))
 
 
+def _keras_backend_random():
+    """Keras' backend ``random`` module (``keras.src.backend``'s: the ``dropout`` that ``keras.layers.Dropout``
+    calls).
+
+    The one adapter over this private module. The public alternative: ``keras.random.dropout(..., seed=...)``
+    called by a model's own dropout layer with a ``keras.random.SeedGenerator``; Keras has no public hook into the
+    op its built-in layer calls.
+    """
+    from keras.src import backend
+
+    return backend.random
+
+
 def _install() -> None:
     """Route Keras' backend ``random.dropout`` (what ``keras.layers.Dropout`` calls) through a thread-local
     switch, once per process; outside :func:`counter_based_dropout` the original runs unchanged."""
-    from keras.src import backend
-
-    module = backend.random
+    module = _keras_backend_random()
     original = module.dropout
     if getattr(original, "_hf_tpu_counter_based", False):
         return

@@ -30,10 +30,21 @@ def gelu_erf(x):
     return x * (jnp.asarray(0.5, x.dtype) + jnp.asarray(0.5, x.dtype) * jax.lax.erf(x * jnp.asarray(_SQRT_HALF, x.dtype)))
 
 
-def _install() -> None:
-    """Wrap Keras' JAX ``nn.gelu`` once per process; the wrapper only switches while :func:`erf_gelu` is active."""
+def _keras_jax_nn():
+    """Keras' JAX backend ``nn`` module (``keras.src.backend.jax.nn``: the ``gelu`` that ``keras.ops.gelu`` and the
+    ``"gelu"`` activation reach).
+
+    The one adapter over this private module. The public alternative: ``keras.ops.gelu(x, approximate=False)``
+    or a model's own activation calling :func:`gelu_erf`; Keras has no public hook into the backend op.
+    """
     from keras.src.backend.jax import nn
 
+    return nn
+
+
+def _install() -> None:
+    """Wrap Keras' JAX ``nn.gelu`` once per process; the wrapper only switches while :func:`erf_gelu` is active."""
+    nn = _keras_jax_nn()
     original = nn.gelu
     if getattr(original, "_hf_tpu_erf_gelu", False):
         return

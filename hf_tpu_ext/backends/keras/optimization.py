@@ -20,6 +20,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from hf_tpu_ext.args import LR_SCHEDULER_TYPES, OPTIMIZERS
 from hf_tpu_ext.errors import ArgumentError
 
 #: Keras variable names excluded from weight decay (LayerNormalization's gamma/beta, every bias)
@@ -98,8 +99,6 @@ class TransformersSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __init__(self, kind: str, learning_rate: float, warmup_steps: int, total_steps: int):
         super().__init__()
-        from hf_tpu_ext.args import LR_SCHEDULER_TYPES
-
         if kind not in LR_SCHEDULER_TYPES:
             raise ArgumentError(f"Unknown --lr_scheduler_type {kind!r}.")
         self.kind = kind
@@ -161,8 +160,6 @@ def make_optimizer(training_args, total_steps: int):
         ArgumentError: an ``--optim`` without a Keras optimizer here (every name of
             :data:`hf_tpu_ext.args.OPTIMIZERS` has one).
     """
-    from hf_tpu_ext.args import OPTIMIZERS
-
     args = training_args
     schedule = TransformersSchedule(args.lr_scheduler_type, args.learning_rate, args.num_warmup_steps(total_steps),
                                     total_steps)
@@ -190,8 +187,6 @@ def make_optimizer(training_args, total_steps: int):
 
 def optimizer_description(training_args) -> str:
     """One line for the model card, e.g. ``AdamW (beta1=0.9, beta2=0.999, epsilon=1e-08), linear schedule``."""
-    from hf_tpu_ext.args import OPTIMIZERS
-
     args = training_args
     kind = OPTIMIZERS[args.optim]
     if kind == "adamw":

@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Callable, List, Optional, Tuple
 
+from hf_tpu_ext import interrupts
 from hf_tpu_ext.backends.keras import coordination_service
 from hf_tpu_ext.backends.keras.coordination_service import initialize_with_sidecar
 from hf_tpu_ext.backends.keras.process_agreement import KeyValueAgreement
@@ -29,6 +30,7 @@ from hf_tpu_ext.distributed import noted_output_dir, run_after_jax_initialize, s
 from hf_tpu_ext.environment import (JAX_COORDINATOR_ADDRESS, JAX_DISTRIBUTED_SWITCH, JAX_NUM_CPU_DEVICES,
                                     JAX_NUM_PROCESSES, JAX_PLATFORMS, JAX_PROCESS_ID, JAX_TIMEOUTS, XLA_FLAGS,
                                     process_variables)
+from hf_tpu_ext.errors import BackendError
 
 #: seconds to wait for every process to join (jax's ``initialization_timeout``; its default is 300)
 JAX_INITIALIZATION_TIMEOUT = JAX_TIMEOUTS[0]
@@ -176,8 +178,6 @@ def maybe_initialize_distributed() -> bool:
             frameworks load, by ``hf-tpu train``'s early checks), or the processes did not all join within the
             time-out (the coordinator named): one line, before any compute.
     """
-    from hf_tpu_ext.errors import BackendError
-
     try:
         jax_distributed_arguments()  # half an environment is refused even when it would start nothing
         env = process_variables()
@@ -443,8 +443,6 @@ class LostProcessWatch:
         return self
 
     def _run(self) -> None:
-        from hf_tpu_ext import interrupts
-
         while not self._stop.wait(self.poll):
             if interrupts.received() is not None:  # a signal's stop: it saves, then exits (exit_now: no atexit)
                 self.mark_exited()
@@ -495,10 +493,8 @@ def _quiet_excepthook(previous):
 def start_lost_process_watch(timeout: float) -> Optional[LostProcessWatch]:
     """Start :class:`LostProcessWatch` for this initialized multi-process JAX run (``None`` for one process)."""
     global lost_process_watch
-    from jax._src import distributed as jax_distributed
-
-    state = jax_distributed.global_state
-    if state.client is None or int(state.num_processes or 1) < 2 or lost_process_watch is not None:
+    state = getattr(coordination_service.jax_distributed_module(), "global_state", None)
+    if state is None or state.client is None or int(state.num_processes or 1) < 2 or lost_process_watch is not None:
         return lost_process_watch
     watch = LostProcessWatch(state.client, state.process_id, state.num_processes, timeout)
     if coordination_service.sidecar is not None:  # process 0: its service serves the others until they report

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from typing import Dict
 
+from hf_tpu_ext.data.streaming import STATE_FILE, StreamTrainBatches, StreamedBlocks
+from hf_tpu_ext.distributed import process_index
 from hf_tpu_ext.errors import CheckpointError, DataError
 
 
@@ -18,10 +20,7 @@ def stream_batches(backend, source, rows):
     """The :class:`~hf_tpu_ext.data.streaming.StreamTrainBatches` of a built backend (tokenizer, plan, masker
     set): this process's ``split_dataset_by_node`` slice of ``source``, ``rows`` (int ``[R]``) per step.
     """
-    from hf_tpu_ext.data.streaming import StreamedBlocks, StreamTrainBatches
-    from hf_tpu_ext.distributed import process_index
-
-    import jax
+    import jax  # the backend's setup imported it (a framework: not at this module's top)
 
     blocks = StreamedBlocks(source, backend.tokenizer, backend.plan.seq_length, process_index(), jax.process_count())
     # the prefetcher is 2 device calls of --steps_per_execution steps ahead; states of a few more are kept
@@ -30,8 +29,6 @@ def stream_batches(backend, source, rows):
 
 
 def _is_stream(batches) -> bool:
-    from hf_tpu_ext.data.streaming import StreamTrainBatches
-
     return isinstance(batches, StreamTrainBatches)
 
 
@@ -43,8 +40,6 @@ def data_state_files(batches, placement, step: int) -> Dict[str, str]:
     """Every process's ``data_state-<i>.json`` text after ``step`` steps of the batch source ``batches`` (a
     collective over ``placement``'s processes: all call it), for process 0 to write into the checkpoint; ``{}``
     without ``--streaming``."""
-    from hf_tpu_ext.data.streaming import STATE_FILE
-
     if not _is_stream(batches):
         return {}
     texts = placement.gather_texts(batches.state_at(step))
@@ -59,9 +54,6 @@ def restore_data_state(backend, path: str, step: int) -> None:
         CheckpointError: the checkpoint has no position of this process (saved without ``--streaming``, or by
             fewer processes), or one of another step, process count or batch.
     """
-    from hf_tpu_ext.data.streaming import STATE_FILE
-    from hf_tpu_ext.distributed import process_index
-
     if not _streaming(backend):
         return
     file = os.path.join(path, STATE_FILE.format(process_index()))

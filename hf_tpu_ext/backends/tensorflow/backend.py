@@ -14,8 +14,14 @@ import tempfile
 from typing import Any, Dict, List, Union
 
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
+from hf_tpu_ext.backends.tensorflow import fusion
 from hf_tpu_ext.backends.trackio_log import init_trackio
 from hf_tpu_ext.errors import CheckpointError, IncompleteCheckpointError
+from hf_tpu_ext.precision import has_native_bf16, resolve_precision
+from hf_tpu_ext.run_context import RunContext
+
+# the modules that import TensorFlow (strategy, checkpoint, model, trainer, data.pipeline, metrics.masked_lm_tf) are
+# imported inside the methods: the registry makes this backend, and the run checks it, before TensorFlow may load
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -31,8 +37,6 @@ def checkpoint_state_file(path: str) -> str:
 
 def _precision_plan(args, accelerator: str, elementwise_fusion: bool):
     """:func:`hf_tpu_ext.precision.resolve_precision` for this machine (GPU details read only on a GPU)."""
-    from hf_tpu_ext.precision import has_native_bf16, resolve_precision
-
     return resolve_precision(args.bf16, args.jit_compile, accelerator, has_native_bf16(accelerator),
                              elementwise_fusion=elementwise_fusion)
 
@@ -56,7 +60,6 @@ class TensorFlowBackend(BackendDefaults):
 
     # ------------------------------------------------------------------ devices
     def setup(self, training_args) -> None:
-        from hf_tpu_ext.backends.tensorflow import fusion
         from hf_tpu_ext.backends.tensorflow.strategy import configure_host_memory, resolve_strategy
 
         args = training_args
@@ -181,7 +184,6 @@ class TensorFlowBackend(BackendDefaults):
         from hf_tpu_ext.backends.tensorflow.checkpoint import TrainingCheckpointer
         from hf_tpu_ext.backends.tensorflow.model import build_model
         from hf_tpu_ext.backends.tensorflow.trainer import make_optimizer
-        from hf_tpu_ext.run_context import RunContext
         from hf_tpu_ext.data.masking import make_mask_fn
         from hf_tpu_ext.data.pipeline import make_eval_dataset, make_train_dataset
 
@@ -239,7 +241,6 @@ class TensorFlowBackend(BackendDefaults):
     checks_interrupts = True
 
     def fit(self, callbacks: list, on_save: SaveHook, start_step: int, log_history: List[Dict[str, Any]]) -> Dict[str, Any]:
-        from hf_tpu_ext.backends.tensorflow import fusion
         from hf_tpu_ext.backends.tensorflow.trainer import TFTrainer
 
         plan, args = self.plan, self.args

@@ -40,7 +40,8 @@ from typing import Dict, List, Optional, Union
 import numpy as np
 import tensorflow as tf
 
-from hf_tpu_ext.errors import CheckpointError
+from hf_tpu_ext.errors import ArgumentError, CheckpointError
+from hf_tpu_ext.fileio import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -247,8 +248,6 @@ class TrainingCheckpointer:
         output_dir: Optional[str] = None,
         save_total_limit: Optional[int] = None,
     ):
-        from hf_tpu_ext.errors import ArgumentError
-
         if isinstance(model, (str, os.PathLike)):
             # Output-dir-first form: the positionals are (output_dir, model, optimizer, save_total_limit).
             output_dir, model, optimizer, limit = model, optimizer, directory, max_to_keep
@@ -318,8 +317,6 @@ class TrainingCheckpointer:
                 ("No space left on device"): the weights could not. Either way the checkpoint is incomplete
                 (no trainer state, not committed): a resume skips it.
         """
-        from hf_tpu_ext.fileio import atomic_write_text
-
         step = int(global_step)
         # a NumPy int: TensorFlow caches the tensor of every distinct Python int it converts (trainer.uncached_scalar)
         self.global_step.assign(np.int64(step))
@@ -446,8 +443,6 @@ def _write_state_file(folder: str, name: str, older: Optional[List[str]] = None)
         with tf.io.gfile.GFile(path, "w") as f:
             f.write(text)
     else:
-        from hf_tpu_ext.fileio import atomic_write_text
-
         atomic_write_text(path, text)
 
 

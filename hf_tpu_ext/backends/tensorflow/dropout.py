@@ -127,14 +127,26 @@ def dropout(inputs: tf.Tensor, rate: float, key: tf.Tensor, noise_shape=None) ->
     return scaled * tf.cast(keep, scaled.dtype)
 
 
+def _tf_keras_random_generator():
+    """``tf_keras``' ``RandomGenerator`` class (``tf_keras.src.backend``: its ``dropout`` is what
+    ``tf_keras.layers.Dropout`` calls).
+
+    The one adapter over this private module. The public alternative: ``tf.nn.experimental.stateless_dropout``
+    (counter-based, seeded) called by a model's own dropout layer; tf_keras has no public hook into its layers'
+    random generator.
+    """
+    from tf_keras.src import backend
+
+    return backend.RandomGenerator
+
+
 def _install() -> None:
     """Route ``tf_keras`` ``RandomGenerator.dropout`` through a thread-local switch (once per process).
 
     Outside :func:`counter_based_dropout` the switch is off and the original method runs unchanged.
     """
-    from tf_keras.src import backend
-
-    original = backend.RandomGenerator.dropout
+    generator_class = _tf_keras_random_generator()
+    original = generator_class.dropout
     if getattr(original, "_hf_tpu_counter_based", False):
         return
 
@@ -149,7 +161,7 @@ def _install() -> None:
         return dropout(inputs, rate, call_key, noise_shape=noise_shape)
 
     dispatching_dropout._hf_tpu_counter_based = True
-    backend.RandomGenerator.dropout = dispatching_dropout
+    generator_class.dropout = dispatching_dropout
 
 
 @contextlib.contextmanager

@@ -31,7 +31,11 @@ FUSION_FLAGS = ("--tf_xla_cpu_global_jit", f"--tf_xla_ops_to_cluster={OPS_TO_CLU
 
 
 def _devices_initialized() -> bool:
-    """Whether this process's TensorFlow has initialized its devices (and so read ``TF_XLA_FLAGS``)."""
+    """Whether this process's TensorFlow has initialized its devices (and so read ``TF_XLA_FLAGS``).
+
+    The one adapter over a private module (``tensorflow.python.eager.context``). The public alternative,
+    ``tf.config.list_logical_devices()``, initializes the devices to answer, which is what must not happen yet.
+    """
     import sys
 
     if "tensorflow" not in sys.modules:

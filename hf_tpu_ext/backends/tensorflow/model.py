@@ -36,7 +36,7 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
     from transformers import TFAutoModelForMaskedLM
 
     if model_args.model_name_or_path:
-        from hf_tpu_ext.backends.tensorflow.export import load_tf_model
+        from hf_tpu_ext.backends.tensorflow.export import load_tf_model  # transformers' TF classes: only here
 
         model = load_tf_model(model_args.model_name_or_path, revision=model_args.model_revision,
                               **dropout_overrides(model_args, _model_type(model_args)))

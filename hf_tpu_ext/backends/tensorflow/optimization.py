@@ -16,6 +16,7 @@ import math
 import tensorflow as tf
 import tf_keras
 
+from hf_tpu_ext.args import OPTIMIZERS
 from hf_tpu_ext.errors import ArgumentError
 
 # transformers' Trainer: no weight decay on LayerNorm weights and biases
@@ -117,8 +118,6 @@ def make_optimizer(training_args, total_steps: int):
     """
     from transformers import AdamWeightDecay
 
-    from hf_tpu_ext.args import OPTIMIZERS
-
     args = training_args
     schedule = TransformersSchedule(args.lr_scheduler_type, args.learning_rate, args.num_warmup_steps(total_steps),
                                     total_steps)
@@ -137,8 +136,6 @@ def make_optimizer(training_args, total_steps: int):
 
 def optimizer_description(training_args) -> str:
     """One line for the model card, e.g. ``AdamW (beta1=0.9, beta2=0.999, epsilon=1e-08), linear schedule``."""
-    from hf_tpu_ext.args import OPTIMIZERS
-
     args = training_args
     kind = OPTIMIZERS[args.optim]
     if kind == "adamw":

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from hf_tpu_ext.distributed import DistributedType, is_main_process, tf_config
 from hf_tpu_ext.errors import ArgumentError
+from hf_tpu_ext.host_memory import keep_step_memory
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -138,8 +139,6 @@ def configure_host_memory() -> Dict[str, bool]:
     import os
 
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
-    from hf_tpu_ext.host_memory import keep_step_memory
-
     tuned = keep_step_memory()  # TensorFlow's own threads allocate through BFC: no single arena needed
     return {"bfc_allocator": os.environ["TF_CPU_ALLOCATOR_USE_BFC"].lower() in ("1", "true"), "malloc_tuned": tuned}
 

@@ -32,12 +32,16 @@ import tensorflow as tf
 import tf_keras
 
 from hf_tpu_ext import interrupts
-from hf_tpu_ext.backends.loop import Unbuffered, format_entry, restored_loss_window
+from hf_tpu_ext.backends.loop import StepLoop, Unbuffered, format_entry, restored_loss_window
+from hf_tpu_ext.backends.tensorflow import optimization
 from hf_tpu_ext.backends.tensorflow.dropout import counter_based_dropout, dropout_key
 from hf_tpu_ext.backends.tensorflow.model import count_parameters, masked_lm_sums
 from hf_tpu_ext.best_metric import BestMetric, BestTracker
 from hf_tpu_ext.distributed import DistributedType
+from hf_tpu_ext.flops import default_device_kind, flops_per_token
+from hf_tpu_ext.metrics.masked_lm_tf import evaluate_masked_lm
 from hf_tpu_ext.mfu import MFUMeter, make_mfu_meter
+from hf_tpu_ext.model_config import model_summary_fields as fields
 from hf_tpu_ext.precision import FUSED_COMPILER_SUFFIX
 
 logger = logging.getLogger("hf_tpu_ext")
@@ -294,8 +298,6 @@ class TFTrainer:
         a ``probe_scorer`` (``--probe_file``) also ``probe_top1``, ``probe_top5``, ``probe_mrr``, ``probe_n``."""
         metrics: Dict[str, float] = {}
         if self.eval_dataset is not None and self.eval_steps:
-            from hf_tpu_ext.metrics.masked_lm_tf import evaluate_masked_lm
-
             found = evaluate_masked_lm(self.model, self.eval_dataset, steps=self.eval_steps, strategy=self.strategy)
             metrics = {k: float(v) for k, v in found.items() if k in ("eval_loss", "perplexity", "eval_accuracy")}
         if self.probe_scorer is not None:  # --probe_file: probe_top1, probe_top5, probe_mrr, probe_n
@@ -345,8 +347,6 @@ class TFTrainer:
             KeyboardInterrupt: after SIGINT/SIGTERM, once the step reached is checkpointed.
             FloatingPointError: a non-finite training loss.
         """
-        from hf_tpu_ext.backends.loop import StepLoop
-
         step = self.start_step
         train_ds = self.make_train_dataset(step)
         mfu_of = self._mfu_function(train_ds.element_spec)
@@ -380,8 +380,6 @@ class TFTrainer:
 
         FLOPs per token: :func:`hf_tpu_ext.flops.flops_per_token` with the LM head at the batch's
         ``masked_lm_positions`` only; peak: :func:`hf_tpu_ext.flops.device_peak` of one replica's device."""
-        from hf_tpu_ext.flops import flops_per_token
-
         fpt, why = None, None
         try:
             spec = element_spec.get("masked_lm_positions") if isinstance(element_spec, dict) else None
@@ -468,8 +466,6 @@ def uncached_scalar(value: int) -> np.int64:
 
 
 def _gpu_kind() -> str:
-    from hf_tpu_ext.flops import default_device_kind
-
     return default_device_kind()
 
 
@@ -478,13 +474,9 @@ _format_entry = format_entry  # one wording for every backend (hf_tpu_ext.backen
 
 def make_optimizer(training_args, total_steps: int):
     """See :func:`hf_tpu_ext.backends.tensorflow.optimization.make_optimizer` (``--optim``, ``--lr_scheduler_type``)."""
-    from hf_tpu_ext.backends.tensorflow.optimization import make_optimizer as make
-
-    return make(training_args, total_steps)
+    return optimization.make_optimizer(training_args, total_steps)
 
 
 def model_summary_fields(model) -> Dict[str, Any]:
     """See :func:`hf_tpu_ext.model_config.model_summary_fields` (parameters counted on the TF model)."""
-    from hf_tpu_ext.model_config import model_summary_fields as fields
-
     return fields(model.config, count_parameters(model))

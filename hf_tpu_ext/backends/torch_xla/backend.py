@@ -13,8 +13,17 @@ import re
 import zipfile
 from typing import Any, Dict, List
 
+from hf_tpu_ext import interrupts
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
+from hf_tpu_ext.backends.torch_xla.data import BlocksDataset, StaticMaskingCollator, masking_epoch_callback
+from hf_tpu_ext.backends.torch_xla.device import default_pjrt_device, require_torch_xla, xla_device_info
+from hf_tpu_ext.backends.torch_xla.model import build_model, model_summary_fields, save_model_folder
+from hf_tpu_ext.backends.torch_xla.trainer import (hf_training_arguments, host_barrier, optimizer_description,
+                                                   save_on_signal_callback, trainer_class, wants_spawn)
 from hf_tpu_ext.errors import CheckpointError
+from hf_tpu_ext.metrics.xla_compiles import compile_counts
+from hf_tpu_ext.precision import has_native_bf16, resolve_precision
+from hf_tpu_ext.run_context import RunContext
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -42,8 +51,6 @@ def _precision_plan(bf16, accelerator: str):
     Returns:
         :class:`hf_tpu_ext.precision.PrecisionPlan` (``jit_compile`` True).
     """
-    from hf_tpu_ext.precision import has_native_bf16, resolve_precision
-
     return resolve_precision(bf16, True, accelerator, has_native_bf16(accelerator, _cuda_has_native_bf16))
 
 
@@ -75,9 +82,6 @@ class TorchXLABackend(BackendDefaults):
         self.model = None
 
     def setup(self, training_args) -> None:
-        from hf_tpu_ext.backends.torch_xla.device import default_pjrt_device, require_torch_xla, xla_device_info
-        from hf_tpu_ext.backends.torch_xla.trainer import wants_spawn
-
         os.environ.setdefault("PJRT_DEVICE", default_pjrt_device())
         require_torch_xla()
         self.processes_to_spawn = wants_spawn(training_args)
@@ -206,10 +210,6 @@ class TorchXLABackend(BackendDefaults):
 
     # ------------------------------------------------------------------ model and training
     def build(self, model_args, data_args, training_args, tokenizer, blocks, plan: RunPlan) -> None:
-        from hf_tpu_ext.backends.torch_xla.data import BlocksDataset, StaticMaskingCollator
-        from hf_tpu_ext.backends.torch_xla.model import build_model
-        from hf_tpu_ext.run_context import RunContext
-
         args = training_args
         self.args, self.plan, self.tokenizer = args, plan, tokenizer
         self.model = build_model(model_args, tokenizer, plan.seq_length, seed=args.seed)
@@ -241,12 +241,6 @@ class TorchXLABackend(BackendDefaults):
     def fit(self, callbacks: list, on_save: SaveHook, start_step: int, log_history: List[Dict[str, Any]]) -> Dict[str, Any]:
         from transformers import TrainerCallback
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-        from hf_tpu_ext.backends.torch_xla.data import masking_epoch_callback
-        from hf_tpu_ext.metrics.xla_compiles import compile_counts
-        from hf_tpu_ext import interrupts
-        from hf_tpu_ext.backends.torch_xla.trainer import (trainer_class, hf_training_arguments, host_barrier,
-                                                           save_on_signal_callback)
 
         args, plan = self.args, self.plan
         backend = self
@@ -303,8 +297,6 @@ class TorchXLABackend(BackendDefaults):
         return {k: v for k, v in metrics.items() if k in ("eval_loss", "perplexity", "eval_accuracy")}
 
     def export(self, folder: str, tokenizer) -> List[str]:
-        from hf_tpu_ext.backends.torch_xla.model import save_model_folder
-
         model = self.trainer.model if self.trainer is not None else self.model
         if self.trainer is None and self.resume_path:  # a finished run being completed: the checkpoint's weights
             from safetensors.torch import load_file
@@ -313,9 +305,6 @@ class TorchXLABackend(BackendDefaults):
         return save_model_folder(model, folder, tokenizer=tokenizer)
 
     def model_summary(self) -> Dict[str, Any]:
-        from hf_tpu_ext.backends.torch_xla.model import model_summary_fields
-        from hf_tpu_ext.backends.torch_xla.trainer import optimizer_description
-
         return {**model_summary_fields(self.model), "optimizer": optimizer_description(self.args),
                 "jit_compile": True,  # every torch_xla step is an XLA graph
                 "precision": self.precision.precision if getattr(self, "precision", None) else None,

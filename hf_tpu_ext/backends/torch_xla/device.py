@@ -11,6 +11,7 @@ import glob
 import importlib.util
 import os
 
+from hf_tpu_ext.distributed import process_index  # the one answer (here: torch_xla's global ordinal)
 from hf_tpu_ext.errors import BackendError
 
 INSTALL_HINT = ("`pip install 'hf-tpu-ext[torch-xla]'` (torch_xla 2.9 needs exactly torch 2.9.x), "
@@ -68,6 +69,20 @@ class XLADeviceInfo:
         return self.process_index == 0
 
 
+def tpu_runtime():
+    """torch_xla's TPU host helpers, ``torch_xla._internal.tpu``: ``version()`` (the chip generation, an int) and
+    ``num_available_devices()`` (this host's chips, read before the runtime starts).
+
+    The one adapter over this private module. The public alternative:
+    ``torch_xla.runtime.global_runtime_device_count()`` counts the devices only once the runtime has started (too
+    late to choose how many processes to spawn), and ``torch_xla.core.xla_model.xla_device_hw`` names only
+    ``"TPU"``, not its generation.
+    """
+    from torch_xla._internal import tpu
+
+    return tpu
+
+
 def xla_device_info() -> XLADeviceInfo:
     """Describe the XLA device of this process (sets ``PJRT_DEVICE`` first when unset).
 
@@ -86,9 +101,7 @@ def xla_device_info() -> XLADeviceInfo:
     kind = accelerator
     if accelerator == "TPU":
         try:
-            from torch_xla._internal import tpu
-
-            kind = f"TPU v{tpu.version()}"
+            kind = f"TPU v{tpu_runtime().version()}"
         except Exception:  # the generation is only needed for MFU
             kind = "TPU"
     elif accelerator == "GPU":
@@ -98,7 +111,5 @@ def xla_device_info() -> XLADeviceInfo:
             kind = torch.cuda.get_device_name(0)
         except Exception:
             kind = "GPU"
-    from hf_tpu_ext.distributed import process_index  # the one answer (here: torch_xla's global ordinal)
-
     return XLADeviceInfo(accelerator=accelerator, device_kind=kind, num_devices=int(xr.global_runtime_device_count()),
                          world_size=int(xr.world_size()), process_index=process_index(), device=device)

@@ -18,6 +18,10 @@ from typing import Any, Dict, Optional
 from hf_tpu_ext.metrics.masked_lm_torch import masked_lm_sums  # noqa: F401  (the masked-position loss)
 from hf_tpu_ext.model_config import build_config, check_positions, dropout_overrides  # noqa: F401 (re-exported)
 
+from hf_tpu_ext.data.tokenizer import save_tokenizer_files
+from hf_tpu_ext.errors import CheckpointError
+from hf_tpu_ext.model_config import model_summary_fields as fields
+
 
 def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] = None):
     """Create the PyTorch masked LM (on the CPU; the Trainer moves it to the XLA device).
@@ -37,8 +41,6 @@ def build_model(model_args, tokenizer, max_seq_length: int, seed: Optional[int] 
     """
     import torch
     from transformers import AutoModelForMaskedLM
-
-    from hf_tpu_ext.errors import CheckpointError
 
     if model_args.model_name_or_path:
         from transformers import AutoConfig
@@ -82,8 +84,6 @@ def count_parameters(model) -> int:
 
 def model_summary_fields(model) -> Dict[str, Any]:
     """See :func:`hf_tpu_ext.model_config.model_summary_fields` (parameters counted on the torch model)."""
-    from hf_tpu_ext.model_config import model_summary_fields as fields
-
     return fields(model.config, count_parameters(model))
 
 
@@ -126,7 +126,5 @@ def save_model_folder(model, output_dir: str, tokenizer=None) -> list:
         if os.path.isfile(os.path.join(output_dir, stale)):
             os.remove(os.path.join(output_dir, stale))
     if tokenizer is not None:
-        from hf_tpu_ext.data.tokenizer import save_tokenizer_files
-
         written += save_tokenizer_files(tokenizer, output_dir, exclude=written)
     return written

@@ -23,6 +23,15 @@ import os
 import time
 from typing import Dict
 
+from hf_tpu_ext import interrupts
+from hf_tpu_ext.args import OPTIMIZERS
+from hf_tpu_ext.backends.torch_xla.device import default_pjrt_device, tpu_runtime
+from hf_tpu_ext.backends.torch_xla.model import masked_lm_sums
+from hf_tpu_ext.best_metric import BestMetric
+from hf_tpu_ext.hub import resume
+from hf_tpu_ext.metrics.masked_lm_torch import evaluate_masked_lm
+from hf_tpu_ext.run_lock import spawned_child
+
 logger = logging.getLogger("hf_tpu_ext")
 
 
@@ -59,9 +68,6 @@ def hf_training_arguments(args, total_steps: int, **overrides):
     """
     from transformers import TrainingArguments as HFTrainingArguments
 
-    from hf_tpu_ext.args import OPTIMIZERS
-    from hf_tpu_ext.best_metric import BestMetric
-
     # our TrainingArguments reuse transformers' names, so these fields carry over as they are
     kwargs = {name: getattr(args, name) for name in _SAME_NAME_FIELDS}
     # the backend's precision plan (hf_tpu_ext.precision, decided once in its setup) passes bf16; without it
@@ -91,8 +97,6 @@ def hf_training_arguments(args, total_steps: int, **overrides):
 
 def optimizer_description(args) -> str:
     """The optimizer as the model card names it (``--optim`` mapped as in :func:`hf_training_arguments`)."""
-    from hf_tpu_ext.args import OPTIMIZERS
-
     name = _TORCH_OPTIM[OPTIMIZERS[args.optim]]
     text = (f"AdamW, torch non-fused (beta1={args.adam_beta1}, beta2={args.adam_beta2}, epsilon={args.adam_epsilon})"
             if name == "adamw_torch" else name)
@@ -122,8 +126,6 @@ def trainer_class():
             self.eval_collator = eval_collator
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            from hf_tpu_ext.backends.torch_xla.model import masked_lm_sums
-
             loss_sum, _, count = masked_lm_sums(model, inputs["input_ids"], inputs["labels"], self.max_predictions,
                                                 attention_mask=inputs.get("attention_mask"))
             loss = loss_sum / torch.clamp(count, min=1.0)
@@ -141,8 +143,6 @@ def trainer_class():
 
         def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval") -> Dict[str, float]:
             """Masked-LM loss, perplexity and accuracy over the whole eval set; logged and passed to callbacks."""
-            from hf_tpu_ext.metrics.masked_lm_torch import evaluate_masked_lm
-
             start = time.perf_counter()
             dataloader = self.get_eval_dataloader(eval_dataset)
             raw = evaluate_masked_lm(self.model, dataloader, self.max_predictions)
@@ -164,8 +164,6 @@ def download_last_checkpoint(spec: str, token, local_dir: str) -> str:
         HubRepoError / HubError: the repo cannot be read.
         CheckpointError: the repo has no Trainer ``last-checkpoint/`` (``trainer_state.json``, ``optimizer.pt``).
     """
-    from hf_tpu_ext.hub import resume
-
     def is_trainer_checkpoint(folder):
         return all(os.path.isfile(os.path.join(folder, n)) for n in ("trainer_state.json", "optimizer.pt"))
 
@@ -178,17 +176,12 @@ def wants_spawn(training_args) -> int:
     Only TPUs: on PJRT CPU (``CPU_NUM_DEVICES``) torch_xla runs one thread per device inside one process,
     which the data and tokenizer code here are not made for. ``HF_TPU_XLA_NO_SPAWN=1`` turns it off.
     """
-    from hf_tpu_ext.backends.torch_xla.device import default_pjrt_device
-    from hf_tpu_ext.run_lock import spawned_child
-
     if spawned_child() or os.environ.get("HF_TPU_XLA_NO_SPAWN"):
         return 0
     if default_pjrt_device() != "TPU":
         return 0
     try:
-        from torch_xla._internal import tpu
-
-        n = int(tpu.num_available_devices())
+        n = int(tpu_runtime().num_available_devices())
     except Exception:
         n = 1
     return n if n > 1 else 0
@@ -224,8 +217,6 @@ def save_on_signal_callback():
         A ``transformers.TrainerCallback`` instance (any PyTorch device; nothing here needs XLA).
     """
     from transformers import TrainerCallback
-
-    from hf_tpu_ext import interrupts
 
     class SaveOnSignalCallback(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):

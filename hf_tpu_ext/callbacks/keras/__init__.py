@@ -9,6 +9,8 @@ sync) and take step counts from the batch indices Keras passes, so they cost no 
 
 from __future__ import annotations
 
+from hf_tpu_ext.distributed import process_index as _process_index
+
 
 def backend_name() -> str:
     """``keras.backend.backend()``: ``"jax"``, ``"tensorflow"``, ``"torch"`` or ``"numpy"``."""
@@ -21,6 +23,4 @@ def process_index() -> int:
     """This process's index among the training processes (0 on the chief / a single host): the one answer of
     :func:`hf_tpu_ext.distributed.process_index` (a multi-host ``keras.distribution`` on JAX, ``TF_CONFIG`` on
     TensorFlow)."""
-    from hf_tpu_ext.distributed import process_index as _process_index
-
     return _process_index()

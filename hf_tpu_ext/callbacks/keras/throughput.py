@@ -11,7 +11,7 @@ import numpy as np
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.keras import backend_name
 from hf_tpu_ext.callbacks.throughput_meter import ThroughputMeter
-from hf_tpu_ext.flops import flops_per_token
+from hf_tpu_ext.flops import Peak, default_device_kind, device_peak as peak_of, flops_per_token
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -81,16 +81,12 @@ def device_peak():
     Returns:
         :class:`hf_tpu_ext.flops.Peak` (``flops`` None with the reason for an unknown device or backend).
     """
-    from hf_tpu_ext.flops import Peak, device_peak as peak_of
-
     try:
         if backend_name() == "jax":
             import jax
 
             kind = jax.devices()[0].device_kind
         elif backend_name() == "tensorflow":
-            from hf_tpu_ext.flops import default_device_kind
-
             kind = default_device_kind()
         elif backend_name() == "torch":  # Keras 3 on torch trains on the first CUDA device, else on the CPU
             import torch

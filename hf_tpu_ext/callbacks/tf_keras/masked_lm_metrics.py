@@ -9,6 +9,7 @@ import tf_keras
 from hf_tpu_ext.callbacks import read_global_step, register_callback
 from hf_tpu_ext.callbacks.masked_lm_evaluations import MaskedLMEvaluations, check_evaluation_arguments
 from hf_tpu_ext.metrics.masked_lm import metric_keys  # noqa: F401  (re-export; framework-free)
+from hf_tpu_ext.metrics.masked_lm_tf import evaluate_masked_lm
 
 
 @register_callback("masked_lm_metrics")
@@ -72,8 +73,6 @@ class MaskedLMMetrics(MaskedLMEvaluations, tf_keras.callbacks.Callback):
 
     def evaluate(self) -> Dict[str, Any]:
         """Run one evaluation now; returns (and stores in ``self.results``) the prefixed results."""
-        from hf_tpu_ext.metrics.masked_lm_tf import evaluate_masked_lm
-
         raw = evaluate_masked_lm(self.model, self.eval_dataset, steps=self.eval_steps, strategy=self.strategy,
                                  jit_compile=self.jit_compile)
         return self.record(raw, self.keys, self._global_step())

@@ -7,7 +7,7 @@ import tf_keras
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.throughput_meter import ThroughputMeter
 from hf_tpu_ext.errors import ArgumentError
-from hf_tpu_ext.flops import flops_per_token
+from hf_tpu_ext.flops import Peak, default_device_kind, device_peak, flops_per_token
 
 
 
@@ -74,8 +74,6 @@ class ThroughputCallback(ThroughputMeter, tf_keras.callbacks.Callback):
         device (bf16 with ``--bf16``, else float32/TF32; the CPU formula on a CPU), the same peak as the
         trainer's log line. No log line of its own (``log_every=0``).
         """
-        from hf_tpu_ext.flops import default_device_kind, device_peak, flops_per_token
-
         predictions = getattr(run.data_args, "max_predictions_per_seq", None)
         fraction = min(1.0, predictions / run.seq_length) if predictions else None
         fpt = flops_per_token(run.model_config, run.seq_length, masked_fraction=fraction) if run.model_config else None
@@ -102,11 +100,7 @@ class ThroughputCallback(ThroughputMeter, tf_keras.callbacks.Callback):
         super().on_train_begin(logs)
 
     def _device_peak(self):
-        from hf_tpu_ext.flops import default_device_kind, device_peak
-
         try:
             return device_peak(default_device_kind(), self.peak_dtype)
         except Exception as err:  # noqa: BLE001 (no device information: no MFU rather than a failed fit)
-            from hf_tpu_ext.flops import Peak
-
             return Peak(None, f"no peak: the device could not be named ({err})")

@@ -9,6 +9,7 @@ from transformers import TrainerCallback
 
 from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.masked_lm_evaluations import MaskedLMEvaluations, check_evaluation_arguments
+from hf_tpu_ext.metrics.masked_lm_torch import evaluate_masked_lm
 
 
 @register_callback("masked_lm_metrics", framework="torch")
@@ -79,8 +80,6 @@ class MaskedLMMetricsCallback(MaskedLMEvaluations, TrainerCallback):
         """
         from torch.utils.data import DataLoader
         from transformers import default_data_collator
-
-        from hf_tpu_ext.metrics.masked_lm_torch import evaluate_masked_lm
 
         loader = DataLoader(self.eval_dataset, batch_size=self.batch_size, shuffle=False, drop_last=True,
                             collate_fn=self.data_collator or collator or default_data_collator)

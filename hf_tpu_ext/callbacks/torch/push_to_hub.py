@@ -22,6 +22,7 @@ from hf_tpu_ext.callbacks import register_callback
 from hf_tpu_ext.callbacks.torch.model_files import (checkpoint_from_hub, copy_model_files,  # noqa: F401
                                                     is_trainer_checkpoint, save_model_folder, tied_weight_aliases,
                                                     write_loss_curve)
+from hf_tpu_ext.callbacks.throughput_meter import card_facts_of
 from hf_tpu_ext.hub.card_facts import facts_from_trainer_state
 from hf_tpu_ext.callbacks.push_cadence import CallbackSession, PushConfig, SessionBacked
 
@@ -105,8 +106,6 @@ class PushToHubCallback(SessionBacked, TrainerCallback):
     def _remember(self, args, state) -> None:
         """The Trainer's progress for the card: steps, epoch, global batch size, the device type, and what its log
         history holds (evaluation results, steady throughput, tokens seen; :func:`facts_from_trainer_state`)."""
-        from hf_tpu_ext.callbacks.throughput_meter import card_facts_of
-
         step = int(state.global_step)
         self._facts.update(dict(facts_from_trainer_state(state), **card_facts_of(getattr(self, "_model", None), step)),
                            global_step=step, epoch=state.epoch)

@@ -11,9 +11,10 @@ from typing import Any, Dict, Optional
 from transformers import TrainerCallback
 
 from hf_tpu_ext.callbacks import register_callback
+from hf_tpu_ext.callbacks.throughput_meter import register_meter
 from hf_tpu_ext.callbacks.torch import wait_device
 from hf_tpu_ext.errors import ArgumentError
-from hf_tpu_ext.flops import Peak, flops_per_token, peak_flops
+from hf_tpu_ext.flops import Peak, device_peak, flops_per_token, peak_flops
 from hf_tpu_ext.mfu import MFUMeter
 
 #: measured windows the step-time median looks back over: memory stays flat however long the run is
@@ -193,8 +194,6 @@ class ThroughputCallback(TrainerCallback):
     def _fill_flops(self, args, model) -> None:
         """FLOPs per token from the model's config; the peak (when not given) of a known CUDA device's datasheet
         or the CPU formula (:func:`hf_tpu_ext.flops.device_peak`)."""
-        from hf_tpu_ext.flops import device_peak, flops_per_token
-
         config = getattr(model, "config", None)
         if self.flops_per_token is None and config is not None:
             try:
@@ -243,8 +242,6 @@ class ThroughputCallback(TrainerCallback):
         return {k: v for k, v in facts.items() if v is not None}
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        from hf_tpu_ext.callbacks.throughput_meter import register_meter
-
         self._reset()
         register_meter(model, self)  # the push callback's card reads card_facts()
         self._fill_flops(args, model)
