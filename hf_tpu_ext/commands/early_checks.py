@@ -15,7 +15,15 @@ model references again, and the run's push checks reuse the whoami answer
 
 from __future__ import annotations
 
+import copy
 import os
+
+from hf_tpu_ext.backends.keras import refuse_keras_backend
+from hf_tpu_ext.backends.keras.processes import jax_distributed_arguments, shape_before_start
+from hf_tpu_ext.console import default_backend
+from hf_tpu_ext.distributed import jax_process_id_pending, process_index
+from hf_tpu_ext.errors import BackendError, CheckpointError
+from hf_tpu_ext.hub.preflight import check_push_access, resolve_token
 
 
 def check_before_imports(model_args, data_args, training_args) -> None:
@@ -38,6 +46,7 @@ def check_before_imports(model_args, data_args, training_args) -> None:
         BackendError: see :func:`check_keras_backend` and :func:`check_process_environment`.
         CheckpointError: see :func:`check_resume_shape`.
     """
+    # the run's modules load numpy (+0.2 s): imported here, out of hf-tpu train --help
     from hf_tpu_ext.run.checks import check_data_files, check_model_refs, check_model_type, check_weight_files
     from hf_tpu_ext.run.resume import check_resume_repo, check_resume_source
 
@@ -67,19 +76,14 @@ def check_push_token(training_args) -> None:
     """
     if not training_args.push_to_hub:
         return
-    from hf_tpu_ext.distributed import jax_process_id_pending, process_index
-
     if process_index() != 0 or jax_process_id_pending():
         return
-    from hf_tpu_ext.hub.preflight import check_push_access, resolve_token
-    from hf_tpu_ext.run.pushes import push_repo
+    from hf_tpu_ext.run.pushes import push_repo  # the run's modules load numpy: out of hf-tpu train --help
 
     check_push_access(push_repo(training_args), resolve_token(training_args.hub_token), remember=True)
 
 
 def _trains_keras(training_args) -> bool:
-    from hf_tpu_ext.console import default_backend
-
     return (getattr(training_args, "backend", None) or default_backend()) == "keras"
 
 
@@ -93,8 +97,6 @@ def check_keras_backend(training_args) -> None:
     """
     value = os.environ.get("KERAS_BACKEND")
     if value and _trains_keras(training_args):
-        from hf_tpu_ext.backends.keras import refuse_keras_backend
-
         refuse_keras_backend(value)
 
 
@@ -109,9 +111,6 @@ def check_process_environment(training_args) -> None:
     """
     if getattr(training_args, "backend", None) not in (None, "keras"):
         return
-    from hf_tpu_ext.backends.keras.processes import jax_distributed_arguments
-    from hf_tpu_ext.errors import BackendError
-
     try:
         jax_distributed_arguments()
     except ValueError as err:
@@ -131,14 +130,11 @@ def check_resume_shape(model_args, data_args, training_args) -> None:
         CheckpointError: the run's refusal (one line naming both values); a ``--max_steps`` that ends before the
             checkpoint's step of an unfinished run (:func:`hf_tpu_ext.run.resume.check_max_steps`).
     """
-    import copy
-
     args = training_args
     if not args.resume_from_checkpoint or not _trains_keras(args):
         return
+    # numpy (the checkpoint and the run's modules) stays out of hf-tpu train --help
     from hf_tpu_ext.backends.keras.checkpoint import find_checkpoints, read_checkpoint_info
-    from hf_tpu_ext.backends.keras.processes import shape_before_start
-    from hf_tpu_ext.errors import CheckpointError
     from hf_tpu_ext.run.resume import apply_checkpoint_shape, checkpoint_run_shape
 
     folder = args.output_dir if args.resume_latest else args.resume_from_checkpoint

@@ -23,7 +23,13 @@ import shutil
 import tempfile
 from typing import List, Optional
 
+from hf_tpu_ext.args import check_repo_id
 from hf_tpu_ext.errors import ArgumentError, HubError, ModelCardError
+from hf_tpu_ext.fileio import read_json_object
+from hf_tpu_ext.hub.checkpoint_layouts import layouts_help, newest_checkpoint as newest, pack_checkpoint
+from hf_tpu_ext.hub.model_card import CARD_MODES, load_summary, render_model_card, validate_model_card, write_card
+from hf_tpu_ext.hub.push_session import PushSession, push_save
+from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
 
 #: files that make OUTPUT_DIR a model folder: config.json and weights of one of these formats
 _WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "tf_model.h5")
@@ -42,8 +48,6 @@ def _tri_state(value: str) -> Optional[bool]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``hf-tpu push``."""
-    from hf_tpu_ext.hub.model_card import CARD_MODES
-
     parser = argparse.ArgumentParser(prog="hf-tpu push", description=__doc__.splitlines()[0])
     parser.add_argument("output_dir", help="The output folder of a training run or a push_to_hub callback (the model "
                                            "and/or its checkpoints).")
@@ -82,15 +86,11 @@ def newest_checkpoint(output_dir: str) -> Optional[str]:
     A TensorFlow checkpoint is named by its prefix (``.../checkpoints/ckpt-N``), the others by their folder;
     see :func:`hf_tpu_ext.hub.checkpoint_layouts.newest_checkpoint`.
     """
-    from hf_tpu_ext.hub.checkpoint_layouts import newest_checkpoint as newest
-
     found = newest(output_dir)
     return found.path if found else None
 
 
 def _global_step(output_dir: str, summary: dict) -> Optional[int]:
-    from hf_tpu_ext.fileio import read_json_object
-
     if summary.get("global_step") is not None:
         return int(summary["global_step"])
     step = read_json_object(os.path.join(output_dir, "trainer_state.json")).get("global_step")
@@ -149,11 +149,6 @@ def push(output_dir: str, hub_model_id: Optional[str] = None, hub_token: Optiona
         ModelCardError: the card does not validate or the user's README.md metadata does not parse (before any
             upload); or the commit landed but the Hub shows no card metadata (the message has the commit URL).
     """
-    from hf_tpu_ext.hub.checkpoint_layouts import pack_checkpoint
-    from hf_tpu_ext.hub.model_card import load_summary
-    from hf_tpu_ext.hub.push_session import PushSession, push_save
-    from hf_tpu_ext.hub.resume import LAST_CHECKPOINT
-
     kind, checkpoint = _what_to_push(output_dir, hub_model_id, include_checkpoint, card)
     has_model = kind is not None
     session = PushSession.for_script(hub_model_id, token=hub_token, hub_strategy="checkpoint" if checkpoint else "end",
@@ -189,10 +184,6 @@ def _what_to_push(output_dir: str, hub_model_id: Optional[str], include_checkpoi
     Raises:
         ArgumentError: see :func:`push`.
     """
-    from hf_tpu_ext.args import check_repo_id
-    from hf_tpu_ext.hub.checkpoint_layouts import layouts_help, newest_checkpoint as newest
-    from hf_tpu_ext.hub.model_card import CARD_MODES
-
     if hub_model_id is not None:
         check_repo_id(hub_model_id, "--hub_model_id")
     if card not in CARD_MODES:
@@ -214,8 +205,6 @@ def _write_card(output_dir: str, repo_id: str, summary: dict, card: str, card_fi
     Raises:
         ModelCardError: the card, or the user's card merged with it, does not validate.
     """
-    from hf_tpu_ext.hub.model_card import render_model_card, validate_model_card, write_card
-
     fields = {k: v for k, v in card_fields.items() if v is not None}  # no license the user did not give
     generated = render_model_card(output_dir, repo_id=repo_id, summary=summary, **fields)
     validate_model_card(generated, token=token)

@@ -43,13 +43,14 @@ from hf_tpu_ext.backends.keras.export import export_masked_lm
 from hf_tpu_ext.backends.keras.model import build_masked_lm, count_parameters, load_pretrained
 from hf_tpu_ext.backends.keras.placement import Placement
 from hf_tpu_ext.backends.keras.probes import preparing_probes, scoring_probes, wants_probes
-from hf_tpu_ext.backends.keras.stream_state import restore_data_state, stream_batches
+from hf_tpu_ext.backends.keras.stream_state import restore_data_state, stream_batches, stream_passes
 from hf_tpu_ext.backends.keras.trainer import CheckpointTarget, JaxTrainer
 from hf_tpu_ext.backends.loop import StepLoop, restored_loss_window
 from hf_tpu_ext.backends.trackio_log import init_trackio
 from hf_tpu_ext.best_metric import BestMetric, BestTracker
 from hf_tpu_ext.data.numpy_batches import NumpyMasker, TrainBatches, eval_batches
 from hf_tpu_ext.data.streaming import is_stream
+from hf_tpu_ext.distributed import is_main_process
 from hf_tpu_ext.host_memory import keep_step_memory
 from hf_tpu_ext.mfu import make_mfu_meter
 from hf_tpu_ext.model_config import build_config, check_positions, dropout_overrides, model_summary_fields
@@ -125,8 +126,6 @@ class KerasBackend(BackendDefaults):
         args = training_args
         self.placement = Placement(fsdp=getattr(args, "fsdp", None), fsdp_config=getattr(args, "fsdp_config", None))
         self.num_replicas = self.placement.num_devices
-        from hf_tpu_ext.distributed import is_main_process
-
         self.is_chief = is_main_process()  # hf_tpu_ext.distributed: the one answer every module asks
         platform = jax.devices()[0].platform.upper()
         self.accelerator = {"CPU": "CPU", "GPU": "GPU", "CUDA": "GPU", "ROCM": "GPU"}.get(platform, "TPU")
@@ -363,8 +362,6 @@ class KerasBackend(BackendDefaults):
         return self.config
 
     def data_passes(self, step: int):
-        from hf_tpu_ext.backends.keras.stream_state import stream_passes
-
         return stream_passes(self, step)  # --streaming: the stream's own pass count
 
     def model_summary(self) -> Dict[str, Any]:

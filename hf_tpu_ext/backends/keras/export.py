@@ -50,6 +50,7 @@ import tempfile
 from typing import List, Set
 
 from hf_tpu_ext.backends.keras.architectures import architecture_for, get_architecture, supported_model_types
+from hf_tpu_ext.backends.keras.model import keras_global_state
 from hf_tpu_ext.backends.keras.tensor_files import write_pt_safetensors
 from hf_tpu_ext.backends.model_files import CONFIG_NAME
 from hf_tpu_ext.data.tokenizer import save_tokenizer_files
@@ -105,7 +106,7 @@ def fresh_layer_names():
     without it the names stay Keras' own).
     """
     try:
-        from keras.src.backend.common import global_state
+        global_state = keras_global_state()
     except ImportError:  # another Keras layout: names as Keras gives them
         yield
         return

@@ -23,19 +23,49 @@ from hf_tpu_ext.backends.keras.hf_convert import read_transformers_checkpoint
 logger = logging.getLogger("hf_tpu_ext")
 
 
+def keras_global_state():
+    """Keras' process-wide state module, ``keras.src.backend.common.global_state`` (``get_global_attribute`` /
+    ``set_global_attribute``: the global seed, the seed generator, the automatic layer names' counters).
+
+    The one adapter over this private module. The public alternative: ``keras.utils.set_random_seed`` for the seed
+    (it imports TensorFlow wherever it is installed); the layer-name counters have none.
+
+    Raises:
+        ImportError: another Keras layout (the callers fall back to Keras' public behaviour).
+    """
+    from keras.src.backend.common import global_state
+
+    return global_state
+
+
+def _keras_seed_keys():
+    """``(seed_generator module, GLOBAL_RANDOM_SEED)``: where Keras keeps its global seed and seed generator
+    (``keras.src.random.seed_generator``, ``keras.src.utils.rng_utils``), keys of :func:`keras_global_state`.
+
+    The one adapter over these private modules. The public alternative: ``keras.utils.set_random_seed`` (it imports
+    TensorFlow wherever it is installed).
+
+    Raises:
+        ImportError: another Keras layout.
+    """
+    from keras.src.random import seed_generator
+    from keras.src.utils.rng_utils import GLOBAL_RANDOM_SEED
+
+    return seed_generator, GLOBAL_RANDOM_SEED
+
+
 def seed_keras(seed: int) -> None:
     """``keras.utils.set_random_seed`` without seeding TensorFlow: that function imports TensorFlow wherever it is
     installed (``[keras]``'s keras-hub brings it), and the Keras backend's process imports none."""
     try:
-        from keras.src.backend.common import global_state
-        from keras.src.random import seed_generator
-        from keras.src.utils.rng_utils import GLOBAL_RANDOM_SEED
+        global_state = keras_global_state()
+        seed_generator, global_random_seed = _keras_seed_keys()
     except ImportError:  # another Keras layout: its public function (may import TensorFlow)
         import keras
 
         keras.utils.set_random_seed(seed)
         return
-    global_state.set_global_attribute(GLOBAL_RANDOM_SEED, seed)
+    global_state.set_global_attribute(global_random_seed, seed)
     global_state.set_global_attribute(seed_generator.GLOBAL_SEED_GENERATOR, None)  # recreated from the seed
     random.seed(seed)
     np.random.seed(seed)

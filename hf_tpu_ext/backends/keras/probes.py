@@ -20,6 +20,9 @@ from typing import Callable, Dict
 
 import numpy as np
 
+from hf_tpu_ext import probes
+from hf_tpu_ext.errors import DataError
+
 
 def wants_probes(backend) -> bool:
     """``--probe_file`` with evaluations (``--eval_strategy`` not ``no``): the backend's ``scores_probes``."""
@@ -71,9 +74,6 @@ def make_probe_scorer(backend, batch_size: int = 64) -> Callable[[], Dict[str, f
         DataError: the file cannot be parsed, or a probe cannot be scored with this tokenizer and
             ``max_seq_length`` (the message names the line).
     """
-    from hf_tpu_ext import probes
-    from hf_tpu_ext.errors import DataError
-
     tokenizer, seq_length = backend.tokenizer, int(backend.plan.seq_length)
     vocab_size = int(backend.config.vocab_size)
     try:

@@ -22,6 +22,12 @@ from typing import TYPE_CHECKING, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
+from hf_tpu_ext.backends.keras.architectures.remat import POLICY, layer_checkpointing
+from hf_tpu_ext.backends.keras.bf16_dot import flat_dots, native_bf16_dots
+from hf_tpu_ext.backends.keras.dropout import counter_based_dropout, dropout_key
+from hf_tpu_ext.backends.keras.gelu import erf_gelu
+from hf_tpu_ext.backends.keras.memory import report
+
 if TYPE_CHECKING:  # the annotation only; the class lives in placement.py
     from hf_tpu_ext.backends.keras.placement import Placement
 
@@ -86,11 +92,6 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots
     """
     import jax
     import jax.numpy as jnp
-
-    from hf_tpu_ext.backends.keras.architectures.remat import POLICY, layer_checkpointing
-    from hf_tpu_ext.backends.keras.bf16_dot import flat_dots, native_bf16_dots
-    from hf_tpu_ext.backends.keras.dropout import counter_based_dropout, dropout_key
-    from hf_tpu_ext.backends.keras.gelu import erf_gelu
 
     dots = bool(bf16_dots)
     if gradient_checkpointing and not dropout:
@@ -169,8 +170,6 @@ def make_multi_step(train_step: Callable, steps: int) -> Callable:
 def make_eval_step(model, *, bf16_dots: bool) -> Callable:
     """``eval_step(trainable, non_trainable, batch) -> (loss_sum, correct, count)`` (no dropout), not jitted;
     ``bf16_dots`` as in :func:`make_train_step`."""
-    from hf_tpu_ext.backends.keras.bf16_dot import flat_dots, native_bf16_dots
-
     dots = bool(bf16_dots)
 
     def eval_step(trainable, non_trainable, batch):
@@ -195,8 +194,6 @@ class TrainStep:
 
     def __call__(self, state, *rest):
         if not self.measured:  # lowered and compiled once: the call below finds the executable in jit's cache
-            from hf_tpu_ext.backends.keras.memory import report
-
             report(self.lower(state, *rest).compile(), state, self.placement)
             self.measured = True
         return self.jitted(state, *rest)

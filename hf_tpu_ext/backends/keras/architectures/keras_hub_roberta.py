@@ -11,6 +11,7 @@ import logging
 import os
 
 from hf_tpu_ext.backends.keras.architectures.base import KerasHubPreset
+from hf_tpu_ext.model_types import max_sequence_length
 
 logger = logging.getLogger(__name__)
 
@@ -26,8 +27,6 @@ def keras_hub_roberta_masked_lm(state, config, preprocessor, assign):
         CheckpointError: as RoBERTa's ``assign`` (a missing or misshaped weight, named).
     """
     import keras_hub  # optional ([keras]); it imports TensorFlow
-
-    from hf_tpu_ext.model_types import max_sequence_length
 
     # fixed names, not Keras' per-process numbering: an export's config.json is the same each time
     backbone = keras_hub.models.RobertaBackbone(

@@ -47,6 +47,7 @@ from hf_tpu_ext.backends.keras.architectures.layouts import attribute, variable_
 from hf_tpu_ext.backends.keras.architectures.lazy_state import LazyState
 from hf_tpu_ext.backends.keras.architectures.remat import call_layer
 from hf_tpu_ext.backends.keras.architectures.rotary import apply_rope, inverse_frequencies, rope_tables
+from hf_tpu_ext.errors import CheckpointError
 
 
 def _init(config, out: bool = False):
@@ -312,8 +313,6 @@ def assign(model, state, config=None) -> None:
     Raises:
         CheckpointError: a backbone weight is missing, or a shape differs (both named).
     """
-    from hf_tpu_ext.errors import CheckpointError
-
     config = model.config if config is None else config
     updates, head_missing = [], []
     for hf_name, path, kind in mc.name_table(config):
