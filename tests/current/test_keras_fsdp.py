@@ -119,6 +119,11 @@ def test_each_device_holds_a_quarter_of_the_sharded_state(runs):
     assert memory["temp_bytes"] > 0 and memory["total_bytes"] == (memory["argument_bytes"] + memory["output_bytes"]
                                                                    - memory["alias_bytes"] + memory["temp_bytes"])
     assert _summary(root / "replicated")["step_memory_per_device"]["state_bytes"] == whole
+    # what a device really holds as the step first runs (jax.live_arrays): its shards and the batch, not also the
+    # whole copy the model was built with (the Keras variables are bound to the placed arrays); replicated: the
+    # state on every device, and device 0 also the variables' copy
+    assert full["state_bytes_per_device"] < memory["live_bytes"] < whole / 2
+    assert _summary(root / "replicated")["step_memory_per_device"]["live_bytes"] >= 2 * whole
     line = next(l for l in ends["full_shard"][2].splitlines() if "Memory per device of the compiled" in l)
     assert f"state {memory['state_bytes'] / 2**20:.2f} MiB (--fsdp full_shard over 4 devices)" in line
     assert line.endswith("the device's limit is not known (none on a CPU).")

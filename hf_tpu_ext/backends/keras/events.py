@@ -7,15 +7,21 @@ from typing import Any, Dict
 
 
 class EventWriter:
-    """TensorBoard scalars without TensorFlow (the ``tensorboard`` package's event-file writer)."""
+    """TensorBoard scalars without TensorFlow (the ``tensorboard`` package's event-file writer).
+
+    The event file (and ``logdir``) is created at the first entry, so a run refused while it is built (e.g. a
+    ``--fsdp`` plan) leaves no folder behind."""
 
     def __init__(self, logdir: str):
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-        self._writer = EventFileWriter(logdir)
+        self._logdir, self._writer = logdir, None
 
     def scalars(self, entry: Dict[str, Any]) -> None:
         from tensorboard.compat.proto import event_pb2, summary_pb2
+
+        if self._writer is None:
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+            self._writer = EventFileWriter(self._logdir)
 
         values = [summary_pb2.Summary.Value(
             tag=("train/" if not k.startswith("eval") and k != "perplexity" else "eval/") + k, simple_value=float(v))

@@ -37,6 +37,20 @@ def step_memory(compiled, state) -> Dict[str, int]:
     return figures
 
 
+def live_bytes_per_device() -> int:
+    """The most bytes any of this process's devices holds in live arrays now (``jax.live_arrays()``, each array's
+    shards on that device): what the run really keeps there, state, batch and any copy left in the Keras
+    variables included (a device's own figure on CPU, where ``memory_stats`` gives none)."""
+    import jax
+
+    held: Dict[Any, int] = {device: 0 for device in jax.local_devices()}
+    for array in jax.live_arrays():
+        for shard in array.addressable_shards:
+            if shard.device in held:
+                held[shard.device] += int(shard.data.nbytes)
+    return max(held.values())
+
+
 def device_limit(device) -> Optional[int]:
     """``device``'s memory in bytes as JAX knows it (``memory_stats()["bytes_limit"]``), None where unknown (CPU)."""
     try:
@@ -88,6 +102,7 @@ def report(compiled, state, placement) -> Dict[str, Any]:
     import jax
 
     figures = step_memory(compiled, state)
+    figures["live_bytes"] = live_bytes_per_device()
     device = jax.local_devices()[0]
     limit = device_limit(device)
     strategy = getattr(placement, "strategy", None)

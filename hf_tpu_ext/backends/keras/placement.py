@@ -115,7 +115,9 @@ class Placement:
 
         sharding = self._NamedSharding(self.mesh, self._P(*spec))
         host = np.asarray(value)
-        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+        # each slice copied: on a CPU both np.asarray and the device put may alias (zero-copy), and a shard that is
+        # a view would keep the whole array (and the Keras variable's buffer under it) alive
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index].copy())
 
     def grad_sharding(self, grads):
         """``grads`` (one per trainable weight, inside the traced step) constrained to the plan's specs under

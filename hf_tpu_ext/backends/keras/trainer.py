@@ -125,8 +125,22 @@ class JaxTrainer:
         return self.model.trainable_variables, self.model.non_trainable_variables, self.optimizer.variables
 
     def _place_state(self) -> tuple:
-        """The train state from the Keras variables, on the devices (the one placement of the state)."""
-        return self.placement.put_state(*self._variables(), config=self._config)  # --fsdp: sharded
+        """The train state from the Keras variables, on the devices (the one placement of the state). Under
+        ``--fsdp`` the variables are then bound to the placed arrays (:meth:`_bind_variables`)."""
+        state = self.placement.put_state(*self._variables(), config=self._config)  # --fsdp: sharded
+        if self.placement.strategy is not None:
+            self._bind_variables(state)
+        return state
+
+    def _bind_variables(self, state: tuple) -> None:
+        """The Keras variables hold ``state``'s arrays themselves (``--fsdp``): the whole copy each process built
+        the model with, on its default device, is freed, so a device holds its shards only. Nothing reads the
+        variables while the loop trains (donation deletes those arrays at the next step); :meth:`write_variables`
+        binds them again to the state reached."""
+        for variables, part in zip(self._variables(), state):
+            for var, value in zip(variables, part):
+                var.assign(value)
+        self._written_state = state
 
     def write_variables(self) -> None:
         """Write the train state back into the Keras variables (fit's end, callbacks reading weights), one array on
@@ -136,6 +150,9 @@ class JaxTrainer:
             return
         if self._sharded_over_processes():
             self._write_variables(state_to_host(self._state))
+            return
+        if self.placement.strategy is not None:  # no host copy: the variables read the sharded arrays
+            self._bind_variables(self._state)
             return
         for variables, values in zip(self._variables(), self._state):
             variables_from_arrays(variables, values)
@@ -215,6 +232,8 @@ class JaxTrainer:
         values += list(ckpt.restore_state(path, dict(zip(ordered, targets[2])), ckpt.OPTIMIZER_STEM).values())
         split = (len(variables[0]), len(variables[0]) + len(variables[1]))
         self._state = (values[: split[0]], values[split[0]: split[1]], values[split[1]:])
+        if self.placement.strategy is not None:  # the arrays placed at construction freed
+            self._bind_variables(self._state)
         self._step = int(meta["global_step"])
         return meta
 
