@@ -450,6 +450,7 @@ _CHILD = textwrap.dedent("""
     push_save(pusher, folder, step=2)
     print("PUSHING", flush=True)
     if sys.argv[2] == "raise":
+        sys.stdin.readline()  # the parent has seen the staging folder (else the exit may beat its look)
         raise FloatingPointError("loss is nan")  # no context manager: atexit cleans up
     while True:  # a training loop
         time.sleep(0.05)
@@ -464,12 +465,15 @@ def test_process_exit_paths_clean_staging(loopback_hub, tmp_path, how):
     folder = _model_folder(tmp_path / "out")
     env = dict(os.environ, TMPDIR=str(tmp), HF_ENDPOINT=loopback_hub.endpoint, HF_HUB_DISABLE_XET="1",
                LOOPBACK_TOKEN=loopback_hub.token, PYTHONPATH=REPO_ROOT, HF_HOME=str(tmp_path / "home"))
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(folder), how], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(folder), how], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "PUSHING"
     assert len(_staging_dirs(tmp)) == 1
     t0 = time.monotonic()
-    if how != "raise":
+    if how == "raise":
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    else:
         proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert time.monotonic() - t0 < 10
