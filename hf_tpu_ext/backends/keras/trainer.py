@@ -137,7 +137,12 @@ class JaxTrainer:
         the model with, on its default device, is freed, so a device holds its shards only. Nothing reads the
         variables while the loop trains (donation deletes those arrays at the next step); :meth:`write_variables`
         binds them again to the state reached."""
-        for variables, part in zip(self._variables(), state):
+        self._assign_variables(state, state)
+
+    def _assign_variables(self, values: tuple, state: tuple) -> None:
+        """``values`` (``(trainable, non_trainable, optimizer)``, arrays or NumPy) into the Keras variables, which
+        then hold ``state``."""
+        for variables, part in zip(self._variables(), values):
             for var, value in zip(variables, part):
                 var.assign(value)
         self._written_state = state
@@ -149,19 +154,13 @@ class JaxTrainer:
         if self._state is self._written_state:
             return
         if self._sharded_over_processes():
-            self._write_variables(state_to_host(self._state))
+            self._assign_variables(state_to_host(self._state), self._state)
             return
         if self.placement.strategy is not None:  # no host copy: the variables read the sharded arrays
             self._bind_variables(self._state)
             return
         for variables, values in zip(self._variables(), self._state):
             variables_from_arrays(variables, values)
-        self._written_state = self._state
-
-    def _write_variables(self, values) -> None:
-        for variables, part in zip(self._variables(), values):
-            for var, value in zip(variables, part):
-                var.assign(value)
         self._written_state = self._state
 
     def _sharded_over_processes(self) -> bool:
