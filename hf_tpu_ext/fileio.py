@@ -50,6 +50,11 @@ def atomic_write_text(path: str, text: str) -> str:
     return atomic_write(path, write)
 
 
+#: the prefix of the empty folder :func:`check_writable_dir` creates and removes at once: processes of one run
+#: that share ``output_dir`` check it at the same moment, so another's probe is not "a file in the folder"
+WRITE_CHECK_PREFIX = ".hf-tpu-write-check-"
+
+
 def check_writable_dir(path: str, option: str = "--output_dir") -> None:
     """Fail fast when ``path`` (a folder, existing or to be created) cannot be written; nothing is created.
 
@@ -73,7 +78,7 @@ def check_writable_dir(path: str, option: str = "--output_dir") -> None:
         raise OutputDirError(f"{option} {path!r} is not writable: permission denied on {where}. Choose a folder you can "
                              "write to (or fix its permissions).")
     try:  # what os.access cannot see: a read-only file system, /proc-like folders, root squash
-        os.rmdir(tempfile.mkdtemp(prefix=".hf-tpu-write-check-", dir=probe))
+        os.rmdir(tempfile.mkdtemp(prefix=WRITE_CHECK_PREFIX, dir=probe))
     except OSError as err:
         raise OutputDirError(f"{option} {path!r} is not writable: creating a folder in {where} failed "
                              f"({err.strerror or type(err).__name__}). Choose a folder you can write to.") from None

@@ -3,6 +3,7 @@
 import json
 import os
 import struct
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -234,6 +235,24 @@ def test_output_dir_not_empty_is_untouched(tmp_path):
         _train(tiny_train_args(out, "--max_steps", "2"))
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
     assert (out / "keep.txt").read_text() == "precious"
+
+
+def test_output_dir_entries_skip_the_lock_and_another_process_write_probe(tmp_path):
+    """Process 0 of a 2-process run probes the shared output_dir (an empty ``.hf-tpu-write-check-*`` folder, made
+    and removed) while process 1 lists it: that probe is not "a file in the folder" (it refused process 1 in CI and
+    left process 0 waiting 300 s for it), a real file still is."""
+    from hf_tpu_ext.fileio import WRITE_CHECK_PREFIX
+    from hf_tpu_ext.run.checks import check_output_dir, output_dir_entries
+    from hf_tpu_ext.run_lock import LOCK_NAME
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / LOCK_NAME).write_text("{}")
+    (out / f"{WRITE_CHECK_PREFIX}ab12").mkdir()
+    assert WRITE_CHECK_PREFIX == ".hf-tpu-write-check-" and output_dir_entries(str(out)) == []
+    check_output_dir(SimpleNamespace(output_dir=str(out), overwrite_output_dir=False, resume_from_checkpoint=None))
+    (out / "run_state.json").write_text("{}")
+    assert output_dir_entries(str(out)) == ["run_state.json"]
 
 
 def test_output_dir_that_is_a_file(tmp_path):

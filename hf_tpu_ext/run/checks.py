@@ -20,7 +20,7 @@ from hf_tpu_ext.data.loading import check_data_file, is_tfrecord_source
 from hf_tpu_ext.data.tokenizer import load_tokenizer
 from hf_tpu_ext.errors import ArgumentError, HfTpuExtError, OutputDirError
 from hf_tpu_ext.extras import require_extra, require_run_packages
-from hf_tpu_ext.fileio import check_writable_dir
+from hf_tpu_ext.fileio import WRITE_CHECK_PREFIX, check_writable_dir
 from hf_tpu_ext.hub.model_ref import check_model_ref
 from hf_tpu_ext.model_config import (check_overrides_of_pretrained, check_positions, check_scratch_positions,
                                      scratch_config)
@@ -44,8 +44,12 @@ def check_finite_arguments(*arg_objects) -> None:
 
 
 def output_dir_entries(out: str) -> List[str]:
-    """The names in the folder ``out`` other than a run's lock file (``[]`` when it does not exist)."""
-    return [n for n in os.listdir(out) if n != LOCK_NAME] if os.path.isdir(out) else []
+    """The names in the folder ``out`` other than a run's lock file and the write probe of a process sharing the
+    folder (:data:`~hf_tpu_ext.fileio.WRITE_CHECK_PREFIX`: process 0's probe seen by process 1 refused a fresh
+    2-process run); ``[]`` when it does not exist."""
+    if not os.path.isdir(out):
+        return []
+    return [n for n in os.listdir(out) if n != LOCK_NAME and not n.startswith(WRITE_CHECK_PREFIX)]
 
 
 def check_output_dir(training_args) -> None:
