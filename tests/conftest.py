@@ -49,6 +49,16 @@ def run_train_script(args, env=None, timeout=600, check=True):
     return proc
 
 
+@pytest.fixture(autouse=True)
+def _signals_forgotten_after_each_test():
+    """A test that ends with a signal recorded (a run stopped by SIGINT) must not leave it to the next: a push
+    session admits saves past its budget after a signal (a run resets this at its start; a bare session does not)."""
+    yield
+    from hf_tpu_ext import interrupts
+
+    interrupts.reset()
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory):
     """One tiny `hf-tpu train` run per session (in this process): (output_dir, results dict)."""
