@@ -110,3 +110,51 @@ def test_checkpoint_files_of_the_keras_and_torch_xla_backends(tmp_path):
     for files in (checkpoint_files, TorchXLABackend().checkpoint_files):
         with pytest.raises(CheckpointError, match="it is not a folder"):
             files(str(tmp_path / "checkpoint-9"))
+
+
+def test_a_save_hands_up_the_files_its_push_takes(tmp_path):
+    """The Keras save lists what a push of it takes (``write_checkpoint``), the trainer state the run writes next
+    included; once written, the listing of the checkpoint on disk is the same. torch_xla's hand-over lists its run
+    state the same way."""
+    import numpy as np
+
+    from hf_tpu_ext.backends.keras.checkpoint import checkpoint_files, write_checkpoint
+    from hf_tpu_ext.backends.torch_xla.backend import TorchXLABackend
+
+    path, files = write_checkpoint(str(tmp_path / "out"), 3, {"w": np.ones((2, 3), np.float32)},
+                                   {"00000/iteration": np.zeros((), np.int64)}, {"epoch": 1.0})
+    assert path == str(tmp_path / "out" / "checkpoint-3")
+    assert files == {n: os.path.join(path, n) for n in (
+        "model_state.safetensors", "optimizer_state.safetensors", "checkpoint.json", "trainer_state.json")}
+    assert not os.path.exists(files["trainer_state.json"])  # the run writes it before any push links the files
+    assert "trainer_state.json" not in checkpoint_files(path)
+    with open(files["trainer_state.json"], "w") as f:
+        f.write('{"global_step": 3}')
+    assert checkpoint_files(path) == files
+    torch_ckpt = tmp_path / "trainer" / "checkpoint-7"
+    torch_ckpt.mkdir(parents=True)
+    (torch_ckpt / "optimizer.pt").write_bytes(b"x")
+    assert TorchXLABackend().checkpoint_files(str(torch_ckpt), with_state=True) == {
+        n: str(torch_ckpt / n) for n in ("optimizer.pt", "run_trainer_state.json")}
+
+
+def test_the_run_pushes_the_files_a_save_handed_up(tmp_path):
+    """``TrainingRun._push`` queues the files the save handed to ``on_save`` (the backend is not asked again); for
+    a checkpoint found on disk (the final push, a signal's) it asks the backend's ``checkpoint_files``."""
+    from types import SimpleNamespace
+
+    from hf_tpu_ext.hub.push_policy import plan_save
+    from hf_tpu_ext.run import TrainingRun
+
+    asked, queued = [], []
+    backend = SimpleNamespace(export_replaces=("model.safetensors",),
+                              checkpoint_files=lambda p: asked.append(p) or {"checkpoint.json": f"{p}/checkpoint.json"})
+    run = TrainingRun(None, None, SimpleNamespace(output_dir=str(tmp_path)), backend=backend)
+    run.pusher = SimpleNamespace(save=lambda plan, folder, **kw: queued.append((plan.step, folder, kw)))
+    handed = {"trainer_state.json": str(tmp_path / "checkpoint-4" / "trainer_state.json")}
+    run._push(plan_save("checkpoint", 4, final=True), str(tmp_path / "checkpoint-4"), handed)
+    run._push(plan_save("checkpoint", 8, final=True), str(tmp_path / "checkpoint-8"))
+    assert asked == [str(tmp_path / "checkpoint-8")]
+    on_disk = {"checkpoint.json": f"{tmp_path}/checkpoint-8/checkpoint.json"}
+    assert queued == [(4, str(tmp_path), {"checkpoint_files": handed, "replaced": ("model.safetensors",)}),
+                      (8, str(tmp_path), {"checkpoint_files": on_disk, "replaced": ("model.safetensors",)})]

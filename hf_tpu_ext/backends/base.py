@@ -13,7 +13,7 @@ Order of calls made by the training run::
     backend.build(tokenizer, blocks, plan)     # model, optimizer, datasets (no files written)
     backend.restore(path) -> global step       # resume only
     backend.remove_incomplete_checkpoints(output_dir)  # what a killed save left (chief, once checks passed)
-    backend.fit(callbacks, on_save) -> metrics # on_save(step, checkpoint_path) after every checkpoint
+    backend.fit(callbacks, on_save) -> metrics # on_save(step, checkpoint_path, files) after every checkpoint
     backend.export(folder, tokenizer)          # config.json, model.safetensors (PyTorch names), tokenizer
 
 Every member the training run reads is declared on :class:`Backend`; :class:`BackendDefaults` gives the optional
@@ -24,10 +24,16 @@ and one entry in :data:`hf_tpu_ext.backends.BACKEND_REGISTRY`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, Union, runtime_checkable
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple, Union, runtime_checkable
 
-#: ``on_save(global_step, checkpoint_path)``: called by :meth:`Backend.fit` after each checkpoint is written.
-SaveHook = Callable[[int, str], None]
+#: what a push takes of one checkpoint: ``{name in the pushed folder: local file, or a small file's bytes}``
+CheckpointFiles = Mapping[str, Union[str, bytes]]
+
+#: ``on_save(global_step, checkpoint_path, files)``: called by :meth:`Backend.fit` after each checkpoint is
+#: written; ``files`` is what a push of it takes (:meth:`Backend.checkpoint_files` with ``with_state=True``, handed
+#: over by the save itself, so a pushed save asks the backend nothing more), ``None`` where the save cannot list
+#: them yet (the run then asks :meth:`Backend.checkpoint_files` once the trainer state is written).
+SaveHook = Callable[[int, str, Optional[CheckpointFiles]], None]
 
 
 @dataclasses.dataclass
@@ -199,7 +205,8 @@ class Backend(Protocol):
 
         Args:
             callbacks: built callback instances of :attr:`callback_kind`.
-            on_save: called after every checkpoint (the final one included).
+            on_save: called after every checkpoint (the final one included) with the step, the checkpoint's path
+                and the files a push of it takes (:data:`SaveHook`).
             start_step: the restored global step (0 for a fresh run).
             log_history: the run's log history so far; the backend appends its log entries to this list.
 
@@ -232,12 +239,15 @@ class Backend(Protocol):
         """Delete the leftovers of a save or export that was killed (incomplete checkpoints, temp folders and
         files) in a run's ``output_dir``; complete checkpoints stay. Returns the paths removed (relative)."""
 
-    def checkpoint_files(self, path: str) -> Dict[str, Union[str, bytes]]:
+    def checkpoint_files(self, path: str, with_state: bool = False) -> Dict[str, Union[str, bytes]]:
         """The files a push uploads of checkpoint ``path`` (Hub ``last-checkpoint/`` or ``checkpoint-<step>/``), so
         that folder restores on its own: ``{name in the pushed folder: local file}``, names with ``/`` separators;
         a ``bytes`` value is a small file's content (TensorFlow's ``checkpoint`` state file naming this checkpoint
         alone). Nothing is written: the push queue hard-links the files when the save is queued (the checkpoint
-        is pushed as written). Raises ``CheckpointError`` when ``path`` is not a checkpoint."""
+        is pushed as written). ``with_state``: the run's trainer state (:meth:`checkpoint_state_file`) is listed
+        even before it is written -- what a save hands to ``on_save``, which writes it before any push takes the
+        files. Called by the run for a checkpoint found on disk (the final push, a signal's); a save hands its own
+        to ``on_save``. Raises ``CheckpointError`` when ``path`` is not a checkpoint."""
 
     def model_config(self) -> Any:
         """The built model's ``PretrainedConfig`` (for the FLOPs count)."""

@@ -244,8 +244,9 @@ class PushSession:
                 snapshot; ``None``: none.
             checkpoint_folder: a resumable checkpoint of the step (with its ``trainer_state.json``), copied into the
                 snapshot (a callback's folder, rewritten by its next save).
-            checkpoint_files: instead, a backend's checkpoint (``Backend.checkpoint_files``), hard-linked into the
-                snapshot: pushed as written, even if its folder is rotated away before the upload.
+            checkpoint_files: instead, a backend's checkpoint (the files its save handed to ``on_save``, or
+                ``Backend.checkpoint_files`` of one on disk), hard-linked into the snapshot: pushed as written, even
+                if its folder is rotated away before the upload.
             Either is used only where the plan puts a checkpoint (``hub_strategy`` checkpoint, all_checkpoints).
             replaced: patterns of model-folder files their writer replaces, never rewrites in place (a backend's
                 ``export_replaces``): hard-linked into the snapshot instead of copied.

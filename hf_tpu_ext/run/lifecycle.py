@@ -233,9 +233,9 @@ class TrainingRun:
                                    self.backend.model_config, getattr(self.backend, "best_model_checkpoint", None),
                                    state.backend_flops_per_token(self.backend), self._place(step, None))
 
-    def checkpoint(self, step: int, path: str) -> None:
+    def checkpoint(self, step: int, path: str, files=None) -> None:
         """After every checkpoint (the backend's ``on_save``): its trainer state, ``output_dir/trainer_state.json``,
-        then the Hub push."""
+        then the Hub push of ``files`` (what the save handed up: :data:`~hf_tpu_ext.backends.base.SaveHook`)."""
         if not self.backend.is_chief:
             return
         self.step = step
@@ -249,13 +249,14 @@ class TrainingRun:
             interrupts.kill_for_test("train")
         plan = self.pusher.admit(step) if self.pusher is not None and step < self.plan.total_steps else None
         if plan is not None:  # a save the commit budget has no room for is not even exported
-            self._push(plan, path)
+            self._push(plan, path, files)
             self._record_pushes(self.pusher.report_dict())
 
-    def _push(self, plan, checkpoint_path: Optional[str]) -> None:
+    def _push(self, plan, checkpoint_path: Optional[str], files=None) -> None:
         """Carry out the session's ``plan`` of a save: write the model folder and card (the final push's are
-        written by the export and card phases), then the session queues it with the files of the checkpoint at
-        ``checkpoint_path`` (the backend's ``checkpoint_files``, hard-linked when queued: it never waits)."""
+        written by the export and card phases), then the session queues it with the checkpoint's ``files`` (a
+        save's own; for a checkpoint found on disk -- the final push, a signal's -- the backend's
+        ``checkpoint_files`` of ``checkpoint_path``), hard-linked when queued: it never waits."""
         if plan is None:  # the session is closed (or not this process's)
             return
         out = self.args.output_dir
@@ -263,8 +264,8 @@ class TrainingRun:
             self.backend.export(out, self.tokenizer)
             self._write_summary(self._results(plan.step, None))
             self._write_card()
-        files = (self.backend.checkpoint_files(checkpoint_path) if checkpoint_path and plan.checkpoint is not None
-                 else None)
+        if files is None and checkpoint_path and plan.checkpoint is not None:
+            files = self.backend.checkpoint_files(checkpoint_path)
         self.pusher.save(plan, out, checkpoint_files=files, replaced=self.backend.export_replaces)
 
     # ------------------------------------------------------------------ results and files

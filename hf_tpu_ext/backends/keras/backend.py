@@ -173,8 +173,10 @@ class KerasBackend(BackendDefaults):
     def checkpoint_state_file(self, path: str) -> str:
         return os.path.join(path, STATE_NAME)
 
-    def checkpoint_files(self, path: str) -> Dict[str, str]:
-        return checkpoint_files(path)
+    def checkpoint_files(self, path: str, with_state: bool = False) -> Dict[str, str]:
+        """A checkpoint found on disk (the final push, a signal's); a save hands its own files to ``on_save``
+        (:func:`~hf_tpu_ext.backends.keras.checkpoint.write_checkpoint`)."""
+        return checkpoint_files(path, with_state)
 
     # ------------------------------------------------------------------ model and data
     def build(self, model_args, data_args, training_args, tokenizer, blocks, plan: RunPlan) -> None:

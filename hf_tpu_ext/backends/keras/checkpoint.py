@@ -379,10 +379,10 @@ def state_file_names(path: str) -> List[str]:
     return [n for stem in (MODEL_STEM, OPTIMIZER_STEM) for n in stem_files(path, stem)] or [MODEL_NAME, OPTIMIZER_NAME]
 
 
-def checkpoint_files(path: str) -> Dict[str, str]:
+def checkpoint_files(path: str, with_state: bool = False) -> Dict[str, str]:
     """The files of ``checkpoint-<step>/`` a push uploads (flat: the Hub's ``last-checkpoint/``): every process's
     weights and optimizer state files, ``checkpoint.json``, the trainer state and the ``--streaming`` positions,
-    ``{name: path}``.
+    ``{name: path}``. ``with_state``: the trainer state listed even before the run writes it (a save's hand-over).
 
     Raises:
         CheckpointError: ``path`` is not a folder.
@@ -391,7 +391,22 @@ def checkpoint_files(path: str) -> Dict[str, str]:
         raise CheckpointError(f"Cannot push checkpoint {path}: it is not a folder.")
     states = sorted(n for n in os.listdir(path) if _DATA_STATE_RE.match(n))  # --streaming positions
     names = (*state_file_names(path), META_NAME, STATE_NAME, *states)
-    return {name: os.path.join(path, name) for name in names if os.path.isfile(os.path.join(path, name))}
+    return {name: os.path.join(path, name) for name in names
+            if os.path.isfile(os.path.join(path, name)) or (with_state and name == STATE_NAME)}
+
+
+def write_checkpoint(output_dir: str, step: int, model_vars: Dict[str, Any], optimizer_vars: Dict[str, Any],
+                     meta: Dict[str, Any], keep: Optional[int] = None,
+                     extra_files: Optional[Dict[str, str]] = None) -> Optional[Tuple[str, Dict[str, str]]]:
+    """:func:`save_checkpoint`, then what a push of it takes: ``(folder, checkpoint_files(folder, with_state=True))``
+    on process 0 (the run writes the trainer state into it before a push links the files), ``None`` on the
+    others. The save hands its files up with it, so a pushed save never comes back here to list them.
+
+    Raises:
+        OSError, CheckpointError: see :func:`save_checkpoint`.
+    """
+    path = save_checkpoint(output_dir, step, model_vars, optimizer_vars, meta, keep=keep, extra_files=extra_files)
+    return None if path is None else (path, checkpoint_files(path, with_state=True))
 
 
 def remove_incomplete(output_dir: str) -> List[str]:

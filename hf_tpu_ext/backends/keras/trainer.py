@@ -12,7 +12,7 @@ One direction: the backend builds the trainer with everything it reads (model, o
 schedule, evaluation, writers, checkpoint target) and calls its methods; the trainer never reads the backend. The
 state is put on the devices at one call site (:meth:`JaxTrainer._place_state`:
 :mod:`~hf_tpu_ext.backends.keras.placement`) and written at one (:meth:`JaxTrainer.save`:
-:func:`hf_tpu_ext.backends.keras.checkpoint.save_checkpoint`).
+:func:`hf_tpu_ext.backends.keras.checkpoint.write_checkpoint`).
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ class JaxTrainer:
 
     # ------------------------------------------------------------------ the backend's calls
     def start(self, step: int, on_save: SaveHook) -> None:
-        """A training segment from global ``step``; ``on_save(step, path)`` after each checkpoint written."""
+        """A training segment from global ``step``; ``on_save(step, path, files)`` after each checkpoint written."""
         self._step, self._on_save = int(step), on_save
 
     def sharding_fields(self) -> Dict[str, Any]:
@@ -315,7 +315,8 @@ class JaxTrainer:
         """``checkpoint-<step>/`` (every process writes the blocks of the state it holds; process 0 the rest, and
         the ``--streaming`` positions every process gathers) with the run's facts and the loop's ``fields``
         (:meth:`~hf_tpu_ext.backends.loop.StepLoop.checkpoint_fields`: ``loss_window``, ``fit_metrics``, to which
-        the compile figures are added), then ``on_save`` (the run's trainer state completes it)."""
+        the compile figures are added), then ``on_save`` with the files a push of it takes (the run's trainer
+        state completes it)."""
         model_vars, opt_vars = self._named_state()
         data_states = data_state_files(self._batches, self.placement, step)  # --streaming: a collective
         target = self._checkpoints
@@ -323,12 +324,13 @@ class JaxTrainer:
         if "fit_metrics" in meta:
             meta["fit_metrics"] = {**meta["fit_metrics"], **self.compile_figures()}
         # every process writes the blocks it holds (a collective); the folder's path on process 0, None elsewhere
-        path = ckpt.save_checkpoint(target.output_dir, step, model_vars, opt_vars, meta, keep=target.keep,
-                                    extra_files=data_states)
-        if path is None:
+        saved = ckpt.write_checkpoint(target.output_dir, step, model_vars, opt_vars, meta, keep=target.keep,
+                                      extra_files=data_states)
+        if saved is None:
             return
+        path, files = saved  # the files a push of it takes, handed up: the run never asks the backend for them
         interrupts.kill_for_test("checkpoint_weights", step)  # weights written, trainer state not yet
-        self._on_save(step, path)
+        self._on_save(step, path, files)
         logger.info("saved checkpoint %s", path)  # complete only now: its trainer state is written
 
     def keep_best(self, step: int, key: str, value: float) -> None:

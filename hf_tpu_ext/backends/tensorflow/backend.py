@@ -168,12 +168,12 @@ class TensorFlowBackend(BackendDefaults):
     def checkpoint_state_file(self, path: str) -> str:
         return checkpoint_state_file(path)
 
-    def checkpoint_files(self, path: str) -> Dict[str, Union[str, bytes]]:
+    def checkpoint_files(self, path: str, with_state: bool = False) -> Dict[str, Union[str, bytes]]:
         """``ckpt-N.*`` files, a ``checkpoint`` state file and ``trainer_state.json`` (see
-        :func:`hf_tpu_ext.backends.tensorflow.checkpoint.checkpoint_files`)."""
+        :func:`hf_tpu_ext.backends.tensorflow.checkpoint.checkpoint_files`; a save hands its own to ``on_save``)."""
         from hf_tpu_ext.backends.tensorflow.checkpoint import checkpoint_files
 
-        return checkpoint_files(path)
+        return checkpoint_files(path, with_state)
 
     # ------------------------------------------------------------------ model and training
     def build(self, model_args, data_args, training_args, tokenizer, blocks, plan: RunPlan) -> None:

@@ -531,12 +531,13 @@ def remove_incomplete(folder: str) -> List[str]:
     return removed
 
 
-def checkpoint_files(checkpoint_path: str) -> Dict[str, Union[str, bytes]]:
+def checkpoint_files(checkpoint_path: str, with_state: bool = False) -> Dict[str, Union[str, bytes]]:
     """The files a push uploads of one checkpoint so its folder restores on its own (Hub ``last-checkpoint/``):
     ``ckpt-N.index``, ``ckpt-N.data-*``, the sidecar ``ckpt-N.json``, its trainer state as ``trainer_state.json``
     and a ``checkpoint`` state file naming ``ckpt-N`` alone (its content: the run's own state file may still name
     the checkpoint before, and names the older ones). ``{name: local path}``; on a remote file system (``gs://``)
-    the values are the files' bytes (a hard link needs a local file).
+    the values are the files' bytes (a hard link needs a local file). ``with_state``: the trainer state listed
+    even before the run writes it (a save's hand-over; a local checkpoint only: a remote one's bytes are read now).
 
     Raises:
         CheckpointError: the checkpoint does not exist.
@@ -546,7 +547,7 @@ def checkpoint_files(checkpoint_path: str) -> Dict[str, Union[str, bytes]]:
     src_dir, name = src.rsplit("/", 1) if remote else os.path.split(src)
     wanted = {n: n for n in tf.io.gfile.listdir(src_dir)
               if n in (name + ".index", name + ".json") or n.startswith(name + ".data-")}
-    if tf.io.gfile.exists(src + STATE_SUFFIX):
+    if (with_state and not remote) or tf.io.gfile.exists(src + STATE_SUFFIX):
         wanted["trainer_state.json"] = name + STATE_SUFFIX
     files: Dict[str, Union[str, bytes]] = {}
     for target, n in wanted.items():

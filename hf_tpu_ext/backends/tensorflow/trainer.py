@@ -34,6 +34,7 @@ import tf_keras
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.backends.loop import StepLoop, Unbuffered, format_entry, restored_loss_window
 from hf_tpu_ext.backends.tensorflow import optimization
+from hf_tpu_ext.backends.tensorflow.checkpoint import checkpoint_files
 from hf_tpu_ext.backends.tensorflow.dropout import counter_based_dropout, dropout_key
 from hf_tpu_ext.backends.tensorflow.model import count_parameters, masked_lm_sums
 from hf_tpu_ext.best_metric import BestMetric, BestTracker
@@ -77,7 +78,8 @@ class TFTrainer:
         summary_writer: TensorBoard writer of ``--report_to tensorboard`` (None: no event files).
         trackio: the ``trackio`` module, initialised, for ``--report_to trackio`` (None: not used).
         log_history: list the log entries are appended to (kept, not copied).
-        on_save: ``on_save(global_step, checkpoint_prefix)`` after every checkpoint (all processes).
+        on_save: ``on_save(global_step, checkpoint_prefix, files)`` after every checkpoint (all processes; ``files``:
+            what a push of it takes, on the chief).
         jit_compile, bf16: the run's :class:`hf_tpu_ext.precision.PrecisionPlan` decisions (the XLA step or
             TensorFlow's kernels; bf16 compute, also the MFU peak's dtype).
         fuse_elementwise: on TensorFlow's kernels (``jit_compile`` false), the run fuses the element-wise ops
@@ -446,8 +448,9 @@ class TFTrainer:
                                        extra={"loss_window": fields["loss_window"]},
                                        with_state=self.on_save is not None and self.info.is_chief)
         interrupts.kill_for_test("checkpoint_weights", step)  # weights written, trainer state not yet
-        if self.on_save is not None:
-            self.on_save(step, path)
+        if self.on_save is not None:  # the chief hands up what a push takes (remote: listed once the state is written)
+            local_chief = self.info.is_chief and "://" not in path
+            self.on_save(step, path, checkpoint_files(path, with_state=True) if local_chief else None)
         self.checkpointer.commit(path)
         if self.info.is_chief:
             logger.info("saved checkpoint %s", path)

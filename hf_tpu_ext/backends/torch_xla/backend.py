@@ -11,7 +11,7 @@ import logging
 import os
 import re
 import zipfile
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from hf_tpu_ext import interrupts
 from hf_tpu_ext.backends.base import BackendDefaults, CheckpointInfo, RunPlan, SaveHook
@@ -192,8 +192,10 @@ class TorchXLABackend(BackendDefaults):
                               trainer_state=state or {"global_step": hf_state.get("global_step", 0),
                                                       "log_history": hf_state.get("log_history", [])})
 
-    def checkpoint_files(self, path: str) -> Dict[str, str]:
-        """Every file of the Trainer's ``checkpoint-<step>/`` folder (it restores on its own), ``{relative name: path}``.
+    def checkpoint_files(self, path: str, with_state: bool = False) -> Dict[str, str]:
+        """Every file of the Trainer's ``checkpoint-<step>/`` folder (it restores on its own), ``{relative name:
+        path}``; ``with_state``: the run's ``run_trainer_state.json`` listed even before the run writes it (a save's
+        hand-over).
 
         Raises:
             CheckpointError: ``path`` is not a folder.
@@ -206,7 +208,14 @@ class TorchXLABackend(BackendDefaults):
             for name in sorted(names):
                 full = os.path.join(root, name)
                 files[os.path.relpath(full, path).replace(os.sep, "/")] = full
+        if with_state:
+            files.setdefault(STATE_NAME, self.checkpoint_state_file(path))
         return files
+
+    def _saved_files(self, path: str) -> Optional[Dict[str, str]]:
+        """What a save hands to ``on_save``: on the chief, the files a push of ``path`` takes (its trainer state
+        listed before the run writes it); ``None`` elsewhere (the run pushes on the chief only)."""
+        return self.checkpoint_files(path, with_state=True) if self.is_chief else None
 
     # ------------------------------------------------------------------ model and training
     def build(self, model_args, data_args, training_args, tokenizer, blocks, plan: RunPlan) -> None:
@@ -248,7 +257,8 @@ class TorchXLABackend(BackendDefaults):
         class _SaveHook(TrainerCallback):
             def on_save(self, hf_args, state, control, **kwargs):
                 log_history[:] = _log_history(backend.trainer)
-                on_save(int(state.global_step), os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+                path = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+                on_save(int(state.global_step), path, backend._saved_files(path))
 
         hf_args = hf_training_arguments(args, plan.total_steps, bf16=self.precision.bf16, eval_strategy=args.eval_strategy if plan.has_eval else "no",
                                         eval_on_start=bool(getattr(args, "eval_on_start", False)) and plan.has_eval)
@@ -267,7 +277,7 @@ class TorchXLABackend(BackendDefaults):
         final = os.path.join(args.output_dir, f"checkpoint-{step}")
         if not os.path.isdir(final):  # the final step is always checkpointed (resume, Hub last-checkpoint)
             trainer._save_checkpoint(trainer.model, trial=None)
-            on_save(step, final)
+            on_save(step, final, self._saved_files(final))
         interrupts.check()  # stopped by a signal: its step is saved above (or by the Trainer); now stop the run
         runtime = float(output.metrics.get("train_runtime") or 0.0)
         steps_run = max(step - start_step, 0)
