@@ -209,6 +209,35 @@ def _read_block(handles, entry: Entry, bounds: Bounds, dtype) -> np.ndarray:
     return out
 
 
+def whole_reader(folder: str, stem: str):
+    """``read(name) -> float32 array``: one named array of ``stem`` in ``folder`` made whole on this process from
+    every process's blocks (headers read once here; each call opens the files holding its blocks, copies only those
+    bytes and closes them, so no mapped file stays resident: the host holds one array at a time).
+
+    Raises:
+        CheckpointError: as :func:`state_index`; on read, a name the checkpoint lacks.
+    """
+    from safetensors import safe_open
+
+    index = state_index(folder, stem)
+
+    def read(name: str) -> np.ndarray:
+        entry = index.get(name)
+        if entry is None:
+            raise CheckpointError(f"Checkpoint {folder} lacks {stem} {name}.")
+        with contextlib.ExitStack() as stack:
+            opened: Dict[str, Any] = {}
+
+            def handles(file):
+                if file not in opened:
+                    opened[file] = stack.enter_context(safe_open(file, framework="numpy"))
+                return opened[file]
+
+            return _read_block(handles, entry, [(0, d) for d in entry.shape], np.float32)
+
+    return read
+
+
 def restore_state(folder: str, targets: Dict[str, Any], stem: str) -> Dict[str, Any]:
     """Read ``stem``'s arrays from ``folder`` onto the targets' shardings, whatever sharding or device count they
     were saved from.

@@ -1,6 +1,8 @@
 """The export's tensors moved one at a time: the train state into the model's variables, and a state dict into
 ``model.safetensors``, so the export's host memory peaks near the largest tensor, not near a copy of the model
-(issue 50 item 3).
+(issue 50 item 3). A state sharded over processes is read, one weight at a time, from the blocks every process
+wrote at the checkpoint of that state (:func:`bound_to_checkpoint`): the export runs on process 0 alone, so no
+collective can gather there, and no process ever holds the whole state.
 
 No JAX import at module level.
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import struct
 from typing import Any, Mapping, Sequence
@@ -16,9 +19,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hf_tpu_ext.backends.keras.architectures.layouts import shards_to_host
+from hf_tpu_ext.backends.keras.architectures.lazy_state import reading_through
+from hf_tpu_ext.backends.keras.sharded_state import whole_reader
 from hf_tpu_ext.backends.model_files import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 from hf_tpu_ext.errors import CheckpointError
 from hf_tpu_ext.fileio import atomic_write
+
+logger = logging.getLogger("hf_tpu_ext")
 
 #: safetensors' dtype names of the arrays an export writes
 _DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64", "int64": "I64",
@@ -65,6 +72,37 @@ def bound_variables(variables: Sequence[Any], arrays: Sequence[Any]):
     finally:
         for var, value in zip(variables, kept):
             var.assign(value)
+
+
+@contextlib.contextmanager
+def bound_to_checkpoint(variables: Sequence[Any], arrays: Sequence[Any], folder: str, keys: Sequence[str],
+                        stem: str):
+    """:func:`bound_variables`, and each array made whole, when the export reads it, from its blocks in the
+    checkpoint ``folder`` (``keys[i]``: ``arrays[i]``'s name in ``stem``; every process wrote its own blocks of
+    exactly these arrays there): the state sharded over processes is never gathered, and this process holds one
+    weight at a time. Yields the counts (``{"reads", "largest_bytes"}``), also logged once the block ends.
+
+    Raises:
+        CheckpointError: ``folder``'s blocks do not cover an array (:func:`~.sharded_state.state_index`).
+    """
+    read = whole_reader(folder, stem)
+    counts = {"reads": 0, "largest_bytes": 0}
+
+    def reader(key):
+        def make():
+            array = read(key)
+            counts["reads"] += 1
+            counts["largest_bytes"] = max(counts["largest_bytes"], int(array.nbytes))
+            return array
+        return make
+
+    with bound_variables(variables, arrays):
+        bound = [var.value for var in variables]  # what the state dict's makers read (Keras may wrap an array)
+        with reading_through(bound, [reader(k) for k in keys]):
+            yield counts
+    logger.info("export of the state sharded over processes: %d weight reads from the blocks of %s, one at a "
+                "time (largest %.2f MiB); no process gathered the state", counts["reads"],
+                os.path.basename(os.path.normpath(folder)), counts["largest_bytes"] / 2**20)
 
 
 def _shape_dtype(state: Mapping[str, Any], name: str):

@@ -4,12 +4,17 @@ An architecture's ``state_dict`` returns a :class:`LazyState`: each name knows i
 its array from the model's variable; the array is made on each read and not kept, so a writer that reads one tensor,
 writes it and drops it (``export.write_safetensors``) holds one tensor of the model at a time, not a second copy of
 the model. Reading it as a dict (``dict(state)``, ``state.items()``) makes every tensor, as a plain dict would hold.
+
+A weight sharded over *processes* (``--fsdp`` on several hosts) is not whole on any one of them: inside
+:func:`reading_through` such an array is made by the reader given for it (the export reads it from the blocks every
+process wrote at the last checkpoint: :func:`~hf_tpu_ext.backends.keras.tensor_files.bound_to_checkpoint`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import MutableMapping
-from typing import Any, Callable, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -53,3 +58,26 @@ class LazyState(MutableMapping):
 
     def __repr__(self) -> str:
         return f"LazyState({len(self)} tensors)"
+
+
+#: id(array) -> what makes that array whole on this process (inside :func:`reading_through` only)
+_READERS: Dict[int, Callable[[], np.ndarray]] = {}
+
+
+@contextlib.contextmanager
+def reading_through(arrays: Sequence[Any], readers: Sequence[Callable[[], np.ndarray]]):
+    """Inside the block, ``reader_of(arrays[i])`` is ``readers[i]`` (each makes its array whole, float32, on this
+    process): how an array sharded over processes is read where the process holds only its blocks. The arrays stay
+    alive through the block (their ids are the keys)."""
+    keys = [id(a) for a in arrays]
+    _READERS.update(zip(keys, readers))
+    try:
+        yield
+    finally:
+        for key in keys:
+            _READERS.pop(key, None)
+
+
+def reader_of(value: Any) -> Optional[Callable[[], np.ndarray]]:
+    """The reader :func:`reading_through` gave for ``value``, or None."""
+    return _READERS.get(id(value))
