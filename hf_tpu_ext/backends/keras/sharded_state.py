@@ -32,6 +32,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from hf_tpu_ext.backends.keras.architectures.lazy_state import LazyState
 from hf_tpu_ext.errors import CheckpointError
 
 #: metadata key of a file's parts (JSON)
@@ -70,13 +71,15 @@ def _bounds(index, shape) -> Bounds:
     return [tuple(int(x) for x in sl.indices(int(dim))[:2]) for sl, dim in zip(index, shape)]
 
 
-def local_blocks(named: Dict[str, Any], process_index: int) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+def local_blocks(named: Dict[str, Any], process_index: int) -> Tuple[LazyState, Dict[str, Any]]:
     """This process's blocks to write: ``(tensors by key, pieces metadata)`` (module doc).
 
-    ``named`` values: ``jax.Array`` of any sharding (its addressable shards of ``replica_id`` 0, copied to the host
-    one at a time) or host arrays (NumPy: written whole by process 0).
+    ``named`` values: ``jax.Array`` of any sharding (its addressable shards of ``replica_id`` 0, each copied to the
+    host only when its tensor is read: a :class:`~.architectures.lazy_state.LazyState`, so a writer that writes one
+    tensor at a time holds one block on the host, not this process's share of the state) or host arrays (NumPy:
+    written whole by process 0).
     """
-    tensors: Dict[str, np.ndarray] = {}
+    tensors = LazyState()
     pieces: Dict[str, Any] = {}
     for name, value in named.items():
         shards = getattr(value, "addressable_shards", None)
@@ -89,12 +92,12 @@ def local_blocks(named: Dict[str, Any], process_index: int) -> Tuple[Dict[str, n
             if shard.replica_id != 0:
                 continue
             bounds = _bounds(shard.index, shape)
-            data = np.array(shard.data, order="C")
-            if all(b == (0, d) for b, d in zip(bounds, shape)):
-                tensors[name] = data
-            else:
+            key = name
+            if not all(b == (0, d) for b, d in zip(bounds, shape)):
                 key = f"{name}@{','.join(f'{a}:{b}' for a, b in bounds)}"
-                tensors[key] = data
+            tensors.defer(key, [b - a for a, b in bounds], lambda data=shard.data: np.array(data, order="C"),
+                          shard.data.dtype)
+            if key != name:
                 pieces[key] = {"name": name, "shape": list(shape), "index": [list(b) for b in bounds]}
     return tensors, pieces
 
@@ -113,8 +116,9 @@ def save_state(folder: str, named_arrays: Dict[str, Any], stem: str, process_ind
         stem: the file stem (``model_state``).
         process_index: this process (``None``: ``jax.process_index()`` when JAX is imported, else 0).
         metadata: extra string metadata of the file (``format``).
-        write: ``(path, tensors, metadata) -> None`` writing and flushing one safetensors file (``None``:
-            ``safetensors.numpy.save_file`` and ``fsync``).
+        write: ``(path, tensors, metadata) -> None`` writing and flushing one safetensors file (``tensors``: a
+            lazy mapping, each block copied to the host when read; ``None``: ``safetensors.numpy.save_file`` of
+            them all and ``fsync``).
 
     Returns:
         the file written, or None.
@@ -134,7 +138,7 @@ def save_state(folder: str, named_arrays: Dict[str, Any], stem: str, process_ind
     if write is not None:
         write(path, tensors, meta)
         return path
-    save_file(tensors, path, metadata=meta)
+    save_file(dict(tensors.items()), path, metadata=meta)
     with open(path, "rb") as f:
         os.fsync(f.fileno())
     return path

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hf_tpu_ext.backends.keras.architectures.layouts import shards_to_host
-from hf_tpu_ext.backends.keras.architectures.lazy_state import reading_through
+from hf_tpu_ext.backends.keras.architectures.lazy_state import LazyState, reading_through
 from hf_tpu_ext.backends.keras.sharded_state import whole_reader
 from hf_tpu_ext.backends.model_files import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 from hf_tpu_ext.errors import CheckpointError
@@ -46,6 +46,32 @@ def host_array(value) -> np.ndarray:
         value = value.addressable_data(0)
     shards = getattr(value, "addressable_shards", None)
     return shards_to_host(value, shards) if shards is not None else np.asarray(value)
+
+
+def gathered_in_turn(named: Mapping[str, Any]) -> LazyState:
+    """``named`` (arrays of any sharding) as a lazy mapping whose arrays are made whole on the host when read, one
+    at a time: an array sharded over processes by a collective gather (``process_allgather``): every process must
+    read the same names in the same order (the writer on process 0: :func:`write_safetensors`'s name order; the
+    others: :func:`drain`), each dropping the tensor once written. No process holds more than one whole array."""
+    lazy = LazyState()
+    for name, value in named.items():
+        lazy.defer(name, tuple(value.shape), lambda value=value: _whole(value), np.dtype(value.dtype))
+    return lazy
+
+
+def _whole(value) -> np.ndarray:
+    if getattr(value, "is_fully_addressable", True) or value.is_fully_replicated:
+        return host_array(value)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(value, tiled=True))
+
+
+def drain(state: Mapping[str, Any]) -> None:
+    """Read every array of ``state`` in name order and drop it: a process that does not write takes part in the
+    collectives of :func:`gathered_in_turn` in the writer's order."""
+    for name in sorted(state):
+        state[name]
 
 
 def variables_from_arrays(variables: Sequence[Any], arrays: Sequence[Any]) -> None:
@@ -107,8 +133,8 @@ def bound_to_checkpoint(variables: Sequence[Any], arrays: Sequence[Any], folder:
 
 def _shape_dtype(state: Mapping[str, Any], name: str):
     shape = getattr(state, "shape", None)
-    if shape is not None:  # a LazyState: the shape without making the array; its arrays are float32
-        return tuple(shape(name)), "F32"
+    if shape is not None:  # a LazyState: the shape and dtype without making the array
+        return tuple(shape(name)), _DTYPES[state.dtype(name)]
     array = state[name]
     return tuple(array.shape), _DTYPES[str(array.dtype)]
 
@@ -142,7 +168,7 @@ def write_safetensors(path: str, state: Mapping[str, Any], metadata: Mapping[str
             if tuple(array.shape) != shape or _DTYPES.get(str(array.dtype)) != dtype:
                 raise CheckpointError(f"Tensor {name} was announced as {dtype} {shape} but made as "
                                       f"{array.dtype} {tuple(array.shape)}.")
-            f.write(memoryview(array).cast("B"))
+            f.write(array.reshape(-1).view(np.uint8).data)  # (bf16 has no buffer format of its own)
             del array
         f.flush()
         os.fsync(f.fileno())

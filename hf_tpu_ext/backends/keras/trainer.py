@@ -32,9 +32,10 @@ from hf_tpu_ext.backends.keras import checkpoint as ckpt
 from hf_tpu_ext.backends.keras.architectures.name_table import renamed_paths
 from hf_tpu_ext.backends.keras.best import save_best_weights
 from hf_tpu_ext.backends.keras.step import (CompileCounter, jit_eval_step, jit_train_step, make_eval_step,
-                                            make_multi_step, make_train_step, split_micro_batches, state_to_host)
+                                            make_multi_step, make_train_step, split_micro_batches)
 from hf_tpu_ext.backends.keras.stream_state import data_state_files
-from hf_tpu_ext.backends.keras.tensor_files import bound_to_checkpoint, bound_variables, variables_from_arrays
+from hf_tpu_ext.backends.keras.tensor_files import (bound_to_checkpoint, bound_variables, drain, gathered_in_turn,
+                                                    variables_from_arrays)
 from hf_tpu_ext.data.numpy_batches import Prefetcher
 from hf_tpu_ext.distributed import OWN_LINE
 from hf_tpu_ext.errors import CheckpointError
@@ -341,12 +342,13 @@ class JaxTrainer:
 
     def keep_best(self, step: int, key: str, value: float) -> None:
         """The new best evaluation's trainable weights into ``checkpoints/best/`` (process 0 writes)."""
-        sharded = self._sharded_over_processes()  # then the gather is a collective every process takes part in
-        if self._checkpoints.writes or sharded:
-            weights = state_to_host(self._state[:1])[0]
+        # one weight on the host at a time; one sharded over processes gathered by a collective every process
+        # takes part in, in the writer's order
+        weights = gathered_in_turn({var.path: w for var, w in zip(self.model.trainable_variables, self._state[0])})
         if self._checkpoints.writes:
-            save_best_weights(self._checkpoints.output_dir, step, key, value,
-                              {var.path: w for var, w in zip(self.model.trainable_variables, weights)})
+            save_best_weights(self._checkpoints.output_dir, step, key, value, weights)
+        elif self._sharded_over_processes():
+            drain(weights)
 
     def signalled(self) -> bool:
         """Whether a SIGINT/SIGTERM was seen (:func:`hf_tpu_ext.interrupts.received`) by any process.

@@ -22,19 +22,26 @@ import numpy as np
 class LazyState(MutableMapping):
     """``{transformers name: float32 array}``, iterated in name order, each array made on read.
 
-    ``lazy[name] = array`` stores an array as it is; :meth:`defer` stores a maker and its result's shape.
+    ``lazy[name] = array`` stores an array as it is; :meth:`defer` stores a maker and its result's shape (and
+    dtype: a checkpoint's blocks are of any dtype).
     """
 
     def __init__(self):
         self._makers: Dict[str, Tuple[Tuple[int, ...], Callable[[], np.ndarray]]] = {}
+        self._dtypes: Dict[str, str] = {}
 
-    def defer(self, name: str, shape: Tuple[int, ...], make: Callable[[], np.ndarray]) -> None:
-        """``name``'s array will be ``make()`` (float32, C-contiguous, of ``shape``), made at each read."""
+    def defer(self, name: str, shape: Tuple[int, ...], make: Callable[[], np.ndarray], dtype: Any = "float32") -> None:
+        """``name``'s array will be ``make()`` (``dtype``, C-contiguous, of ``shape``), made at each read."""
         self._makers[name] = (tuple(int(d) for d in shape), make)
+        self._dtypes[name] = str(np.dtype(dtype))
 
     def shape(self, name: str) -> Tuple[int, ...]:
         """The shape of ``name``'s array, without making it."""
         return self._makers[name][0]
+
+    def dtype(self, name: str) -> str:
+        """The NumPy dtype name of ``name``'s array (``"float32"``), without making it."""
+        return self._dtypes[name]
 
     def maker(self, name: str) -> Callable[[], np.ndarray]:
         """What makes ``name``'s array (to build another tensor from it, still lazily)."""
@@ -44,11 +51,13 @@ class LazyState(MutableMapping):
         return self._makers[name][1]()
 
     def __setitem__(self, name: str, array: Any) -> None:
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")  # (ascontiguousarray makes a 0-d array 1-d)
         self._makers[name] = (tuple(array.shape), lambda: array)
+        self._dtypes[name] = str(array.dtype)
 
     def __delitem__(self, name: str) -> None:
         del self._makers[name]
+        del self._dtypes[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self._makers))
