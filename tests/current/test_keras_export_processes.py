@@ -12,6 +12,7 @@ Runs in the current-releases venv: ``KERAS_BACKEND=jax JAX_PLATFORMS=cpu python 
 
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ if os.environ.get("KERAS_BACKEND", "jax") != "jax":
 
 from test_keras_multiprocess import _start, mp_args, start_cluster  # noqa: E402  (the same tiny run, launcher)
 
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 EXTRA = ("--max_steps", "6", "--save_steps", "3", "--fsdp", "full_shard")
 READS = re.compile(r"export of the state sharded over processes: (\d+) weight reads from the blocks of "
                    r"checkpoint-6, one at a time \(largest ([0-9.]+) MiB\); no process gathered the state")
@@ -62,3 +64,20 @@ def test_process_zero_reads_each_weight_from_the_blocks_and_none_gathers(exports
     # token_type_embeddings (made as zeros: the Keras model has no token types)
     assert reads == 2 * (len(exported) - 1)
     assert largest == pytest.approx(max(a.nbytes for a in exported.values()) / 2**20, abs=0.01)
+
+
+def test_a_save_and_the_export_hold_no_whole_copy_on_any_process(monkeypatch):
+    """2 processes x 2 devices, hidden 256 x 4 layers, vocab 16384 (28.9 MiB of weights, 86.6 MiB of state): the
+    save and process 0's export stay below one copy of the model on each process (the largest tensor is the 16 MiB
+    embedding), and below the whole-state gather of before by more than the model; the same bytes exported, and the
+    best weights gathered one collective at a time equal the checkpoint's."""
+    monkeypatch.syspath_prepend(str(REPO_ROOT))
+    from benchmarks.export_rss_processes import run
+
+    figures = run(hidden=256, layers=4, vocab=16384)
+    assert figures["same_export"] is True and figures["by_tensor"][0]["best_equal"] is True, figures
+    for before, now in zip(figures["gathered"], figures["by_tensor"]):
+        model = now["model_mib"]
+        assert 25 < model < 35 and 80 < now["state_mib"] < 95, figures
+        assert now["peak_above_mib"] < model, figures
+        assert now["peak_above_mib"] + model < before["peak_above_mib"], figures
