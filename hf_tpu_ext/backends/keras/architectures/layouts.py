@@ -110,8 +110,9 @@ def variable_numpy(variable) -> np.ndarray:
     value = variable.value if hasattr(variable, "value") else variable
     read = reader_of(value)  # sharded over processes: the blocks of the last checkpoint (lazy_state)
     if read is not None:
-        value = read()
-    elif getattr(value, "is_fully_addressable", True) is False:
+        array = read()  # a new host array already (convert_to_numpy would copy it again)
+        return array if array.dtype == np.float32 else array.astype(np.float32)
+    if getattr(value, "is_fully_addressable", True) is False:
         # a jax.Array of a multi-process run: every process holds a full copy when replicated (data parallel)
         if not getattr(value, "is_fully_replicated", False):
             raise CheckpointError(f"{getattr(variable, 'path', 'A variable')} is sharded across processes; gather it "
