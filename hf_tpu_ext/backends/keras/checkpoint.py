@@ -46,6 +46,7 @@ import numpy as np
 from hf_tpu_ext.backends.base import CheckpointInfo
 from hf_tpu_ext.backends.keras.sharded_state import (  # noqa: F401 (restore_state, state_shapes: the API here)
     restore_state, save_state, state_index, state_shapes, stem_files)
+from hf_tpu_ext.backends.keras.tensor_files import write_safetensors
 from hf_tpu_ext.errors import CheckpointError
 
 MODEL_STEM, OPTIMIZER_STEM = "model_state", "optimizer_state"
@@ -108,13 +109,10 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _save_tensors(path: str, tensors: Dict[str, np.ndarray], metadata: Dict[str, str]) -> None:
-    from safetensors.numpy import save_file
-
-    # np.array, not np.ascontiguousarray: that one turns a 0-d value (the iteration count) into shape (1,)
-    save_file({k: np.array(v, order="C") for k, v in tensors.items()}, path, metadata=metadata)
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
+def _save_tensors(path: str, tensors, metadata: Dict[str, str]) -> None:
+    """One safetensors file written tensor by tensor and flushed (``tensors``: a mapping, or the lazy one of a
+    process's blocks: each copied to the host, written and dropped in turn)."""
+    write_safetensors(path, tensors, metadata)
 
 
 def _processes() -> Tuple[int, int]:

@@ -32,6 +32,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from hf_tpu_ext.backends.keras.architectures.lazy_state import LazyState
 from hf_tpu_ext.errors import CheckpointError
 
 #: metadata key of a file's parts (JSON)
@@ -70,13 +71,15 @@ def _bounds(index, shape) -> Bounds:
     return [tuple(int(x) for x in sl.indices(int(dim))[:2]) for sl, dim in zip(index, shape)]
 
 
-def local_blocks(named: Dict[str, Any], process_index: int) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+def local_blocks(named: Dict[str, Any], process_index: int) -> Tuple[LazyState, Dict[str, Any]]:
     """This process's blocks to write: ``(tensors by key, pieces metadata)`` (module doc).
 
-    ``named`` values: ``jax.Array`` of any sharding (its addressable shards of ``replica_id`` 0, copied to the host
-    one at a time) or host arrays (NumPy: written whole by process 0).
+    ``named`` values: ``jax.Array`` of any sharding (its addressable shards of ``replica_id`` 0, each copied to the
+    host only when its tensor is read: a :class:`~.architectures.lazy_state.LazyState`, so a writer that writes one
+    tensor at a time holds one block on the host, not this process's share of the state) or host arrays (NumPy:
+    written whole by process 0).
     """
-    tensors: Dict[str, np.ndarray] = {}
+    tensors = LazyState()
     pieces: Dict[str, Any] = {}
     for name, value in named.items():
         shards = getattr(value, "addressable_shards", None)
@@ -89,12 +92,12 @@ def local_blocks(named: Dict[str, Any], process_index: int) -> Tuple[Dict[str, n
             if shard.replica_id != 0:
                 continue
             bounds = _bounds(shard.index, shape)
-            data = np.array(shard.data, order="C")
-            if all(b == (0, d) for b, d in zip(bounds, shape)):
-                tensors[name] = data
-            else:
+            key = name
+            if not all(b == (0, d) for b, d in zip(bounds, shape)):
                 key = f"{name}@{','.join(f'{a}:{b}' for a, b in bounds)}"
-                tensors[key] = data
+            tensors.defer(key, [b - a for a, b in bounds], lambda data=shard.data: np.array(data, order="C"),
+                          shard.data.dtype)
+            if key != name:
                 pieces[key] = {"name": name, "shape": list(shape), "index": [list(b) for b in bounds]}
     return tensors, pieces
 
@@ -113,8 +116,9 @@ def save_state(folder: str, named_arrays: Dict[str, Any], stem: str, process_ind
         stem: the file stem (``model_state``).
         process_index: this process (``None``: ``jax.process_index()`` when JAX is imported, else 0).
         metadata: extra string metadata of the file (``format``).
-        write: ``(path, tensors, metadata) -> None`` writing and flushing one safetensors file (``None``:
-            ``safetensors.numpy.save_file`` and ``fsync``).
+        write: ``(path, tensors, metadata) -> None`` writing and flushing one safetensors file (``tensors``: a
+            lazy mapping, each block copied to the host when read; ``None``: ``safetensors.numpy.save_file`` of
+            them all and ``fsync``).
 
     Returns:
         the file written, or None.
@@ -134,7 +138,7 @@ def save_state(folder: str, named_arrays: Dict[str, Any], stem: str, process_ind
     if write is not None:
         write(path, tensors, meta)
         return path
-    save_file(tensors, path, metadata=meta)
+    save_file(dict(tensors.items()), path, metadata=meta)
     with open(path, "rb") as f:
         os.fsync(f.fileno())
     return path
@@ -207,6 +211,64 @@ def _read_block(handles, entry: Entry, bounds: Bounds, dtype) -> np.ndarray:
         dst = tuple(slice(lo - a, hi - a) for (lo, hi), (a, _) in zip(cut, bounds))
         out[dst] = handles(part.file).get_slice(part.key)[src]
     return out
+
+
+#: safetensors' dtype names -> NumPy's (bf16 from ml_dtypes, which JAX brings)
+_NUMPY_DTYPES = {"F32": "float32", "F16": "float16", "F64": "float64", "I64": "int64", "I32": "int32",
+                 "U32": "uint32", "U8": "uint8", "BOOL": "bool"}
+
+
+def _file_header(file: str) -> Tuple[Dict[str, Any], int]:
+    """A safetensors file's header (name -> ``dtype``, ``shape``, ``data_offsets``) and where its data starts."""
+    with open(file, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(size)), 8 + size
+
+
+def _numpy_dtype(name: str):
+    if name == "BF16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(_NUMPY_DTYPES[name])
+
+
+def whole_reader(folder: str, stem: str):
+    """``read(name) -> array``: one named array of ``stem`` in ``folder`` made whole on this process from every
+    process's blocks, each block read with plain file reads straight into the result where it is contiguous there
+    (a block of dimension 0, ``--fsdp``'s usual cut), else through one block-sized buffer: no file stays mapped, so
+    the host holds about the one array (headers read once here).
+
+    Raises:
+        CheckpointError: as :func:`state_index`; on read, a name the checkpoint lacks or a block cut short.
+    """
+    index = state_index(folder, stem)
+    headers: Dict[str, Tuple[Dict[str, Any], int]] = {}
+
+    def read(name: str) -> np.ndarray:
+        entry = index.get(name)
+        if entry is None:
+            raise CheckpointError(f"Checkpoint {folder} lacks {stem} {name}.")
+        out = None
+        for part in entry.parts:
+            if part.file not in headers:
+                headers[part.file] = _file_header(part.file)
+            header, start = headers[part.file]
+            info = header[part.key]
+            dtype = _numpy_dtype(info["dtype"])
+            out = np.empty(entry.shape, dtype) if out is None else out
+            view = out[tuple(slice(a, b) for a, b in part.bounds)] if part.bounds else out
+            target = view if view.flags.c_contiguous else np.empty(view.shape, dtype)
+            with open(part.file, "rb") as f:
+                f.seek(start + int(info["data_offsets"][0]))
+                got = f.readinto(target.reshape(-1).view(np.uint8))
+            if got != target.nbytes:
+                raise CheckpointError(f"Checkpoint {folder}: {part.key} of {os.path.basename(part.file)} is cut short.")
+            if target is not view:
+                view[...] = target
+        return out
+
+    return read
 
 
 def restore_state(folder: str, targets: Dict[str, Any], stem: str) -> Dict[str, Any]:

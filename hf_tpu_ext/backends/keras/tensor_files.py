@@ -1,6 +1,8 @@
 """The export's tensors moved one at a time: the train state into the model's variables, and a state dict into
 ``model.safetensors``, so the export's host memory peaks near the largest tensor, not near a copy of the model
-(issue 50 item 3).
+(issue 50 item 3). A state sharded over processes is read, one weight at a time, from the blocks every process
+wrote at the checkpoint of that state (:func:`bound_to_checkpoint`): the export runs on process 0 alone, so no
+collective can gather there, and no process ever holds the whole state.
 
 No JAX import at module level.
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import struct
 from typing import Any, Mapping, Sequence
@@ -16,9 +19,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from hf_tpu_ext.backends.keras.architectures.layouts import shards_to_host
+from hf_tpu_ext.backends.keras.architectures.lazy_state import LazyState, reading_through
+from hf_tpu_ext.backends.keras.sharded_state import whole_reader
 from hf_tpu_ext.backends.model_files import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 from hf_tpu_ext.errors import CheckpointError
 from hf_tpu_ext.fileio import atomic_write
+
+logger = logging.getLogger("hf_tpu_ext")
 
 #: safetensors' dtype names of the arrays an export writes
 _DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64", "int64": "I64",
@@ -39,6 +46,32 @@ def host_array(value) -> np.ndarray:
         value = value.addressable_data(0)
     shards = getattr(value, "addressable_shards", None)
     return shards_to_host(value, shards) if shards is not None else np.asarray(value)
+
+
+def gathered_in_turn(named: Mapping[str, Any]) -> LazyState:
+    """``named`` (arrays of any sharding) as a lazy mapping whose arrays are made whole on the host when read, one
+    at a time: an array sharded over processes by a collective gather (``process_allgather``): every process must
+    read the same names in the same order (the writer on process 0: :func:`write_safetensors`'s name order; the
+    others: :func:`drain`), each dropping the tensor once written. No process holds more than one whole array."""
+    lazy = LazyState()
+    for name, value in named.items():
+        lazy.defer(name, tuple(value.shape), lambda value=value: _whole(value), np.dtype(value.dtype))
+    return lazy
+
+
+def _whole(value) -> np.ndarray:
+    if getattr(value, "is_fully_addressable", True) or value.is_fully_replicated:
+        return host_array(value)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(value, tiled=True))
+
+
+def drain(state: Mapping[str, Any]) -> None:
+    """Read every array of ``state`` in name order and drop it: a process that does not write takes part in the
+    collectives of :func:`gathered_in_turn` in the writer's order."""
+    for name in sorted(state):
+        state[name]
 
 
 def variables_from_arrays(variables: Sequence[Any], arrays: Sequence[Any]) -> None:
@@ -67,10 +100,41 @@ def bound_variables(variables: Sequence[Any], arrays: Sequence[Any]):
             var.assign(value)
 
 
+@contextlib.contextmanager
+def bound_to_checkpoint(variables: Sequence[Any], arrays: Sequence[Any], folder: str, keys: Sequence[str],
+                        stem: str):
+    """:func:`bound_variables`, and each array made whole, when the export reads it, from its blocks in the
+    checkpoint ``folder`` (``keys[i]``: ``arrays[i]``'s name in ``stem``; every process wrote its own blocks of
+    exactly these arrays there): the state sharded over processes is never gathered, and this process holds one
+    weight at a time. Yields the counts (``{"reads", "largest_bytes"}``), also logged once the block ends.
+
+    Raises:
+        CheckpointError: ``folder``'s blocks do not cover an array (:func:`~.sharded_state.state_index`).
+    """
+    read = whole_reader(folder, stem)
+    counts = {"reads": 0, "largest_bytes": 0}
+
+    def reader(key):
+        def make():
+            array = read(key)
+            counts["reads"] += 1
+            counts["largest_bytes"] = max(counts["largest_bytes"], int(array.nbytes))
+            return array
+        return make
+
+    with bound_variables(variables, arrays):
+        bound = [var.value for var in variables]  # what the state dict's makers read (Keras may wrap an array)
+        with reading_through(bound, [reader(k) for k in keys]):
+            yield counts
+    logger.info("export of the state sharded over processes: %d weight reads from the blocks of %s, one at a "
+                "time (largest %.2f MiB); no process gathered the state", counts["reads"],
+                os.path.basename(os.path.normpath(folder)), counts["largest_bytes"] / 2**20)
+
+
 def _shape_dtype(state: Mapping[str, Any], name: str):
     shape = getattr(state, "shape", None)
-    if shape is not None:  # a LazyState: the shape without making the array; its arrays are float32
-        return tuple(shape(name)), "F32"
+    if shape is not None:  # a LazyState: the shape and dtype without making the array
+        return tuple(shape(name)), _DTYPES[state.dtype(name)]
     array = state[name]
     return tuple(array.shape), _DTYPES[str(array.dtype)]
 
@@ -104,7 +168,7 @@ def write_safetensors(path: str, state: Mapping[str, Any], metadata: Mapping[str
             if tuple(array.shape) != shape or _DTYPES.get(str(array.dtype)) != dtype:
                 raise CheckpointError(f"Tensor {name} was announced as {dtype} {shape} but made as "
                                       f"{array.dtype} {tuple(array.shape)}.")
-            f.write(memoryview(array).cast("B"))
+            f.write(array.reshape(-1).view(np.uint8).data)  # (bf16 has no buffer format of its own)
             del array
         f.flush()
         os.fsync(f.fileno())

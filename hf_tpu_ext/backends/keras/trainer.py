@@ -32,9 +32,10 @@ from hf_tpu_ext.backends.keras import checkpoint as ckpt
 from hf_tpu_ext.backends.keras.architectures.name_table import renamed_paths
 from hf_tpu_ext.backends.keras.best import save_best_weights
 from hf_tpu_ext.backends.keras.step import (CompileCounter, jit_eval_step, jit_train_step, make_eval_step,
-                                            make_multi_step, make_train_step, split_micro_batches, state_to_host)
+                                            make_multi_step, make_train_step, split_micro_batches)
 from hf_tpu_ext.backends.keras.stream_state import data_state_files
-from hf_tpu_ext.backends.keras.tensor_files import bound_variables, variables_from_arrays
+from hf_tpu_ext.backends.keras.tensor_files import (bound_to_checkpoint, bound_variables, drain, gathered_in_turn,
+                                                    variables_from_arrays)
 from hf_tpu_ext.data.numpy_batches import Prefetcher
 from hf_tpu_ext.distributed import OWN_LINE
 from hf_tpu_ext.errors import CheckpointError
@@ -107,6 +108,7 @@ class JaxTrainer:
         self._batches, self._schedule, self._evaluate = batches, schedule, evaluate
         self._summary_writer, self._checkpoints = summary_writer, checkpoints
         self._config, self._written_state = config, None
+        self._saved: Optional[tuple] = None  # (state, checkpoint folder, model keys) of the last save or restore
         self.accumulation = int(accumulation)
         self.steps_per_execution = int(steps_per_execution)  # StepLoop reads it: one value for loop and batches
         self._step = 0
@@ -149,12 +151,9 @@ class JaxTrainer:
 
     def write_variables(self) -> None:
         """Write the train state back into the Keras variables (fit's end, callbacks reading weights), one array on
-        the host at a time; once per state. A state sharded over processes (--fsdp) is gathered whole by all of
-        them (a collective: fit's end, each save), so process 0's exports read it from the variables."""
+        the host at a time; once per state. Under ``--fsdp`` (one process or several) the variables are bound to
+        the state's arrays: no host copy (an export reads them through :meth:`bound_weights`)."""
         if self._state is self._written_state:
-            return
-        if self._sharded_over_processes():
-            self._assign_variables(state_to_host(self._state), self._state)
             return
         if self.placement.strategy is not None:  # no host copy: the variables read the sharded arrays
             self._bind_variables(self._state)
@@ -170,9 +169,19 @@ class JaxTrainer:
     def bound_weights(self) -> Iterator[None]:
         """Inside the block the model's variables read the train state (the export): its arrays themselves, each
         copied to the host only when its tensor is written (:func:`~.tensor_files.bound_variables`). A state
-        sharded over processes: the variables as every process wrote them at the last save or fit's end."""
+        sharded over processes (process 0 exports alone): each weight read from the blocks all processes wrote at
+        its checkpoint (:func:`~.tensor_files.bound_to_checkpoint`; fit ends with one).
+
+        Raises:
+            CheckpointError: a state sharded over processes that no checkpoint holds (saved after the last step)."""
         if self._sharded_over_processes():
-            yield
+            state, path, keys = self._saved if self._saved is not None else (None, None, None)
+            if state is not self._state or path is None:
+                raise CheckpointError("An export of a state sharded over processes reads it from its checkpoint; "
+                                      "this state was not saved: save a checkpoint first (every process).")
+            with bound_to_checkpoint([*self.model.trainable_variables, *self.model.non_trainable_variables],
+                                     [*state[0], *state[1]], path, keys, ckpt.MODEL_STEM):
+                yield
             return
         with bound_variables([*self.model.trainable_variables, *self.model.non_trainable_variables],
                              [*self._state[0], *self._state[1]]):
@@ -180,9 +189,7 @@ class JaxTrainer:
 
     def _named_state(self) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """``(model variables, optimizer variables)`` by checkpoint name: the state's arrays as they are (any
-        sharding; each process writes the blocks it holds)."""
-        if self._sharded_over_processes():  # every process gathers it: process 0's export after this save reads it
-            self.write_variables()
+        sharding; each process writes the blocks it holds; none is gathered)."""
         trainable, non_trainable, opt = self._state
         # trainable variables by path (keras-hub names every layer); non-trainable ones (dropout seed states,
         # auto-numbered "seed_generator_N" per process) and the optimizer's by position
@@ -233,6 +240,7 @@ class JaxTrainer:
         self._state = (values[: split[0]], values[split[0]: split[1]], values[split[1]:])
         if self.placement.strategy is not None:  # the arrays placed at construction freed
             self._bind_variables(self._state)
+        self._saved = (self._state, path, list(model_targets))  # an export before any step reads it from there
         self._step = int(meta["global_step"])
         return meta
 
@@ -326,21 +334,23 @@ class JaxTrainer:
         # every process writes the blocks it holds (a collective); the folder's path on process 0, None elsewhere
         saved = ckpt.write_checkpoint(target.output_dir, step, model_vars, opt_vars, meta, keep=target.keep,
                                       extra_files=data_states)
-        if saved is None:
+        path, files = saved if saved is not None else (None, None)  # files: what a push of it takes, handed up
+        self._saved = (self._state, path, list(model_vars))  # process 0's export of this state reads its blocks
+        if path is None:
             return
-        path, files = saved  # the files a push of it takes, handed up: the run never asks the backend for them
         interrupts.kill_for_test("checkpoint_weights", step)  # weights written, trainer state not yet
         self._on_save(step, path, files)
         logger.info("saved checkpoint %s", path)  # complete only now: its trainer state is written
 
     def keep_best(self, step: int, key: str, value: float) -> None:
         """The new best evaluation's trainable weights into ``checkpoints/best/`` (process 0 writes)."""
-        sharded = self._sharded_over_processes()  # then the gather is a collective every process takes part in
-        if self._checkpoints.writes or sharded:
-            weights = state_to_host(self._state[:1])[0]
+        # one weight on the host at a time; one sharded over processes gathered by a collective every process
+        # takes part in, in the writer's order
+        weights = gathered_in_turn({var.path: w for var, w in zip(self.model.trainable_variables, self._state[0])})
         if self._checkpoints.writes:
-            save_best_weights(self._checkpoints.output_dir, step, key, value,
-                              {var.path: w for var, w in zip(self.model.trainable_variables, weights)})
+            save_best_weights(self._checkpoints.output_dir, step, key, value, weights)
+        elif self._sharded_over_processes():
+            drain(weights)
 
     def signalled(self) -> bool:
         """Whether a SIGINT/SIGTERM was seen (:func:`hf_tpu_ext.interrupts.received`) by any process.

@@ -15,6 +15,7 @@ from typing import Tuple
 
 import numpy as np
 
+from hf_tpu_ext.backends.keras.architectures.lazy_state import reader_of
 from hf_tpu_ext.errors import CheckpointError
 
 SAME, LINEAR, QKV_KERNEL, QKV_BIAS, OUT_KERNEL = "same", "linear", "qkv_kernel", "qkv_bias", "out_kernel"
@@ -101,11 +102,16 @@ def variable_numpy(variable) -> np.ndarray:
     """A variable's value as a float32 numpy array (bf16/fp16 upcast; mixed precision keeps float32 anyway).
 
     Raises:
-        CheckpointError: the value is sharded across processes (not fully replicated).
+        CheckpointError: the value is sharded across processes (not fully replicated) and no reader is given for it
+            (:func:`~.lazy_state.reading_through`).
     """
     from keras import ops  # the caller runs after the framework check (this module is read before it)
 
     value = variable.value if hasattr(variable, "value") else variable
+    read = reader_of(value)  # sharded over processes: the blocks of the last checkpoint (lazy_state)
+    if read is not None:
+        array = read()  # a new host array already (convert_to_numpy would copy it again)
+        return array if array.dtype == np.float32 else array.astype(np.float32)
     if getattr(value, "is_fully_addressable", True) is False:
         # a jax.Array of a multi-process run: every process holds a full copy when replicated (data parallel)
         if not getattr(value, "is_fully_replicated", False):
