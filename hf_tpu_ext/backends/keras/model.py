@@ -18,7 +18,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from hf_tpu_ext.backends.keras.architectures import architecture_for
-from hf_tpu_ext.backends.keras.hf_convert import read_transformers_checkpoint
+from hf_tpu_ext.backends.keras.hf_convert import read_transformers_checkpoint, read_transformers_config, read_weights
+from hf_tpu_ext.backends.keras.sliced_load import fsdp_shardings, sliced_state
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -94,24 +95,42 @@ def build_masked_lm(config, dtype: str = "float32", seed: Optional[int] = None):
 
 
 def load_pretrained(model_name_or_path: str, dtype: str, revision: Optional[str] = None,
-                    overrides: Optional[Dict[str, Any]] = None):
-    """The masked LM of a transformers checkpoint (a folder or Hub repo): its config and weights read once
-    (:func:`hf_convert.read_transformers_checkpoint`), the model built and filled by its architecture.
+                    overrides: Optional[Dict[str, Any]] = None, placement=None):
+    """The masked LM of a transformers checkpoint (a folder or Hub repo): its config read, the model built and
+    filled by its architecture. Replicated: the weights read once, whole (:func:`hf_convert.
+    read_transformers_checkpoint`). Under ``--fsdp`` (``placement.strategy``) from ``model.safetensors`` (or its
+    shards) each sharded weight is read by the blocks this process's devices hold, straight onto the sharding
+    ``placement.put_state`` gives it (:mod:`.sliced_load`; ``put_state`` keeps those arrays), so no process holds a
+    whole host copy of the checkpoint; the weights kept whole and a ``pytorch_model.bin`` are read whole.
 
     Args:
         overrides: config attributes set before the model is built (the dropout rates of ``--hidden_dropout_prob``).
+        placement: the run's :class:`~hf_tpu_ext.backends.keras.placement.Placement` (None: replicated).
 
     Returns:
         ``(model, config)``.
 
     Raises:
         CheckpointError: no architecture for the checkpoint's ``model_type``, or its weights do not fit.
+        BackendError: under ``--fsdp``, a weight of 1 MiB or more no dimension lets shard (named).
     """
-    config, state = read_transformers_checkpoint(model_name_or_path, revision)
+    if placement is None or placement.strategy is None:
+        config, state = read_transformers_checkpoint(model_name_or_path, revision)
+    else:
+        config, folder = read_transformers_config(model_name_or_path, revision)
     for name, value in (overrides or {}).items():
         setattr(config, name, value)
     model = build_masked_lm(config, dtype=dtype)
-    architecture_for(config).assign(model, state, config)
+    if placement is None or placement.strategy is None:
+        architecture_for(config).assign(model, state, config)
+        return model, config
+    with sliced_state(folder, fsdp_shardings(model, placement, config)) as (sliced, count):
+        architecture_for(config).assign(model, sliced if sliced is not None else
+                                        read_weights(folder, str(model_name_or_path)), config)
+    if count.weights:
+        logger.info("Weights of %s read by slices onto --fsdp %s's shardings: %d sharded weights, %.2f MiB read by "
+                    "this process, the largest block %.2f MiB.", model_name_or_path, placement.strategy,
+                    count.weights, count.bytes / 2**20, count.largest_block / 2**20)
     return model, config
 
 
