@@ -119,7 +119,7 @@ def table_assign(model, state: Dict[str, Any], table: Iterable[Row], head_names:
         if name not in state and name in head_names:
             missing_head.append(name)
             continue
-        placed = placed_value(state[name], kind, var)  # --fsdp: read by blocks onto its sharding
+        placed = placed_value(state.get(name), kind, var)  # --fsdp: read by blocks onto its sharding
         var.assign(placed if placed is not None else
                    from_hf(kind, take(state, name, hf_shape(kind, tuple(var.shape)), what), tuple(var.shape)))
     if missing_head:
