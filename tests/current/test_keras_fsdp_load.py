@@ -144,3 +144,24 @@ def test_two_processes_load_their_halves_and_train_as_the_replicated_load(runs):
     # process 0 (the one that logs) read its two devices' blocks: half of the sharded bytes
     line = next(l for l in ends["pair"][0][1].splitlines() if "read by slices onto --fsdp full_shard" in l)
     assert f"{result['weights']} sharded weights, {result['sharded_bytes'] / 2 / 2**20:.2f} MiB read" in line
+
+
+def test_two_tensors_are_compared_a_block_of_rows_at_a_time():
+    """RoBERTa's untied-decoder check under a sliced load: never two vocabulary-sized tensors whole at once."""
+    from hf_tpu_ext.backends.keras.architectures.layouts import same_values
+
+    a = np.arange(24, dtype=np.float32).reshape(6, 4)
+    reads = []
+
+    class Rows:  # a tensor read by slices (SlicedTensor's shape and [index])
+        shape = a.shape
+
+        def __getitem__(self, index):
+            reads.append(index)
+            return a[index]
+
+    assert same_values(Rows(), a.copy(), rows=4) is True
+    assert reads == [slice(0, 4), slice(4, 8)]
+    b = a.copy()
+    b[5, 3] += 1
+    assert same_values(a, b, rows=4) is False and same_values(a, a[:5]) is False
