@@ -19,7 +19,7 @@ import numpy as np
 
 from hf_tpu_ext.backends.keras.architectures import architecture_for
 from hf_tpu_ext.backends.keras.hf_convert import read_transformers_checkpoint, read_transformers_config, read_weights
-from hf_tpu_ext.backends.keras.sliced_load import fsdp_shardings, sliced_state
+from hf_tpu_ext.backends.keras.sliced_load import fsdp_shardings, initialize_remaining, sliced_state
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -100,8 +100,9 @@ def load_pretrained(model_name_or_path: str, dtype: str, revision: Optional[str]
     filled by its architecture. Replicated: the weights read once, whole (:func:`hf_convert.
     read_transformers_checkpoint`). Under ``--fsdp`` (``placement.strategy``) from ``model.safetensors`` (or its
     shards) each sharded weight is read by the blocks this process's devices hold, straight onto the sharding
-    ``placement.put_state`` gives it (:mod:`.sliced_load`; ``put_state`` keeps those arrays), so no process holds a
-    whole host copy of the checkpoint; the weights kept whole and a ``pytorch_model.bin`` are read whole.
+    ``placement.put_state`` gives it (:mod:`.sliced_load`; ``put_state`` keeps those arrays), and the model is built
+    with its variables uninitialized (``keras.StatelessScope``) until then, so no process holds a whole host copy
+    of the weights; the weights kept whole and a ``pytorch_model.bin`` are read whole.
 
     Args:
         overrides: config attributes set before the model is built (the dropout rates of ``--hidden_dropout_prob``).
@@ -120,13 +121,18 @@ def load_pretrained(model_name_or_path: str, dtype: str, revision: Optional[str]
         config, folder = read_transformers_config(model_name_or_path, revision)
     for name, value in (overrides or {}).items():
         setattr(config, name, value)
-    model = build_masked_lm(config, dtype=dtype)
     if placement is None or placement.strategy is None:
+        model = build_masked_lm(config, dtype=dtype)
         architecture_for(config).assign(model, state, config)
         return model, config
+    import keras
+
+    with keras.StatelessScope(initialize_variables=False):  # the variables wait for their checkpoint values
+        model = build_masked_lm(config, dtype=dtype)
     with sliced_state(folder, fsdp_shardings(model, placement, config)) as (sliced, count):
         architecture_for(config).assign(model, sliced if sliced is not None else
                                         read_weights(folder, str(model_name_or_path)), config)
+    initialize_remaining(model)  # the seed states, a head the checkpoint lacks
     if count.weights:
         logger.info("Weights of %s read by slices onto --fsdp %s's shardings: %d sharded weights, %.2f MiB read by "
                     "this process, the largest block %.2f MiB.", model_name_or_path, placement.strategy,
