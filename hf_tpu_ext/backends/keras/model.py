@@ -19,7 +19,7 @@ import numpy as np
 
 from hf_tpu_ext.backends.keras.architectures import architecture_for
 from hf_tpu_ext.backends.keras.hf_convert import read_transformers_checkpoint, read_transformers_config, read_weights
-from hf_tpu_ext.backends.keras.sliced_load import fsdp_shardings, initialize_remaining, sliced_state
+from hf_tpu_ext.backends.keras.sliced_load import fsdp_shardings, sliced_state
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -92,6 +92,27 @@ def build_masked_lm(config, dtype: str = "float32", seed: Optional[int] = None):
     if seed is not None:
         seed_keras(int(seed))
     return arch.build(config, dtype)
+
+
+def initialize_remaining(model) -> None:
+    """Initialize ``model``'s variables still without a value and take them off Keras' list of variables to
+    initialize (a later ``initialize_all_variables`` would otherwise refuse those already assigned).
+
+    For a model built inside ``keras.StatelessScope(initialize_variables=False)`` (Keras keeps each variable's
+    initializer: the build allocates no weights) whose checkpoint weights were then assigned: what remains (the
+    seed states, a head the checkpoint lacks) runs the initializers the build kept (their seeds were fixed when
+    made: the seed states equal an eager build's, so the losses equal a replicated load's).
+
+    The one adapter over Keras' private variable state (``_value``, ``_deferred_initialize``, the global
+    ``uninitialized_variables`` list); no public API initializes one variable.
+    """
+    ours = {id(v) for v in model.variables}
+    for variable in model.variables:
+        if getattr(variable, "_value", 0) is None:
+            variable._deferred_initialize()
+    state = keras_global_state()
+    pending = state.get_global_attribute("uninitialized_variables", [])
+    state.set_global_attribute("uninitialized_variables", [v for v in pending if id(v) not in ours])
 
 
 def load_pretrained(model_name_or_path: str, dtype: str, revision: Optional[str] = None,

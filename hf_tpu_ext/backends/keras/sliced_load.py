@@ -133,25 +133,3 @@ def fsdp_shardings(model, placement, config) -> Callable[[Any], Any]:
              for v, spec in zip(variables, plan.trainable) if spec}
     return lambda variable: by_id.get(id(variable))
 
-
-def initialize_remaining(model) -> None:
-    """Initialize ``model``'s variables still without a value and take them off Keras' list of variables to
-    initialize (a later ``initialize_all_variables`` would otherwise refuse those already assigned).
-
-    For a model built inside ``keras.StatelessScope(initialize_variables=False)`` (Keras keeps each variable's
-    initializer: the build allocates no weights) whose checkpoint weights were then assigned: what remains (the
-    seed states, a head the checkpoint lacks) gets the values an eager build gives (Keras' initializers and seed
-    states fix their seeds when made, not when run).
-
-    The one adapter over Keras' private variable state (``_value``, ``_deferred_initialize``, the global
-    ``uninitialized_variables`` list); no public API initializes one variable.
-    """
-    from hf_tpu_ext.backends.keras.model import keras_global_state  # (model.py imports this module)
-
-    ours = {id(v) for v in model.variables}
-    for variable in model.variables:
-        if getattr(variable, "_value", 0) is None:
-            variable._deferred_initialize()
-    state = keras_global_state()
-    pending = state.get_global_attribute("uninitialized_variables", [])
-    state.set_global_attribute("uninitialized_variables", [v for v in pending if id(v) not in ours])
