@@ -94,14 +94,9 @@ def safetensors_format(path: str) -> Optional[str]:
         return (f.metadata() or {}).get("format")
 
 
-def read_pt_safetensors(folder: str) -> Optional[Dict[str, np.ndarray]]:
-    """PyTorch-format safetensors weights of ``folder`` as one dict (shards merged); ``None`` if there are none.
-
-    Returns ``None`` too when the file's metadata says another format (``format: tf``: TF variable names).
-    bfloat16/float16 arrays are upcast to float32 (numpy has no bfloat16 arithmetic).
-    """
-    from safetensors.numpy import load_file
-
+def pt_safetensors_files(folder: str) -> Optional[List[str]]:
+    """The paths of ``folder``'s PyTorch-format safetensors weights (``model.safetensors``, or the shards its
+    index names), or ``None``: none, or another format (``format: tf``)."""
     single = os.path.join(folder, SAFE_WEIGHTS_NAME)
     index = os.path.join(folder, SAFE_WEIGHTS_INDEX_NAME)
     if os.path.isfile(single):
@@ -112,7 +107,19 @@ def read_pt_safetensors(folder: str) -> Optional[Dict[str, np.ndarray]]:
         files = [os.path.join(folder, s) for s in shards]
     else:
         return None
-    if safetensors_format(files[0]) != "pt":
+    return files if safetensors_format(files[0]) == "pt" else None
+
+
+def read_pt_safetensors(folder: str) -> Optional[Dict[str, np.ndarray]]:
+    """PyTorch-format safetensors weights of ``folder`` as one dict (shards merged); ``None`` if there are none.
+
+    Returns ``None`` too when the file's metadata says another format (``format: tf``: TF variable names).
+    bfloat16/float16 arrays are upcast to float32 (numpy has no bfloat16 arithmetic).
+    """
+    from safetensors.numpy import load_file
+
+    files = pt_safetensors_files(folder)
+    if files is None:
         return None
     state: Dict[str, np.ndarray] = {}
     for path in files:

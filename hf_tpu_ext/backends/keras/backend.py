@@ -190,7 +190,8 @@ class KerasBackend(BackendDefaults):
         if model_args.model_name_or_path:
             self.model, self.config = load_pretrained(model_args.model_name_or_path, dtype,
                                                       revision=model_args.model_revision,
-                                                      overrides=dropout_overrides(model_args))
+                                                      overrides=dropout_overrides(model_args),
+                                                      placement=self.placement)  # --fsdp: read by slices
             check_positions(self.config, plan.seq_length)
         else:
             self.config = build_config(model_args, tokenizer, plan.seq_length)

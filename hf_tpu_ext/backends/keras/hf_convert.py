@@ -83,7 +83,9 @@ def sharded_weight(slices, kind: str, keras_shape, sharding):
     return jax.make_array_from_callback(keras_shape, sharding, block)
 
 
-def _read_state(folder: str, path_or_repo_id: str) -> Dict[str, np.ndarray]:
+def read_weights(folder: str, path_or_repo_id: str) -> Dict[str, np.ndarray]:
+    """``{transformers name: float32 array}`` of a local model folder, read whole (``CheckpointError`` when it has
+    no readable weights, naming ``path_or_repo_id``)."""
     state = read_pt_safetensors(folder)
     if state is not None:
         return state
@@ -135,6 +137,15 @@ def read_transformers_checkpoint(path_or_repo_id: str, revision: Optional[str] =
         HubRepoError / HubAuthError: the repo cannot be downloaded.
         CheckpointError: no config, an unsupported architecture, or no readable weights.
     """
+    config, folder = read_transformers_config(path_or_repo_id, revision, cache_dir=cache_dir, token=token,
+                                              **config_overrides)
+    return config, read_weights(folder, str(path_or_repo_id))
+
+
+def read_transformers_config(path_or_repo_id: str, revision: Optional[str] = None, *,
+                             cache_dir: Optional[str] = None, token=None, **config_overrides):
+    """``(config, local folder)`` of a transformers masked-LM folder or Hub repo, the config checked and no weight
+    read (:func:`read_transformers_checkpoint`'s first half; the same arguments and errors but the weights')."""
     from transformers import AutoConfig  # slow to import: only when a checkpoint is read
 
     folder = resolve_model_folder(str(path_or_repo_id), revision, cache_dir, token)
@@ -148,7 +159,7 @@ def read_transformers_checkpoint(path_or_repo_id: str, revision: Optional[str] =
     for key, value in config_overrides.items():
         setattr(config, key, value)
     check_config(config)  # before the weights are read: a wrong model fails fast
-    return config, _read_state(folder, str(path_or_repo_id))
+    return config, folder
 
 
 def load_masked_lm(path_or_repo_id: str, revision: Optional[str] = None, *, cache_dir: Optional[str] = None,

@@ -18,7 +18,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from hf_tpu_ext.backends.keras.architectures import architecture_for
-from hf_tpu_ext.backends.keras.hf_convert import read_transformers_checkpoint
+from hf_tpu_ext.backends.keras.hf_convert import read_transformers_checkpoint, read_transformers_config, read_weights
+from hf_tpu_ext.backends.keras.sliced_load import fsdp_shardings, sliced_state
 
 logger = logging.getLogger("hf_tpu_ext")
 
@@ -93,25 +94,70 @@ def build_masked_lm(config, dtype: str = "float32", seed: Optional[int] = None):
     return arch.build(config, dtype)
 
 
+def initialize_remaining(model) -> None:
+    """Initialize ``model``'s variables still without a value and take them off Keras' list of variables to
+    initialize (a later ``initialize_all_variables`` would otherwise refuse those already assigned).
+
+    For a model built inside ``keras.StatelessScope(initialize_variables=False)`` (Keras keeps each variable's
+    initializer: the build allocates no weights) whose checkpoint weights were then assigned: what remains (the
+    seed states, a head the checkpoint lacks) runs the initializers the build kept (their seeds were fixed when
+    made: the seed states equal an eager build's, so the losses equal a replicated load's).
+
+    The one adapter over Keras' private variable state (``_value``, ``_deferred_initialize``, the global
+    ``uninitialized_variables`` list); no public API initializes one variable.
+    """
+    ours = {id(v) for v in model.variables}
+    for variable in model.variables:
+        if getattr(variable, "_value", 0) is None:
+            variable._deferred_initialize()
+    state = keras_global_state()
+    pending = state.get_global_attribute("uninitialized_variables", [])
+    state.set_global_attribute("uninitialized_variables", [v for v in pending if id(v) not in ours])
+
+
 def load_pretrained(model_name_or_path: str, dtype: str, revision: Optional[str] = None,
-                    overrides: Optional[Dict[str, Any]] = None):
-    """The masked LM of a transformers checkpoint (a folder or Hub repo): its config and weights read once
-    (:func:`hf_convert.read_transformers_checkpoint`), the model built and filled by its architecture.
+                    overrides: Optional[Dict[str, Any]] = None, placement=None):
+    """The masked LM of a transformers checkpoint (a folder or Hub repo): its config read, the model built and
+    filled by its architecture. Replicated: the weights read once, whole (:func:`hf_convert.
+    read_transformers_checkpoint`). Under ``--fsdp`` (``placement.strategy``) from ``model.safetensors`` (or its
+    shards) each sharded weight is read by the blocks this process's devices hold, straight onto the sharding
+    ``placement.put_state`` gives it (:mod:`.sliced_load`; ``put_state`` keeps those arrays), and the model is built
+    with its variables uninitialized (``keras.StatelessScope``) until then, so no process holds a whole host copy
+    of the weights; the weights kept whole and a ``pytorch_model.bin`` are read whole.
 
     Args:
         overrides: config attributes set before the model is built (the dropout rates of ``--hidden_dropout_prob``).
+        placement: the run's :class:`~hf_tpu_ext.backends.keras.placement.Placement` (None: replicated).
 
     Returns:
         ``(model, config)``.
 
     Raises:
         CheckpointError: no architecture for the checkpoint's ``model_type``, or its weights do not fit.
+        BackendError: under ``--fsdp``, a weight of 1 MiB or more no dimension lets shard (named).
     """
-    config, state = read_transformers_checkpoint(model_name_or_path, revision)
+    if placement is None or placement.strategy is None:
+        config, state = read_transformers_checkpoint(model_name_or_path, revision)
+    else:
+        config, folder = read_transformers_config(model_name_or_path, revision)
     for name, value in (overrides or {}).items():
         setattr(config, name, value)
-    model = build_masked_lm(config, dtype=dtype)
-    architecture_for(config).assign(model, state, config)
+    if placement is None or placement.strategy is None:
+        model = build_masked_lm(config, dtype=dtype)
+        architecture_for(config).assign(model, state, config)
+        return model, config
+    import keras
+
+    with keras.StatelessScope(initialize_variables=False):  # the variables wait for their checkpoint values
+        model = build_masked_lm(config, dtype=dtype)
+    with sliced_state(folder, fsdp_shardings(model, placement, config)) as (sliced, count):
+        architecture_for(config).assign(model, sliced if sliced is not None else
+                                        read_weights(folder, str(model_name_or_path)), config)
+    initialize_remaining(model)  # the seed states, a head the checkpoint lacks
+    if count.weights:
+        logger.info("Weights of %s read by slices onto --fsdp %s's shardings: %d sharded weights, %.2f MiB read by "
+                    "this process, the largest block %.2f MiB.", model_name_or_path, placement.strategy,
+                    count.weights, count.bytes / 2**20, count.largest_block / 2**20)
     return model, config
 
 

@@ -114,6 +114,8 @@ class Placement:
         import jax
 
         sharding = self._NamedSharding(self.mesh, self._P(*spec))
+        if getattr(value, "sharding", None) is not None and value.sharding.is_equivalent_to(sharding, value.ndim):
+            return value  # already placed (a --fsdp load read by slices: hf_tpu_ext.backends.keras.sliced_load)
         host = np.asarray(value)
         # each slice copied: on a CPU both np.asarray and the device put may alias (zero-copy), and a shard that is
         # a view would keep the whole array (and the Keras variable's buffer under it) alive

@@ -48,8 +48,8 @@ def from_hf(kind: str, array: np.ndarray, keras_shape: Tuple[int, ...]) -> np.nd
 def keras_block(kind: str, bounds, keras_shape: Tuple[int, ...], read) -> np.ndarray:
     """The block ``bounds`` (``[start, stop)`` per Keras dimension) of a Keras variable of ``keras_shape``, read from
     the transformers tensor of the same weight by slices: ``read(slices)`` returns that tensor's block (e.g.
-    ``safe_open(...).get_slice(name)[slices]``), so only the rows and columns the block needs are read (a
-    ``QKV_*``/``OUT_KERNEL`` block's heads whole: their ``head_dim`` features are contiguous).
+    ``safe_open(...).get_slice(name)[slices]``), so only the values the block holds are read (a ``QKV_*``/
+    ``OUT_KERNEL`` block cut inside the heads' ``head_dim``: one read per head).
 
     Raises:
         ValueError: an unknown ``kind``.
@@ -60,18 +60,24 @@ def keras_block(kind: str, bounds, keras_shape: Tuple[int, ...], read) -> np.nda
     if kind == LINEAR:  # [in, out] <- [out, in]
         return read((slice(*b[1]), slice(*b[0]))).T
     if kind == QKV_KERNEL:  # [hidden, heads, head_dim] <- [heads * head_dim, hidden]
-        (a, z), (h0, h1), (d0, d1) = b
-        hd = int(keras_shape[2])
-        return read((slice(h0 * hd, h1 * hd), slice(a, z))).T.reshape(z - a, h1 - h0, hd)[:, :, d0:d1]
+        (a, z), heads, dims = b
+        return _per_head(lambda rows: read((rows, slice(a, z))), heads, dims, int(keras_shape[2])).transpose(2, 0, 1)
     if kind == QKV_BIAS:  # [heads, head_dim] <- [heads * head_dim]
-        (h0, h1), (d0, d1) = b
-        hd = int(keras_shape[1])
-        return read((slice(h0 * hd, h1 * hd),)).reshape(h1 - h0, hd)[:, d0:d1]
+        return _per_head(lambda rows: read((rows,))[:, None], b[0], b[1], int(keras_shape[1]))[:, :, 0]
     if kind == OUT_KERNEL:  # [heads, head_dim, hidden] <- [hidden, heads * head_dim]
-        (h0, h1), (d0, d1), (a, z) = b
-        hd = int(keras_shape[1])
-        return read((slice(a, z), slice(h0 * hd, h1 * hd))).T.reshape(h1 - h0, hd, z - a)[:, d0:d1, :]
+        heads, dims, (a, z) = b
+        return _per_head(lambda cols: read((slice(a, z), cols)).T, heads, dims, int(keras_shape[1]))
     raise ValueError(kind)
+
+
+def _per_head(read_rows, heads, dims, head_dim: int) -> np.ndarray:
+    """``[heads, dims, ...]`` from a transformers dimension of ``heads * head_dim`` features (head-major):
+    ``read_rows(slice)`` returns those features' rows ``[n, ...]``. Whole heads: one read; else one per head."""
+    (h0, h1), (d0, d1) = heads, dims
+    if (d0, d1) == (0, head_dim):
+        rows = read_rows(slice(h0 * head_dim, h1 * head_dim))
+        return rows.reshape(h1 - h0, head_dim, *rows.shape[1:])
+    return np.stack([read_rows(slice(h * head_dim + d0, h * head_dim + d1)) for h in range(h0, h1)])
 
 
 def hf_shape(kind: str, keras_shape: Tuple[int, ...]) -> Tuple[int, ...]:
@@ -138,3 +144,25 @@ def take(state, name: str, shape, what: str) -> np.ndarray:
         raise CheckpointError(f"{name} has shape {tuple(array.shape)}, the model needs {tuple(shape)} "
                               "(config.json and the weights do not match).")
     return array
+
+
+def placed_value(value, kind: str, variable):
+    """``variable``'s value read by blocks onto its placed sharding when ``value`` offers that (a ``placed(kind,
+    variable)`` method: :class:`hf_tpu_ext.backends.keras.sliced_load.SlicedTensor` under ``--fsdp``) and its
+    shape is the variable's in transformers' layout; ``None`` otherwise (the caller reads ``value`` whole, and
+    names a wrong shape its own way)."""
+    placed = getattr(value, "placed", None)
+    if placed is None or tuple(value.shape) != hf_shape(kind, tuple(int(d) for d in variable.shape)):
+        return None
+    return placed(kind, variable)
+
+
+def same_values(a, b, rows: int = 4096) -> bool:
+    """Whether two arrays (or tensors read by slices, ``a[i:j]``) hold equal values, compared ``rows`` rows at a
+    time (two vocabulary-sized tensors are never read whole at once)."""
+    if np.shape(a) != np.shape(b):  # np.shape reads a tensor's .shape, not its values
+        return False
+    length = int(np.shape(a)[0]) if np.shape(a) else 0
+    if length == 0:
+        return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+    return all(np.array_equal(np.asarray(a[i: i + rows]), np.asarray(b[i: i + rows])) for i in range(0, length, rows))

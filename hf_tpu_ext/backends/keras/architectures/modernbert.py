@@ -43,7 +43,7 @@ from keras import layers, ops
 from hf_tpu_ext.backends.keras.architectures import modernbert_config as mc
 from hf_tpu_ext.backends.keras.architectures.attention import attend, describe_paths
 from hf_tpu_ext.backends.keras.architectures.base import Architecture
-from hf_tpu_ext.backends.keras.architectures.layouts import attribute, variable_numpy
+from hf_tpu_ext.backends.keras.architectures.layouts import attribute, placed_value, variable_numpy
 from hf_tpu_ext.backends.keras.architectures.lazy_state import LazyState
 from hf_tpu_ext.backends.keras.architectures.remat import call_layer
 from hf_tpu_ext.backends.keras.architectures.rotary import apply_rope, inverse_frequencies, rope_tables
@@ -322,9 +322,13 @@ def assign(model, state, config=None) -> None:
                 continue
             raise CheckpointError(f"The checkpoint has no {hf_name!r}: it is not a ModernBertForMaskedLM of this "
                                   "config (check num_hidden_layers and the *_bias flags).")
+        variable = attribute(model, path)
+        placed = placed_value(state[hf_name], kind, variable)  # --fsdp: read by blocks onto its sharding
+        if placed is not None:
+            updates.append((variable, placed))
+            continue
         array = np.asarray(state[hf_name], dtype=np.float32)
         array = array.T if kind == mc.LINEAR else array
-        variable = attribute(model, path)
         if tuple(array.shape) != tuple(variable.shape):
             raise CheckpointError(f"{hf_name!r} has shape {tuple(np.shape(state[hf_name]))}; this config needs "
                                   f"{tuple(reversed(variable.shape)) if kind == mc.LINEAR else tuple(variable.shape)}.")

@@ -15,8 +15,8 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 import numpy as np
 
-from hf_tpu_ext.backends.keras.architectures.layouts import (attribute, from_hf, hf_shape, take, to_hf,
-                                                            variable_numpy)
+from hf_tpu_ext.backends.keras.architectures.layouts import (attribute, from_hf, hf_shape, placed_value, take,
+                                                            to_hf, variable_numpy)
 from hf_tpu_ext.backends.keras.architectures.lazy_state import LazyState
 from hf_tpu_ext.errors import CheckpointError
 
@@ -119,7 +119,9 @@ def table_assign(model, state: Dict[str, Any], table: Iterable[Row], head_names:
         if name not in state and name in head_names:
             missing_head.append(name)
             continue
-        var.assign(from_hf(kind, take(state, name, hf_shape(kind, tuple(var.shape)), what), tuple(var.shape)))
+        placed = placed_value(state.get(name), kind, var)  # --fsdp: read by blocks onto its sharding
+        var.assign(placed if placed is not None else
+                   from_hf(kind, take(state, name, hf_shape(kind, tuple(var.shape)), what), tuple(var.shape)))
     if missing_head:
         logger.warning("The checkpoint has no prediction head (%s); the %s head starts from its initialization.",
                        ", ".join(missing_head), what)

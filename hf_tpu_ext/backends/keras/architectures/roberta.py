@@ -39,7 +39,7 @@ import numpy as np
 
 from hf_tpu_ext.backends.keras.architectures.keras_hub_roberta import preset as keras_hub_preset
 from hf_tpu_ext.backends.keras.architectures.layouts import (LINEAR, OUT_KERNEL, QKV_BIAS, QKV_KERNEL, SAME,
-                                                            attribute, take)
+                                                            attribute, same_values, take)
 from hf_tpu_ext.backends.keras.architectures.name_table import normalized_names, table_assign, table_state_dict
 from hf_tpu_ext.backends.keras.architectures.post_ln import EncoderNames, check_encoder, encoder_architecture
 from hf_tpu_ext.errors import CheckpointError
@@ -211,7 +211,7 @@ def assign(masked_lm, state: Dict[str, np.ndarray], config) -> None:
     state[POSITION_NAME] = _keras_positions(state, position_offset(config.pad_token_id), length, hidden)
     table_assign(masked_lm, state, rows, NAMES.head_names(), NAMES.aliases, NAMES.what)
     decoder = state.get("lm_head.decoder.weight")
-    if decoder is not None and not np.array_equal(decoder, state[NAMES.names["word_embeddings"]]):
+    if decoder is not None and not same_values(decoder, state[NAMES.names["word_embeddings"]]):
         logger.warning("lm_head.decoder.weight differs from the word embeddings; the Keras model's head is tied to "
                        "them, so the decoder weights are not used.")
 
