@@ -66,7 +66,7 @@ def masked_lm_sums(logits, labels, weights):
 
 def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots: bool,
                     dropout: bool = True, gradient_checkpointing: bool = False,
-                    grad_sharding: Optional[Callable] = None) -> Callable:
+                    grad_sharding: Optional[Callable] = None, weight_use: Optional[Callable] = None) -> Callable:
     """``step(state, batch, global_step) -> (state, loss_sum, count)``, not yet jitted.
 
     Args:
@@ -98,6 +98,7 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots
         raise ValueError("gradient_checkpointing needs the counter-based dropout (dropout=True).")
     remat = POLICY if gradient_checkpointing else None
     constrain = grad_sharding or (lambda grads: grads)
+    gather = weight_use or (lambda weights: weights)
 
     def micro_loss(trainable, non_trainable, micro, total, step, index):
         # one key per step; micro-batch i offsets the element counters by its place in the global batch, so
@@ -105,7 +106,7 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots
         key = dropout_key(seed, step) if dropout else None
         with counter_based_dropout(key, micro_batch=index if accumulation > 1 else None), erf_gelu(), \
                 native_bf16_dots(dots), flat_dots(dots), layer_checkpointing(remat):
-            logits, _ = model.stateless_call(trainable, non_trainable, _model_inputs(micro), training=True)
+            logits, _ = model.stateless_call(gather(trainable), non_trainable, _model_inputs(micro), training=True)
         loss_sum, _, count = masked_lm_sums(logits, micro["masked_lm_ids"], micro["masked_lm_weights"])
         return loss_sum / total, (loss_sum, count)
 
