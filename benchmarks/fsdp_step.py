@@ -1,7 +1,7 @@
 """Step time and collectives of the Keras backend's compiled train step: replicated vs ``--fsdp full_shard`` vs
-``--fsdp shard_grad_op`` on N CPU devices (issue 50's step-overhead figure); ``full_shard_propagated``: full_shard
-without the weights' gather-for-use constraints
-(:meth:`~hf_tpu_ext.backends.keras.placement.Placement.gather_for_use`), as GSPMD's propagation alone places them.
+``--fsdp shard_grad_op`` on N CPU devices (issue 50's step-overhead figure); ``*_propagated``: the step before
+the one-all-gather-per-module constraints (:meth:`~hf_tpu_ext.backends.keras.placement.Placement.gather_for_use`,
+``gather_updated``), as GSPMD's propagation alone shards it.
 
 Each mode builds the same RoBERTa model (seed 42), AdamW and the backend's trainer
 (:class:`hf_tpu_ext.backends.keras.trainer.JaxTrainer` on a :class:`~hf_tpu_ext.backends.keras.placement.Placement`
@@ -31,7 +31,7 @@ from typing import Dict, List
 
 #: preset -> (hidden, layers, heads, intermediate, vocab, seq, per-device batch); small = hf-tpu train's defaults
 PRESETS = {"small": (256, 4, 4, 1024, 8000, 128, 8), "base": (768, 12, 12, 3072, 30522, 128, 2)}
-MODES = ("replicated", "full_shard", "shard_grad_op", "full_shard_propagated")
+MODES = ("replicated", "full_shard", "shard_grad_op", "full_shard_propagated", "shard_grad_op_propagated")
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 #: ``%x = f32[2,3]{1,0} all-gather(`` or a tuple result ``(f32[..], f32[..]) all-reduce(``; async ``-start`` too
 _OP = re.compile(r"=\s*(\([^()]*\)|[\w]+\[[^\]]*\](?:\{[^}]*\})?)\s+(" + "|".join(COLLECTIVES) + r")(?:-start)?\(")
@@ -76,8 +76,8 @@ def build(mode: str, preset: str, devices: int):
     optimizer = keras.optimizers.AdamW(learning_rate=5e-4, weight_decay=0.01)
     optimizer.build(model.trainable_variables)
     placement = Placement(jax.devices()[:devices], fsdp=None if mode == "replicated" else mode.split("_prop")[0])
-    if mode == "full_shard_propagated":  # the step before the gather-for-use constraints: GSPMD's propagation alone
-        placement.gather_for_use = lambda weights: weights
+    if mode.endswith("_propagated"):  # the step before the one-collective-per-module gathers: GSPMD alone
+        placement.gather_for_use = placement.gather_updated = lambda weights: weights
     trainer = JaxTrainer(model, optimizer, placement, batches=None, schedule=None, evaluate=None,
                          summary_writer=None, checkpoints=None, bf16_dots=jax.default_backend() == "cpu", seed=42,
                          accumulation=1, steps_per_execution=1, config=config)

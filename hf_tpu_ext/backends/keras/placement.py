@@ -139,13 +139,22 @@ class Placement:
         (87 all-gathers, 6 all-reduces, 1 all-to-all on the small preset; now 6 all-gathers, 2 all-reduces). As
         they are otherwise (replicated, ``shard_grad_op``). Read while the step is traced, after :meth:`put_state`.
         """
+        return self._gathered(trainable) if self.strategy == "full_shard" else trainable
+
+    def gather_updated(self, trainable):
+        """``shard_grad_op``: the weights the optimizer step returns (traced), updated on their gradients' shards and
+        made whole again by one all-gather per module (75 all-gathers -> 6 on the small preset); as they are
+        otherwise."""
+        return self._gathered(trainable) if self.strategy == "shard_grad_op" else trainable
+
+    def _gathered(self, trainable):
         if self.plan is None or not self.plan.gather_groups:
             return trainable
         fsdp = self.mesh_shape["fsdp"]
         rows = self._NamedSharding(self.mesh, self._P("fsdp", None))
         out = list(trainable)
         for group in self.plan.gather_groups:
-            dims = [self.plan.trainable[i].index("fsdp") for i in group]
+            dims = [self.plan.grads[i].index("fsdp") for i in group]
             whole = gather_whole([trainable[i] for i in group], dims, fsdp, rows, self.replicated)
             for i, w in zip(group, whole):
                 out[i] = w

@@ -62,8 +62,9 @@ def shard_dim(shape: Sequence[int], fsdp_size: int, config=None) -> Optional[int
 class StatePlan:
     """The PartitionSpec tuples of the train state ``(trainable, non_trainable, optimizer)``; ``grads``: the
     gradients' (one per trainable weight); ``replicated_small``: names of the weights kept whole (small);
-    ``gather_groups``: ``full_shard`` only, the positions (in ``trainable``) of the sharded weights gathered by one
-    collective (:func:`gather_groups`)."""
+    ``gather_groups``: the positions (in ``trainable``) of the weights whose gradients are sharded, grouped for one
+    collective each (:func:`gather_groups`): ``full_shard`` gathers the weights for the forward, ``shard_grad_op``
+    the updated weights after the optimizer step."""
 
     trainable: List[tuple]
     non_trainable: List[tuple]
@@ -113,11 +114,9 @@ def plan_state(trainable, non_trainable, optimizer_variables, strategy: str, fsd
 
     sharded = [spec(v) for v in trainable]
     small = [v.path for v, s in zip(trainable, sharded) if not s]
-    full = strategy == "full_shard"
-    return StatePlan(trainable=sharded if full else [()] * len(sharded),
+    return StatePlan(trainable=sharded if strategy == "full_shard" else [()] * len(sharded),
                      non_trainable=[()] * len(non_trainable), optimizer=[spec(v) for v in optimizer_variables],
-                     grads=sharded, replicated_small=small,
-                     gather_groups=gather_groups(trainable, sharded) if full else [])
+                     grads=sharded, replicated_small=small, gather_groups=gather_groups(trainable, sharded))
 
 
 def gather_groups(variables, specs: Sequence[tuple]) -> List[List[int]]:
