@@ -152,7 +152,10 @@ def main(argv=None) -> None:
             with open(os.path.join(args.dump_dir, f"{args.preset}_{mode}.hlo"), "w", encoding="utf-8") as f:
                 f.write(hlo)
         found = collectives(hlo)
-        report["modes"][mode] = {"collectives": found, "rounds": []}
+        plan = trainer.placement.plan
+        report["modes"][mode] = {"collectives": found, "rounds": [],
+                                 "sharded_weights": sum(1 for spec in plan.grads if spec) if plan else 0,
+                                 "temp_bytes": trainer.placement.memory.get("temporaries")}
         print(json.dumps({"mode": mode, "collectives": {k: (v["count"], v["bytes"]) for k, v in found.items()}}))
         built[mode] = (trainer, host, tokens)
     for r in range(0 if args.hlo_only else args.rounds):

@@ -1,9 +1,10 @@
 """The collectives of the compiled ``--fsdp`` train step (issue 50's step overhead), counted in its optimized HLO.
 
 ``python -m benchmarks.fsdp_step --preset tiny --hlo-only`` on 4 CPU devices (a subprocess: the device count is
-fixed when JAX starts): RoBERTa, 2 layers, so 4 modules hold sharded weights (``embeddings``, ``encoder_layer_0``,
-``encoder_layer_1``, ``mlm_head``). ``full_shard`` gathers each module's weights by one all-gather and reduces the
+fixed when JAX starts): RoBERTa, 2 layers, 4 modules holding sharded weights (``embeddings``, ``encoder_layer_0``,
+``encoder_layer_1``, ``mlm_head``). ``full_shard`` gathers each sharded weight by one all-gather and reduces the
 gradients as the replicated step does; no activation is resharded (no all-to-all, no all-reduce of embeddings).
+``shard_grad_op`` gathers its updated weights by one all-gather per module.
 GSPMD's propagation alone (the benchmark's ``full_shard_propagated``) compiled 57 all-gathers, 10 all-reduces and
 30 all-to-alls here. These counts do not depend on the machine's load, unlike the step time (the benchmark's
 figure).
@@ -36,16 +37,20 @@ def counts(tmp_path_factory):
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(out.read_text())["modes"]
-    return {mode: {kind: entry["count"] for kind, entry in report[mode]["collectives"].items()} for mode in modes}
+    counts = {mode: {kind: entry["count"] for kind, entry in report[mode]["collectives"].items()} for mode in modes}
+    return counts, report["full_shard"]["sharded_weights"]
 
 
-def test_full_shard_gathers_each_module_once_and_reduces_as_replicated(counts):
+def test_full_shard_gathers_each_weight_once_and_reduces_as_replicated(counts):
+    counts, sharded = counts
+    assert sharded == 41  # every trainable weight of the tiny RoBERTa (min_num_params 0)
     # replicated: the masked-token count's and the gradients' (one combined all-reduce each)
     assert counts["replicated"] == {"all-reduce": 2}
-    assert counts["full_shard"] == {"all-gather": 4, "all-reduce": 2}
+    assert counts["full_shard"] == {"all-gather": sharded, "all-reduce": 2}
 
 
 def test_shard_grad_op_gathers_the_updated_weights_per_module(counts):
+    counts, _ = counts
     gathers = counts["shard_grad_op"]["all-gather"]
     # the 4 modules' updated weights, plus the token ids and their embeddings' cotangent (the vocab-sharded
     # embedding gradient is computed on its shard)

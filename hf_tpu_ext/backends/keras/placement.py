@@ -131,31 +131,33 @@ class Placement:
                 for g, spec in zip(grads, self.plan.grads)]
 
     def gather_for_use(self, trainable):
-        """``trainable`` (inside the traced step, before the forward reads it) with each ``full_shard``-sharded weight
-        made whole on every device: one all-gather per module (:attr:`StatePlan.gather_groups`,
-        :func:`~hf_tpu_ext.backends.keras.sharding.gather_whole`), whose transpose hands each gradient back to its
-        shards. Without it GSPMD's propagation alone split activations along weights' sharded dimensions (an
-        all-to-all of the logits, all-reduces of the embeddings) and gathered the rest one weight per collective
-        (87 all-gathers, 6 all-reduces, 1 all-to-all on the small preset; now 6 all-gathers, 2 all-reduces). As
-        they are otherwise (replicated, ``shard_grad_op``). Read while the step is traced, after :meth:`put_state`.
-        """
-        return self._gathered(trainable) if self.strategy == "full_shard" else trainable
+        """``trainable`` (inside the traced step, where the forward reads it) with each ``full_shard``-sharded weight
+        constrained whole on every device (``jax.lax.with_sharding_constraint`` to replicated: one all-gather per
+        weight, and the gradient's transpose summed over the batch as in the replicated step, then cut to the
+        shards by :meth:`grad_sharding`). Without it GSPMD's propagation alone split activations along weights'
+        sharded dimensions instead (small preset, 4 devices: an all-to-all of the logits, all-gathers and
+        all-reduces of the embedding output and the masked rows; 87 all-gathers, 6 all-reduces, 1 all-to-all; now
+        73 all-gathers, the replicated step's 2 all-reduces, no activation resharded). As they are otherwise
+        (replicated, ``shard_grad_op``). Read while the step is traced, after :meth:`put_state`."""
+        if self.plan is None or self.strategy != "full_shard":
+            return trainable
+        import jax
+
+        return [jax.lax.with_sharding_constraint(w, self.replicated) if spec else w
+                for w, spec in zip(trainable, self.plan.trainable)]
 
     def gather_updated(self, trainable):
         """``shard_grad_op``: the weights the optimizer step returns (traced), updated on their gradients' shards and
-        made whole again by one all-gather per module (75 all-gathers -> 6 on the small preset); as they are
-        otherwise."""
-        return self._gathered(trainable) if self.strategy == "shard_grad_op" else trainable
-
-    def _gathered(self, trainable):
-        if self.plan is None or not self.plan.gather_groups:
+        made whole again by one all-gather per module (:attr:`StatePlan.gather_groups`,
+        :func:`~hf_tpu_ext.backends.keras.sharding.gather_whole`; 75 all-gathers -> 8 on the small preset, the same
+        CPU time); as they are otherwise."""
+        if self.plan is None or self.strategy != "shard_grad_op":
             return trainable
-        fsdp = self.mesh_shape["fsdp"]
         rows = self._NamedSharding(self.mesh, self._P("fsdp", None))
         out = list(trainable)
         for group in self.plan.gather_groups:
             dims = [self.plan.grads[i].index("fsdp") for i in group]
-            whole = gather_whole([trainable[i] for i in group], dims, fsdp, rows, self.replicated)
+            whole = gather_whole([trainable[i] for i in group], dims, self.mesh_shape["fsdp"], rows, self.replicated)
             for i, w in zip(group, whole):
                 out[i] = w
         return out

@@ -83,8 +83,8 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots
             (``--fsdp``: :meth:`~hf_tpu_ext.backends.keras.placement.Placement.grad_sharding`, sharded like the
             optimizer state); None: as GSPMD propagates them.
         weight_use: ``weights -> weights`` applied to the trainable weights where the forward reads them (``--fsdp
-            full_shard``: :meth:`~hf_tpu_ext.backends.keras.placement.Placement.gather_for_use`, each module's
-            weights gathered whole by one collective); None: as they are.
+            full_shard``: :meth:`~hf_tpu_ext.backends.keras.placement.Placement.gather_for_use`, each sharded
+            weight gathered whole, so no activation is resharded); None: as they are.
         weight_update: ``weights -> weights`` applied to the updated weights (``shard_grad_op``:
             :meth:`~hf_tpu_ext.backends.keras.placement.Placement.gather_updated`); None: as they are.
         gradient_checkpointing: ``--gradient_checkpointing``: each encoder layer under ``jax.checkpoint``
