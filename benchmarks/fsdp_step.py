@@ -11,6 +11,13 @@ collective-permute), which do not depend on the machine's load, then times the m
 fixed random batch: wall ms/step, tokens/s and the process's CPU seconds per step (all threads; less sensitive to
 other processes than wall time), with the 1-minute load average before each round.
 
+Measured (2-core AVX-512/AMX machine shared with other jobs, load 2-3, 4 CPU devices, fp32): small preset, steady
+ms/step replicated 833-840, full_shard 788-790, full_shard_propagated 1318-1336 (CPU s/step 1.42-1.47 / 1.49-1.50
+/ 2.40-2.43); ``hf-tpu train --max_steps 40`` steady tokens/s replicated 4,670 / 5,075, full_shard 4,850 / 4,860,
+the previous full_shard 3,422 / 3,144. Base preset (per-device batch 2): replicated 7,361-7,683 ms, full_shard
+4,880-5,840, full_shard_propagated 4,329-4,492 (its activations, 256 tokens a device, are smaller than the weights
+gathered instead).
+
 Usage (from the repository root, the current-releases venv; the device count is set before JAX starts)::
 
     KERAS_BACKEND=jax JAX_PLATFORMS=cpu python -m benchmarks.fsdp_step --devices 4 --preset small --rounds 3
