@@ -61,13 +61,16 @@ def shard_dim(shape: Sequence[int], fsdp_size: int, config=None) -> Optional[int
 @dataclass
 class StatePlan:
     """The PartitionSpec tuples of the train state ``(trainable, non_trainable, optimizer)``; ``grads``: the
-    gradients' (one per trainable weight); ``replicated_small``: names of the weights kept whole (small)."""
+    gradients' (one per trainable weight); ``replicated_small``: names of the weights kept whole (small);
+    ``gather_groups``: the positions (in ``trainable``) of the weights whose gradients are sharded, grouped for one
+    collective each (:func:`gather_groups`): ``shard_grad_op`` gathers the updated weights so."""
 
     trainable: List[tuple]
     non_trainable: List[tuple]
     optimizer: List[tuple]
     grads: List[tuple]
     replicated_small: List[str] = field(default_factory=list)
+    gather_groups: List[List[int]] = field(default_factory=list)
 
 
 def _spec(shape, nbytes: int, name: str, fsdp_size: int, min_num_params: int, config) -> tuple:
@@ -112,7 +115,47 @@ def plan_state(trainable, non_trainable, optimizer_variables, strategy: str, fsd
     small = [v.path for v, s in zip(trainable, sharded) if not s]
     return StatePlan(trainable=sharded if strategy == "full_shard" else [()] * len(sharded),
                      non_trainable=[()] * len(non_trainable), optimizer=[spec(v) for v in optimizer_variables],
-                     grads=sharded, replicated_small=small)
+                     grads=sharded, replicated_small=small, gather_groups=gather_groups(trainable, sharded))
+
+
+def gather_groups(variables, specs: Sequence[tuple]) -> List[List[int]]:
+    """The positions of the sharded ``variables`` (``specs`` not empty) grouped by module: the first component of
+    the variable's path (``encoder_layer_3``, ``embeddings``, ``mlm_head``) and its dtype, in order of first
+    appearance. One group is gathered by one all-gather (FSDP's flat parameter per wrapped module): one collective
+    per layer instead of one per weight."""
+    import jax.numpy as jnp
+
+    groups: Dict[tuple, List[int]] = {}
+    for i, (var, spec) in enumerate(zip(variables, specs)):
+        if spec:
+            groups.setdefault((str(var.path).split("/")[0], jnp.dtype(var.dtype).name), []).append(i)
+    return list(groups.values())
+
+
+def gather_whole(weights, dims: Sequence[int], fsdp_size: int, rows, whole) -> list:
+    """``weights`` (traced, each sharded on dimension ``dims[i]`` over the fsdp axis, one dtype) made whole on every
+    device by ONE all-gather: each weight's sharded dimension moved first and reshaped ``[F, size / F]`` (device
+    ``f``'s block is row ``f``: no data moves), the rows concatenated ``[F, total / F]``, constrained ``whole``
+    (the all-gather), then cut back into the weights (local copies). For weights no gradient flows through (the
+    updated weights of ``shard_grad_op``): fed to the forward's dots instead (``full_shard``) the cut copies cost
+    ~12% more CPU per step on XLA:CPU than one all-gather per weight (small preset, 4 devices), so ``full_shard``
+    gathers weight by weight.
+
+    Args:
+        rows, whole: ``jax.sharding.NamedSharding`` of a ``[F, n]`` array split on ``F``, and replicated.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    parts = [jax.lax.with_sharding_constraint(jnp.moveaxis(w, d, 0).reshape(fsdp_size, -1), rows)
+             for w, d in zip(weights, dims)]
+    flat = jax.lax.with_sharding_constraint(jnp.concatenate(parts, axis=1), whole)
+    out, offset = [], 0
+    for w, d, part in zip(weights, dims, parts):
+        moved = (w.shape[d],) + tuple(n for i, n in enumerate(w.shape) if i != d)
+        out.append(jnp.moveaxis(flat[:, offset:offset + part.shape[1]].reshape(moved), 0, d))
+        offset += part.shape[1]
+    return out
 
 
 def held_bytes(arrays) -> int:

@@ -66,7 +66,8 @@ def masked_lm_sums(logits, labels, weights):
 
 def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots: bool,
                     dropout: bool = True, gradient_checkpointing: bool = False,
-                    grad_sharding: Optional[Callable] = None) -> Callable:
+                    grad_sharding: Optional[Callable] = None, weight_use: Optional[Callable] = None,
+                    weight_update: Optional[Callable] = None) -> Callable:
     """``step(state, batch, global_step) -> (state, loss_sum, count)``, not yet jitted.
 
     Args:
@@ -81,6 +82,11 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots
         grad_sharding: ``grads -> grads`` applied to each micro-batch's gradients and their sum while traced
             (``--fsdp``: :meth:`~hf_tpu_ext.backends.keras.placement.Placement.grad_sharding`, sharded like the
             optimizer state); None: as GSPMD propagates them.
+        weight_use: ``weights -> weights`` applied to the trainable weights where the forward reads them (``--fsdp
+            full_shard``: :meth:`~hf_tpu_ext.backends.keras.placement.Placement.gather_for_use`, each sharded
+            weight gathered whole, so no activation is resharded); None: as they are.
+        weight_update: ``weights -> weights`` applied to the updated weights (``shard_grad_op``:
+            :meth:`~hf_tpu_ext.backends.keras.placement.Placement.gather_updated`); None: as they are.
         gradient_checkpointing: ``--gradient_checkpointing``: each encoder layer under ``jax.checkpoint``
             (:mod:`hf_tpu_ext.backends.keras.architectures.remat`, its policy): the same losses, fewer temporaries.
 
@@ -98,6 +104,8 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots
         raise ValueError("gradient_checkpointing needs the counter-based dropout (dropout=True).")
     remat = POLICY if gradient_checkpointing else None
     constrain = grad_sharding or (lambda grads: grads)
+    gather = weight_use or (lambda weights: weights)
+    updated = weight_update or (lambda weights: weights)
 
     def micro_loss(trainable, non_trainable, micro, total, step, index):
         # one key per step; micro-batch i offsets the element counters by its place in the global batch, so
@@ -105,7 +113,7 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots
         key = dropout_key(seed, step) if dropout else None
         with counter_based_dropout(key, micro_batch=index if accumulation > 1 else None), erf_gelu(), \
                 native_bf16_dots(dots), flat_dots(dots), layer_checkpointing(remat):
-            logits, _ = model.stateless_call(trainable, non_trainable, _model_inputs(micro), training=True)
+            logits, _ = model.stateless_call(gather(trainable), non_trainable, _model_inputs(micro), training=True)
         loss_sum, _, count = masked_lm_sums(logits, micro["masked_lm_ids"], micro["masked_lm_weights"])
         return loss_sum / total, (loss_sum, count)
 
@@ -131,7 +139,7 @@ def make_train_step(model, optimizer, seed: int, accumulation: int, *, bf16_dots
                 body, (zeros, jnp.float32(0.0), jnp.float32(0.0)),
                 (batch, jnp.arange(accumulation, dtype=jnp.int32)))
         trainable, opt_vars = optimizer.stateless_apply(opt_vars, grads, trainable)
-        return (trainable, non_trainable, opt_vars), loss_sum, count
+        return (updated(trainable), non_trainable, opt_vars), loss_sum, count
 
     return train_step
 

@@ -115,7 +115,8 @@ class JaxTrainer:
         self._on_save: Optional[SaveHook] = None
         self._compiles = CompileCounter("train_step")
         step = make_train_step(model, optimizer, int(seed), self.accumulation, bf16_dots=bf16_dots,
-                               gradient_checkpointing=gradient_checkpointing, grad_sharding=placement.grad_sharding)
+                               gradient_checkpointing=gradient_checkpointing, grad_sharding=placement.grad_sharding,
+                               weight_use=placement.gather_for_use, weight_update=placement.gather_updated)
         n = self.steps_per_execution
         self._train_step = jit_train_step(make_multi_step(step, n) if n > 1 else step, placement)
         self._eval_step = jit_eval_step(make_eval_step(model, bf16_dots=bf16_dots))
