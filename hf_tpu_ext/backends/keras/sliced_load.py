@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 import numpy as np
 
 from hf_tpu_ext.backends.keras.hf_convert import sharded_weight
+from hf_tpu_ext.backends.keras.sharding import plan_state
 from hf_tpu_ext.backends.model_files import pt_safetensors_files
 
 
@@ -123,8 +124,6 @@ def fsdp_shardings(model, placement, config) -> Callable[[Any], Any]:
         BackendError: a weight of 1 MiB or more the fsdp axis cannot shard (the plan's refusal, named).
     """
     from jax.sharding import NamedSharding, PartitionSpec
-
-    from hf_tpu_ext.backends.keras.sharding import plan_state
 
     variables = list(model.trainable_variables)
     plan = plan_state(variables, [], [], placement.strategy, placement.mesh_shape["fsdp"],
