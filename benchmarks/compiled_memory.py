@@ -13,13 +13,16 @@ memory. ``compiled.memory_analysis()`` gives the figures of ONE device's program
 * ``temp``: XLA's temporaries (activations kept for the backward pass, gradients, gathered weights, ...);
 * ``peak`` = arguments + outputs - donated aliases + temporaries.
 
-Modes (a mesh of one axis named ``"fsdp"`` over every device; the batch is split by rows over it in every mode):
-``replicated`` (every device the whole state, the data-parallel backend of today); ``fsdp`` (every weight of at
-least 1 MiB, and its AdamW moments, sharded on its first dimension the device count divides; smaller ones
-replicated); ``fsdp+gc`` (that, and each encoder layer under ``jax.checkpoint``:
-:mod:`hf_tpu_ext.backends.keras.architectures.remat`). The ``fsdp`` rule here is this module's stand-in for the
-backend's ``--fsdp full_shard`` sharding rules, written before they were merged; the figures switch to those rules
-(:func:`fsdp_spec`) once they exist.
+Modes: the trainer's own placement (:class:`~hf_tpu_ext.backends.keras.placement.Placement`, the batch split by
+rows over every device in every mode) and its step's arguments (``grad_sharding``, ``weight_use``,
+``weight_update``, as ``backends/keras/trainer.py`` hands them to ``make_train_step``), jitted by its
+:func:`~hf_tpu_ext.backends.keras.step.jit_train_step`. ``replicated``: no ``--fsdp`` (a ``"data"`` mesh, every
+device the whole state); ``fsdp``: ``--fsdp full_shard`` (a ``("data", "fsdp")`` mesh of ``1 x N``, each variable
+with the spec of the backend's rules table, :func:`hf_tpu_ext.backends.keras.sharding.plan_state`, default
+``--fsdp_config``: every trainable weight with a dimension the fsdp axis divides sharded, its AdamW moments
+alike; each sharded weight gathered whole where the forward reads it, ``Placement.gather_for_use``; its gradient
+reduced to the shard, ``Placement.grad_sharding``); ``fsdp+gc``: that, and ``--gradient_checkpointing`` (each
+encoder layer under ``jax.checkpoint``: :mod:`hf_tpu_ext.backends.keras.architectures.remat`).
 
 CPU compilation is an estimate of a TPU's: XLA:TPU fuses and schedules differently, and XLA:CPU computes bfloat16
 element-wise work in float32 (more temporaries than a TPU). The README table is labelled so.
@@ -41,8 +44,6 @@ import time
 from typing import Any, Dict, List, Optional
 
 MIB, GIB = 2**20, 2**30
-#: a weight (or optimizer variable) at least this large is sharded by the fsdp mode
-SHARD_MIN_BYTES = MIB
 MODES = ("replicated", "fsdp", "fsdp+gc")
 #: name -> (transformers model_type, config fields): public architectures' shapes (random weights: shapes only)
 MODELS: Dict[str, tuple] = {
@@ -84,21 +85,6 @@ def model_config(name: str, **overrides):
     return AutoConfig.for_model(model_type, **{**fields, **overrides})
 
 
-def fsdp_spec(shape, devices: int, min_bytes: int = SHARD_MIN_BYTES, itemsize: int = 4):
-    """The ``PartitionSpec`` entries of one array in the fsdp mode: ``"fsdp"`` on the first dimension ``devices``
-    divides when the array holds at least ``min_bytes``, else none (replicated). A tuple as long as ``shape``."""
-    size = itemsize
-    for d in shape:
-        size *= int(d)
-    spec = [None] * len(shape)
-    if size >= min_bytes:
-        for axis, d in enumerate(shape):
-            if int(d) % devices == 0:
-                spec[axis] = "fsdp"
-                break
-    return tuple(spec)
-
-
 def _abstract_model(config, dtype: str):
     """``(model, optimizer)`` with every variable deferred (``keras.StatelessScope``: shapes only, no memory)."""
     import keras
@@ -116,70 +102,42 @@ def _abstract_model(config, dtype: str):
     return model, optimizer
 
 
-def _state_structs(model, optimizer, mesh, fsdp: bool):
-    """The state's ``ShapeDtypeStruct``s with their shardings, and the shardings (same tree)."""
+def step_state(config, mode: str, dtype: str = "mixed_bfloat16", devices=None):
+    """``(model, optimizer, placement, state)`` of ``mode`` (:data:`MODES`, ``replicated+gc``): the deferred model
+    and AdamW (:func:`_abstract_model`), the trainer's :class:`~hf_tpu_ext.backends.keras.placement.Placement`
+    (``--fsdp full_shard`` for the ``fsdp`` modes, its ``plan`` made from ``config``) and the train state
+    ``(trainable, non_trainable, optimizer)`` as lists of ``jax.ShapeDtypeStruct`` with the shardings
+    ``Placement.put_state`` gives the trainer's arrays (shapes only, nothing allocated).
+
+    Raises:
+        BackendError: under ``fsdp``, a weight of 1 MiB or more no dimension of which the device count divides.
+    """
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
-    devices = mesh.devices.size
-    structs, shardings = [], []
-    for variables in (model.trainable_variables, model.non_trainable_variables, optimizer.variables):
-        part_structs, part_shardings = [], []
-        for v in variables:
-            shape, dtype = tuple(int(d) for d in v.shape), jax.numpy.dtype(v.dtype)
-            spec = fsdp_spec(shape, devices, itemsize=dtype.itemsize) if fsdp else ()
-            sharding = NamedSharding(mesh, PartitionSpec(*spec))
-            part_structs.append(jax.ShapeDtypeStruct(shape, dtype, sharding=sharding))
-            part_shardings.append(sharding)
-        structs.append(part_structs)
-        shardings.append(part_shardings)
-    return tuple(structs), tuple(shardings)
+    from hf_tpu_ext.backends.keras.placement import Placement
+
+    placement = Placement(devices, fsdp="full_shard" if mode.startswith("fsdp") else None)
+    model, optimizer = _abstract_model(config, dtype)
+    groups = (model.trainable_variables, model.non_trainable_variables, optimizer.variables)
+    if placement.strategy is None:
+        specs = tuple([()] * len(variables) for variables in groups)
+    else:
+        plan = placement.plan_for(*groups, config=config)
+        specs = (plan.trainable, plan.non_trainable, plan.optimizer)
+    state = tuple([jax.ShapeDtypeStruct(tuple(int(d) for d in v.shape), jax.numpy.dtype(v.dtype),
+                                        sharding=NamedSharding(placement.mesh, PartitionSpec(*spec)))
+                   for v, spec in zip(variables, part)] for variables, part in zip(groups, specs))
+    return model, optimizer, placement, state
 
 
-def _gather_on_use(model, mesh, sharded) -> None:
-    """FSDP's gather at each use: while ``model.stateless_call`` traces (the step's forward), every read of a
-    variable whose ``id`` is in ``sharded`` is constrained to replicated, so GSPMD all-gathers the weight where a
-    layer reads it (inside a checkpointed layer: again in its recomputation, so no gathered weight lives from the
-    forward to the backward) and the activations stay split by rows; its gradient is reduced back to the shard.
-    Without it GSPMD may propagate the weights' sharding into the activations and replicate the batch (measured:
-    BERT-base's temporaries 2.5x the replicated run's). Not the optimizer's reads (its update stays sharded)."""
-    import jax
-    from jax.sharding import NamedSharding, PartitionSpec
-    from keras.src.backend.common.stateless_scope import StatelessScope
-
-    replicated = NamedSharding(mesh, PartitionSpec())
-    if not getattr(StatelessScope.get_current_value, "_gather_on_use", False):
-        original = StatelessScope.get_current_value
-
-        def get_current_value(scope, variable):
-            value = original(scope, variable)
-            gathering = getattr(StatelessScope, "_gathering", None)
-            if value is not None and gathering and id(variable) in gathering[-1][0]:
-                value = jax.lax.with_sharding_constraint(value, gathering[-1][1])
-            return value
-
-        get_current_value._gather_on_use = True
-        StatelessScope.get_current_value = get_current_value
-    call = model.stateless_call
-
-    def gathered_call(*args, **kwargs):
-        stack = StatelessScope.__dict__.get("_gathering") or []
-        StatelessScope._gathering = stack + [(sharded, replicated)]
-        try:
-            return call(*args, **kwargs)
-        finally:
-            StatelessScope._gathering = stack
-
-    object.__setattr__(model, "stateless_call", gathered_call)
-
-
-def _batch_structs(mesh, rows: int, seq: int, predictions: int, packed: bool = False):
-    """The training batch (``[1, rows, ...]``, one micro-batch) as ``ShapeDtypeStruct``s split by rows."""
+def _batch_structs(placement, rows: int, seq: int, predictions: int, packed: bool = False):
+    """The training batch (``[1, rows, ...]``, one micro-batch) as ``ShapeDtypeStruct``s split by rows over every
+    device (``placement.batch_sharding(1)``, as the trainer puts it)."""
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec
 
-    rows_split = NamedSharding(mesh, PartitionSpec(None, "fsdp"))
+    rows_split = placement.batch_sharding(1)
     shapes = {"input_ids": (seq, jnp.int32), "attention_mask": (seq, jnp.int32),
               "masked_lm_positions": (predictions, jnp.int32), "masked_lm_ids": (predictions, jnp.int32),
               "masked_lm_weights": (predictions, jnp.float32)}
@@ -221,36 +179,30 @@ def compiled_memory(config, mode: str, per_device_batch: int = 8, seq: int = 512
     """
     import jax
     import numpy as np
-    from jax.sharding import Mesh
 
     from hf_tpu_ext.backends.keras.architectures import remat
-    from hf_tpu_ext.backends.keras.step import make_train_step
+    from hf_tpu_ext.backends.keras.step import jit_train_step, make_train_step
 
-    devices = list(devices if devices is not None else jax.devices())
-    mesh = Mesh(np.array(devices), ("fsdp",))
-    model, optimizer = _abstract_model(config, dtype)
-    state, shardings = _state_structs(model, optimizer, mesh, fsdp=mode.startswith("fsdp"))
+    model, optimizer, placement, state = step_state(config, mode, dtype, devices)
     predictions = predictions or max(1, int(round(0.15 * seq)))
-    batch = _batch_structs(mesh, per_device_batch * len(devices), seq, predictions)
-    if mode.startswith("fsdp"):
-        _gather_on_use(model, mesh, {id(v) for v, s in zip(model.trainable_variables, state[0])
-                                     if any(s.sharding.spec)})
+    batch = _batch_structs(placement, per_device_batch * placement.num_devices, seq, predictions)
     chosen = remat.POLICY
     try:
         remat.POLICY = policy or chosen  # make_train_step reads the module's policy when it builds the step
-        step = make_train_step(model, optimizer, 0, 1, bf16_dots=False, gradient_checkpointing=mode.endswith("+gc"))
+        # the trainer's step (backends/keras/trainer.py): the placement's gradient, gather and update constraints
+        step = make_train_step(model, optimizer, 0, 1, bf16_dots=False, gradient_checkpointing=mode.endswith("+gc"),
+                               grad_sharding=placement.grad_sharding, weight_use=placement.gather_for_use,
+                               weight_update=placement.gather_updated)
     finally:
         remat.POLICY = chosen
-    out_shardings = (shardings, None, None)
     start = time.perf_counter()
-    compiled = jax.jit(step, donate_argnums=(0,), out_shardings=out_shardings).lower(
-        state, batch, jax.ShapeDtypeStruct((), jax.numpy.int32)).compile()
+    compiled = jit_train_step(step, placement).lower(state, batch, jax.ShapeDtypeStruct((), jax.numpy.int32)).compile()
     seconds = time.perf_counter() - start
     analysis = compiled.memory_analysis()
     arguments, outputs = int(analysis.argument_size_in_bytes), int(analysis.output_size_in_bytes)
     alias, temp = int(analysis.alias_size_in_bytes), int(analysis.temp_size_in_bytes)
     parameters = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
-    return {"parameters": parameters, "devices": len(devices), "state_bytes": _state_bytes(state),
+    return {"parameters": parameters, "devices": placement.num_devices, "state_bytes": _state_bytes(state),
             "argument_bytes": arguments, "output_bytes": outputs, "alias_bytes": alias, "temp_bytes": temp,
             "peak_bytes": arguments + outputs - alias + temp, "compile_seconds": round(seconds, 1)}
 

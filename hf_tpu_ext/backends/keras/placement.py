@@ -102,11 +102,26 @@ class Placement:
         groups = (trainable, non_trainable, optimizer_variables)
         if self.strategy is None:
             return tuple(self.put_replicated([v.value for v in vs]) for vs in groups)
-        if self.plan is None:
-            self.plan = plan_state(*groups, self.strategy, self.mesh_shape["fsdp"], self.min_num_params, config)
-            logger.info("%s.", describe(self.plan, self.mesh_shape, self.strategy))
-        specs = (self.plan.trainable, self.plan.non_trainable, self.plan.optimizer)
+        plan = self.plan_for(*groups, config=config)
+        specs = (plan.trainable, plan.non_trainable, plan.optimizer)
         return tuple([self.put_sharded(v.value, spec) for v, spec in zip(vs, sp)] for vs, sp in zip(groups, specs))
+
+    def plan_for(self, trainable, non_trainable, optimizer_variables, config=None) -> StatePlan:
+        """The ``--fsdp`` state plan :meth:`put_state` places by (:func:`~hf_tpu_ext.backends.keras.sharding.
+        plan_state` over this mesh's fsdp axis and ``min_num_params``), made at the first call and logged once; it
+        reads only each variable's ``path``, ``shape`` and ``dtype`` (benchmarks/compiled_memory.py plans deferred
+        variables so). Under no ``--fsdp`` there is none (BackendError).
+
+        Raises:
+            BackendError: no ``--fsdp`` strategy; a weight of 1 MiB or more the fsdp axis cannot shard (named).
+        """
+        if self.strategy is None:
+            raise BackendError("The state is planned only under --fsdp; pass --fsdp full_shard or shard_grad_op.")
+        if self.plan is None:
+            self.plan = plan_state(trainable, non_trainable, optimizer_variables, self.strategy,
+                                   self.mesh_shape["fsdp"], self.min_num_params, config)
+            logger.info("%s.", describe(self.plan, self.mesh_shape, self.strategy))
+        return self.plan
 
     def put_sharded(self, value, spec: tuple):
         """One global array of the host ``value`` (every process holds it whole) with ``PartitionSpec(*spec)``:
