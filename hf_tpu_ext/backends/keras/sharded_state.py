@@ -213,7 +213,7 @@ def _read_block(handles, entry: Entry, bounds: Bounds, dtype) -> np.ndarray:
     return out
 
 
-#: safetensors' dtype names -> NumPy's (bf16 from ml_dtypes, which JAX brings)
+#: safetensors' dtype names -> NumPy's (BF16: JAX's bfloat16, a NumPy extension dtype)
 _NUMPY_DTYPES = {"F32": "float32", "F16": "float16", "F64": "float64", "I64": "int64", "I32": "int32",
                  "U32": "uint32", "U8": "uint8", "BOOL": "bool"}
 
@@ -227,9 +227,9 @@ def _file_header(file: str) -> Tuple[Dict[str, Any], int]:
 
 def _numpy_dtype(name: str):
     if name == "BF16":
-        import ml_dtypes
+        import jax.numpy as jnp  # the keras backend's own framework; its bfloat16 is the dtype arrays carry
 
-        return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(jnp.bfloat16)
     return np.dtype(_NUMPY_DTYPES[name])
 
 
